@@ -1,0 +1,57 @@
+# Entry points for working on crew. Build settings live in CMakePresets.json;
+# each target installs what it needs with scripts/deps.sh first.
+#   make run | test | bench | tsan | asan | tidy-build | format | clean
+# JOBS=N overrides the presets' -j2 for builds and ctest.
+# All use build/ except the sanitizer and clang builds; only `make bench`
+# turns the benchmarks (and their extra libraries) on there.
+
+MAKEFLAGS += --no-print-directory
+DEPS := bash scripts/deps.sh
+JOBS ?=
+J := $(if $(JOBS),-j $(JOBS))
+FORMAT_DIRS := include src tests bench examples
+
+.PHONY: all run test bench tsan asan tidy-build format clean
+
+all: test
+
+run:
+	$(DEPS) build
+	cmake --preset default
+	cmake --build --preset default $(J) --target crew_demo
+	./build/examples/crew_demo
+
+test:
+	$(DEPS) test
+	cmake --preset default
+	cmake --build --preset default $(J)
+	ctest --preset default $(J)
+
+bench:
+	$(DEPS) bench
+	cmake --preset bench
+	cmake --build --preset bench $(J) --target crew_bench
+	./build/bench/crew_bench --json build/bench-results.json
+	python3 bench/report.py build/bench-results.json
+
+# Sanitizer runs: options (TSAN_OPTIONS, ASAN_OPTIONS, UBSAN_OPTIONS) are set
+# by the tsan/asan test presets.
+tsan asan:
+	$(DEPS) test
+	cmake --preset $@
+	cmake --build --preset $@ $(J)
+	ctest --preset $@ $(J)
+
+# clang++ build with -Wthread-safety (from crew's warning flags) and -Werror.
+tidy-build:
+	$(DEPS) test
+	cmake --preset clang
+	cmake --build --preset clang $(J)
+
+format:
+	$(DEPS) format
+	find $(FORMAT_DIRS) -type f \( -name '*.hpp' -o -name '*.cpp' -o -name '*.h' \) \
+	  -print0 2>/dev/null | xargs -0 -r clang-format -i
+
+clean:
+	rm -rf build build-tsan build-asan build-clang

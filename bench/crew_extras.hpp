@@ -1,0 +1,39 @@
+// bench/crew_extras.hpp: crew-only measurements that are not per-task
+// throughput (see impl_crew.cpp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+// Process CPU time while an idle crew pool waits.
+struct IdleCpu {
+  std::string config;  // "default" or "min_workers_2"
+  double seconds = 0;
+  double cpu_percent = 0;   // of one core
+  std::size_t workers = 0;  // live workers at the end of the window
+};
+std::vector<IdleCpu> measure_idle_cpu(double seconds);
+
+// RSS added by `tasks` small tasks queued on a paused pool.
+struct QueuedMemory {
+  std::size_t tasks = 0;
+  double rss_mb = 0;  // MiB
+  double bytes_per_task = 0;
+  double allocs_per_task = 0;
+  double post_ns_per_task = 0;
+};
+QueuedMemory measure_queued_memory(std::size_t tasks);
+
+// Steady-state allocations of post() with a 48-byte callable.
+struct PostAllocs {
+  std::size_t tasks = 0;
+  std::size_t callable_bytes = 0;
+  double allocs_per_task = 0;
+  double ns_per_task = 0;
+};
+PostAllocs measure_post_allocs(std::size_t tasks);
+
+}  // namespace bench

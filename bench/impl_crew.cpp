@@ -1,0 +1,193 @@
+// bench/impl_crew.cpp: crew's adapter, its long_deadline workload, and the
+// crew-only measurements (idle CPU, queued memory, allocations per post).
+#include <malloc.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <crew/pool.hpp>
+#include <fstream>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "crew_extras.hpp"
+#include "harness.hpp"
+
+namespace bench {
+namespace {
+
+// Options are assigned field by field rather than with designated
+// initializers, which draw -Wmissing-field-initializers from g++ 12.
+crew::PoolOptions bench_options() {
+  crew::PoolOptions o;
+  o.name = "bench";
+  o.min_workers = kWorkers;
+  o.max_workers = kWorkers;
+  o.queue_capacity = crew::kUnbounded;
+  return o;
+}
+
+crew::PoolOptions idle_options(std::size_t min_workers) {
+  crew::PoolOptions o;
+  o.name = "idle";
+  o.min_workers = min_workers;
+  return o;
+}
+
+void expect_accepted(crew::Admission a) {
+  if (a != crew::Admission::accepted) fail("crew refused a task");
+}
+
+struct Crew {
+  static constexpr std::string_view kName = "crew";
+  static constexpr std::string_view kAllocNote = "";
+
+  crew::Pool pool{bench_options()};
+
+  template <class F>
+  void post(F&& f) {
+    expect_accepted(pool.post(std::forward<F>(f)));
+  }
+  template <class F>
+  auto submit(F&& f) {
+    return pool.submit(std::forward<F>(f));
+  }
+  template <class Fn>
+  void produce(Fn&& fn) {
+    fn();
+  }
+  static std::string_view skip_reason(Workload) { return ""; }
+};
+
+// Long tasks take the slow path (a task state with a deadline); the 1 s
+// deadline is far beyond a task's run time, so none may expire.
+Sample run_long_deadline(std::size_t tasks) {
+  Crew c;
+  prime(c);
+  std::atomic<std::uint64_t> done{0};
+  crew::TaskOptions deadline;
+  deadline.timeout = std::chrono::seconds(1);
+  const Sample s = timed(tasks, [&] {
+    for (std::size_t i = 0; i < tasks; ++i) {
+      expect_accepted(c.pool.post(
+          [&done](std::stop_token) noexcept { done.fetch_add(1, std::memory_order_release); },
+          deadline));
+    }
+    wait_for_value(done, tasks);
+  });
+  c.pool.wait_idle();
+  if (c.pool.stats().outcomes.timed_out != 0) fail("long_deadline: a task timed out");
+  return s;
+}
+
+class CrewImpl final : public AdapterImpl<Crew> {
+ public:
+  Sample run(Workload w, std::size_t tasks) override {
+    if (w == Workload::long_deadline) return run_long_deadline(tasks);
+    return AdapterImpl<Crew>::run(w, tasks);
+  }
+};
+
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t size_pages = 0;
+  std::size_t resident_pages = 0;
+  statm >> size_pages >> resident_pages;
+  return static_cast<double>(resident_pages) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+std::chrono::nanoseconds process_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// Runs some work first so the workers exist (a default pool starts them on
+// demand), then measures the idle window that follows, spin-down included.
+IdleCpu idle_cpu_of(std::string config, crew::PoolOptions options, double seconds) {
+  crew::Pool pool(std::move(options));
+  std::atomic<std::uint64_t> done{0};
+  constexpr std::uint64_t kWarmTasks = 10'000;
+  for (std::uint64_t i = 0; i < kWarmTasks; ++i) {
+    expect_accepted(pool.post([&done]() noexcept { done.fetch_add(1); }));
+  }
+  wait_for_value(done, kWarmTasks);
+  pool.wait_idle();
+
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto cpu_start = process_cpu_time();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const auto cpu = process_cpu_time() - cpu_start;
+  const auto wall = std::chrono::steady_clock::now() - wall_start;
+  return {std::move(config), seconds,
+          100.0 * static_cast<double>(cpu.count()) /
+              static_cast<double>(std::chrono::nanoseconds(wall).count()),
+          pool.stats().workers};
+}
+
+}  // namespace
+
+std::unique_ptr<Impl> make_crew_impl() { return std::make_unique<CrewImpl>(); }
+
+std::vector<IdleCpu> measure_idle_cpu(double seconds) {
+  std::vector<IdleCpu> out;
+  out.push_back(idle_cpu_of("default", idle_options(0), seconds));
+  out.push_back(idle_cpu_of("min_workers_2", idle_options(kWorkers), seconds));
+  return out;
+}
+
+QueuedMemory measure_queued_memory(std::size_t tasks) {
+  Crew c;
+  prime(c);
+  crew::Pool& pool = c.pool;
+  pool.pause();
+  malloc_trim(0);  // so freed heap is not silently reused and hidden
+  std::atomic<std::uint64_t> done{0};
+  const double rss_before = resident_bytes();
+  const Sample post = timed(tasks, [&] {
+    for (std::size_t i = 0; i < tasks; ++i) {
+      expect_accepted(pool.post([&done]() noexcept { done.fetch_add(1); }));
+    }
+  });
+  const double added = resident_bytes() - rss_before;
+  pool.resume();
+  wait_for_value(done, tasks);
+  pool.wait_idle();
+  const double n = static_cast<double>(std::max<std::size_t>(tasks, 1));
+  return {tasks, added / (1024.0 * 1024.0), added / n, post.allocs_per_task, post.ns_per_task};
+}
+
+// Posts in batches the workers drain before the next one, so the queue stays
+// within its preallocated lock-free ring (beyond 65,536 queued tasks crew
+// spills to a growing deque, which is not the steady state).
+PostAllocs measure_post_allocs(std::size_t tasks) {
+  constexpr std::size_t kBatch = 4096;
+  Crew c;
+  std::atomic<std::uint64_t> done{0};
+  std::uint64_t a = 1, b = 2, d = 3, e = 4, f = 5;
+  auto task = [counter = &done, a, b, d, e, f]() noexcept {
+    counter->fetch_add((a + b + d + e + f) / 15, std::memory_order_release);
+  };
+  static_assert(sizeof(task) == 48, "the spec's 48-byte callable");
+
+  auto post_all = [&] {
+    for (std::size_t posted = 0; posted < tasks;) {
+      const std::size_t batch = std::min(kBatch, tasks - posted);
+      for (std::size_t i = 0; i < batch; ++i) c.post(task);
+      posted += batch;
+      wait_for_value(done, posted);
+    }
+  };
+  post_all();  // warm-up: workers started, thread-local caches filled
+  done.store(0);
+  const Sample s = timed(tasks, post_all);
+  return {tasks, sizeof(task), s.allocs_per_task, s.ns_per_task};
+}
+
+}  // namespace bench

@@ -1,0 +1,145 @@
+// crew/detail/cell.hpp: a type-erased, move-only `void()` callable stored
+// inline in 56 bytes, so that a queue slot (8-byte turn + cell) is one cache
+// line. Callables up to kInlineSize bytes never allocate; larger ones are boxed.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace crew::detail {
+
+inline constexpr std::size_t kInlineSize = 48;
+
+class TaskStateBase;
+
+// What a cell holds: a plain callable, or an owning reference to a TaskState
+// (tasks with a handle, a name, a deadline or a stop token).
+class Cell {
+ public:
+  enum class Op : unsigned char { invoke, relocate, destroy };
+  using OpsFn = void (*)(Op, Cell* self, Cell* dst);
+
+  Cell() noexcept = default;
+  Cell(const Cell&) = delete;
+  Cell& operator=(const Cell&) = delete;
+
+  template <class F>
+  static constexpr bool fits_inline =
+      sizeof(F) <= kInlineSize && alignof(F) <= alignof(void*) &&
+      std::is_nothrow_move_constructible_v<F>;
+
+  // Precondition: the cell is empty.
+  template <class F>
+  void emplace(F&& f) {
+    using D = std::decay_t<F>;
+    if constexpr (fits_inline<D>) {
+      ::new (static_cast<void*>(storage_)) D(std::forward<F>(f));
+      ops_ = &inline_ops<D>;
+    } else {
+      ::new (static_cast<void*>(storage_)) D*(new D(std::forward<F>(f)));
+      ops_ = &boxed_ops<D>;
+    }
+  }
+
+  // A cell that runs a TaskState; the cell owns one reference.
+  void emplace_state(TaskStateBase* state) noexcept {
+    std::memcpy(storage_, &state, sizeof(state));
+    ops_ = nullptr;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return ops_ == nullptr && state() == nullptr; }
+  [[nodiscard]] TaskStateBase* state() const noexcept {
+    if (ops_ != nullptr) return nullptr;
+    TaskStateBase* s;
+    std::memcpy(&s, storage_, sizeof(s));
+    return s;
+  }
+
+  // Moves this cell's content into `dst` (which must be empty); leaves this empty.
+  void relocate_to(Cell& dst) noexcept {
+    if (ops_ == nullptr) {
+      std::memcpy(dst.storage_, storage_, sizeof(TaskStateBase*));
+      dst.ops_ = nullptr;
+    } else {
+      ops_(Op::relocate, this, &dst);
+    }
+    clear();
+  }
+
+  // Runs a plain callable and destroys it, leaving the cell empty. The callable
+  // is destroyed even when it throws.
+  void invoke_and_destroy() {
+    OpsFn ops = ops_;
+    struct Guard {
+      Cell* c;
+      OpsFn ops;
+      ~Guard() {
+        ops(Op::destroy, c, nullptr);
+        c->clear();
+      }
+    } guard{this, ops};
+    ops(Op::invoke, this, nullptr);
+  }
+
+  // Destroys a plain callable without running it.
+  void destroy() noexcept {
+    if (ops_ != nullptr) ops_(Op::destroy, this, nullptr);
+    clear();
+  }
+
+ private:
+  void clear() noexcept {
+    ops_ = nullptr;
+    std::memset(storage_, 0, sizeof(TaskStateBase*));
+  }
+
+  template <class D>
+  static void inline_ops(Op op, Cell* self, Cell* dst) {
+    D* f = std::launder(reinterpret_cast<D*>(self->storage_));
+    switch (op) {
+      case Op::invoke:
+        (*f)();
+        break;
+      case Op::relocate:
+        if constexpr (std::is_trivially_copyable_v<D>) {
+          std::memcpy(dst->storage_, self->storage_, sizeof(D));
+        } else {
+          ::new (static_cast<void*>(dst->storage_)) D(std::move(*f));
+          f->~D();
+        }
+        dst->ops_ = self->ops_;
+        break;
+      case Op::destroy:
+        f->~D();
+        break;
+    }
+  }
+
+  template <class D>
+  static void boxed_ops(Op op, Cell* self, Cell* dst) {
+    D* f;
+    std::memcpy(&f, self->storage_, sizeof(f));
+    switch (op) {
+      case Op::invoke:
+        (*f)();
+        break;
+      case Op::relocate:
+        std::memcpy(dst->storage_, self->storage_, sizeof(f));
+        dst->ops_ = self->ops_;
+        break;
+      case Op::destroy:
+        delete f;
+        break;
+    }
+  }
+
+  OpsFn ops_ = nullptr;
+  alignas(void*) unsigned char storage_[kInlineSize]{};
+};
+
+static_assert(sizeof(Cell) == 56, "a queue slot (8-byte turn + cell) must be one cache line");
+
+}  // namespace crew::detail

@@ -1,0 +1,368 @@
+// crew/detail/core.hpp: the shared state of a pool, with the submission fast
+// path inline. Workers, the supervisor and shutdown live in src/; the data
+// flow is described in docs/design.md.
+//
+// Who touches what on the hot path:
+//   submitter: queue_ tail and slot; reads state_, spinning_, sleepers_
+//   worker:    queue_ head and slot; its own Worker counters
+// Everything else (worker list, timer heap, shutdown report) is under the
+// mutexes of Control (src/control.hpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "crew/detail/cell.hpp"
+#include "crew/detail/event_count.hpp"
+#include "crew/detail/task_queue.hpp"
+#include "crew/detail/task_state.hpp"
+#include "crew/error.hpp"
+#include "crew/pool_types.hpp"
+#include "crew/task.hpp"
+
+namespace crew::detail {
+
+class Core;
+struct Control;
+struct Worker;
+
+// The worker running on this thread, if any (set for the life of its loop).
+struct CurrentWorker {
+  Core* core = nullptr;
+  Worker* worker = nullptr;
+};
+inline thread_local CurrentWorker t_current{};
+
+// Outcomes decided off the workers: refusals, caller-thread runs, shutdown
+// drops, abandonments. Rare paths, so shared atomics are fine.
+struct SharedCounters {
+  std::atomic<std::uint64_t> succeeded{0};
+  std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::uint64_t> cancelled{0};
+  std::atomic<std::uint64_t> timed_out{0};
+  std::atomic<std::uint64_t> rejected{0};
+
+  void add(TaskStatus outcome) noexcept;
+  [[nodiscard]] OutcomeCounts read() const noexcept;
+};
+
+class Core : public std::enable_shared_from_this<Core> {
+ public:
+  enum class Route : std::uint8_t { queued, run_here, refused };
+
+  // Validates the options (throws Error(invalid_options) naming the field).
+  explicit Core(PoolOptions options);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Starts min_workers and the supervisor; the pool is then running.
+  void start();
+  // Stops and joins the supervisor (after the final shutdown).
+  void stop_supervisor() noexcept;
+
+  template <class F>
+  Admission post(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    if constexpr (is_long_task_v<D>) {
+      return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+    } else {
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
+        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      return post_plain(std::forward<F>(f), may_block);
+    }
+  }
+
+  template <class F>
+  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
+    (void)admit_state(s, may_block);
+    return Task<task_result_t<D>>(s);  // adopts the creator's reference
+  }
+
+  // ---- control (src/) ----
+  ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
+  bool restart();
+  void pause();
+  void resume();
+  void resize(std::size_t max_workers);
+  bool stop_worker(std::uint64_t id, WorkerStop how);
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+  [[nodiscard]] PoolStats stats() const;
+  [[nodiscard]] std::vector<WorkerInfo> workers() const;
+  [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
+  [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
+
+  // Runs a task state on the calling thread (nested waits, caller_runs).
+  // The caller has already moved it from queued to running.
+  void run_claimed_here(TaskStateBase* s) noexcept;
+  // Reports an exception nobody else will see (handler or stderr).
+  void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
+  // Wakes the supervisor (a stop was requested, a deadline moved earlier).
+  void wake_supervisor() noexcept { sup_ec_.notify_one(); }
+  // Removes a task's queue deadline from the timer heap (it left the queue).
+  void disarm_queue_deadline(TaskStateBase* s) noexcept;
+
+  // ---- state shared with src/ ----
+  const PoolOptions opts_;
+  TaskQueue queue_;
+  alignas(kCacheLine) std::atomic<PoolState> state_{PoolState::created};
+  // Soft or hard shutdown in progress: popped tasks are rejected, not run.
+  std::atomic<bool> drop_queued_{false};
+  // Bumped whenever workers must look at something besides the queue (pause,
+  // resize, stop_worker, shutdown); workers compare it once per task.
+  std::atomic<std::uint32_t> attention_{0};
+  std::atomic<std::size_t> max_workers_;
+  std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
+  // Workers polling the queue, and workers asleep in the idle stack. A
+  // submitter wakes a sleeper only when nobody spins; the woken worker
+  // starts out spinning, so one burst costs one wake-up per worker.
+  alignas(kCacheLine) std::atomic<int> spinning_{0};
+  std::atomic<int> sleepers_{0};
+  EventCount space_ec_;  // submitters blocked on a full queue sleep here
+  EventCount sup_ec_;    // the supervisor sleeps here
+  // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
+  std::atomic<std::int64_t> sup_next_wake_{0};
+  alignas(kCacheLine) std::atomic<std::size_t> blocked_{0};
+  std::atomic<std::uint64_t> next_id_{0};
+  std::atomic<std::uint64_t> refused_{0};     // refused at submission
+  std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
+  SharedCounters shared_;
+  std::unique_ptr<Control> ctl_;
+
+ private:
+  template <class D, class F>
+  Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
+    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
+    s->detached = true;
+    const Admission a = admit_state(s, may_block);
+    s->release();
+    return a;
+  }
+
+  template <class F>
+  Admission post_plain(F&& f, bool may_block) {
+    using D = std::decay_t<F>;
+    Admission why = Admission::accepted;
+    if constexpr (Cell::fits_inline<D> && std::is_nothrow_constructible_v<D, F&&>) {
+      auto fill = [&f](Cell& c) noexcept { c.emplace(std::forward<F>(f)); };
+      switch (route(fill, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          run_plain_here([&f] { f(); });
+          return Admission::accepted;
+        case Route::refused:
+          return why;
+      }
+    } else {
+      Cell tmp;  // box (or copy) before claiming a slot: this may throw
+      tmp.emplace(std::forward<F>(f));
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route(fill, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          run_plain_here([&tmp] { tmp.invoke_and_destroy(); });
+          return Admission::accepted;
+        case Route::refused:
+          tmp.destroy();
+          return why;
+      }
+    }
+    return why;
+  }
+
+  template <class D, class F>
+  TaskStateBase* make_state(F&& f, TaskOptions&& o) {
+    auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
+    s->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    s->name = std::move(o.name);
+    s->owner = this;
+    s->is_long = is_long_task_v<D>;
+    if (s->is_long) s->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
+    if (o.queue_timeout.count() != 0) {
+      s->queue_deadline =
+          std::chrono::steady_clock::now() +
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(o.queue_timeout);
+    }
+    return s;
+  }
+
+  // Hands `s` to the queue; the creator keeps its own reference.
+  Admission admit_state(TaskStateBase* s, bool may_block) {
+    s->add_ref();  // the cell's reference
+    const bool timed = s->queue_deadline != TaskStateBase::kNoDeadline;
+    if (timed) arm_queue_deadline(s);
+    auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
+    Admission why = Admission::accepted;
+    switch (route(fill, may_block, why)) {
+      case Route::queued:
+        return Admission::accepted;
+      case Route::run_here:
+        if (timed) disarm_queue_deadline(s);
+        if (s->leave_queue(TaskStatus::running)) run_claimed_here(s);
+        s->release();
+        return Admission::accepted;
+      case Route::refused:
+        break;
+    }
+    if (timed) disarm_queue_deadline(s);
+    s->refused_as = why;
+    s->leave_queue(TaskStatus::rejected, Errc::rejected);
+    s->release();
+    return why;
+  }
+
+  template <class Fill>
+  Route route(Fill& fill, bool may_block, Admission& why) {
+    if (state_.load(std::memory_order_acquire) >= PoolState::stopping) [[unlikely]] {
+      return refuse(Admission::closed, why);
+    }
+    if (queue_.try_push(fill)) [[likely]] {
+      after_push();
+      return Route::queued;
+    }
+    return route_full(fill, may_block, why);
+  }
+
+  Route refuse(Admission a, Admission& why) noexcept {
+    why = a;
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return Route::refused;
+  }
+
+  template <class Fill>
+  Route route_full(Fill& fill, bool may_block, Admission& why) {
+    // A worker of this pool never waits for room in its own queue: that is
+    // the nested-submit deadlock. It runs the task itself instead.
+    if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
+      ran_inline_.fetch_add(1, std::memory_order_relaxed);
+      return Route::run_here;
+    }
+    if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
+    const std::size_t limit = opts_.max_blocked_submitters;
+    if (blocked_.fetch_add(1, std::memory_order_seq_cst) >= limit && limit != 0) {
+      blocked_.fetch_sub(1, std::memory_order_relaxed);
+      return refuse(Admission::too_many_blocked, why);
+    }
+    Route r = Route::refused;
+    for (int spins = 0;; ++spins) {
+      if (state_.load(std::memory_order_acquire) >= PoolState::stopping) {
+        refuse(Admission::closed, why);
+        break;
+      }
+      if (queue_.try_push(fill)) {
+        r = Route::queued;
+        break;
+      }
+      if (spins < 64) {
+        cpu_relax();
+        continue;
+      }
+      // Sleep until a worker frees a slot (it notifies after each pop while
+      // someone waits) or a shutdown starts.
+      const EventCount::Key key = space_ec_.prepare_wait();
+      if (!queue_.full() || state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
+        space_ec_.cancel_wait();
+        continue;
+      }
+      space_ec_.wait(key);
+    }
+    blocked_.fetch_sub(1, std::memory_order_relaxed);
+    if (r == Route::queued) after_push();
+    return r;
+  }
+
+  void after_push() noexcept {
+    // The push ended with a seq_cst store, so these loads see any worker that
+    // went to sleep before it, and any shutdown that began before it.
+    const PoolState st = state_.load(std::memory_order_seq_cst);
+    if (st != PoolState::running) [[unlikely]] {
+      if (st >= PoolState::stopping) on_push_after_close();
+      return;
+    }
+    if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+      wake_sleeper();
+    } else if (live_workers_.load(std::memory_order_relaxed) <
+               max_workers_.load(std::memory_order_relaxed)) [[unlikely]] {
+      grow();  // every worker is busy and there is room for another
+    }
+  }
+
+  template <class G>
+  void run_plain_here(G&& g) noexcept {
+    try {
+      g();
+      count_here(TaskStatus::succeeded);
+    } catch (...) {
+      count_here(TaskStatus::failed);
+      report_exception(TaskRef{}, std::current_exception());
+    }
+  }
+
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  // ---- implementation (src/) ----
+  // How a worker's loop ended: `counted` if it already took itself out of
+  // live_workers_ (idle timeout, resize), `leave` if worker_exited must.
+  enum class Exit : std::uint8_t { counted, leave, abandoned };
+  enum class Slept : std::uint8_t { woken, woken_spinning, retired };
+
+  // pool.cpp
+  void grow() noexcept;
+  void spawn_worker_locked(bool replacement) noexcept;
+  [[nodiscard]] OutcomeCounts totals_locked() const;
+  // worker.cpp
+  static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w);
+  void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
+  Exit work_loop(Worker& w);
+  bool attend(Worker& w, Exit& how);
+  bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
+  Slept sleep_for_work(Worker& w) noexcept;
+  bool leave_idle_stack(Worker& w) noexcept;
+  void wake_sleeper() noexcept;
+  void wake_all_sleepers() noexcept;
+  bool handle_cell(Worker& w, Cell& cell);
+  bool handle_state(Worker& w, TaskStateBase* s);
+  bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;
+  // Counts an outcome decided on this thread (a worker's own counters, or
+  // the shared ones on any other thread).
+  void count_here(TaskStatus outcome) noexcept;
+  // supervisor.cpp
+  void supervise() noexcept;
+  std::int64_t fire_timers(std::int64_t now);
+  std::int64_t watch_workers(std::int64_t now);
+  void write_off_locked(const std::shared_ptr<Worker>& w) noexcept;
+  void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
+  void disarm_timer(TaskStateBase* s) noexcept;
+  void arm_queue_deadline(TaskStateBase* s);
+  void register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept;
+  void unregister_foreign(TaskStateBase* s) noexcept;
+  // shutdown.cpp
+  void on_push_after_close() noexcept;
+  void wake_everyone() noexcept;
+  bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
+  void drop_queue();
+  void sweep_queue(bool run);
+  void stop_running();
+  void abandon_busy(bool force);
+  void join_exited();
+  void note_dropped(TaskStateBase* s) noexcept;
+  void note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept;
+};
+
+}  // namespace crew::detail

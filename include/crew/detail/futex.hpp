@@ -1,0 +1,20 @@
+// crew/detail/futex.hpp: waiting on a 32-bit atomic with a deadline.
+// std::atomic::wait has no timed form, so crew uses the Linux futex directly.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace crew::detail {
+
+// Blocks while `*word == expected`, until woken or `deadline` (steady clock)
+// passes. Spurious returns are possible; callers re-check their condition.
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::steady_clock::time_point deadline) noexcept;
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;
+void futex_wake(const std::atomic<std::uint32_t>& word, int count) noexcept;
+
+inline constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
+
+}  // namespace crew::detail

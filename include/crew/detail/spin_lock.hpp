@@ -1,0 +1,32 @@
+// crew/detail/spin_lock.hpp: a tiny lock for critical sections of a few
+// instructions that are almost never contended (per-task and per-worker
+// bookkeeping), where a std::mutex would double the state's size.
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+#include "crew/detail/thread_annotations.hpp"
+
+namespace crew::detail {
+
+class CREW_CAPABILITY("mutex") SpinLock {
+ public:
+  SpinLock() noexcept = default;
+  SpinLock(const SpinLock&) = delete;
+  SpinLock& operator=(const SpinLock&) = delete;
+
+  void lock() noexcept CREW_ACQUIRE() {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() noexcept CREW_RELEASE() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+}  // namespace crew::detail

@@ -1,0 +1,208 @@
+// crew/detail/task_state.hpp: the shared state behind a Task handle, a long
+// task, a named task or a task with a queue deadline.
+//
+// Ownership: reference counted. The queue cell holds one reference until the
+// task is popped and settled; each Task handle holds one; the pool's timer
+// heap holds one while a queue deadline is armed.
+//
+// Status word (32 bits, futex-waitable): bits 0-7 TaskStatus, bits 8-15 the
+// Errc of a non-success outcome, bit 30 "it went through running", bit 31
+// "someone waits". The status leaves `queued` by exactly one compare-exchange
+// (to running, cancelled or rejected) and leaves `running` by exactly one
+// compare-exchange to its outcome: that is what makes every task end in
+// exactly one outcome, even when a worker and the supervisor race.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "crew/detail/spin_lock.hpp"
+#include "crew/detail/thread_annotations.hpp"
+#include "crew/error.hpp"
+#include "crew/task_status.hpp"
+
+namespace crew {
+struct TaskContext;
+}
+
+namespace crew::detail {
+
+class Core;
+
+// Why a running long task's token was stopped. The first reason wins.
+enum class StopReason : std::uint8_t { none, cancelled, timed_out, shutdown };
+
+// The stop source a long task runs under. A worker keeps one for its
+// top-level tasks and reuses it until a stop is requested through it; nested
+// and caller-thread runs get their own.
+struct RunFrame {
+  std::stop_source source;
+  bool poisoned = false;  // a stop was requested: replace `source` before reuse
+  // steady_clock nanoseconds of the first stop request on the current task
+  // (0 = none); the supervisor abandons the task `abandon_grace` after it.
+  std::atomic<std::int64_t> stop_at_ns{0};
+  Core* core = nullptr;  // whose supervisor to wake on a stop request
+};
+
+class TaskStateBase {
+ public:
+  static constexpr std::uint32_t kStatusMask = 0xffu;
+  static constexpr std::uint32_t kRanBit = 1u << 30;
+  static constexpr std::uint32_t kWaitersBit = 1u << 31;
+  static constexpr std::size_t kNotInHeap = static_cast<std::size_t>(-1);
+  static constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
+
+  TaskStateBase() noexcept = default;
+  TaskStateBase(const TaskStateBase&) = delete;
+  TaskStateBase& operator=(const TaskStateBase&) = delete;
+  virtual ~TaskStateBase() = default;
+
+  // Runs the callable and stores its result; exceptions propagate.
+  virtual void run(const TaskContext& ctx) = 0;
+
+  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  [[nodiscard]] TaskStatus status() const noexcept {
+    return static_cast<TaskStatus>(word_.load(std::memory_order_acquire) & kStatusMask);
+  }
+  [[nodiscard]] Errc reason() const noexcept {
+    return static_cast<Errc>((word_.load(std::memory_order_acquire) >> 8) & 0xffu);
+  }
+  [[nodiscard]] bool done() const noexcept { return is_final(status()); }
+  // True once the task left `queued` for `running` (it ran, or runs now).
+  [[nodiscard]] bool ran() const noexcept {
+    return (word_.load(std::memory_order_acquire) & kRanBit) != 0;
+  }
+
+  // queued -> running | cancelled | rejected. False if it had already left
+  // `queued`.
+  bool leave_queue(TaskStatus to, Errc why = Errc{}) noexcept {
+    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
+      const std::uint32_t next = (cur & kWaitersBit) | encode(to, why) |
+                                 (to == TaskStatus::running ? kRanBit : 0u);
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
+        if (is_final(to)) wake(cur);
+        return true;
+      }
+    }
+  }
+
+  // running -> outcome. False if the outcome was already decided (the task
+  // was abandoned while it ran).
+  bool finish(TaskStatus outcome, Errc why = Errc{}) noexcept {
+    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
+      const std::uint32_t next = kRanBit | encode(outcome, why);
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
+        wake(cur);
+        return true;
+      }
+    }
+  }
+
+  // Blocks until the task has an outcome or the deadline passes.
+  bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+
+  // Records why the task should stop and, if it runs now, stops its token.
+  // Returns true if a running task was signalled.
+  bool request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
+
+  // Called by the thread running a long task around its execution.
+  void attach_runner(RunFrame* frame) noexcept CREW_EXCLUDES(stop_mu_);
+  void detach_runner() noexcept CREW_EXCLUDES(stop_mu_);
+
+  [[nodiscard]] StopReason stop_reason() const noexcept {
+    return stop_reason_.load(std::memory_order_acquire);
+  }
+
+  // Set at submission, immutable afterwards.
+  std::uint64_t id = 0;
+  std::string name;
+  Core* owner = nullptr;  // the pool core that runs it (for nested waits)
+  bool is_long = false;
+  bool detached = false;  // no handle: exceptions go to the pool's handler
+  Admission refused_as = Admission::accepted;
+  std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
+  std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
+
+  // Written by the runner before finish(), read after done() says failed.
+  std::exception_ptr error;
+
+  // Owned by the pool's timer heap (guarded by its mutex). A task is in the
+  // heap at most once: for its queue deadline while queued, or for its
+  // execution deadline while it runs on a thread that is not a worker.
+  std::size_t heap_index = kNotInHeap;
+  std::int64_t timer_at_ns = 0;
+  bool timer_exec = false;  // the entry stops a running task (else expires a queued one)
+
+ private:
+  static constexpr std::uint32_t encode(TaskStatus s, Errc why) noexcept {
+    return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(why) << 8);
+  }
+  void wake(std::uint32_t prev) noexcept;
+
+  mutable std::atomic<std::uint32_t> word_{static_cast<std::uint32_t>(TaskStatus::queued)};
+  std::atomic<std::uint32_t> refs_{1};
+  std::atomic<StopReason> stop_reason_{StopReason::none};
+  SpinLock stop_mu_;
+  RunFrame* runner_ CREW_GUARDED_BY(stop_mu_) = nullptr;
+};
+
+// Runs a task that is still queued on the calling thread if the caller is a
+// worker of the pool that owns it, so that a worker waiting for a subtask
+// never deadlocks its own pool. Returns true if it ran the task here.
+bool run_inline_if_worker(TaskStateBase* state) noexcept;
+
+template <class R>
+class ResultStateBase : public TaskStateBase {
+ public:
+  std::optional<R> value;
+};
+template <>
+class ResultStateBase<void> : public TaskStateBase {};
+
+template <class R, class F>
+class TaskState final : public ResultStateBase<R> {
+ public:
+  template <class G>
+  explicit TaskState(G&& g) : fn_(std::forward<G>(g)) {}
+
+  void run(const TaskContext& ctx) override {
+    if constexpr (std::is_void_v<R>) {
+      call(ctx);
+    } else {
+      this->value.emplace(call(ctx));
+    }
+  }
+
+ private:
+  decltype(auto) call(const TaskContext& ctx) {
+    if constexpr (std::is_invocable_v<F&, const TaskContext&>) {
+      return fn_(ctx);
+    } else if constexpr (std::is_invocable_v<F&, std::stop_token>) {
+      return fn_(stop_token_of(ctx));
+    } else {
+      (void)ctx;
+      return fn_();
+    }
+  }
+  static std::stop_token stop_token_of(const TaskContext& ctx);
+
+  F fn_;
+};
+
+}  // namespace crew::detail

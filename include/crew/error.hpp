@@ -1,0 +1,53 @@
+// crew/error.hpp: the closed set of errors crew reports.
+//
+// Failures a caller must handle on submission (pool closed, queue full) are
+// returned as an `Admission` value, never thrown. `crew::Error` is thrown only
+// by `Task<T>::get()` for a task that produced no value of its own (it was
+// rejected, cancelled or timed out) and by constructors given invalid options.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace crew {
+
+// The answer to a submission.
+enum class Admission : std::uint8_t {
+  accepted,          // queued, or run on the caller (overflow::caller_runs)
+  closed,            // the pool is stopping or stopped
+  full,              // the queue is full and the policy (or try_*) refused to wait
+  too_many_blocked,  // max_blocked_submitters callers already wait for room
+};
+
+// Every error crew raises.
+enum class Errc : std::uint8_t {
+  invalid_options,   // an Options field is out of range (the message names it)
+  rejected,          // refused at submission (see Error::admission())
+  shutdown_dropped,  // accepted, then dropped from the queue by a shutdown
+  expired,           // still queued when its queue-wait deadline passed
+  cancelled,         // cancelled through its handle or group
+  timed_out,         // ran past its execution deadline
+  abandoned,         // still running past deadline plus grace; its worker was written off
+  empty_handle,      // get()/wait() on a default-constructed Task
+};
+
+[[nodiscard]] std::string_view to_string(Admission a) noexcept;
+[[nodiscard]] std::string_view to_string(Errc e) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(Errc code, const std::string& what, Admission admission = Admission::accepted)
+      : std::runtime_error(what), code_(code), admission_(admission) {}
+
+  [[nodiscard]] Errc code() const noexcept { return code_; }
+  // For Errc::rejected: why the pool refused the task.
+  [[nodiscard]] Admission admission() const noexcept { return admission_; }
+
+ private:
+  Errc code_;
+  Admission admission_;
+};
+
+}  // namespace crew

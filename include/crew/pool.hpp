@@ -1,0 +1,130 @@
+// crew/pool.hpp: the worker pool.
+//
+// A Pool runs tasks on an elastic set of worker threads (between min_workers
+// and max_workers) fed from one bounded queue. Tasks are submitted with
+//   post(f)       fire-and-forget; returns an Admission (accepted or why not)
+//   try_post(f)   never blocks
+//   submit(f)     returns a Task<R> handle
+//   try_submit(f) never blocks
+//   submit_wait(f) runs f on the pool and returns its result
+// A callable taking no arguments is a short task; one taking a
+// std::stop_token or a const TaskContext& is a long task (see task.hpp).
+//
+// Every task ends in exactly one outcome, counted in stats() and visible on
+// its handle. shutdown(mode, timeout) stops the pool and reports what did not
+// run. The destructor performs the default shutdown (options.shutdown_mode).
+//
+// Thread safety: all member functions are thread-safe. Do not destroy a pool
+// from one of its own workers.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "crew/detail/core.hpp"
+#include "crew/error.hpp"
+#include "crew/pool_types.hpp"
+#include "crew/task.hpp"
+
+namespace crew {
+
+class Pool {
+ public:
+  // Throws crew::Error(Errc::invalid_options) naming the bad field.
+  explicit Pool(PoolOptions options = {});
+  // Performs shutdown(options.shutdown_mode, options.shutdown_timeout).
+  ~Pool();
+
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  Pool(Pool&&) = delete;
+  Pool& operator=(Pool&&) = delete;
+
+  // Fire-and-forget. Blocks while the queue is full if the overflow policy is
+  // block (never when called from a worker of this pool: the task then runs
+  // inline). Does not allocate for short callables of up to 48 bytes.
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  [[nodiscard]] Admission post(F&& f) {
+    return core_->post(std::forward<F>(f), TaskOptions{}, /*may_block=*/true);
+  }
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  [[nodiscard]] Admission post(F&& f, TaskOptions opts) {
+    return core_->post(std::forward<F>(f), std::move(opts), true);
+  }
+  // Never blocks: a full queue gives Admission::full (or runs the task on the
+  // caller under overflow::caller_runs).
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  [[nodiscard]] Admission try_post(F&& f, TaskOptions opts = {}) {
+    return core_->post(std::forward<F>(f), std::move(opts), false);
+  }
+
+  // Returns a handle. A refused task's handle is already `rejected`, with
+  // Error::admission() saying why.
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions opts = {}) {
+    return core_->submit(std::forward<F>(f), std::move(opts), true);
+  }
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  Task<task_result_t<std::decay_t<F>>> try_submit(F&& f, TaskOptions opts = {}) {
+    return core_->submit(std::forward<F>(f), std::move(opts), false);
+  }
+
+  // Submits and waits: returns the value or throws what get() throws.
+  template <class F>
+    requires is_task_v<std::decay_t<F>>
+  task_result_t<std::decay_t<F>> submit_wait(F&& f, TaskOptions opts = {}) {
+    return submit(std::forward<F>(f), std::move(opts)).get();
+  }
+
+  // Stops the pool (see ShutdownMode). Idempotent: later and concurrent calls
+  // wait for the first one and return its report. timeout 0 = no limit
+  // before escalating to hard.
+  ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
+  // With the options' default mode and timeout.
+  ShutdownReport shutdown();
+  // Takes a stopped pool back to running. Returns false if it was not stopped.
+  bool restart();
+
+  // Workers finish their current task and take no new ones until resume();
+  // submissions are still queued.
+  void pause();
+  void resume();
+  // Changes max_workers at run time (0 = 2 x hardware threads). Workers above
+  // the new maximum exit after their current task. Throws
+  // Error(invalid_options) if below min_workers.
+  void resize(std::size_t max_workers);
+  // Stops one worker. graceful: it finishes its current task; hard: its
+  // current long task's token is stopped too. The pool starts another worker
+  // if it falls below min_workers. Returns false for an unknown id.
+  bool stop_worker(std::uint64_t worker_id, WorkerStop how);
+
+  [[nodiscard]] PoolState state() const noexcept;
+  [[nodiscard]] PoolStats stats() const;
+  [[nodiscard]] std::vector<WorkerInfo> workers() const;
+  [[nodiscard]] const PoolOptions& options() const noexcept;
+  [[nodiscard]] std::string_view name() const noexcept;
+
+  // Blocks until nothing is queued or running, or the deadline passes.
+  // Returns true if the pool went idle.
+  bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
+
+ private:
+  std::shared_ptr<detail::Core> core_;
+};
+
+}  // namespace crew

@@ -1,0 +1,145 @@
+// crew/pool_types.hpp: the pool's options, states, statistics and reports.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace crew {
+
+// queue_capacity value for a queue without a bound.
+inline constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
+
+// What a blocking submission does when the queue is full.
+enum class Overflow : std::uint8_t {
+  block,        // wait for room (bounded by max_blocked_submitters)
+  reject,       // refuse with Admission::full
+  caller_runs,  // run the task on the submitting thread
+};
+
+enum class ShutdownMode : std::uint8_t {
+  drain,  // refuse new tasks; run everything queued and running ("light")
+  soft,   // refuse new tasks; running tasks finish; queued ones are rejected
+  hard,   // queued tasks rejected; running long tasks get their tokens stopped
+};
+
+// new -> running <-> paused -> stopping -> stopped | stopped_timeout;
+// restart(): stopped | stopped_timeout -> running.
+enum class PoolState : std::uint8_t { created, running, paused, stopping, stopped, stopped_timeout };
+
+// starting -> idle <-> busy -> stopping -> stopped; busy -> abandoned.
+enum class WorkerState : std::uint8_t { starting, idle, busy, stopping, stopped, abandoned };
+
+enum class WorkerStop : std::uint8_t { graceful, hard };
+
+[[nodiscard]] std::string_view to_string(Overflow v) noexcept;
+[[nodiscard]] std::string_view to_string(ShutdownMode v) noexcept;
+[[nodiscard]] std::string_view to_string(PoolState v) noexcept;
+[[nodiscard]] std::string_view to_string(WorkerState v) noexcept;
+[[nodiscard]] std::string_view to_string(WorkerStop v) noexcept;
+
+// Identifies a task in reports and callbacks. Unnamed fire-and-forget short
+// tasks have id 0 and no name.
+struct TaskRef {
+  std::uint64_t id = 0;
+  std::string name;
+  friend bool operator==(const TaskRef&, const TaskRef&) = default;
+};
+
+struct PoolOptions {
+  // Shown in thread names ("<name>-<worker id>", cut to 15 bytes), logs, metrics.
+  std::string name = "crew";
+  // Workers kept even when idle; started with the pool.
+  std::size_t min_workers = 0;
+  // Upper bound of workers; 0 means 2 x std::thread::hardware_concurrency().
+  std::size_t max_workers = 0;
+  // Queued tasks at most; 0 means 1000 x hardware threads; kUnbounded for none.
+  // The first 65,536 slots (64 bytes each) are a lock-free ring whose pages are
+  // touched only as they are used; beyond that, a locked deque.
+  std::size_t queue_capacity = 0;
+  Overflow overflow = Overflow::block;
+  // Callers that may wait in a blocking submission at once; further ones get
+  // Admission::too_many_blocked. 0 means no limit.
+  std::size_t max_blocked_submitters = 0;
+  // Workers above min_workers exit after idling this long.
+  std::chrono::nanoseconds idle_timeout = std::chrono::seconds(10);
+  // Default execution deadline of long tasks; 0 means none.
+  std::chrono::nanoseconds task_timeout{0};
+  // What the destructor does, and shutdown() without arguments.
+  ShutdownMode shutdown_mode = ShutdownMode::drain;
+  std::chrono::nanoseconds shutdown_timeout{0};  // 0 = no limit before escalating
+  // After a hard stop (or a missed deadline), how long a task may keep running
+  // before its worker is written off and replaced.
+  std::chrono::nanoseconds abandon_grace = std::chrono::seconds(1);
+  // When stopped, the pool shuts down hard by itself.
+  std::stop_token stop_token;
+  // Receives exceptions of tasks nobody holds a handle to. Without it they
+  // are written to stderr with the task's name. Must not throw.
+  std::function<void(const TaskRef&, std::exception_ptr)> on_exception;
+  // Run on each worker thread as it starts and before it exits. A start hook
+  // that throws kills the worker; the pool replaces it (with backoff).
+  std::function<void(std::uint64_t worker_id)> on_worker_start;
+  std::function<void(std::uint64_t worker_id)> on_worker_stop;
+  // How long an idle worker polls the queue before it sleeps. Longer spins
+  // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
+  std::chrono::nanoseconds spin = std::chrono::microseconds(50);
+};
+
+struct OutcomeCounts {
+  std::uint64_t succeeded = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t timed_out = 0;
+  std::uint64_t rejected = 0;
+  [[nodiscard]] std::uint64_t total() const noexcept {
+    return succeeded + failed + cancelled + timed_out + rejected;
+  }
+};
+
+struct PoolStats {
+  PoolState state = PoolState::created;
+  std::size_t workers = 0;  // live (not abandoned)
+  std::size_t idle = 0;
+  std::size_t busy = 0;
+  std::size_t max_workers = 0;
+  std::size_t queued = 0;
+  std::size_t blocked_submitters = 0;
+  std::uint64_t submitted = 0;  // every submission, accepted or not
+  OutcomeCounts outcomes;       // tasks that ended
+  std::uint64_t abandoned = 0;  // tasks written off (also counted in outcomes)
+  std::uint64_t workers_replaced = 0;
+};
+
+struct WorkerInfo {
+  std::uint64_t id = 0;
+  WorkerState state = WorkerState::starting;
+  // The task running now, when it has a handle, a name or a deadline (plain
+  // fire-and-forget short tasks show as busy with task id 0).
+  TaskRef task;
+  std::chrono::nanoseconds running_for{0};
+};
+
+struct ShutdownReport {
+  ShutdownMode mode = ShutdownMode::drain;
+  bool escalated = false;   // the timeout expired and the pool went hard
+  PoolState final_state = PoolState::stopped;
+  std::chrono::nanoseconds elapsed{0};
+  OutcomeCounts during;     // outcomes decided while this shutdown ran
+  OutcomeCounts lifetime;   // all outcomes since the pool was created
+  // Tasks the shutdown affected, for compensation by a stateful service.
+  std::vector<TaskRef> rejected;   // dropped from the queue
+  std::vector<TaskRef> cancelled;  // stopped by the hard phase
+  std::vector<TaskRef> timed_out;  // missed their deadline during the shutdown
+  std::vector<TaskRef> abandoned;  // still running when the grace ended
+  // Plain fire-and-forget tasks (no handle, no name) are counted, not listed.
+  std::uint64_t rejected_unnamed = 0;   // dropped from the queue
+  std::uint64_t abandoned_unnamed = 0;  // still running when the grace ended
+};
+
+}  // namespace crew

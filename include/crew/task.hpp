@@ -1,0 +1,197 @@
+// crew/task.hpp: task options, the context a long task receives, and the
+// Task<T> handle returned by Pool::submit.
+//
+// A *short* task is a callable taking no arguments: it runs to completion and
+// cannot be interrupted. A *long* task takes a `std::stop_token` or a
+// `const crew::TaskContext&`: it has an execution deadline, and its token is
+// stopped at that deadline, on cancel() and on a hard shutdown.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "crew/detail/task_state.hpp"
+#include "crew/error.hpp"
+#include "crew/task_status.hpp"
+
+namespace crew {
+
+// Per-task settings, used with designated initializers:
+//   pool.submit(f, {.name = "resize", .timeout = 2s});
+struct TaskOptions {
+  // Shown in reports, worker snapshots, logs and metrics.
+  std::string name;
+  // Execution deadline of a long task; 0 uses the pool's task_timeout.
+  std::chrono::nanoseconds timeout{0};
+  // A task still queued this long after submission is never started; it ends
+  // rejected with Errc::expired. 0 means no queue deadline.
+  std::chrono::nanoseconds queue_timeout{0};
+};
+
+// What a long task may take instead of a bare stop token. Valid for the
+// duration of the call.
+struct TaskContext {
+  std::stop_token stop_token;
+  std::uint64_t id = 0;
+  std::string_view name;
+  // time_point::max() when the task has no execution deadline.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  [[nodiscard]] bool stop_requested() const noexcept { return stop_token.stop_requested(); }
+};
+
+template <class F>
+inline constexpr bool is_long_task_v =
+    std::is_invocable_v<F&, const TaskContext&> || std::is_invocable_v<F&, std::stop_token>;
+
+template <class F>
+inline constexpr bool is_task_v = is_long_task_v<F> || std::is_invocable_v<F&>;
+
+namespace detail {
+template <class F, class = void>
+struct TaskResult {
+  using type = std::invoke_result_t<F&>;
+};
+template <class F>
+struct TaskResult<F, std::enable_if_t<std::is_invocable_v<F&, const TaskContext&>>> {
+  using type = std::invoke_result_t<F&, const TaskContext&>;
+};
+template <class F>
+struct TaskResult<F, std::enable_if_t<!std::is_invocable_v<F&, const TaskContext&> &&
+                                      std::is_invocable_v<F&, std::stop_token>>> {
+  using type = std::invoke_result_t<F&, std::stop_token>;
+};
+}  // namespace detail
+
+// What a task returns: the callable's result for its calling convention.
+template <class F>
+using task_result_t = typename detail::TaskResult<F>::type;
+
+// What cancel() did.
+enum class CancelResult : std::uint8_t {
+  cancelled,        // it was queued and will never run
+  stop_requested,   // it is a running long task; its token is now stopped
+  not_interruptible,  // it is a running short task; it will finish normally
+  already_finished, // it had an outcome already
+};
+
+[[nodiscard]] std::string_view to_string(CancelResult r) noexcept;
+
+// A handle to a submitted task. Move-only; destroying it does not cancel the
+// task. All member functions may be called from any thread, but one handle
+// must not be used by two threads at once (like std::future).
+template <class T>
+class [[nodiscard]] Task {
+ public:
+  Task() noexcept = default;
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  Task(Task&& o) noexcept : state_(std::exchange(o.state_, nullptr)) {}
+  Task& operator=(Task&& o) noexcept {
+    if (this != &o) {
+      reset();
+      state_ = std::exchange(o.state_, nullptr);
+    }
+    return *this;
+  }
+  ~Task() { reset(); }
+
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
+  [[nodiscard]] std::string_view name() const noexcept {
+    return state_ ? std::string_view(state_->name) : std::string_view{};
+  }
+  [[nodiscard]] TaskStatus status() const noexcept {
+    return state_ ? state_->status() : TaskStatus::rejected;
+  }
+  // For a task that ended without a value of its own: why (Errc::rejected,
+  // shutdown_dropped, expired, cancelled, timed_out, abandoned).
+  [[nodiscard]] Errc reason() const noexcept { return state_ ? state_->reason() : Errc::empty_handle; }
+  [[nodiscard]] bool ready() const noexcept { return state_ && state_->done(); }
+
+  // Blocks until the task has an outcome. Called from a worker of the same
+  // pool while the task is still queued, it runs the task on the caller.
+  void wait() const {
+    check();
+    if (!state_->done() && !detail::run_inline_if_worker(state_)) {
+      state_->wait_until(std::chrono::steady_clock::time_point::max());
+    }
+  }
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> d) const {
+    return wait_until(std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(d));
+  }
+  bool wait_until(std::chrono::steady_clock::time_point deadline) const {
+    check();
+    return state_->wait_until(deadline);
+  }
+
+  // Waits, then returns the value, rethrows the task's exception, or throws
+  // crew::Error for a task that was rejected, cancelled or timed out. A value
+  // is moved out: call get() once.
+  T get() {
+    wait();
+    switch (state_->status()) {
+      case TaskStatus::succeeded:
+        if constexpr (std::is_void_v<T>) {
+          return;
+        } else {
+          return std::move(*static_cast<detail::ResultStateBase<T>*>(state_)->value);
+        }
+      case TaskStatus::failed:
+        std::rethrow_exception(state_->error);
+      default:
+        throw Error(state_->reason(), std::string("task ") + describe() + ": " +
+                                          std::string(to_string(state_->reason())));
+    }
+  }
+
+  // Cancels a queued task (it never runs), or stops the token of a running
+  // long task (it ends `cancelled` however it returns). A running short task
+  // cannot be interrupted and finishes normally.
+  CancelResult cancel() noexcept {
+    if (!state_) return CancelResult::already_finished;
+    if (state_->leave_queue(TaskStatus::cancelled, Errc::cancelled)) return CancelResult::cancelled;
+    if (state_->done()) return CancelResult::already_finished;
+    if (!state_->is_long) return CancelResult::not_interruptible;
+    // Recorded even when the runner is between tasks' bookkeeping steps: the
+    // outcome is decided from the recorded reason.
+    if (state_->request_stop(detail::StopReason::cancelled)) return CancelResult::stop_requested;
+    return state_->done() && state_->status() != TaskStatus::cancelled
+               ? CancelResult::already_finished
+               : CancelResult::stop_requested;
+  }
+
+  // For crew internals and adapters: the shared state (may be null).
+  [[nodiscard]] detail::TaskStateBase* state() const noexcept { return state_; }
+  explicit Task(detail::TaskStateBase* adopted) noexcept : state_(adopted) {}
+
+ private:
+  void check() const {
+    if (!state_) throw Error(Errc::empty_handle, "crew::Task: empty handle");
+  }
+  std::string describe() const {
+    return state_->name.empty() ? "#" + std::to_string(state_->id)
+                                : "'" + state_->name + "' #" + std::to_string(state_->id);
+  }
+  void reset() noexcept {
+    if (state_) std::exchange(state_, nullptr)->release();
+  }
+
+  detail::TaskStateBase* state_ = nullptr;
+};
+
+namespace detail {
+template <class R, class F>
+std::stop_token TaskState<R, F>::stop_token_of(const TaskContext& ctx) {
+  return ctx.stop_token;
+}
+}  // namespace detail
+
+}  // namespace crew

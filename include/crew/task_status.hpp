@@ -1,0 +1,31 @@
+// crew/task_status.hpp: the states a task goes through.
+//
+//   queued -> running -> succeeded | failed | cancelled | timed_out
+//   queued -> cancelled | rejected
+//
+// A task that is refused at submission is `rejected` from the start.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace crew {
+
+enum class TaskStatus : std::uint8_t {
+  queued,
+  running,
+  succeeded,  // returned normally (before its deadline, without a stop request)
+  failed,     // threw; the exception is kept in the handle
+  cancelled,  // cancelled while queued, or a long task stopped through cancel()
+              // or a hard shutdown
+  timed_out,  // a long task that returned after its execution deadline
+  rejected,   // refused at submission, expired in the queue, or dropped by a shutdown
+};
+
+[[nodiscard]] constexpr bool is_final(TaskStatus s) noexcept {
+  return s != TaskStatus::queued && s != TaskStatus::running;
+}
+
+[[nodiscard]] std::string_view to_string(TaskStatus s) noexcept;
+
+}  // namespace crew

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs the Debian (12, bookworm) packages crew needs, if any are missing.
+#
+#   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
+#
+#   build   compiler, CMake, GoogleTest/GoogleMock
+#   test    build + clang and its sanitizer runtimes (clang -Wthread-safety build)
+#   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
+#   format  clang-format
+#
+# Idempotent and quiet when everything is installed; runs `apt-get update`
+# only when something is missing. Uses sudo when not run as root.
+set -euo pipefail
+
+readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest)
+readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev)
+readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
+  libthread-pool-dev gnuplot-nox python3)
+readonly format_pkgs=(clang-format)
+
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+
+wanted=()
+for group in "${@:-build}"; do
+  case "$group" in
+    build) wanted+=("${build_pkgs[@]}") ;;
+    test) wanted+=("${test_pkgs[@]}") ;;
+    bench) wanted+=("${bench_pkgs[@]}") ;;
+    format) wanted+=("${format_pkgs[@]}") ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "deps.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+  echo "deps.sh: not a Debian system; install these yourself: ${wanted[*]}" >&2
+  exit 0
+fi
+
+# One dpkg-query for all packages; unknown ones print nothing (and an error).
+mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | sort -u)
+installed=" $({ dpkg-query -W -f='${Package}=${Status}\n' "${wanted[@]}" 2>/dev/null || true; } |
+  sed -n 's/=install ok installed$//p' | tr '\n' ' ') "
+missing=()
+for pkg in "${wanted[@]}"; do
+  [[ "$installed" == *" $pkg "* ]] || missing+=("$pkg")
+done
+((${#missing[@]} == 0)) && exit 0
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  # No terminal (CI): fail at once instead of waiting for a password.
+  if [[ -t 0 ]]; then as_root=(sudo); else as_root=(sudo -n); fi
+else
+  echo "deps.sh: missing ${missing[*]}; run this script as root to install them" >&2
+  exit 1
+fi
+
+# Retries for a flaky mirror; waits for a dpkg lock held by another apt.
+apt_get() {
+  local try
+  for try in 1 2 3; do
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get -qq -o=Dpkg::Use-Pty=0 -o DPkg::Lock::Timeout=300 "$@" && return 0
+    echo "deps.sh: apt-get $1 failed (try $try of 3)" >&2
+    sleep $((try * 5))
+  done
+  return 1
+}
+
+echo "deps.sh: installing ${missing[*]}"
+apt_get update
+apt_get install -y --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps.sh: done"

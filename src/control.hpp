@@ -1,0 +1,124 @@
+// src/control.hpp (private): the pool's bookkeeping that is not on the
+// submission path: workers, the idle stack, the timer heap and the shutdown
+// in progress. See docs/design.md for who touches what.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "crew/detail/core.hpp"
+#include "crew/detail/spin_lock.hpp"
+#include "crew/detail/thread_annotations.hpp"
+
+namespace crew::detail {
+
+// steady_clock nanoseconds; 0 means "none" wherever a time is optional.
+inline std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A counter with a single writer: an increment is a load and a store, no
+// locked instruction; any thread may read it.
+class OwnedCounter {
+ public:
+  void inc() noexcept {
+    v_.store(v_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> v_{0};
+};
+
+struct WorkerCounters {
+  OwnedCounter succeeded, failed, cancelled, timed_out, rejected;
+
+  void add(TaskStatus outcome) noexcept;
+  [[nodiscard]] OutcomeCounts read() const noexcept;
+};
+
+void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept;
+
+struct Worker {
+  Worker(std::uint64_t id_in, Core* core) : id(id_in) { frame.core = core; }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  const std::uint64_t id;
+  std::thread thread;  // guarded by Control::mu
+  std::atomic<WorkerState> state{WorkerState::starting};
+  std::atomic<bool> exit_requested{false};  // stop_worker
+  std::atomic<bool> abandoned{false};
+  // Tasks started so far; the shutdown's abandonment check compares it.
+  std::atomic<std::uint64_t> task_seq{0};
+  // Futex word of the idle stack: bumped by the waker that pops this worker.
+  std::atomic<std::uint32_t> wake_word{0};
+  bool in_idle_stack = false;  // guarded by Control::idle_mu
+  // Worker-thread only.
+  std::uint32_t seen_attention = 0;
+
+  // The task-state task running now, for snapshots and the supervisor.
+  mutable SpinLock cur_mu;
+  TaskStateBase* cur_task CREW_GUARDED_BY(cur_mu) = nullptr;
+  std::int64_t cur_started_ns CREW_GUARDED_BY(cur_mu) = 0;
+  std::int64_t cur_deadline_ns CREW_GUARDED_BY(cur_mu) = 0;  // 0 = none
+
+  RunFrame frame;  // stop source of its top-level long tasks
+  alignas(kCacheLine) WorkerCounters counts;
+};
+
+struct Control {
+  mutable std::mutex mu;
+  std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
+  std::vector<std::shared_ptr<Worker>> exited CREW_GUARDED_BY(mu);     // to join
+  std::vector<std::shared_ptr<Worker>> abandoned CREW_GUARDED_BY(mu);  // detached
+  OutcomeCounts retired CREW_GUARDED_BY(mu);  // counters of joined workers
+  std::uint64_t next_worker_id CREW_GUARDED_BY(mu) = 0;
+  std::uint64_t workers_replaced CREW_GUARDED_BY(mu) = 0;
+  std::uint64_t tasks_abandoned CREW_GUARDED_BY(mu) = 0;
+  // Workers that died (a start hook threw) or were abandoned, to start again.
+  std::size_t replacements_due CREW_GUARDED_BY(mu) = 0;
+  std::chrono::nanoseconds replace_backoff CREW_GUARDED_BY(mu){0};
+  std::int64_t next_replace_ns CREW_GUARDED_BY(mu) = 0;
+  std::condition_variable workers_changed;  // a worker exited; pause ended
+
+  // Shutdown: one runs at a time; the others wait for its report.
+  bool shutting_down CREW_GUARDED_BY(mu) = false;
+  std::condition_variable shutdown_done;
+  ShutdownReport* report CREW_GUARDED_BY(mu) = nullptr;  // the one being built
+  std::optional<ShutdownReport> last_report CREW_GUARDED_BY(mu);
+  OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
+
+  // Idle stack (LIFO: the most recently idle worker is woken first, so the
+  // others can reach their idle timeout).
+  std::mutex idle_mu;
+  std::vector<Worker*> idle CREW_GUARDED_BY(idle_mu);
+
+  // Supervisor.
+  std::thread supervisor;
+  std::atomic<bool> supervisor_exit{false};
+  std::atomic<bool> root_stop_pending{false};
+  std::optional<std::stop_callback<std::function<void()>>> root_stop;
+
+  // Long tasks running outside a worker's top level (nested in a wait on a
+  // worker, or on a submitting thread): a hard shutdown stops them too.
+  std::vector<TaskStateBase*> foreign CREW_GUARDED_BY(mu);
+
+  // The timer heap: a binary min-heap of task states by timer_at_ns, each
+  // entry holding one reference; TaskStateBase::heap_index is its slot.
+  std::mutex timer_mu;
+  std::vector<TaskStateBase*> heap CREW_GUARDED_BY(timer_mu);
+};
+
+}  // namespace crew::detail

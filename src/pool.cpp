@@ -1,0 +1,356 @@
+// The Pool facade and the parts of Core that are neither the worker loop
+// (worker.cpp), the supervisor (supervisor.cpp) nor shutdown (shutdown.cpp):
+// options, start-up, growth, pause / resize / stop_worker, stats.
+#include "crew/pool.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "control.hpp"
+
+namespace crew {
+namespace detail {
+namespace {
+
+std::size_t hardware_threads() noexcept {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+[[noreturn]] void invalid(const std::string& field, const std::string& why) {
+  throw Error(Errc::invalid_options, "crew::PoolOptions." + field + ": " + why);
+}
+
+void require_non_negative(const char* field, std::chrono::nanoseconds d) {
+  if (d.count() < 0) invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
+}
+
+// Upper bound on workers: far beyond any sane setting, low enough to catch a
+// negative number converted to size_t.
+constexpr std::size_t kMaxWorkersLimit = 1 << 16;
+
+PoolOptions resolved(PoolOptions o) {
+  if (o.name.empty()) invalid("name", "must not be empty");
+  if (o.max_workers == 0) o.max_workers = 2 * hardware_threads();
+  if (o.max_workers > kMaxWorkersLimit) {
+    invalid("max_workers", std::to_string(o.max_workers) + " exceeds the limit of " +
+                               std::to_string(kMaxWorkersLimit));
+  }
+  if (o.min_workers > o.max_workers) {
+    invalid("min_workers", std::to_string(o.min_workers) + " exceeds max_workers (" +
+                               std::to_string(o.max_workers) + ")");
+  }
+  if (o.queue_capacity == 0) o.queue_capacity = 1000 * hardware_threads();
+  require_non_negative("idle_timeout", o.idle_timeout);
+  if (o.idle_timeout.count() == 0) invalid("idle_timeout", "must be positive");
+  require_non_negative("task_timeout", o.task_timeout);
+  require_non_negative("shutdown_timeout", o.shutdown_timeout);
+  require_non_negative("abandon_grace", o.abandon_grace);
+  require_non_negative("spin", o.spin);
+  return o;
+}
+
+}  // namespace
+
+void SharedCounters::add(TaskStatus outcome) noexcept {
+  switch (outcome) {
+    case TaskStatus::succeeded: succeeded.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::failed: failed.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::cancelled: cancelled.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::timed_out: timed_out.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::rejected: rejected.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::queued:
+    case TaskStatus::running: break;
+  }
+}
+
+OutcomeCounts SharedCounters::read() const noexcept {
+  return {succeeded.load(std::memory_order_relaxed), failed.load(std::memory_order_relaxed),
+          cancelled.load(std::memory_order_relaxed), timed_out.load(std::memory_order_relaxed),
+          rejected.load(std::memory_order_relaxed)};
+}
+
+void WorkerCounters::add(TaskStatus outcome) noexcept {
+  switch (outcome) {
+    case TaskStatus::succeeded: succeeded.inc(); break;
+    case TaskStatus::failed: failed.inc(); break;
+    case TaskStatus::cancelled: cancelled.inc(); break;
+    case TaskStatus::timed_out: timed_out.inc(); break;
+    case TaskStatus::rejected: rejected.inc(); break;
+    case TaskStatus::queued:
+    case TaskStatus::running: break;
+  }
+}
+
+OutcomeCounts WorkerCounters::read() const noexcept {
+  return {succeeded.get(), failed.get(), cancelled.get(), timed_out.get(), rejected.get()};
+}
+
+void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept {
+  sum.succeeded += more.succeeded;
+  sum.failed += more.failed;
+  sum.cancelled += more.cancelled;
+  sum.timed_out += more.timed_out;
+  sum.rejected += more.rejected;
+}
+
+Core::Core(PoolOptions options)
+    : opts_(resolved(std::move(options))),
+      queue_(opts_.queue_capacity),
+      max_workers_(opts_.max_workers),
+      ctl_(std::make_unique<Control>()) {}
+
+Core::~Core() = default;
+
+void Core::start() {
+  {
+    const std::lock_guard lock(ctl_->mu);
+    state_.store(PoolState::running, std::memory_order_seq_cst);
+    for (std::size_t i = 0; i < opts_.min_workers; ++i) {
+      live_workers_.fetch_add(1, std::memory_order_relaxed);
+      spawn_worker_locked(false);
+    }
+  }
+  ctl_->supervisor = std::thread([this] { supervise(); });
+  if (opts_.stop_token.stop_possible()) {
+    // Runs on the thread that requests the stop (or here, if it already was):
+    // it only hands the work to the supervisor.
+    ctl_->root_stop.emplace(opts_.stop_token, std::function<void()>([this] {
+                              ctl_->root_stop_pending.store(true, std::memory_order_release);
+                              wake_supervisor();
+                            }));
+  }
+}
+
+void Core::grow() noexcept {
+  std::size_t live = live_workers_.load(std::memory_order_relaxed);
+  while (live < max_workers_.load(std::memory_order_relaxed)) {
+    if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
+      const std::lock_guard lock(ctl_->mu);
+      spawn_worker_locked(false);
+      return;
+    }
+  }
+}
+
+// The caller has already counted the worker in live_workers_.
+void Core::spawn_worker_locked(bool replacement) noexcept {
+  Control& ctl = *ctl_;
+  auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
+  try {
+    w->thread = std::thread(worker_thread, shared_from_this(), w);
+  } catch (const std::exception& e) {
+    live_workers_.fetch_sub(1, std::memory_order_relaxed);
+    std::fprintf(stderr, "crew: pool '%s': cannot start a worker thread: %s\n", opts_.name.c_str(),
+                 e.what());
+    return;
+  }
+  if (replacement) ++ctl.workers_replaced;
+  ctl.workers.push_back(std::move(w));
+}
+
+void Core::pause() {
+  PoolState expected = PoolState::running;
+  if (state_.compare_exchange_strong(expected, PoolState::paused, std::memory_order_seq_cst)) {
+    attention_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void Core::resume() {
+  {
+    const std::lock_guard lock(ctl_->mu);
+    PoolState expected = PoolState::paused;
+    if (!state_.compare_exchange_strong(expected, PoolState::running, std::memory_order_seq_cst)) {
+      return;
+    }
+    attention_.fetch_add(1, std::memory_order_release);
+  }
+  ctl_->workers_changed.notify_all();
+  wake_all_sleepers();
+  // Tasks queued while paused may need workers that were never started.
+  const std::size_t queued = queue_.size();
+  for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
+}
+
+void Core::resize(std::size_t max_workers) {
+  if (max_workers == 0) max_workers = 2 * hardware_threads();
+  if (max_workers > kMaxWorkersLimit) {
+    invalid("max_workers", "resize(" + std::to_string(max_workers) + ") exceeds the limit of " +
+                               std::to_string(kMaxWorkersLimit));
+  }
+  if (max_workers < opts_.min_workers) {
+    invalid("max_workers", "resize(" + std::to_string(max_workers) + ") is below min_workers (" +
+                               std::to_string(opts_.min_workers) + ")");
+  }
+  max_workers_.store(max_workers, std::memory_order_seq_cst);
+  attention_.fetch_add(1, std::memory_order_release);
+  wake_all_sleepers();
+  if (state() == PoolState::running) {
+    const std::size_t queued = queue_.size();
+    for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers; ++i) grow();
+  }
+}
+
+bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
+  TaskStateBase* task = nullptr;
+  {
+    const std::lock_guard lock(ctl_->mu);
+    const auto it = std::find_if(ctl_->workers.begin(), ctl_->workers.end(),
+                                 [id](const auto& w) { return w->id == id; });
+    if (it == ctl_->workers.end()) return false;
+    Worker& w = **it;
+    if (w.exit_requested.exchange(true)) return true;
+    if (how == WorkerStop::hard) {
+      w.cur_mu.lock();
+      task = w.cur_task;
+      if (task != nullptr) task->add_ref();
+      w.cur_mu.unlock();
+    }
+    attention_.fetch_add(1, std::memory_order_release);
+  }
+  if (task != nullptr) {
+    task->request_stop(StopReason::cancelled);  // user stop callbacks run outside our locks
+    task->release();
+  }
+  wake_all_sleepers();
+  ctl_->workers_changed.notify_all();  // a paused worker exits too
+  wake_supervisor();                   // keeps min_workers
+  return true;
+}
+
+bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    const PoolStats s = stats();
+    if (s.outcomes.total() >= s.submitted) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(5));
+  }
+}
+
+OutcomeCounts Core::totals_locked() const {
+  const Control& ctl = *ctl_;
+  OutcomeCounts sum = ctl.retired;
+  add_to(sum, shared_.read());
+  sum.rejected += refused_.load(std::memory_order_relaxed);
+  for (const auto& w : ctl.workers) add_to(sum, w->counts.read());
+  for (const auto& w : ctl.abandoned) add_to(sum, w->counts.read());
+  return sum;
+}
+
+PoolStats Core::stats() const {
+  PoolStats s;
+  const std::lock_guard lock(ctl_->mu);
+  s.state = state();
+  s.max_workers = max_workers_.load(std::memory_order_relaxed);
+  for (const auto& w : ctl_->workers) {
+    ++s.workers;
+    const WorkerState ws = w->state.load(std::memory_order_relaxed);
+    if (ws == WorkerState::busy) ++s.busy;
+    if (ws == WorkerState::idle) ++s.idle;
+  }
+  s.queued = queue_.size();
+  s.blocked_submitters = blocked_.load(std::memory_order_relaxed);
+  s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
+                ran_inline_.load(std::memory_order_relaxed);
+  s.outcomes = totals_locked();
+  s.abandoned = ctl_->tasks_abandoned;
+  s.workers_replaced = ctl_->workers_replaced;
+  return s;
+}
+
+std::vector<WorkerInfo> Core::workers() const {
+  std::vector<WorkerInfo> out;
+  const std::int64_t now = now_ns();
+  const std::lock_guard lock(ctl_->mu);
+  out.reserve(ctl_->workers.size());
+  for (const auto& w : ctl_->workers) {
+    WorkerInfo info;
+    info.id = w->id;
+    info.state = w->state.load(std::memory_order_relaxed);
+    w->cur_mu.lock();
+    if (w->cur_task != nullptr) {
+      info.task = TaskRef{w->cur_task->id, w->cur_task->name};
+      if (w->cur_started_ns != 0) info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
+    }
+    w->cur_mu.unlock();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noexcept {
+  if (opts_.on_exception) {
+    try {
+      opts_.on_exception(task, e);
+      return;
+    } catch (...) {
+      std::fprintf(stderr, "crew: pool '%s': the on_exception handler threw\n", opts_.name.c_str());
+    }
+  }
+  std::string what = "an exception not derived from std::exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
+  }
+  if (task.id == 0 && task.name.empty()) {
+    std::fprintf(stderr, "crew: pool '%s': a fire-and-forget task threw: %s\n", opts_.name.c_str(),
+                 what.c_str());
+  } else {
+    std::fprintf(stderr, "crew: pool '%s': task '%s' #%llu threw: %s\n", opts_.name.c_str(),
+                 task.name.c_str(), static_cast<unsigned long long>(task.id), what.c_str());
+  }
+}
+
+}  // namespace detail
+
+// ---- Pool ----
+
+Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
+  core_->start();
+}
+
+Pool::~Pool() {
+  if (detail::t_current.core == core_.get()) {
+    std::fprintf(stderr, "crew: pool '%s' destroyed from one of its own workers\n",
+                 core_->opts_.name.c_str());
+    std::abort();  // it would wait for itself forever
+  }
+  (void)core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+  core_->stop_supervisor();
+}
+
+ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  return core_->shutdown(mode, timeout);
+}
+ShutdownReport Pool::shutdown() {
+  return core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+}
+bool Pool::restart() { return core_->restart(); }
+void Pool::pause() { core_->pause(); }
+void Pool::resume() { core_->resume(); }
+void Pool::resize(std::size_t max_workers) { core_->resize(max_workers); }
+bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
+  return core_->stop_worker(worker_id, how);
+}
+PoolState Pool::state() const noexcept { return core_->state(); }
+PoolStats Pool::stats() const { return core_->stats(); }
+std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
+const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
+std::string_view Pool::name() const noexcept { return core_->opts_.name; }
+bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto left = std::chrono::steady_clock::time_point::max() - now;
+  const auto deadline =
+      timeout >= left ? std::chrono::steady_clock::time_point::max()
+                      : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+  return core_->wait_idle(deadline);
+}
+
+}  // namespace crew

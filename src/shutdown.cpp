@@ -1,0 +1,299 @@
+// Shutdown modes, restart, and the handling of submissions that raced a
+// shutdown. The sequence is described in docs/design.md and docs/shutdown.md.
+#include <utility>
+
+#include "control.hpp"
+
+namespace crew::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcept {
+  if (d >= Clock::time_point::max() - t) return Clock::time_point::max();
+  return t + std::chrono::duration_cast<Clock::duration>(d);
+}
+
+}  // namespace
+
+ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  Control& ctl = *ctl_;
+  const auto t0 = Clock::now();
+  ShutdownReport report;
+  report.mode = mode;
+  OutcomeCounts before;
+  {
+    std::unique_lock lock(ctl.mu);
+    // Concurrent callers wait for the first one and share its report.
+    ctl.shutdown_done.wait(lock, [&] { return !ctl.shutting_down; });
+    const PoolState st = state();
+    if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
+      if (ctl.last_report) return *ctl.last_report;
+      report.final_state = st;
+      return report;
+    }
+    ctl.shutting_down = true;
+    ctl.report = &report;
+    before = totals_locked();
+    if (mode != ShutdownMode::drain) drop_queued_.store(true, std::memory_order_seq_cst);
+    state_.store(PoolState::stopping, std::memory_order_seq_cst);
+    attention_.fetch_add(1, std::memory_order_release);
+  }
+  wake_everyone();
+  if (mode == ShutdownMode::drain) {
+    // Queued tasks must run even if no worker is alive (a paused pool that
+    // never started one, or workers that died).
+    if (!queue_.empty() && live_workers_.load() == 0) grow();
+  } else {
+    drop_queue();
+  }
+  if (mode == ShutdownMode::hard) stop_running();
+
+  bool escalated = false;
+  if (mode != ShutdownMode::hard) {
+    const auto deadline = timeout.count() > 0 ? after(t0, timeout) : Clock::time_point::max();
+    if (!wait_for_workers(deadline)) {
+      escalated = true;
+      drop_queued_.store(true, std::memory_order_seq_cst);
+      attention_.fetch_add(1, std::memory_order_release);
+      wake_everyone();
+      drop_queue();
+      stop_running();
+    }
+  }
+  if (mode == ShutdownMode::hard || escalated) {
+    if (!wait_for_workers(after(Clock::now(), opts_.abandon_grace))) {
+      abandon_busy(/*force=*/false);
+      // Workers between tasks exit at once; give them one more grace period.
+      if (!wait_for_workers(after(Clock::now(), opts_.abandon_grace))) abandon_busy(true);
+    }
+  }
+  join_exited();
+
+  // Final sweep: cells of submissions that raced the start of the shutdown.
+  // The sweep and the check run until the queue is seen empty under the
+  // mutex; a later racer finds shutting_down false and sweeps by itself.
+  const bool run_leftovers = mode == ShutdownMode::drain && !escalated;
+  for (;;) {
+    sweep_queue(run_leftovers);
+    const std::lock_guard lock(ctl.mu);
+    if (!queue_.empty()) continue;
+    report.escalated = escalated;
+    report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
+    report.elapsed = Clock::now() - t0;
+    report.lifetime = totals_locked();
+    report.during = report.lifetime;
+    report.during.succeeded -= before.succeeded;
+    report.during.failed -= before.failed;
+    report.during.cancelled -= before.cancelled;
+    report.during.timed_out -= before.timed_out;
+    report.during.rejected -= before.rejected;
+    state_.store(report.final_state, std::memory_order_seq_cst);
+    ctl.report = nullptr;
+    ctl.last_report = report;
+    ctl.shutting_down = false;
+    break;
+  }
+  ctl.shutdown_done.notify_all();
+  return report;
+}
+
+bool Core::restart() {
+  {
+    const std::lock_guard lock(ctl_->mu);
+    const PoolState st = state();
+    if (ctl_->shutting_down || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
+      return false;
+    }
+    drop_queued_.store(false, std::memory_order_seq_cst);
+    state_.store(PoolState::running, std::memory_order_seq_cst);
+    attention_.fetch_add(1, std::memory_order_release);
+    for (std::size_t i = live_workers_.load(); i < opts_.min_workers; ++i) {
+      live_workers_.fetch_add(1, std::memory_order_relaxed);
+      spawn_worker_locked(false);
+    }
+  }
+  wake_supervisor();
+  return true;
+}
+
+void Core::on_push_after_close() noexcept {
+  bool run = false;
+  {
+    const std::lock_guard lock(ctl_->mu);
+    // A shutdown in progress sweeps the queue before it finishes; a pool
+    // restarted meanwhile runs the task normally.
+    if (ctl_->shutting_down || state() < PoolState::stopping) return;
+    run = ctl_->last_report && ctl_->last_report->mode == ShutdownMode::drain &&
+          !ctl_->last_report->escalated;
+  }
+  sweep_queue(run);
+}
+
+void Core::wake_everyone() noexcept {
+  wake_all_sleepers();
+  ctl_->workers_changed.notify_all();  // paused workers
+  space_ec_.notify_all();              // blocked submitters see `closed`
+}
+
+bool Core::wait_for_workers(Clock::time_point deadline) {
+  std::unique_lock lock(ctl_->mu);
+  auto gone = [&] { return ctl_->workers.empty(); };
+  if (deadline == Clock::time_point::max()) {
+    ctl_->workers_changed.wait(lock, gone);
+    return true;
+  }
+  return ctl_->workers_changed.wait_until(lock, deadline, gone);
+}
+
+// Rejects everything queued (soft and hard modes, and escalation).
+void Core::drop_queue() {
+  std::vector<TaskRef> dropped;
+  std::uint64_t unnamed = 0;
+  Cell cell;
+  while (queue_.try_pop(cell)) {
+    if (space_ec_.waiters() != 0) space_ec_.notify_one();
+    TaskStateBase* s = cell.state();
+    if (s == nullptr) {
+      cell.destroy();
+      shared_.add(TaskStatus::rejected);
+      ++unnamed;
+      continue;
+    }
+    if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
+      if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+      shared_.add(TaskStatus::rejected);
+      dropped.push_back({s->id, s->name});
+    } else if (!s->ran()) {
+      shared_.add(s->status());  // cancelled or expired while queued
+    }
+    s->release();
+  }
+  const std::lock_guard lock(ctl_->mu);
+  if (ctl_->report != nullptr) {
+    ShutdownReport& r = *ctl_->report;
+    r.rejected_unnamed += unnamed;
+    if (r.rejected.empty()) {
+      r.rejected = std::move(dropped);
+    } else {
+      r.rejected.insert(r.rejected.end(), dropped.begin(), dropped.end());
+    }
+  }
+}
+
+// Runs (drain) or rejects whatever is left in the queue, on this thread.
+void Core::sweep_queue(bool run) {
+  if (!run) {
+    drop_queue();
+    return;
+  }
+  Cell cell;
+  while (queue_.try_pop(cell)) {
+    TaskStateBase* s = cell.state();
+    if (s == nullptr) {
+      run_plain_here([&cell] { cell.invoke_and_destroy(); });
+      continue;
+    }
+    if (s->leave_queue(TaskStatus::running)) {
+      if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+      run_claimed_here(s);
+    } else if (!s->ran()) {
+      count_here(s->status());
+    }
+    s->release();
+  }
+}
+
+// Stops the token of every running long task.
+void Core::stop_running() {
+  std::vector<TaskStateBase*> running;
+  {
+    const std::lock_guard lock(ctl_->mu);
+    for (const auto& w : ctl_->workers) {
+      w->cur_mu.lock();
+      if (w->cur_task != nullptr && w->cur_task->is_long) {
+        w->cur_task->add_ref();
+        running.push_back(w->cur_task);
+      }
+      w->cur_mu.unlock();
+    }
+    for (TaskStateBase* s : ctl_->foreign) {
+      s->add_ref();
+      running.push_back(s);
+    }
+  }
+  for (TaskStateBase* s : running) {
+    s->request_stop(StopReason::shutdown);
+    s->release();
+  }
+}
+
+// After the hard phase's grace: writes off the workers still running a task
+// (all remaining workers when `force`).
+void Core::abandon_busy(bool force) {
+  const std::lock_guard lock(ctl_->mu);
+  ShutdownReport* r = ctl_->report;
+  std::vector<std::shared_ptr<Worker>> hung;
+  for (const auto& w : ctl_->workers) {
+    w->cur_mu.lock();
+    TaskStateBase* s = w->cur_task;
+    bool write_off = false;
+    if (s != nullptr) {
+      const TaskStatus outcome = s->stop_reason() == StopReason::timed_out ? TaskStatus::timed_out
+                                                                          : TaskStatus::cancelled;
+      if (s->finish(outcome, Errc::abandoned)) {
+        shared_.add(outcome);
+        if (r != nullptr) r->abandoned.push_back({s->id, s->name});
+        write_off = true;
+      }
+    } else if (w->state.load(std::memory_order_relaxed) == WorkerState::busy || force) {
+      // A plain task (no handle, no name) or a thread stuck outside a task:
+      // its outcome is counted by the thread if it ever returns.
+      if (r != nullptr && w->state.load(std::memory_order_relaxed) == WorkerState::busy) {
+        ++r->abandoned_unnamed;
+      }
+      write_off = true;
+    }
+    w->cur_mu.unlock();
+    if (write_off) hung.push_back(w);
+  }
+  for (const auto& w : hung) write_off_locked(w);
+  ctl_->workers_changed.notify_all();
+}
+
+void Core::note_dropped(TaskStateBase* s) noexcept {
+  const std::lock_guard lock(ctl_->mu);
+  ShutdownReport* r = ctl_->report;
+  if (r == nullptr) return;
+  if (s == nullptr) {
+    ++r->rejected_unnamed;
+    return;
+  }
+  try {
+    r->rejected.push_back({s->id, s->name});
+  } catch (...) {  // out of memory: the count in `during` still has it
+  }
+}
+
+void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
+  const std::lock_guard lock(ctl_->mu);
+  ShutdownReport* r = ctl_->report;
+  if (r == nullptr) return;
+  try {
+    (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name});
+  } catch (...) {
+  }
+}
+
+void Core::join_exited() {
+  std::vector<std::shared_ptr<Worker>> to_join;
+  {
+    const std::lock_guard lock(ctl_->mu);
+    to_join.swap(ctl_->exited);
+  }
+  for (const auto& w : to_join) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+}  // namespace crew::detail

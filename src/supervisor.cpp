@@ -1,0 +1,306 @@
+// The supervisor: the one thread per pool that serves every deadline (the
+// timer heap and the workers' execution deadlines), abandons tasks that
+// ignore a stop request past abandon_grace, replaces dead and abandoned
+// workers, keeps min_workers, joins exited threads, and turns a stop of the
+// root stop token into a hard shutdown.
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "control.hpp"
+
+namespace crew::detail {
+namespace {
+
+constexpr std::int64_t kNever = INT64_MAX;
+
+using Heap = std::vector<TaskStateBase*>;
+
+bool earlier(const TaskStateBase* a, const TaskStateBase* b) noexcept {
+  return a->timer_at_ns < b->timer_at_ns;
+}
+
+void place(Heap& h, std::size_t i, TaskStateBase* s) noexcept {
+  h[i] = s;
+  s->heap_index = i;
+}
+
+void sift_up(Heap& h, std::size_t i) noexcept {
+  TaskStateBase* s = h[i];
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / 2;
+    if (!earlier(s, h[parent])) break;
+    place(h, i, h[parent]);
+    i = parent;
+  }
+  place(h, i, s);
+}
+
+void sift_down(Heap& h, std::size_t i) noexcept {
+  TaskStateBase* s = h[i];
+  const std::size_t n = h.size();
+  for (;;) {
+    std::size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && earlier(h[child + 1], h[child])) ++child;
+    if (!earlier(h[child], s)) break;
+    place(h, i, h[child]);
+    i = child;
+  }
+  place(h, i, s);
+}
+
+void heap_push(Heap& h, TaskStateBase* s) {
+  h.push_back(s);
+  sift_up(h, h.size() - 1);
+}
+
+// Removes h[i]; O(log n).
+void heap_erase(Heap& h, std::size_t i) noexcept {
+  TaskStateBase* removed = h[i];
+  TaskStateBase* last = h.back();
+  h.pop_back();
+  removed->heap_index = TaskStateBase::kNotInHeap;
+  if (i < h.size()) {
+    place(h, i, last);
+    sift_down(h, i);
+    sift_up(h, last->heap_index);
+  }
+}
+
+}  // namespace
+
+// ---- the timer heap ----
+
+void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
+  s->add_ref();
+  bool earliest = false;
+  {
+    const std::lock_guard lock(ctl_->timer_mu);
+    s->timer_at_ns = at_ns;
+    s->timer_exec = exec;
+    heap_push(ctl_->heap, s);
+    earliest = s->heap_index == 0;
+  }
+  if (earliest) {
+    const std::int64_t next = sup_next_wake_.load(std::memory_order_seq_cst);
+    if (next == 0 || at_ns < next) wake_supervisor();
+  }
+}
+
+void Core::disarm_timer(TaskStateBase* s) noexcept {
+  bool removed = false;
+  {
+    const std::lock_guard lock(ctl_->timer_mu);
+    if (s->heap_index != TaskStateBase::kNotInHeap) {
+      heap_erase(ctl_->heap, s->heap_index);
+      removed = true;
+    }
+  }
+  if (removed) s->release();  // outside the lock: it may run a destructor
+}
+
+void Core::arm_queue_deadline(TaskStateBase* s) {
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(s->queue_deadline.time_since_epoch());
+  arm_timer(s, ns.count(), /*exec=*/false);
+}
+
+void Core::disarm_queue_deadline(TaskStateBase* s) noexcept { disarm_timer(s); }
+
+void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
+  {
+    const std::lock_guard lock(ctl_->mu);
+    ctl_->foreign.push_back(s);
+  }
+  if (deadline_ns != 0) {
+    try {
+      arm_timer(s, deadline_ns, /*exec=*/true);
+    } catch (...) {  // out of memory: the deadline is lost, the task still runs
+      s->release();
+    }
+  }
+  // A hard shutdown may have begun before this run registered.
+  if (drop_queued_.load(std::memory_order_seq_cst) &&
+      state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
+    s->request_stop(StopReason::shutdown);
+  }
+}
+
+void Core::unregister_foreign(TaskStateBase* s) noexcept {
+  disarm_timer(s);
+  const std::lock_guard lock(ctl_->mu);
+  std::erase(ctl_->foreign, s);
+}
+
+// Fires due timers; returns the time of the next one.
+std::int64_t Core::fire_timers(std::int64_t now) {
+  std::vector<TaskStateBase*> due;
+  std::int64_t next = kNever;
+  {
+    const std::lock_guard lock(ctl_->timer_mu);
+    Heap& h = ctl_->heap;
+    while (!h.empty() && h.front()->timer_at_ns <= now) {
+      due.push_back(h.front());
+      heap_erase(h, 0);
+    }
+    if (!h.empty()) next = h.front()->timer_at_ns;
+  }
+  for (TaskStateBase* s : due) {
+    if (s->timer_exec) {
+      s->request_stop(StopReason::timed_out);
+    } else {
+      // Counted by whoever pops its cell.
+      (void)s->leave_queue(TaskStatus::rejected, Errc::expired);
+    }
+    s->release();
+  }
+  return next;
+}
+
+// ---- the supervisor loop ----
+
+void Core::supervise() noexcept {
+  Control& ctl = *ctl_;
+  for (;;) {
+    const EventCount::Key key = sup_ec_.prepare_wait();
+    sup_next_wake_.store(0, std::memory_order_seq_cst);  // scanning: wake me for anything
+    if (ctl.supervisor_exit.load(std::memory_order_acquire)) {
+      sup_ec_.cancel_wait();
+      return;
+    }
+    if (ctl.root_stop_pending.exchange(false, std::memory_order_acq_rel)) {
+      sup_ec_.cancel_wait();
+      (void)shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
+      continue;
+    }
+    std::int64_t next = kNever;
+    try {
+      const std::int64_t now = now_ns();
+      next = std::min(fire_timers(now), watch_workers(now));
+    } catch (...) {  // out of memory while scanning: try again shortly
+      next = now_ns() + std::chrono::nanoseconds(std::chrono::milliseconds(10)).count();
+    }
+    sup_next_wake_.store(next, std::memory_order_seq_cst);
+    sup_ec_.wait(key, next == kNever ? kNoDeadline
+                                     : std::chrono::steady_clock::time_point(
+                                           std::chrono::nanoseconds(next)));
+  }
+}
+
+// Deadlines and grace periods of the workers' current tasks, abandonment,
+// replacement, min_workers and joining. Returns the next time to look.
+std::int64_t Core::watch_workers(std::int64_t now) {
+  Control& ctl = *ctl_;
+  std::int64_t next = kNever;
+  std::vector<TaskStateBase*> to_stop;
+  std::vector<std::shared_ptr<Worker>> to_join;
+  const std::int64_t grace = opts_.abandon_grace.count();
+  {
+    const std::lock_guard lock(ctl.mu);
+    std::vector<std::shared_ptr<Worker>> hung;
+    for (const auto& w : ctl.workers) {
+      w->cur_mu.lock();
+      TaskStateBase* s = w->cur_task;
+      if (s != nullptr && s->is_long) {
+        const std::int64_t stop_at = w->frame.stop_at_ns.load(std::memory_order_acquire);
+        const std::int64_t deadline = w->cur_deadline_ns;
+        if (stop_at != 0) {
+          if (now >= stop_at + grace) {
+            const TaskStatus outcome =
+                s->stop_reason() == StopReason::timed_out ? TaskStatus::timed_out
+                                                          : TaskStatus::cancelled;
+            if (s->finish(outcome, Errc::abandoned)) {
+              shared_.add(outcome);
+              if (ctl.report != nullptr) ctl.report->abandoned.push_back({s->id, s->name});
+              hung.push_back(w);
+            }
+          } else {
+            next = std::min(next, stop_at + grace);
+          }
+        } else if (deadline != 0) {
+          if (now >= deadline) {
+            s->add_ref();
+            to_stop.push_back(s);  // request_stop sets stop_at and wakes us again
+          } else {
+            next = std::min(next, deadline);
+          }
+        }
+      }
+      w->cur_mu.unlock();
+    }
+    for (const auto& w : hung) {
+      write_off_locked(w);
+      ++ctl.replacements_due;  // at once: the pool keeps its capacity
+    }
+
+    if (state_.load(std::memory_order_acquire) == PoolState::running) {
+      if (ctl.replacements_due > 0 && now < ctl.next_replace_ns) {
+        next = std::min(next, ctl.next_replace_ns);
+      }
+      while (ctl.replacements_due > 0 && now >= ctl.next_replace_ns &&
+             live_workers_.load(std::memory_order_relaxed) <
+                 max_workers_.load(std::memory_order_relaxed)) {
+        --ctl.replacements_due;
+        live_workers_.fetch_add(1, std::memory_order_relaxed);
+        spawn_worker_locked(true);
+      }
+      while (live_workers_.load(std::memory_order_relaxed) < opts_.min_workers &&
+             ctl.replacements_due == 0) {
+        live_workers_.fetch_add(1, std::memory_order_relaxed);
+        spawn_worker_locked(false);
+      }
+    } else {
+      ctl.replacements_due = 0;  // a stopped pool starts its workers on restart()
+    }
+    to_join.swap(ctl.exited);
+  }
+  for (TaskStateBase* s : to_stop) {
+    s->request_stop(StopReason::timed_out);
+    s->release();
+  }
+  for (const auto& w : to_join) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+  return next;
+}
+
+// Writes a worker off: it leaves the pool's books and its thread is detached;
+// when its task returns, the thread ends without touching the pool's state.
+void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
+  Control& ctl = *ctl_;
+  w->abandoned.store(true, std::memory_order_release);
+  w->state.store(WorkerState::abandoned, std::memory_order_relaxed);
+  live_workers_.fetch_sub(1, std::memory_order_relaxed);
+  ++ctl.tasks_abandoned;
+  if (w->thread.joinable()) w->thread.detach();
+  std::erase(ctl.workers, w);
+  ctl.abandoned.push_back(w);
+}
+
+void Core::stop_supervisor() noexcept {
+  Control& ctl = *ctl_;
+  ctl.root_stop.reset();  // no callback can start after this
+  ctl.supervisor_exit.store(true, std::memory_order_release);
+  sup_ec_.notify_all();
+  if (ctl.supervisor.joinable()) ctl.supervisor.join();
+  std::vector<std::shared_ptr<Worker>> to_join;
+  std::vector<TaskStateBase*> armed;
+  {
+    const std::lock_guard lock(ctl.mu);
+    to_join.swap(ctl.exited);
+  }
+  {
+    const std::lock_guard lock(ctl.timer_mu);
+    armed.swap(ctl.heap);
+  }
+  for (const auto& w : to_join) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+  for (TaskStateBase* s : armed) {
+    s->heap_index = TaskStateBase::kNotInHeap;
+    s->release();
+  }
+}
+
+}  // namespace crew::detail

@@ -1,0 +1,152 @@
+// Task states, handles' waiting and stopping, and the to_string functions of
+// the pool's enums.
+#include "crew/task.hpp"
+
+#include "control.hpp"
+#include "crew/detail/futex.hpp"
+#include "crew/pool_types.hpp"
+
+namespace crew {
+
+std::string_view to_string(TaskStatus s) noexcept {
+  switch (s) {
+    case TaskStatus::queued: return "queued";
+    case TaskStatus::running: return "running";
+    case TaskStatus::succeeded: return "succeeded";
+    case TaskStatus::failed: return "failed";
+    case TaskStatus::cancelled: return "cancelled";
+    case TaskStatus::timed_out: return "timed_out";
+    case TaskStatus::rejected: return "rejected";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(CancelResult r) noexcept {
+  switch (r) {
+    case CancelResult::cancelled: return "cancelled";
+    case CancelResult::stop_requested: return "stop_requested";
+    case CancelResult::not_interruptible: return "not_interruptible";
+    case CancelResult::already_finished: return "already_finished";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Overflow v) noexcept {
+  switch (v) {
+    case Overflow::block: return "block";
+    case Overflow::reject: return "reject";
+    case Overflow::caller_runs: return "caller_runs";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ShutdownMode v) noexcept {
+  switch (v) {
+    case ShutdownMode::drain: return "drain";
+    case ShutdownMode::soft: return "soft";
+    case ShutdownMode::hard: return "hard";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(PoolState v) noexcept {
+  switch (v) {
+    case PoolState::created: return "created";
+    case PoolState::running: return "running";
+    case PoolState::paused: return "paused";
+    case PoolState::stopping: return "stopping";
+    case PoolState::stopped: return "stopped";
+    case PoolState::stopped_timeout: return "stopped_timeout";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(WorkerState v) noexcept {
+  switch (v) {
+    case WorkerState::starting: return "starting";
+    case WorkerState::idle: return "idle";
+    case WorkerState::busy: return "busy";
+    case WorkerState::stopping: return "stopping";
+    case WorkerState::stopped: return "stopped";
+    case WorkerState::abandoned: return "abandoned";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(WorkerStop v) noexcept {
+  switch (v) {
+    case WorkerStop::graceful: return "graceful";
+    case WorkerStop::hard: return "hard";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
+  for (;;) {
+    std::uint32_t cur = word_.load(std::memory_order_acquire);
+    if (is_final(static_cast<TaskStatus>(cur & 0xffu))) return true;
+    if ((cur & kWaitersBit) == 0 &&
+        !word_.compare_exchange_weak(cur, cur | kWaitersBit, std::memory_order_acq_rel)) {
+      continue;
+    }
+    if (deadline != std::chrono::steady_clock::time_point::max() &&
+        std::chrono::steady_clock::now() >= deadline) {
+      return false;
+    }
+    futex_wait(word_, cur | kWaitersBit, deadline);
+  }
+}
+
+void TaskStateBase::wake(std::uint32_t prev) noexcept {
+  if ((prev & kWaitersBit) != 0) futex_wake(word_, INT32_MAX);
+}
+
+bool TaskStateBase::request_stop(StopReason why) noexcept {
+  StopReason none = StopReason::none;
+  stop_reason_.compare_exchange_strong(none, why, std::memory_order_acq_rel);
+  std::stop_source src;
+  bool signalled = false;
+  stop_mu_.lock();
+  if (runner_ != nullptr) {
+    // The runner replaces a poisoned source before its next task.
+    runner_->poisoned = true;
+    std::int64_t unset = 0;
+    runner_->stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+    src = runner_->source;
+    signalled = true;
+    // While the runner is attached its thread is inside the task, so its
+    // pool is alive; the wake must happen before the lock is released.
+    if (runner_->core != nullptr) runner_->core->wake_supervisor();
+  }
+  stop_mu_.unlock();
+  // Outside the lock: stop callbacks are user code.
+  if (signalled) src.request_stop();
+  return signalled;
+}
+
+void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
+  stop_mu_.lock();
+  runner_ = frame;
+  // A stop requested between leaving the queue and attaching.
+  const bool stop_now = stop_reason_.load(std::memory_order_acquire) != StopReason::none;
+  if (stop_now) {
+    frame->poisoned = true;
+    frame->stop_at_ns.store(now_ns(), std::memory_order_release);
+  }
+  stop_mu_.unlock();
+  if (stop_now) {
+    frame->source.request_stop();
+    if (frame->core != nullptr) frame->core->wake_supervisor();
+  }
+}
+
+void TaskStateBase::detach_runner() noexcept {
+  stop_mu_.lock();
+  runner_ = nullptr;
+  stop_mu_.unlock();
+}
+
+}  // namespace detail
+}  // namespace crew

@@ -1,0 +1,406 @@
+// The worker threads: the loop that pops and runs cells, spinning and
+// sleeping when there is nothing to do, and running task states (long tasks
+// with their stop tokens and deadlines, handles, names).
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "control.hpp"
+#include "crew/detail/futex.hpp"
+
+namespace crew::detail {
+namespace {
+
+// "<pool name>-<worker id>", cut to the 15 bytes Linux keeps, id preserved.
+void name_this_thread(const std::string& pool, std::uint64_t id) noexcept {
+  const std::string suffix = "-" + std::to_string(id);
+  std::string name = pool.substr(0, suffix.size() < 15 ? 15 - suffix.size() : 0) + suffix;
+  if (name.size() > 15) name.resize(15);
+  pthread_setname_np(pthread_self(), name.c_str());
+}
+
+std::chrono::steady_clock::time_point time_point_of(std::int64_t ns) noexcept {
+  return ns == 0 ? TaskStateBase::kNoDeadline
+                 : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+// Retires one worker if more than `floor` are live.
+bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexcept {
+  std::size_t n = live.load(std::memory_order_relaxed);
+  while (n > floor) {
+    if (live.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Core::count_here(TaskStatus outcome) noexcept {
+  if (t_current.core == this) {
+    t_current.worker->counts.add(outcome);
+  } else {
+    shared_.add(outcome);
+  }
+}
+
+void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w) {
+  Core& c = *self;
+  name_this_thread(c.opts_.name, w->id);
+  bool started = true;
+  if (c.opts_.on_worker_start) {
+    try {
+      c.opts_.on_worker_start(w->id);
+    } catch (...) {
+      started = false;
+      c.report_exception(TaskRef{0, "on_worker_start hook of worker " + std::to_string(w->id)},
+                         std::current_exception());
+    }
+  }
+  Exit how = Exit::leave;
+  if (started) {
+    t_current = {&c, w.get()};
+    how = c.work_loop(*w);
+    t_current = {};
+    if (c.opts_.on_worker_stop) {
+      try {
+        c.opts_.on_worker_stop(w->id);
+      } catch (...) {
+        c.report_exception(TaskRef{0, "on_worker_stop hook of worker " + std::to_string(w->id)},
+                           std::current_exception());
+      }
+    }
+  }
+  c.worker_exited(w, how, /*died=*/!started);
+}
+
+void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
+  Control& ctl = *ctl_;
+  {
+    // A waker that popped this worker from the idle stack may still be
+    // inside futex_wake on its word: wait for it before the memory can go.
+    const std::lock_guard idle_lock(ctl.idle_mu);
+  }
+  bool written_off = false;
+  {
+    const std::lock_guard lock(ctl.mu);
+    add_to(ctl.retired, w->counts.read());
+    // `abandoned` is set under this mutex, so this check cannot race a
+    // write-off: a written-off worker is off the books already.
+    if (w->abandoned.load(std::memory_order_acquire)) {
+      written_off = true;
+      std::erase(ctl.abandoned, w);
+    } else {
+      if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
+      w->state.store(WorkerState::stopped, std::memory_order_relaxed);
+      std::erase(ctl.workers, w);
+      ctl.exited.push_back(w);
+      if (died) {
+        ++ctl.replacements_due;
+        ctl.replace_backoff = std::clamp<std::chrono::nanoseconds>(
+            ctl.replace_backoff * 2, std::chrono::milliseconds(1), std::chrono::seconds(1));
+        ctl.next_replace_ns = now_ns() + ctl.replace_backoff.count();
+      }
+    }
+  }
+  if (!written_off) {
+    ctl.workers_changed.notify_all();
+    wake_supervisor();  // joins the thread, replaces a dead worker
+  }
+}
+
+Core::Exit Core::work_loop(Worker& w) {
+  Cell cell;
+  bool spinning = false;  // holds a spinning token handed over by a waker
+  Exit how = Exit::leave;
+  w.seen_attention = attention_.load(std::memory_order_acquire);
+  w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  for (;;) {
+    if (!spinning) {
+      if (attention_.load(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
+        if (attend(w, how)) break;
+      }
+      if (queue_.try_pop(cell)) {
+        if (!handle_cell(w, cell)) return Exit::abandoned;
+        continue;
+      }
+      if (state_.load(std::memory_order_acquire) >= PoolState::stopping) break;
+    }
+    const bool found = spin_for_work(w, cell, spinning);
+    spinning = false;
+    if (found) {
+      if (!handle_cell(w, cell)) return Exit::abandoned;
+      continue;
+    }
+    const Slept slept = sleep_for_work(w);
+    if (slept == Slept::retired) {
+      how = Exit::counted;
+      break;
+    }
+    spinning = slept == Slept::woken_spinning;
+  }
+  w.state.store(WorkerState::stopping, std::memory_order_relaxed);
+  return how;
+}
+
+// Something besides the queue changed. Returns true if this worker must
+// exit, with `how` saying whether it already left live_workers_.
+bool Core::attend(Worker& w, Exit& how) {
+  for (;;) {
+    w.seen_attention = attention_.load(std::memory_order_acquire);
+    if (w.exit_requested.load(std::memory_order_acquire)) {
+      how = Exit::leave;
+      return true;
+    }
+    const PoolState st = state_.load(std::memory_order_acquire);
+    if (st == PoolState::paused) {
+      w.state.store(WorkerState::idle, std::memory_order_relaxed);
+      std::unique_lock lock(ctl_->mu);
+      ctl_->workers_changed.wait(lock, [&] {
+        return attention_.load(std::memory_order_acquire) != w.seen_attention;
+      });
+      continue;
+    }
+    const std::size_t max = max_workers_.load(std::memory_order_relaxed);
+    if (st == PoolState::running && live_workers_.load(std::memory_order_relaxed) > max &&
+        try_retire(live_workers_, max)) {
+      how = Exit::counted;
+      return true;
+    }
+    return false;
+  }
+}
+
+// Polls the queue for opts_.spin. Always gives up the spinning token.
+bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
+  if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
+  const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
+  for (unsigned i = 0;; ++i) {
+    if (queue_.try_pop(cell)) {
+      // The last spinner to find work brings in a sleeper if more is queued:
+      // a burst ramps up with one wake-up per worker.
+      if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !queue_.empty() &&
+          sleepers_.load(std::memory_order_seq_cst) != 0) {
+        wake_sleeper();
+      }
+      return true;
+    }
+    if (attention_.load(std::memory_order_relaxed) != w.seen_attention ||
+        state_.load(std::memory_order_relaxed) >= PoolState::stopping) {
+      break;
+    }
+    if ((i & 15) == 15 && now_ns() >= until) break;
+    for (int k = 0; k < 8; ++k) cpu_relax();
+  }
+  spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  return false;
+}
+
+void Core::wake_sleeper() noexcept {
+  Control& ctl = *ctl_;
+  const std::lock_guard lock(ctl.idle_mu);
+  if (ctl.idle.empty()) return;
+  Worker* w = ctl.idle.back();
+  ctl.idle.pop_back();
+  w->in_idle_stack = false;
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
+  w->wake_word.fetch_add(1, std::memory_order_release);
+  futex_wake(w->wake_word, 1);
+}
+
+void Core::wake_all_sleepers() noexcept {
+  while (sleepers_.load(std::memory_order_seq_cst) != 0) {
+    const int before = sleepers_.load(std::memory_order_seq_cst);
+    wake_sleeper();
+    if (sleepers_.load(std::memory_order_seq_cst) >= before) break;
+  }
+}
+
+// Takes this worker out of the idle stack. False if a waker popped it first
+// (and so handed it a spinning token).
+bool Core::leave_idle_stack(Worker& w) noexcept {
+  const std::lock_guard lock(ctl_->idle_mu);
+  if (!w.in_idle_stack) return false;
+  std::erase(ctl_->idle, &w);
+  w.in_idle_stack = false;
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  return true;
+}
+
+Core::Slept Core::sleep_for_work(Worker& w) noexcept {
+  const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
+  w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  {
+    const std::lock_guard lock(ctl_->idle_mu);
+    ctl_->idle.push_back(&w);
+    w.in_idle_stack = true;
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // After announcing ourselves (seq_cst), re-check: a submitter that pushed
+  // before it could see us has published its task by now.
+  auto must_wake = [&] {
+    return !queue_.empty() || attention_.load(std::memory_order_acquire) != w.seen_attention ||
+           state_.load(std::memory_order_seq_cst) >= PoolState::stopping;
+  };
+  if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
+  for (;;) {
+    const bool may_expire =
+        live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
+    const std::int64_t deadline = may_expire ? now_ns() + opts_.idle_timeout.count() : 0;
+    futex_wait(w.wake_word, key, time_point_of(deadline));
+    if (w.wake_word.load(std::memory_order_acquire) != key) return Slept::woken_spinning;
+    if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
+    if (may_expire && now_ns() >= deadline) {
+      if (!leave_idle_stack(w)) return Slept::woken_spinning;
+      if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;
+      return Slept::woken;  // needed after all: the minimum would be crossed
+    }
+  }
+}
+
+// Returns false if the worker was abandoned while running the cell.
+bool Core::handle_cell(Worker& w, Cell& cell) {
+  if (space_ec_.waiters() != 0) space_ec_.notify_one();  // a slot is free
+  TaskStateBase* s = cell.state();
+  if (s != nullptr) return handle_state(w, s);
+  if (drop_queued_.load(std::memory_order_relaxed)) [[unlikely]] {
+    cell.destroy();
+    w.counts.rejected.inc();
+    note_dropped(nullptr);
+    return true;
+  }
+  w.state.store(WorkerState::busy, std::memory_order_relaxed);
+  w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  try {
+    cell.invoke_and_destroy();
+    w.counts.succeeded.inc();
+  } catch (...) {
+    w.counts.failed.inc();
+    report_exception(TaskRef{}, std::current_exception());
+  }
+  if (w.abandoned.load(std::memory_order_acquire)) [[unlikely]] return false;
+  w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  return true;
+}
+
+bool Core::handle_state(Worker& w, TaskStateBase* s) {
+  bool keep_going = true;
+  if (drop_queued_.load(std::memory_order_relaxed) &&
+      s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) [[unlikely]] {
+    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    w.counts.rejected.inc();
+    note_dropped(s);
+  } else if (!s->leave_queue(TaskStatus::running)) {
+    // Decided while queued (cancelled, expired): counted here, once. A task
+    // run by a waiting worker (ran()) was counted by that worker.
+    if (!s->ran()) w.counts.add(s->status());
+  } else {
+    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    w.state.store(WorkerState::busy, std::memory_order_relaxed);
+    w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    keep_going = run_claimed(&w, s, /*top_level=*/true);
+    if (keep_going) w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  }
+  s->release();
+  return keep_going;
+}
+
+void Core::run_claimed_here(TaskStateBase* s) noexcept {
+  (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false);
+}
+
+// Runs a task state that is in `running`. `w` is the worker of this pool
+// running it, or null on any other thread. Top-level runs on a worker are
+// watched by the supervisor through the worker; other long runs register in
+// Control::foreign (hard shutdown) and the timer heap (their deadline).
+// Returns false if the task was abandoned meanwhile (top-level only).
+bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
+  const bool watched = w != nullptr && top_level;
+  RunFrame local;
+  RunFrame* frame = watched ? &w->frame : &local;
+  std::int64_t deadline = 0;
+  if (s->is_long) {
+    if (frame->poisoned) {
+      frame->source = std::stop_source();
+      frame->poisoned = false;
+    }
+    local.core = this;
+    frame->stop_at_ns.store(0, std::memory_order_relaxed);
+    if (s->timeout.count() > 0) deadline = now_ns() + s->timeout.count();
+  }
+  if (watched) {
+    const std::int64_t started = s->is_long ? (deadline != 0 ? deadline - s->timeout.count() : now_ns()) : 0;
+    w->cur_mu.lock();
+    w->cur_task = s;
+    w->cur_started_ns = started;
+    w->cur_deadline_ns = deadline;
+    w->cur_mu.unlock();
+    if (deadline != 0 && deadline < sup_next_wake_.load(std::memory_order_seq_cst)) {
+      wake_supervisor();
+    }
+  } else if (s->is_long) {
+    register_foreign(s, deadline);
+  }
+
+  TaskStatus outcome = TaskStatus::succeeded;
+  if (s->is_long) s->attach_runner(frame);
+  try {
+    TaskContext ctx;
+    if (s->is_long) ctx.stop_token = frame->source.get_token();
+    ctx.id = s->id;
+    ctx.name = s->name;
+    ctx.deadline = time_point_of(deadline);
+    s->run(ctx);
+  } catch (...) {
+    s->error = std::current_exception();
+    outcome = TaskStatus::failed;
+  }
+  if (s->is_long) s->detach_runner();
+  if (watched) {
+    w->cur_mu.lock();
+    w->cur_task = nullptr;
+    w->cur_started_ns = 0;
+    w->cur_deadline_ns = 0;
+    w->cur_mu.unlock();
+  } else if (s->is_long) {
+    unregister_foreign(s);
+  }
+
+  Errc why{};
+  const StopReason stop = s->stop_reason();
+  if (stop == StopReason::cancelled || stop == StopReason::shutdown) {
+    outcome = TaskStatus::cancelled;
+    why = Errc::cancelled;
+  } else if (stop == StopReason::timed_out || (deadline != 0 && now_ns() > deadline)) {
+    outcome = TaskStatus::timed_out;
+    why = Errc::timed_out;
+  }
+  if (!s->finish(outcome, why)) return !watched;  // abandoned: outcome decided elsewhere
+  if (w != nullptr) {
+    w->counts.add(outcome);
+  } else {
+    shared_.add(outcome);
+  }
+  if (outcome == TaskStatus::failed && s->detached) {
+    report_exception(TaskRef{s->id, s->name}, s->error);
+  }
+  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) note_stopped(s, outcome);
+  return true;
+}
+
+}  // namespace crew::detail
+
+namespace crew::detail {
+
+bool run_inline_if_worker(TaskStateBase* s) noexcept {
+  Core* c = t_current.core;
+  if (c == nullptr || c != s->owner) return false;
+  if (!s->leave_queue(TaskStatus::running)) return false;
+  if (s->queue_deadline != TaskStateBase::kNoDeadline) c->disarm_queue_deadline(s);
+  c->run_claimed_here(s);
+  return true;
+}
+
+}  // namespace crew::detail
