@@ -178,11 +178,17 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
   for (unsigned i = 0;; ++i) {
     if (queue_.try_pop(cell)) {
-      // The last spinner to find work brings in a sleeper if more is queued:
-      // a burst ramps up with one wake-up per worker.
-      if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !queue_.empty() &&
-          sleepers_.load(std::memory_order_seq_cst) != 0) {
-        wake_sleeper();
+      // The last spinner to find work brings in help if more is queued (a
+      // sleeper, else a new worker): a burst ramps up with one wake-up per
+      // worker, and a submitter that saw this spinner is never left alone.
+      if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !queue_.empty()) {
+        if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+          wake_sleeper();
+        } else if (live_workers_.load(std::memory_order_relaxed) <
+                       max_workers_.load(std::memory_order_relaxed) &&
+                   state_.load(std::memory_order_relaxed) == PoolState::running) {
+          grow();
+        }
       }
       return true;
     }
@@ -210,12 +216,20 @@ void Core::wake_sleeper() noexcept {
   futex_wake(w->wake_word, 1);
 }
 
+// Wakes every sleeper at once. Callers change what sleepers re-check (state,
+// attention) before calling, so a worker that goes to sleep afterwards sees
+// the change and does not stay asleep.
 void Core::wake_all_sleepers() noexcept {
-  while (sleepers_.load(std::memory_order_seq_cst) != 0) {
-    const int before = sleepers_.load(std::memory_order_seq_cst);
-    wake_sleeper();
-    if (sleepers_.load(std::memory_order_seq_cst) >= before) break;
+  Control& ctl = *ctl_;
+  const std::lock_guard lock(ctl.idle_mu);
+  for (Worker* w : ctl.idle) {
+    w->in_idle_stack = false;
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
+    w->wake_word.fetch_add(1, std::memory_order_release);
+    futex_wake(w->wake_word, 1);
   }
+  ctl.idle.clear();
 }
 
 // Takes this worker out of the idle stack. False if a waker popped it first

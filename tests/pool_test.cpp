@@ -1,7 +1,494 @@
+// Tests of the core pool: options, submission, admission policies, nested
+// submission, elastic workers, pause / resume / resize, stats, hooks.
+#include "crew/pool.hpp"
+
 #include <gtest/gtest.h>
-#include <crew/pool.hpp>
-TEST(Pool, Smoke) {
-  crew::Pool pool;
-  auto t = pool.submit([] { return 42; });
+
+#include <atomic>
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <functional>
+#include <latch>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+std::string invalid_message(const PoolOptions& o) {
+  try {
+    Pool pool(o);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PoolOptions, InvalidValuesAreRejectedWithTheFieldName) {
+  EXPECT_NE(invalid_message({.min_workers = 5, .max_workers = 4}).find("min_workers"),
+            std::string::npos);
+  EXPECT_NE(invalid_message({.name = ""}).find("name"), std::string::npos);
+  EXPECT_NE(invalid_message({.max_workers = static_cast<std::size_t>(-1)}).find("max_workers"),
+            std::string::npos);
+  EXPECT_NE(invalid_message({.idle_timeout = -1s}).find("idle_timeout"), std::string::npos);
+  EXPECT_NE(invalid_message({.idle_timeout = 0s}).find("idle_timeout"), std::string::npos);
+  EXPECT_NE(invalid_message({.task_timeout = -1ms}).find("task_timeout"), std::string::npos);
+  EXPECT_NE(invalid_message({.shutdown_timeout = -1ms}).find("shutdown_timeout"),
+            std::string::npos);
+  EXPECT_NE(invalid_message({.abandon_grace = -1ms}).find("abandon_grace"), std::string::npos);
+}
+
+TEST(PoolOptions, ZeroMeansTheDocumentedDefaults) {
+  Watchdog dog;
+  Pool pool;
+  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(pool.options().max_workers, 2 * hw);
+  EXPECT_EQ(pool.options().queue_capacity, 1000 * hw);
+  EXPECT_EQ(pool.name(), "crew");
+  EXPECT_EQ(pool.state(), PoolState::running);
+}
+
+TEST(PoolSubmit, PostRunsEveryTask) {
+  Watchdog dog;
+  Pool pool({.max_workers = 4});
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10'000; ++i) {
+    ASSERT_EQ(pool.post([&ran] { ran.fetch_add(1); }), Admission::accepted);
+  }
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(ran.load(), 10'000);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.submitted, 10'000u);
+  EXPECT_EQ(s.outcomes.succeeded, 10'000u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST(PoolSubmit, LargeCallablesAreBoxedAndStillRun) {
+  Watchdog dog;
+  Pool pool;
+  std::atomic<long> sum{0};
+  std::array<long, 32> big{};  // 256 bytes: beyond the inline buffer
+  big.fill(1);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(pool.post([big, &sum] {
+      long s = 0;
+      for (long v : big) s += v;
+      sum.fetch_add(s);
+    }),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(sum.load(), 100 * 32);
+}
+
+TEST(PoolSubmit, MoveOnlyCallablesWork) {
+  Watchdog dog;
+  Pool pool;
+  auto owned = std::make_unique<int>(7);
+  auto t = pool.submit([p = std::move(owned)] { return *p * 6; });
   EXPECT_EQ(t.get(), 42);
 }
+
+TEST(PoolSubmit, SubmitReturnsTheValueOrRethrows) {
+  Watchdog dog;
+  Pool pool;
+  auto ok = pool.submit([] { return std::string("done"); });
+  auto bad = pool.submit([]() -> int { throw std::runtime_error("boom"); });
+  auto nothing = pool.submit([] {});
+  EXPECT_EQ(ok.get(), "done");
+  EXPECT_THROW(
+      {
+        try {
+          (void)bad.get();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "boom");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_NO_THROW(nothing.get());
+  EXPECT_EQ(ok.status(), TaskStatus::succeeded);
+  EXPECT_EQ(bad.status(), TaskStatus::failed);
+  EXPECT_NE(ok.id(), bad.id());
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().outcomes.failed, 1u);
+}
+
+TEST(PoolSubmit, SubmitWaitReturnsTheResult) {
+  Watchdog dog;
+  Pool pool;
+  EXPECT_EQ(pool.submit_wait([] { return 5; }), 5);
+  EXPECT_THROW(pool.submit_wait([]() -> int { throw std::logic_error("x"); }), std::logic_error);
+}
+
+TEST(PoolSubmit, WaitForTimesOutOnASlowTask) {
+  Watchdog dog;
+  Pool pool;
+  Gate gate;
+  auto t = pool.submit([&gate] { return gate.wait(); });
+  EXPECT_FALSE(t.wait_for(20ms));
+  EXPECT_FALSE(t.ready());
+  gate.open();
+  EXPECT_TRUE(t.wait_for(10s));
+  EXPECT_TRUE(t.get());
+}
+
+TEST(PoolSubmit, AnEmptyHandleThrows) {
+  Task<int> t;
+  EXPECT_FALSE(t.valid());
+  EXPECT_THROW(t.wait(), Error);
+  try {
+    (void)t.get();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::empty_handle);
+  }
+}
+
+// A paused pool takes submissions but runs none: a queue of capacity N is
+// full after N posts.
+TEST(PoolAdmission, TryPostOnAFullQueueSaysFull) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 4});
+  pool.pause();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::accepted);
+  EXPECT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::full);
+  auto refused = pool.try_submit([] { return 1; });
+  EXPECT_EQ(refused.status(), TaskStatus::rejected);
+  try {
+    (void)refused.get();
+    ADD_FAILURE() << "get() of a refused task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::rejected);
+  }
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 4);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.rejected, 2u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST(PoolAdmission, RejectPolicyNeverBlocks) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 2, .overflow = Overflow::reject});
+  pool.pause();
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::full);
+  pool.resume();
+}
+
+TEST(PoolAdmission, CallerRunsPolicyRunsOnTheSubmittingThread) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .overflow = Overflow::caller_runs});
+  pool.pause();
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread::id ran_on;
+  EXPECT_EQ(pool.post([&ran_on] { ran_on = std::this_thread::get_id(); }), Admission::accepted);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  auto t = pool.submit([] { return std::this_thread::get_id(); });
+  EXPECT_EQ(t.get(), std::this_thread::get_id());
+  pool.resume();
+}
+
+TEST(PoolAdmission, BlockPolicyWaitsForRoom) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::atomic<bool> posted{false};
+  std::thread submitter([&] {
+    EXPECT_EQ(pool.post([] {}), Admission::accepted);
+    posted = true;
+  });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  EXPECT_FALSE(posted.load());
+  pool.resume();
+  submitter.join();
+  EXPECT_TRUE(posted.load());
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().outcomes.succeeded, 2u);
+}
+
+TEST(PoolAdmission, TooManyBlockedSubmittersAreRejected) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .max_blocked_submitters = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread blocked([&] { EXPECT_EQ(pool.post([] {}), Admission::accepted); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  EXPECT_EQ(pool.post([] {}), Admission::too_many_blocked);
+  pool.resume();
+  blocked.join();
+}
+
+TEST(PoolAdmission, BlockedSubmittersAreReleasedByShutdown) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread blocked([&] { EXPECT_EQ(pool.post([] {}), Admission::closed); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  (void)pool.shutdown(ShutdownMode::soft, 0s);
+  blocked.join();
+  EXPECT_EQ(pool.post([] {}), Admission::closed);
+}
+
+// The workload that deadlocks ants and BS::thread_pool: each task submits
+// two subtasks and waits for both, 12 levels deep, on one worker with a
+// queue of one slot.
+std::uint64_t fan_out(Pool& pool, int depth) {
+  if (depth == 0) return 1;
+  auto left = pool.submit([&pool, depth] { return fan_out(pool, depth - 1); });
+  auto right = pool.submit([&pool, depth] { return fan_out(pool, depth - 1); });
+  return left.get() + right.get();
+}
+
+TEST(PoolNested, RecursiveSubmitAndWaitNeverDeadlocks) {
+  Watchdog dog(60s);
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  auto root = pool.submit([&pool] { return fan_out(pool, 12); });
+  EXPECT_EQ(root.get(), 1u << 12);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.succeeded, s.submitted);
+}
+
+TEST(PoolNested, NestedPostOnAFullQueueRunsInline) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  std::atomic<int> ran{0};
+  auto outer = pool.submit([&] {
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  });
+  outer.get();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 100);
+}
+
+TEST(PoolWorkers, WorkersStartOnDemandUpToMax) {
+  Watchdog dog;
+  Pool pool({.max_workers = 3});
+  EXPECT_EQ(pool.stats().workers, 0u);
+  Gate gate;
+  std::latch started(3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      started.count_down();
+      gate.wait();
+    }),
+              Admission::accepted);
+  }
+  started.wait();  // three tasks run at once: three workers
+  EXPECT_EQ(pool.stats().workers, 3u);
+  EXPECT_EQ(pool.stats().busy, 3u);
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_LE(pool.stats().workers, 3u);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+TEST(PoolWorkers, IdleWorkersAboveTheMinimumExit) {
+  Watchdog dog;
+  Pool pool({.min_workers = 1, .max_workers = 3, .idle_timeout = 50ms});
+  Gate gate;
+  std::latch started(3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      started.count_down();
+      gate.wait();
+    }),
+              Admission::accepted);
+  }
+  started.wait();
+  gate.open();
+  EXPECT_TRUE(eventually([&] { return pool.stats().workers == 1; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(pool.stats().workers, 1u);  // the minimum stays
+}
+
+TEST(PoolWorkers, ResizeGrowsAndShrinks) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Gate gate;
+  std::atomic<int> running{0};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      running.fetch_add(1);
+      gate.wait();
+      running.fetch_sub(1);
+    }),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(eventually([&] { return running.load() == 1; }));
+  pool.resize(4);
+  EXPECT_TRUE(eventually([&] { return running.load() == 4; }));
+  EXPECT_EQ(pool.stats().max_workers, 4u);
+  pool.resize(2);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_TRUE(eventually([&] { return pool.stats().workers <= 2; }));
+  EXPECT_THROW(Pool({.min_workers = 2, .max_workers = 2}).resize(1), Error);
+}
+
+TEST(PoolWorkers, PauseStopsTakingTasksAndResumeContinues) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  std::atomic<int> ran{0};
+  pool.pause();
+  EXPECT_EQ(pool.state(), PoolState::paused);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(pool.stats().queued, 10u);
+  pool.resume();
+  EXPECT_EQ(pool.state(), PoolState::running);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 10);
+}
+
+TEST(PoolWorkers, ThreadsAreNamedAfterThePool) {
+  Watchdog dog;
+  Pool pool({.name = "namedpool", .min_workers = 2, .max_workers = 2});
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  std::set<std::string> names;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) {
+      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string name;
+      if (std::getline(comm, name)) names.insert(name);
+    }
+    closedir(dir);
+  }
+  EXPECT_EQ(names.count("namedpool-1"), 1u);
+  EXPECT_EQ(names.count("namedpool-2"), 1u);
+}
+
+TEST(PoolWorkers, HooksRunOnEveryWorkerThread) {
+  Watchdog dog;
+  std::atomic<int> started{0}, stopped{0};
+  {
+    Pool pool({.min_workers = 2,
+               .max_workers = 2,
+               .on_worker_start = [&](std::uint64_t) { started.fetch_add(1); },
+               .on_worker_stop = [&](std::uint64_t) { stopped.fetch_add(1); }});
+    ASSERT_TRUE(eventually([&] { return started.load() == 2; }));
+  }
+  EXPECT_EQ(stopped.load(), 2);
+}
+
+TEST(PoolWorkers, AWorkerWhoseStartHookThrowsIsReplaced) {
+  Watchdog dog;
+  std::atomic<int> calls{0};
+  Pool pool({.min_workers = 1,
+             .max_workers = 1,
+             .on_exception = [](const TaskRef&, std::exception_ptr) {},
+             .on_worker_start = [&](std::uint64_t) {
+               if (calls.fetch_add(1) == 0) throw std::runtime_error("first start fails");
+             }});
+  // The supervisor replaces the dead minimum worker (after a short backoff).
+  ASSERT_TRUE(eventually([&] {
+    const PoolStats s = pool.stats();
+    return s.workers_replaced == 1 && s.workers == 1 && calls.load() == 2;
+  }));
+  auto t = pool.submit([] { return 3; });
+  EXPECT_EQ(t.get(), 3);
+}
+
+TEST(PoolExceptions, PostedTaskExceptionsReachTheHandler) {
+  Watchdog dog;
+  std::mutex mu;
+  std::vector<std::string> seen;
+  Pool pool({.on_exception = [&](const TaskRef& task, std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      const std::lock_guard lock(mu);
+      seen.push_back(task.name + ":" + ex.what());
+    }
+  }});
+  ASSERT_EQ(pool.post([] { throw std::runtime_error("plain"); }), Admission::accepted);
+  ASSERT_EQ(pool.post([] { throw std::runtime_error("named"); }, {.name = "job"}),
+            Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(std::find(seen.begin(), seen.end(), ":plain"), seen.end());
+  EXPECT_NE(std::find(seen.begin(), seen.end(), "job:named"), seen.end());
+  EXPECT_EQ(pool.stats().outcomes.failed, 2u);
+}
+
+TEST(PoolExceptions, WithoutAHandlerTheyGoToStderrWithTheTaskName) {
+  Watchdog dog;
+  testing::internal::CaptureStderr();
+  {
+    Pool pool({.name = "errpool"});
+    ASSERT_EQ(pool.post([] { throw std::runtime_error("lost?"); }, {.name = "reindex"}),
+              Admission::accepted);
+    ASSERT_TRUE(pool.wait_idle(10s));
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("errpool"), std::string::npos) << err;
+  EXPECT_NE(err.find("reindex"), std::string::npos) << err;
+  EXPECT_NE(err.find("lost?"), std::string::npos) << err;
+}
+
+TEST(PoolLifetime, DestructionRunsEverythingQueued) {
+  Watchdog dog;
+  std::atomic<int> ran{0};
+  {
+    Pool pool({.max_workers = 2});
+    pool.pause();
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  }  // default shutdown mode: drain
+  EXPECT_EQ(ran.load(), 1000);
+}
+
+TEST(PoolLifetime, ManyProducersAndConsumersLoseNothing) {
+  Watchdog dog(60s);
+  constexpr int kProducers = 4;
+  const int per = test::kThreadSanitizer ? 20'000 : 200'000;
+  Pool pool({.max_workers = 4, .queue_capacity = 256});
+  std::atomic<long> sum{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < per; ++i) {
+        const long v = p * per + i;
+        ASSERT_EQ(pool.post([&sum, v] { sum.fetch_add(v); }), Admission::accepted);
+      }
+    });
+  }
+  for (auto& t : producers) t.join();
+  ASSERT_TRUE(pool.wait_idle(30s));
+  const long n = static_cast<long>(kProducers) * per;
+  EXPECT_EQ(sum.load(), n * (n - 1) / 2);
+  EXPECT_EQ(pool.stats().outcomes.succeeded, static_cast<std::uint64_t>(n));
+}
+
+TEST(PoolLifetime, AnIdlePoolSleeps) {
+  Watchdog dog;
+  Pool pool({.min_workers = 2, .max_workers = 2});
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  std::this_thread::sleep_for(20ms);  // past the spin phase
+  const std::clock_t before = std::clock();
+  std::this_thread::sleep_for(200ms);
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_ms, 20.0) << "idle workers must block, not spin";
+}
+
+}  // namespace
+}  // namespace crew

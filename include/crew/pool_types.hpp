@@ -78,14 +78,14 @@ struct PoolOptions {
   // before its worker is written off and replaced.
   std::chrono::nanoseconds abandon_grace = std::chrono::seconds(1);
   // When stopped, the pool shuts down hard by itself.
-  std::stop_token stop_token;
+  std::stop_token stop_token{};
   // Receives exceptions of tasks nobody holds a handle to. Without it they
   // are written to stderr with the task's name. Must not throw.
-  std::function<void(const TaskRef&, std::exception_ptr)> on_exception;
+  std::function<void(const TaskRef&, std::exception_ptr)> on_exception{};
   // Run on each worker thread as it starts and before it exits. A start hook
   // that throws kills the worker; the pool replaces it (with backoff).
-  std::function<void(std::uint64_t worker_id)> on_worker_start;
-  std::function<void(std::uint64_t worker_id)> on_worker_stop;
+  std::function<void(std::uint64_t worker_id)> on_worker_start{};
+  std::function<void(std::uint64_t worker_id)> on_worker_stop{};
   // How long an idle worker polls the queue before it sleeps. Longer spins
   // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);

@@ -25,7 +25,7 @@ namespace crew {
 //   pool.submit(f, {.name = "resize", .timeout = 2s});
 struct TaskOptions {
   // Shown in reports, worker snapshots, logs and metrics.
-  std::string name;
+  std::string name{};
   // Execution deadline of a long task; 0 uses the pool's task_timeout.
   std::chrono::nanoseconds timeout{0};
   // A task still queued this long after submission is never started; it ends

@@ -1,0 +1,117 @@
+// tests/test_util.hpp: helpers shared by crew's tests.
+//
+// Every concurrency test holds a Watchdog: if the test has not finished when
+// it fires, the process prints the test's name and aborts, so a deadlock
+// fails fast (with a core and a stack in gdb) instead of hanging CI.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace crew::test {
+
+// Sanitizers slow everything down; bounds scale with it.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr int kSlowdown = 5;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+inline constexpr int kSlowdown = 5;
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+
+class Watchdog {
+ public:
+  explicit Watchdog(std::chrono::seconds limit = std::chrono::seconds(30))
+      : name_(current_test_name()), thread_([this, limit] { watch(limit * kSlowdown); }) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() {
+    {
+      const std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  static std::string current_test_name() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    return info == nullptr ? "?" : std::string(info->test_suite_name()) + "." + info->name();
+  }
+  void watch(std::chrono::seconds limit) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
+      std::fprintf(stderr, "\nwatchdog: %s did not finish within %lld s; aborting\n",
+                   name_.c_str(), static_cast<long long>(limit.count()));
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
+
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Polls `pred` until it holds or `limit` passes. Returns the last value.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit * kSlowdown;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// A one-shot gate: tasks block in wait() until open() (bounded by a limit so
+// a forgotten open() cannot hang a test).
+class Gate {
+ public:
+  void open() {
+    {
+      const std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool wait(std::chrono::seconds limit = std::chrono::seconds(20)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit * kSlowdown, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+}  // namespace crew::test
