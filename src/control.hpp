@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "crew/detail/core.hpp"
+#include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
@@ -79,7 +80,7 @@ struct Worker {
 };
 
 struct Control {
-  mutable std::mutex mu;
+  mutable Mutex mu;
   std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
   std::vector<std::shared_ptr<Worker>> exited CREW_GUARDED_BY(mu);     // to join
   std::vector<std::shared_ptr<Worker>> abandoned CREW_GUARDED_BY(mu);  // detached
@@ -102,7 +103,7 @@ struct Control {
 
   // Idle stack (LIFO: the most recently idle worker is woken first, so the
   // others can reach their idle timeout).
-  std::mutex idle_mu;
+  Mutex idle_mu;
   std::vector<Worker*> idle CREW_GUARDED_BY(idle_mu);
 
   // Supervisor.
@@ -117,7 +118,7 @@ struct Control {
 
   // The timer heap: a binary min-heap of task states by timer_at_ns, each
   // entry holding one reference; TaskStateBase::heap_index is its slot.
-  std::mutex timer_mu;
+  Mutex timer_mu;
   std::vector<TaskStateBase*> heap CREW_GUARDED_BY(timer_mu);
 };
 

@@ -11,10 +11,10 @@ namespace crew::detail {
 namespace {
 
 long futex(const std::atomic<std::uint32_t>& word, int op, std::uint32_t val,
-           const struct timespec* ts, int bitset) noexcept {
+           const struct timespec* ts, unsigned bitset) noexcept {
   // std::atomic<uint32_t> is layout-compatible with uint32_t on Linux targets.
   return syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), op, val, ts, nullptr,
-                 bitset);
+                 static_cast<std::uint32_t>(bitset));
 }
 
 }  // namespace
@@ -31,11 +31,11 @@ void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
   struct timespec ts {};
   ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
-  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, &ts, FUTEX_BITSET_MATCH_ANY);
+  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, &ts, static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
 }
 
 void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
-  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr, FUTEX_BITSET_MATCH_ANY);
+  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr, static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
 }
 
 void futex_wake(const std::atomic<std::uint32_t>& word, int count) noexcept {

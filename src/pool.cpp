@@ -107,7 +107,7 @@ Core::~Core() = default;
 
 void Core::start() {
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     state_.store(PoolState::running, std::memory_order_seq_cst);
     for (std::size_t i = 0; i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
@@ -129,21 +129,26 @@ void Core::grow() noexcept {
   std::size_t live = live_workers_.load(std::memory_order_relaxed);
   while (live < max_workers_.load(std::memory_order_relaxed)) {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
-      const std::lock_guard lock(ctl_->mu);
-      spawn_worker_locked(false);
+      // The token keeps other submitters from starting more workers until
+      // this one has found work (and then brings in help if more is queued).
+      spinning_.fetch_add(1, std::memory_order_seq_cst);
+      MutexLock lock(ctl_->mu);
+      spawn_worker_locked(false, /*spinning=*/true);
       return;
     }
   }
 }
 
 // The caller has already counted the worker in live_workers_.
-void Core::spawn_worker_locked(bool replacement) noexcept {
+void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   Control& ctl = *ctl_;
+  ctl.mu.assert_held();
   auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
   try {
-    w->thread = std::thread(worker_thread, shared_from_this(), w);
+    w->thread = std::thread(worker_thread, shared_from_this(), w, spinning);
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
+    if (spinning) spinning_.fetch_sub(1, std::memory_order_seq_cst);
     std::fprintf(stderr, "crew: pool '%s': cannot start a worker thread: %s\n", opts_.name.c_str(),
                  e.what());
     return;
@@ -161,7 +166,7 @@ void Core::pause() {
 
 void Core::resume() {
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     PoolState expected = PoolState::paused;
     if (!state_.compare_exchange_strong(expected, PoolState::running, std::memory_order_seq_cst)) {
       return;
@@ -197,7 +202,7 @@ void Core::resize(std::size_t max_workers) {
 bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   TaskStateBase* task = nullptr;
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     const auto it = std::find_if(ctl_->workers.begin(), ctl_->workers.end(),
                                  [id](const auto& w) { return w->id == id; });
     if (it == ctl_->workers.end()) return false;
@@ -234,6 +239,7 @@ bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
 
 OutcomeCounts Core::totals_locked() const {
   const Control& ctl = *ctl_;
+  ctl.mu.assert_held();
   OutcomeCounts sum = ctl.retired;
   add_to(sum, shared_.read());
   sum.rejected += refused_.load(std::memory_order_relaxed);
@@ -244,7 +250,7 @@ OutcomeCounts Core::totals_locked() const {
 
 PoolStats Core::stats() const {
   PoolStats s;
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   s.state = state();
   s.max_workers = max_workers_.load(std::memory_order_relaxed);
   for (const auto& w : ctl_->workers) {
@@ -266,7 +272,7 @@ PoolStats Core::stats() const {
 std::vector<WorkerInfo> Core::workers() const {
   std::vector<WorkerInfo> out;
   const std::int64_t now = now_ns();
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   out.reserve(ctl_->workers.size());
   for (const auto& w : ctl_->workers) {
     WorkerInfo info;

@@ -23,9 +23,9 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   report.mode = mode;
   OutcomeCounts before;
   {
-    std::unique_lock lock(ctl.mu);
+    MutexLock lock(ctl.mu);
     // Concurrent callers wait for the first one and share its report.
-    ctl.shutdown_done.wait(lock, [&] { return !ctl.shutting_down; });
+    while (ctl.shutting_down) ctl.shutdown_done.wait(lock.native());
     const PoolState st = state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
       if (ctl.last_report) return *ctl.last_report;
@@ -76,7 +76,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   const bool run_leftovers = mode == ShutdownMode::drain && !escalated;
   for (;;) {
     sweep_queue(run_leftovers);
-    const std::lock_guard lock(ctl.mu);
+    MutexLock lock(ctl.mu);
     if (!queue_.empty()) continue;
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
@@ -100,7 +100,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
 
 bool Core::restart() {
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     const PoolState st = state();
     if (ctl_->shutting_down || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
@@ -120,7 +120,7 @@ bool Core::restart() {
 void Core::on_push_after_close() noexcept {
   bool run = false;
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
     if (ctl_->shutting_down || state() < PoolState::stopping) return;
@@ -137,13 +137,16 @@ void Core::wake_everyone() noexcept {
 }
 
 bool Core::wait_for_workers(Clock::time_point deadline) {
-  std::unique_lock lock(ctl_->mu);
-  auto gone = [&] { return ctl_->workers.empty(); };
-  if (deadline == Clock::time_point::max()) {
-    ctl_->workers_changed.wait(lock, gone);
-    return true;
+  MutexLock lock(ctl_->mu);
+  while (!ctl_->workers.empty()) {
+    if (deadline == Clock::time_point::max()) {
+      ctl_->workers_changed.wait(lock.native());
+    } else if (ctl_->workers_changed.wait_until(lock.native(), deadline) ==
+               std::cv_status::timeout) {
+      return ctl_->workers.empty();
+    }
   }
-  return ctl_->workers_changed.wait_until(lock, deadline, gone);
+  return true;
 }
 
 // Rejects everything queued (soft and hard modes, and escalation).
@@ -169,7 +172,7 @@ void Core::drop_queue() {
     }
     s->release();
   }
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   if (ctl_->report != nullptr) {
     ShutdownReport& r = *ctl_->report;
     r.rejected_unnamed += unnamed;
@@ -208,7 +211,7 @@ void Core::sweep_queue(bool run) {
 void Core::stop_running() {
   std::vector<TaskStateBase*> running;
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     for (const auto& w : ctl_->workers) {
       w->cur_mu.lock();
       if (w->cur_task != nullptr && w->cur_task->is_long) {
@@ -231,7 +234,7 @@ void Core::stop_running() {
 // After the hard phase's grace: writes off the workers still running a task
 // (all remaining workers when `force`).
 void Core::abandon_busy(bool force) {
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->report;
   std::vector<std::shared_ptr<Worker>> hung;
   for (const auto& w : ctl_->workers) {
@@ -262,7 +265,7 @@ void Core::abandon_busy(bool force) {
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->report;
   if (r == nullptr) return;
   if (s == nullptr) {
@@ -276,7 +279,7 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
 }
 
 void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->report;
   if (r == nullptr) return;
   try {
@@ -288,7 +291,7 @@ void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
 void Core::join_exited() {
   std::vector<std::shared_ptr<Worker>> to_join;
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     to_join.swap(ctl_->exited);
   }
   for (const auto& w : to_join) {

@@ -76,7 +76,7 @@ void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   s->add_ref();
   bool earliest = false;
   {
-    const std::lock_guard lock(ctl_->timer_mu);
+    MutexLock lock(ctl_->timer_mu);
     s->timer_at_ns = at_ns;
     s->timer_exec = exec;
     heap_push(ctl_->heap, s);
@@ -91,7 +91,7 @@ void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
 void Core::disarm_timer(TaskStateBase* s) noexcept {
   bool removed = false;
   {
-    const std::lock_guard lock(ctl_->timer_mu);
+    MutexLock lock(ctl_->timer_mu);
     if (s->heap_index != TaskStateBase::kNotInHeap) {
       heap_erase(ctl_->heap, s->heap_index);
       removed = true;
@@ -110,7 +110,7 @@ void Core::disarm_queue_deadline(TaskStateBase* s) noexcept { disarm_timer(s); }
 
 void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
   {
-    const std::lock_guard lock(ctl_->mu);
+    MutexLock lock(ctl_->mu);
     ctl_->foreign.push_back(s);
   }
   if (deadline_ns != 0) {
@@ -129,7 +129,7 @@ void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept
 
 void Core::unregister_foreign(TaskStateBase* s) noexcept {
   disarm_timer(s);
-  const std::lock_guard lock(ctl_->mu);
+  MutexLock lock(ctl_->mu);
   std::erase(ctl_->foreign, s);
 }
 
@@ -138,7 +138,7 @@ std::int64_t Core::fire_timers(std::int64_t now) {
   std::vector<TaskStateBase*> due;
   std::int64_t next = kNever;
   {
-    const std::lock_guard lock(ctl_->timer_mu);
+    MutexLock lock(ctl_->timer_mu);
     Heap& h = ctl_->heap;
     while (!h.empty() && h.front()->timer_at_ns <= now) {
       due.push_back(h.front());
@@ -197,7 +197,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
   std::vector<std::shared_ptr<Worker>> to_join;
   const std::int64_t grace = opts_.abandon_grace.count();
   {
-    const std::lock_guard lock(ctl.mu);
+    MutexLock lock(ctl.mu);
     std::vector<std::shared_ptr<Worker>> hung;
     for (const auto& w : ctl.workers) {
       w->cur_mu.lock();
@@ -269,6 +269,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 // when its task returns, the thread ends without touching the pool's state.
 void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   Control& ctl = *ctl_;
+  ctl.mu.assert_held();
   w->abandoned.store(true, std::memory_order_release);
   w->state.store(WorkerState::abandoned, std::memory_order_relaxed);
   live_workers_.fetch_sub(1, std::memory_order_relaxed);
@@ -287,11 +288,11 @@ void Core::stop_supervisor() noexcept {
   std::vector<std::shared_ptr<Worker>> to_join;
   std::vector<TaskStateBase*> armed;
   {
-    const std::lock_guard lock(ctl.mu);
+    MutexLock lock(ctl.mu);
     to_join.swap(ctl.exited);
   }
   {
-    const std::lock_guard lock(ctl.timer_mu);
+    MutexLock lock(ctl.timer_mu);
     armed.swap(ctl.heap);
   }
   for (const auto& w : to_join) {

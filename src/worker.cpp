@@ -45,7 +45,7 @@ void Core::count_here(TaskStatus outcome) noexcept {
   }
 }
 
-void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w) {
+void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning) {
   Core& c = *self;
   name_this_thread(c.opts_.name, w->id);
   bool started = true;
@@ -61,7 +61,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w) 
   Exit how = Exit::leave;
   if (started) {
     t_current = {&c, w.get()};
-    how = c.work_loop(*w);
+    how = c.work_loop(*w, spinning);
     t_current = {};
     if (c.opts_.on_worker_stop) {
       try {
@@ -72,6 +72,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w) 
       }
     }
   }
+  if (!started && spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
   c.worker_exited(w, how, /*died=*/!started);
 }
 
@@ -80,11 +81,11 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   {
     // A waker that popped this worker from the idle stack may still be
     // inside futex_wake on its word: wait for it before the memory can go.
-    const std::lock_guard idle_lock(ctl.idle_mu);
+    MutexLock idle_lock(ctl.idle_mu);
   }
   bool written_off = false;
   {
-    const std::lock_guard lock(ctl.mu);
+    MutexLock lock(ctl.mu);
     add_to(ctl.retired, w->counts.read());
     // `abandoned` is set under this mutex, so this check cannot race a
     // write-off: a written-off worker is off the books already.
@@ -110,9 +111,10 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   }
 }
 
-Core::Exit Core::work_loop(Worker& w) {
+// `spinning`: this worker holds a spinning token (handed over by whoever
+// started or woke it for queued work).
+Core::Exit Core::work_loop(Worker& w, bool spinning) {
   Cell cell;
-  bool spinning = false;  // holds a spinning token handed over by a waker
   Exit how = Exit::leave;
   w.seen_attention = attention_.load(std::memory_order_acquire);
   w.state.store(WorkerState::idle, std::memory_order_relaxed);
@@ -156,10 +158,10 @@ bool Core::attend(Worker& w, Exit& how) {
     const PoolState st = state_.load(std::memory_order_acquire);
     if (st == PoolState::paused) {
       w.state.store(WorkerState::idle, std::memory_order_relaxed);
-      std::unique_lock lock(ctl_->mu);
-      ctl_->workers_changed.wait(lock, [&] {
-        return attention_.load(std::memory_order_acquire) != w.seen_attention;
-      });
+      MutexLock lock(ctl_->mu);
+      while (attention_.load(std::memory_order_acquire) == w.seen_attention) {
+        ctl_->workers_changed.wait(lock.native());
+      }
       continue;
     }
     const std::size_t max = max_workers_.load(std::memory_order_relaxed);
@@ -205,7 +207,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
 
 void Core::wake_sleeper() noexcept {
   Control& ctl = *ctl_;
-  const std::lock_guard lock(ctl.idle_mu);
+  MutexLock lock(ctl.idle_mu);
   if (ctl.idle.empty()) return;
   Worker* w = ctl.idle.back();
   ctl.idle.pop_back();
@@ -221,7 +223,7 @@ void Core::wake_sleeper() noexcept {
 // the change and does not stay asleep.
 void Core::wake_all_sleepers() noexcept {
   Control& ctl = *ctl_;
-  const std::lock_guard lock(ctl.idle_mu);
+  MutexLock lock(ctl.idle_mu);
   for (Worker* w : ctl.idle) {
     w->in_idle_stack = false;
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
@@ -235,7 +237,7 @@ void Core::wake_all_sleepers() noexcept {
 // Takes this worker out of the idle stack. False if a waker popped it first
 // (and so handed it a spinning token).
 bool Core::leave_idle_stack(Worker& w) noexcept {
-  const std::lock_guard lock(ctl_->idle_mu);
+  MutexLock lock(ctl_->idle_mu);
   if (!w.in_idle_stack) return false;
   std::erase(ctl_->idle, &w);
   w.in_idle_stack = false;
@@ -247,7 +249,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
   w.state.store(WorkerState::idle, std::memory_order_relaxed);
   {
-    const std::lock_guard lock(ctl_->idle_mu);
+    MutexLock lock(ctl_->idle_mu);
     ctl_->idle.push_back(&w);
     w.in_idle_stack = true;
     sleepers_.fetch_add(1, std::memory_order_seq_cst);

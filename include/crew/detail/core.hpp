@@ -324,12 +324,14 @@ class Core : public std::enable_shared_from_this<Core> {
 
   // pool.cpp
   void grow() noexcept;
-  void spawn_worker_locked(bool replacement) noexcept;
+  // `spinning`: the new worker starts with a spinning token (it was started
+  // for queued work, so it must bring in help if it finds more).
+  void spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
   [[nodiscard]] OutcomeCounts totals_locked() const;
   // worker.cpp
-  static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w);
+  static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning);
   void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
-  Exit work_loop(Worker& w);
+  Exit work_loop(Worker& w, bool spinning);
   bool attend(Worker& w, Exit& how);
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
   Slept sleep_for_work(Worker& w) noexcept;

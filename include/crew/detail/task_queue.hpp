@@ -19,6 +19,7 @@
 #include <new>
 
 #include "crew/detail/cell.hpp"
+#include "crew/detail/mutex.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
@@ -161,7 +162,7 @@ class TaskQueue {
  private:
   template <class Fill>
   bool push_spill(Fill& fill) noexcept {
-    std::lock_guard lock(spill_mu_);
+    MutexLock lock(spill_mu_);
     if (spill_.size() >= spill_cap_) return false;
     try {
       fill(spill_.emplace_back());
@@ -174,7 +175,7 @@ class TaskQueue {
     return true;
   }
   bool pop_spill(Cell& out) noexcept {
-    std::lock_guard lock(spill_mu_);
+    MutexLock lock(spill_mu_);
     // The ring may have been refilled before the spill was used; take it first.
     if (ring_.try_pop(out)) return true;
     if (spill_.empty()) return false;
@@ -188,7 +189,7 @@ class TaskQueue {
   const std::size_t spill_cap_;
   alignas(kCacheLine) std::atomic<std::size_t> spill_size_{0};
   std::atomic<std::uint64_t> spill_pushed_{0};
-  std::mutex spill_mu_;
+  Mutex spill_mu_;
   std::deque<Cell> spill_ CREW_GUARDED_BY(spill_mu_);
 };
 

@@ -17,3 +17,5 @@
 #define CREW_RELEASE(...) CREW_TSA(release_capability(__VA_ARGS__))
 #define CREW_EXCLUDES(...) CREW_TSA(locks_excluded(__VA_ARGS__))
 #define CREW_NO_THREAD_SAFETY_ANALYSIS CREW_TSA(no_thread_safety_analysis)
+#define CREW_TRY_ACQUIRE(...) CREW_TSA(try_acquire_capability(__VA_ARGS__))
+#define CREW_ASSERT_CAPABILITY(x) CREW_TSA(assert_capability(x))
