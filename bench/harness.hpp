@@ -85,6 +85,7 @@ class Impl {
 
 // Defined in the impl_*.cpp files.
 std::unique_ptr<Impl> make_crew_impl();
+std::unique_ptr<Impl> make_crew_fifo_impl();
 std::unique_ptr<Impl> make_tbb_enqueue_impl();
 std::unique_ptr<Impl> make_tbb_task_group_impl();
 std::unique_ptr<Impl> make_asio_impl();

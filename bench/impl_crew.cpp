@@ -24,13 +24,12 @@ namespace {
 
 // Options are assigned field by field rather than with designated
 // initializers, which draw -Wmissing-field-initializers from g++ 12.
-crew::PoolOptions bench_options() {
-  crew::PoolOptions o;
-  o.name = "bench";
-  o.min_workers = kWorkers;
-  o.max_workers = kWorkers;
-  o.queue_capacity = crew::kUnbounded;
-  return o;
+crew::PoolOptions bench_options(std::size_t shards = 0) {
+  return {.name = "bench",
+          .min_workers = kWorkers,
+          .max_workers = kWorkers,
+          .queue_capacity = crew::kUnbounded,
+          .queue_shards = shards};
 }
 
 crew::PoolOptions idle_options(std::size_t min_workers) {
@@ -44,11 +43,14 @@ void expect_accepted(crew::Admission a) {
   if (a != crew::Admission::accepted) fail("crew refused a task");
 }
 
-struct Crew {
-  static constexpr std::string_view kName = "crew";
+// kShards: 0 = the pool's default sharded queue ("crew"); 1 = one FIFO
+// queue across producers ("crew_fifo").
+template <std::size_t kShards>
+struct CrewAdapter {
+  static constexpr std::string_view kName = kShards == 1 ? "crew_fifo" : "crew";
   static constexpr std::string_view kAllocNote = "";
 
-  crew::Pool pool{bench_options()};
+  crew::Pool pool{bench_options(kShards)};
 
   template <class F>
   void post(F&& f) {
@@ -64,11 +66,14 @@ struct Crew {
   }
   static std::string_view skip_reason(Workload) { return ""; }
 };
+using Crew = CrewAdapter<0>;
+using CrewFifo = CrewAdapter<1>;
 
 // Long tasks take the slow path (a task state with a deadline); the 1 s
 // deadline is far beyond a task's run time, so none may expire.
+template <class C>
 Sample run_long_deadline(std::size_t tasks) {
-  Crew c;
+  C c;
   prime(c);
   std::atomic<std::uint64_t> done{0};
   crew::TaskOptions deadline;
@@ -86,11 +91,12 @@ Sample run_long_deadline(std::size_t tasks) {
   return s;
 }
 
-class CrewImpl final : public AdapterImpl<Crew> {
+template <class C>
+class CrewImpl final : public AdapterImpl<C> {
  public:
   Sample run(Workload w, std::size_t tasks) override {
-    if (w == Workload::long_deadline) return run_long_deadline(tasks);
-    return AdapterImpl<Crew>::run(w, tasks);
+    if (w == Workload::long_deadline) return run_long_deadline<C>(tasks);
+    return AdapterImpl<C>::run(w, tasks);
   }
 };
 
@@ -133,7 +139,8 @@ IdleCpu idle_cpu_of(std::string config, crew::PoolOptions options, double second
 
 }  // namespace
 
-std::unique_ptr<Impl> make_crew_impl() { return std::make_unique<CrewImpl>(); }
+std::unique_ptr<Impl> make_crew_impl() { return std::make_unique<CrewImpl<Crew>>(); }
+std::unique_ptr<Impl> make_crew_fifo_impl() { return std::make_unique<CrewImpl<CrewFifo>>(); }
 
 std::vector<IdleCpu> measure_idle_cpu(double seconds) {
   std::vector<IdleCpu> out;

@@ -67,7 +67,7 @@ constexpr std::string_view kUsage =
     "  --rounds R        interleaved rounds; medians are over these (default 9)\n"
     "  --json PATH       also write the results as a JSON array\n"
     "  --idle-seconds S  idle-CPU window per configuration; 0 skips it (default 5)\n"
-    "  --impl LIST       crew,tbb_enqueue,tbb_task_group,asio,thread_pool_deb\n"
+    "  --impl LIST       crew,crew_fifo,tbb_enqueue,tbb_task_group,asio,thread_pool_deb\n"
     "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -135,6 +135,7 @@ bool selected(const std::vector<std::string>& filter, std::string_view name) {
 std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   std::vector<std::unique_ptr<Impl>> all;
   all.push_back(make_crew_impl());
+  all.push_back(make_crew_fifo_impl());
   all.push_back(make_tbb_enqueue_impl());
   all.push_back(make_tbb_task_group_impl());
   all.push_back(make_asio_impl());

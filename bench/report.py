@@ -25,7 +25,7 @@ README = ROOT / "README.md"
 OPEN_MARK = "<!-- bench-table -->"
 CLOSE_MARK = "<!-- /bench-table -->"
 
-IMPLS = ["crew", "tbb_enqueue", "tbb_task_group", "asio", "thread_pool_deb"]
+IMPLS = ["crew", "crew_fifo", "tbb_enqueue", "tbb_task_group", "asio", "thread_pool_deb"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline"]
 EXTRAS = {"idle_cpu", "queued_memory", "post_allocs"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9

@@ -51,29 +51,53 @@ struct WorkerCounters {
 
 void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept;
 
-struct Worker {
-  Worker(std::uint64_t id_in, Core* core) : id(id_in) { frame.core = core; }
+// What to stop, taken under a worker's cur_mu and fired outside it (stop
+// callbacks are user code).
+struct StopTarget {
+  TaskStateBase* task = nullptr;  // holds a reference
+  std::stop_source source{std::nostopstate};
+  StopReason reason = StopReason::none;
+  void fire() noexcept;
+};
+
+struct Worker final : LongRunner {
+  Worker(std::uint64_t id_in, Core* core) : id(id_in), shard_hint(id_in) { frame.core = core; }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
+
+  // Runs an inline long task at this worker's top level (see LongRunner).
+  void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept override;
 
   const std::uint64_t id;
   std::thread thread;  // guarded by Control::mu
   std::atomic<WorkerState> state{WorkerState::starting};
   std::atomic<bool> exit_requested{false};  // stop_worker
+  // Set under cur_mu (and Control::mu) when the worker is written off; the
+  // worker reads it under cur_mu when its run ends, so exactly one of them
+  // counts the outcome.
   std::atomic<bool> abandoned{false};
-  // Tasks started so far; the shutdown's abandonment check compares it.
+  // Tasks started so far (worker-written).
   std::atomic<std::uint64_t> task_seq{0};
   // Futex word of the idle stack: bumped by the waker that pops this worker.
   std::atomic<std::uint32_t> wake_word{0};
   bool in_idle_stack = false;  // guarded by Control::idle_mu
   // Worker-thread only.
   std::uint32_t seen_attention = 0;
+  std::size_t shard_hint;
+  // The end time of the last long run and the task_seq it ended: a run that
+  // starts right after it (no other task, no wait in between) reuses it as
+  // its start time instead of reading the clock again.
+  std::int64_t clock_ns = 0;
+  std::uint64_t clock_seq = 0;
 
-  // The task-state task running now, for snapshots and the supervisor.
+  // The top-level run the supervisor watches: a long task (task state or
+  // inline) or a task-state short task (for snapshots).
   mutable SpinLock cur_mu;
   TaskStateBase* cur_task CREW_GUARDED_BY(cur_mu) = nullptr;
+  bool cur_long CREW_GUARDED_BY(cur_mu) = false;
   std::int64_t cur_started_ns CREW_GUARDED_BY(cur_mu) = 0;
   std::int64_t cur_deadline_ns CREW_GUARDED_BY(cur_mu) = 0;  // 0 = none
+  StopReason cur_reason CREW_GUARDED_BY(cur_mu) = StopReason::none;  // inline runs
 
   RunFrame frame;  // stop source of its top-level long tasks
   alignas(kCacheLine) WorkerCounters counts;

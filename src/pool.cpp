@@ -28,6 +28,13 @@ void require_non_negative(const char* field, std::chrono::nanoseconds d) {
   if (d.count() < 0) invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
 }
 
+// One queue shard per hardware thread, at least 4 (so that a few producers
+// on a small machine still get a shard each), at most 64.
+constexpr std::size_t kMaxShards = 64;
+std::size_t default_queue_shards() noexcept {
+  return std::clamp<std::size_t>(hardware_threads(), 4, kMaxShards);
+}
+
 // Upper bound on workers: far beyond any sane setting, low enough to catch a
 // negative number converted to size_t.
 constexpr std::size_t kMaxWorkersLimit = 1 << 16;
@@ -44,6 +51,11 @@ PoolOptions resolved(PoolOptions o) {
                                std::to_string(o.max_workers) + ")");
   }
   if (o.queue_capacity == 0) o.queue_capacity = 1000 * hardware_threads();
+  if (o.queue_shards == 0) o.queue_shards = default_queue_shards();
+  if (o.queue_shards > kMaxShards) {
+    invalid("queue_shards", std::to_string(o.queue_shards) + " exceeds the limit of " +
+                                std::to_string(kMaxShards));
+  }
   require_non_negative("idle_timeout", o.idle_timeout);
   if (o.idle_timeout.count() == 0) invalid("idle_timeout", "must be positive");
   require_non_negative("task_timeout", o.task_timeout);
@@ -99,7 +111,7 @@ void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept {
 
 Core::Core(PoolOptions options)
     : opts_(resolved(std::move(options))),
-      queue_(opts_.queue_capacity),
+      queue_(opts_.queue_capacity, opts_.queue_shards),
       max_workers_(opts_.max_workers),
       ctl_(std::make_unique<Control>()) {}
 
@@ -200,7 +212,7 @@ void Core::resize(std::size_t max_workers) {
 }
 
 bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
-  TaskStateBase* task = nullptr;
+  StopTarget target;
   {
     MutexLock lock(ctl_->mu);
     const auto it = std::find_if(ctl_->workers.begin(), ctl_->workers.end(),
@@ -210,19 +222,15 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
     if (w.exit_requested.exchange(true)) return true;
     if (how == WorkerStop::hard) {
       w.cur_mu.lock();
-      task = w.cur_task;
-      if (task != nullptr) task->add_ref();
+      (void)prepare_stop_locked(w, StopReason::cancelled, target);
       w.cur_mu.unlock();
     }
     attention_.fetch_add(1, std::memory_order_release);
   }
-  if (task != nullptr) {
-    task->request_stop(StopReason::cancelled);  // user stop callbacks run outside our locks
-    task->release();
-  }
+  target.fire();  // user stop callbacks run outside our locks
   wake_all_sleepers();
   ctl_->workers_changed.notify_all();  // a paused worker exits too
-  wake_supervisor();                   // keeps min_workers
+  wake_supervisor();                   // keeps min_workers, watches the grace period
   return true;
 }
 
@@ -279,10 +287,8 @@ std::vector<WorkerInfo> Core::workers() const {
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
     w->cur_mu.lock();
-    if (w->cur_task != nullptr) {
-      info.task = TaskRef{w->cur_task->id, w->cur_task->name};
-      if (w->cur_started_ns != 0) info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
-    }
+    if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name};
+    if (w->cur_started_ns != 0) info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
     w->cur_mu.unlock();
     out.push_back(std::move(info));
   }

@@ -209,26 +209,23 @@ void Core::sweep_queue(bool run) {
 
 // Stops the token of every running long task.
 void Core::stop_running() {
-  std::vector<TaskStateBase*> running;
+  std::vector<StopTarget> targets;
   {
     MutexLock lock(ctl_->mu);
     for (const auto& w : ctl_->workers) {
+      StopTarget t;
       w->cur_mu.lock();
-      if (w->cur_task != nullptr && w->cur_task->is_long) {
-        w->cur_task->add_ref();
-        running.push_back(w->cur_task);
-      }
+      const bool found = prepare_stop_locked(*w, StopReason::shutdown, t);
       w->cur_mu.unlock();
+      if (found) targets.push_back(std::move(t));
     }
     for (TaskStateBase* s : ctl_->foreign) {
       s->add_ref();
-      running.push_back(s);
+      targets.push_back(StopTarget{s, std::stop_source(std::nostopstate), StopReason::shutdown});
     }
   }
-  for (TaskStateBase* s : running) {
-    s->request_stop(StopReason::shutdown);
-    s->release();
-  }
+  for (StopTarget& t : targets) t.fire();
+  wake_supervisor();  // it watches the grace periods of inline runs
 }
 
 // After the hard phase's grace: writes off the workers still running a task
@@ -238,23 +235,17 @@ void Core::abandon_busy(bool force) {
   ShutdownReport* r = ctl_->report;
   std::vector<std::shared_ptr<Worker>> hung;
   for (const auto& w : ctl_->workers) {
-    w->cur_mu.lock();
-    TaskStateBase* s = w->cur_task;
     bool write_off = false;
-    if (s != nullptr) {
-      const TaskStatus outcome = s->stop_reason() == StopReason::timed_out ? TaskStatus::timed_out
-                                                                          : TaskStatus::cancelled;
-      if (s->finish(outcome, Errc::abandoned)) {
-        shared_.add(outcome);
-        if (r != nullptr) r->abandoned.push_back({s->id, s->name});
-        write_off = true;
-      }
+    w->cur_mu.lock();
+    if (w->cur_task != nullptr || w->cur_long) {
+      write_off = write_off_run_locked(*w, r);
     } else if (w->state.load(std::memory_order_relaxed) == WorkerState::busy || force) {
-      // A plain task (no handle, no name) or a thread stuck outside a task:
-      // its outcome is counted by the thread if it ever returns.
+      // A plain short task (no handle, no name), or a thread stuck outside a
+      // task: its outcome is counted by the thread if it ever returns.
       if (r != nullptr && w->state.load(std::memory_order_relaxed) == WorkerState::busy) {
         ++r->abandoned_unnamed;
       }
+      w->abandoned.store(true, std::memory_order_release);
       write_off = true;
     }
     w->cur_mu.unlock();

@@ -193,7 +193,7 @@ void Core::supervise() noexcept {
 std::int64_t Core::watch_workers(std::int64_t now) {
   Control& ctl = *ctl_;
   std::int64_t next = kNever;
-  std::vector<TaskStateBase*> to_stop;
+  std::vector<StopTarget> to_stop;
   std::vector<std::shared_ptr<Worker>> to_join;
   const std::int64_t grace = opts_.abandon_grace.count();
   {
@@ -201,27 +201,20 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     std::vector<std::shared_ptr<Worker>> hung;
     for (const auto& w : ctl.workers) {
       w->cur_mu.lock();
-      TaskStateBase* s = w->cur_task;
-      if (s != nullptr && s->is_long) {
+      if (w->cur_long) {
         const std::int64_t stop_at = w->frame.stop_at_ns.load(std::memory_order_acquire);
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= stop_at + grace) {
-            const TaskStatus outcome =
-                s->stop_reason() == StopReason::timed_out ? TaskStatus::timed_out
-                                                          : TaskStatus::cancelled;
-            if (s->finish(outcome, Errc::abandoned)) {
-              shared_.add(outcome);
-              if (ctl.report != nullptr) ctl.report->abandoned.push_back({s->id, s->name});
-              hung.push_back(w);
-            }
+            if (write_off_run_locked(*w, ctl.report)) hung.push_back(w);
           } else {
             next = std::min(next, stop_at + grace);
           }
         } else if (deadline != 0) {
           if (now >= deadline) {
-            s->add_ref();
-            to_stop.push_back(s);  // request_stop sets stop_at and wakes us again
+            StopTarget t;
+            if (prepare_stop_locked(*w, StopReason::timed_out, t)) to_stop.push_back(std::move(t));
+            next = std::min(next, now + grace);
           } else {
             next = std::min(next, deadline);
           }
@@ -255,14 +248,37 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     }
     to_join.swap(ctl.exited);
   }
-  for (TaskStateBase* s : to_stop) {
-    s->request_stop(StopReason::timed_out);
-    s->release();
-  }
+  for (StopTarget& t : to_stop) t.fire();
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }
   return next;
+}
+
+// Under Control::mu and w.cur_mu: decides the outcome of the worker's
+// current run as abandoned (cancelled, or timed_out if its deadline stopped
+// it) and marks the worker, so that the run's own end does not count it
+// again. False if the run's task had already finished.
+bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
+  w.cur_mu.assert_held();
+  TaskStatus outcome = TaskStatus::cancelled;
+  if (w.cur_task != nullptr) {
+    TaskStateBase* s = w.cur_task;
+    if (s->stop_reason() == StopReason::timed_out) outcome = TaskStatus::timed_out;
+    if (!s->finish(outcome, Errc::abandoned)) return false;
+    if (report != nullptr) {
+      try {
+        report->abandoned.push_back({s->id, s->name});
+      } catch (...) {
+      }
+    }
+  } else {
+    if (w.cur_reason == StopReason::timed_out) outcome = TaskStatus::timed_out;
+    if (report != nullptr) ++report->abandoned_unnamed;
+  }
+  shared_.add(outcome);
+  w.abandoned.store(true, std::memory_order_release);
+  return true;
 }
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;

@@ -123,7 +123,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
       if (attention_.load(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(w, how)) break;
       }
-      if (queue_.try_pop(cell)) {
+      if (queue_.try_pop(cell, w.shard_hint)) {
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }
@@ -177,9 +177,10 @@ bool Core::attend(Worker& w, Exit& how) {
 // Polls the queue for opts_.spin. Always gives up the spinning token.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
+  w.clock_ns = 0;  // the next run waited: read the clock afresh
   const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
   for (unsigned i = 0;; ++i) {
-    if (queue_.try_pop(cell)) {
+    if (queue_.try_pop(cell, w.shard_hint)) {
       // The last spinner to find work brings in help if more is queued (a
       // sleeper, else a new worker): a burst ramps up with one wake-up per
       // worker, and a submitter that saw this spinner is never left alone.
@@ -290,11 +291,11 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
   w.state.store(WorkerState::busy, std::memory_order_relaxed);
   w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   try {
-    cell.invoke_and_destroy();
-    w.counts.succeeded.inc();
+    if (!cell.invoke_and_destroy(&w)) w.counts.succeeded.inc();
   } catch (...) {
-    w.counts.failed.inc();
+    // Reported before it is counted: wait_idle() returns only after handlers ran.
     report_exception(TaskRef{}, std::current_exception());
+    w.counts.failed.inc();
   }
   if (w.abandoned.load(std::memory_order_acquire)) [[unlikely]] return false;
   w.state.store(WorkerState::idle, std::memory_order_relaxed);
@@ -323,38 +324,82 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
   return keep_going;
 }
 
+namespace {
+
+// The start time of a long run on `w`: the end of the previous run when this
+// one follows it directly, else the clock.
+std::int64_t start_time(Worker& w) noexcept {
+  if (w.clock_ns != 0 && w.clock_seq + 1 == w.task_seq.load(std::memory_order_relaxed)) {
+    return w.clock_ns;
+  }
+  return now_ns();
+}
+
+void end_time(Worker& w, std::int64_t end) noexcept {
+  w.clock_ns = end;
+  w.clock_seq = w.task_seq.load(std::memory_order_relaxed);
+}
+
+// Replaces a source a stop went through, and creates it on first use.
+void ready_source(RunFrame& frame) {
+  if (frame.poisoned || !frame.source.stop_possible()) {
+    frame.source = std::stop_source();
+    frame.poisoned = false;
+  }
+}
+
+// The outcome of a long run that returned (or threw: `outcome` is failed).
+TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, std::int64_t end,
+                  Errc& why) noexcept {
+  why = Errc{};
+  if (stop == StopReason::cancelled || stop == StopReason::shutdown) {
+    why = Errc::cancelled;
+    return TaskStatus::cancelled;
+  }
+  if (stop == StopReason::timed_out || (deadline != 0 && end > deadline)) {
+    why = Errc::timed_out;
+    return TaskStatus::timed_out;
+  }
+  return outcome;
+}
+
+}  // namespace
+
 void Core::run_claimed_here(TaskStateBase* s) noexcept {
   (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false);
 }
 
 // Runs a task state that is in `running`. `w` is the worker of this pool
 // running it, or null on any other thread. Top-level runs on a worker are
-// watched by the supervisor through the worker; other long runs register in
-// Control::foreign (hard shutdown) and the timer heap (their deadline).
-// Returns false if the task was abandoned meanwhile (top-level only).
+// watched by the supervisor through the worker's run slot; other long runs
+// register in Control::foreign (hard shutdown) and the timer heap (their
+// deadline). Returns false if the worker was abandoned meanwhile.
 bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
   const bool watched = w != nullptr && top_level;
   RunFrame local;
+  local.core = this;
   RunFrame* frame = watched ? &w->frame : &local;
+  std::int64_t start = 0;
   std::int64_t deadline = 0;
   if (s->is_long) {
-    if (frame->poisoned) {
-      frame->source = std::stop_source();
-      frame->poisoned = false;
+    try {
+      ready_source(*frame);
+    } catch (...) {  // out of memory for the stop state: run without one
     }
-    local.core = this;
-    frame->stop_at_ns.store(0, std::memory_order_relaxed);
-    if (s->timeout.count() > 0) deadline = now_ns() + s->timeout.count();
+    start = watched ? start_time(*w) : now_ns();
+    if (s->timeout.count() > 0) deadline = start + s->timeout.count();
   }
   if (watched) {
-    const std::int64_t started = s->is_long ? (deadline != 0 ? deadline - s->timeout.count() : now_ns()) : 0;
     w->cur_mu.lock();
     w->cur_task = s;
-    w->cur_started_ns = started;
+    w->cur_long = s->is_long;
+    w->cur_started_ns = start;
     w->cur_deadline_ns = deadline;
+    frame->stop_at_ns.store(0, std::memory_order_relaxed);
     w->cur_mu.unlock();
-    if (deadline != 0 && deadline < sup_next_wake_.load(std::memory_order_seq_cst)) {
-      wake_supervisor();
+    if (deadline != 0) {
+      const std::int64_t next = sup_next_wake_.load(std::memory_order_seq_cst);
+      if (next == 0 || deadline < next) wake_supervisor();
     }
   } else if (s->is_long) {
     register_foreign(s, deadline);
@@ -374,36 +419,148 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     outcome = TaskStatus::failed;
   }
   if (s->is_long) s->detach_runner();
+  const std::int64_t end = s->is_long ? now_ns() : 0;
   if (watched) {
+    if (s->is_long) end_time(*w, end);
     w->cur_mu.lock();
+    const bool abandoned = w->abandoned.load(std::memory_order_relaxed);
     w->cur_task = nullptr;
+    w->cur_long = false;
     w->cur_started_ns = 0;
     w->cur_deadline_ns = 0;
     w->cur_mu.unlock();
+    if (abandoned) return false;  // its outcome was decided when it was written off
   } else if (s->is_long) {
     unregister_foreign(s);
   }
 
   Errc why{};
-  const StopReason stop = s->stop_reason();
-  if (stop == StopReason::cancelled || stop == StopReason::shutdown) {
-    outcome = TaskStatus::cancelled;
-    why = Errc::cancelled;
-  } else if (stop == StopReason::timed_out || (deadline != 0 && now_ns() > deadline)) {
-    outcome = TaskStatus::timed_out;
-    why = Errc::timed_out;
+  outcome = decide(outcome, s->stop_reason(), deadline, end, why);
+  if (!s->finish(outcome, why)) return true;  // cannot happen off the top level
+  if (outcome == TaskStatus::failed && s->detached) {
+    report_exception(TaskRef{s->id, s->name}, s->error);
   }
-  if (!s->finish(outcome, why)) return !watched;  // abandoned: outcome decided elsewhere
+  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) note_stopped(s, outcome);
   if (w != nullptr) {
     w->counts.add(outcome);
   } else {
     shared_.add(outcome);
   }
-  if (outcome == TaskStatus::failed && s->detached) {
-    report_exception(TaskRef{s->id, s->name}, s->error);
-  }
-  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) note_stopped(s, outcome);
   return true;
+}
+
+// An inline long task at a worker's top level: no task state, no
+// allocation. The run slot under cur_mu is what the supervisor and a hard
+// shutdown see; the stop reason is kept there too.
+void Worker::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept {
+  Core& c = *frame.core;
+  try {
+    ready_source(frame);
+  } catch (...) {
+  }
+  const std::int64_t start = start_time(*this);
+  const std::int64_t deadline = timeout.count() > 0 ? start + timeout.count() : 0;
+  cur_mu.lock();
+  cur_long = true;
+  cur_started_ns = start;
+  cur_deadline_ns = deadline;
+  cur_reason = StopReason::none;
+  frame.stop_at_ns.store(0, std::memory_order_relaxed);
+  cur_mu.unlock();
+  if (deadline != 0) {
+    const std::int64_t next = c.sup_next_wake_.load(std::memory_order_seq_cst);
+    if (next == 0 || deadline < next) c.wake_supervisor();
+  }
+
+  TaskStatus outcome = TaskStatus::succeeded;
+  std::exception_ptr error;
+  try {
+    TaskContext ctx;
+    ctx.stop_token = frame.source.get_token();
+    ctx.deadline = time_point_of(deadline);
+    call(fn, ctx);
+  } catch (...) {
+    error = std::current_exception();
+    outcome = TaskStatus::failed;
+  }
+  const std::int64_t end = now_ns();
+  end_time(*this, end);
+  cur_mu.lock();
+  const bool written_off = abandoned.load(std::memory_order_relaxed);
+  const StopReason stop = cur_reason;
+  cur_long = false;
+  cur_started_ns = 0;
+  cur_deadline_ns = 0;
+  cur_mu.unlock();
+  if (written_off) return;  // counted when it was written off
+  Errc why{};
+  outcome = decide(outcome, stop, deadline, end, why);
+  if (outcome == TaskStatus::failed) c.report_exception(TaskRef{}, error);
+  counts.add(outcome);
+}
+
+namespace {
+
+// Runs a LongCall as a task state: for inline long tasks that end up on a
+// thread other than a worker's top level.
+class CallState final : public ResultStateBase<void> {
+ public:
+  CallState(LongCall call, void* fn) noexcept : call_(call), fn_(fn) {}
+  void run(const TaskContext& ctx) override { call_(fn_, ctx); }
+
+ private:
+  LongCall call_;
+  void* fn_;
+};
+
+}  // namespace
+
+void Core::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept {
+  CallState* s = nullptr;
+  try {
+    s = new CallState(call, fn);
+  } catch (...) {
+    count_here(TaskStatus::failed);
+    report_exception(TaskRef{}, std::current_exception());
+    return;
+  }
+  s->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+  s->owner = this;
+  s->is_long = true;
+  s->detached = true;
+  s->timeout = timeout;
+  s->leave_queue(TaskStatus::running);
+  run_claimed_here(s);
+  s->release();
+}
+
+// Under w.cur_mu: prepares a stop of the worker's current top-level long
+// run. False if there is none.
+bool Core::prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {
+  w.cur_mu.assert_held();
+  if (!w.cur_long) return false;
+  out.reason = why;
+  if (w.cur_task != nullptr) {
+    w.cur_task->add_ref();
+    out.task = w.cur_task;  // request_stop records the time and wakes the supervisor
+    return true;
+  }
+  if (w.cur_reason == StopReason::none) w.cur_reason = why;
+  w.frame.poisoned = true;
+  std::int64_t unset = 0;
+  w.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+  out.source = w.frame.source;
+  return true;
+}
+
+void StopTarget::fire() noexcept {
+  if (task != nullptr) {
+    task->request_stop(reason);
+    task->release();
+    task = nullptr;
+  } else if (source.stop_possible()) {
+    source.request_stop();
+  }
 }
 
 }  // namespace crew::detail

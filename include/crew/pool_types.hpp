@@ -63,6 +63,12 @@ struct PoolOptions {
   // The first 65,536 slots (64 bytes each) are a lock-free ring whose pages are
   // touched only as they are used; beyond that, a locked deque.
   std::size_t queue_capacity = 0;
+  // The queue is split into shards so that concurrent submitters do not
+  // contend on one tail; order is FIFO per submitting thread. 0 picks one
+  // shard per hardware thread (at least 4, at most 64); 1 gives a single
+  // queue, FIFO across all submitters. Rounded down to a power of two and
+  // to at most queue_capacity.
+  std::size_t queue_shards = 0;
   Overflow overflow = Overflow::block;
   // Callers that may wait in a blocking submission at once; further ones get
   // Admission::too_many_blocked. 0 means no limit.

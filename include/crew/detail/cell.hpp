@@ -1,6 +1,11 @@
-// crew/detail/cell.hpp: a type-erased, move-only `void()` callable stored
-// inline in 56 bytes, so that a queue slot (8-byte turn + cell) is one cache
-// line. Callables up to kInlineSize bytes never allocate; larger ones are boxed.
+// crew/detail/cell.hpp: a type-erased, move-only callable stored inline in
+// 56 bytes, so that a queue slot (8-byte turn + cell) is one cache line.
+// Callables up to kInlineSize bytes never allocate; larger ones are boxed.
+//
+// A cell runs either a plain `void()` callable, or a callable with a member
+// `run_with(void* runner)` (a long task posted without a task state, see
+// core.hpp's LongFn): it is given the runner passed to invoke_and_destroy,
+// which supplies its stop token and watches its deadline.
 #pragma once
 
 #include <cstddef>
@@ -15,12 +20,17 @@ inline constexpr std::size_t kInlineSize = 48;
 
 class TaskStateBase;
 
+template <class F>
+concept RunsWithRunner = requires(F& f, void* runner) { f.run_with(runner); };
+
 // What a cell holds: a plain callable, or an owning reference to a TaskState
 // (tasks with a handle, a name, a deadline or a stop token).
 class Cell {
  public:
   enum class Op : unsigned char { invoke, relocate, destroy };
-  using OpsFn = void (*)(Op, Cell* self, Cell* dst);
+  // invoke: `arg` is the runner; returns true if the runner counted the
+  // outcome. relocate: `arg` is the destination cell.
+  using OpsFn = bool (*)(Op, Cell* self, void* arg);
 
   Cell() noexcept = default;
   Cell(const Cell&) = delete;
@@ -70,8 +80,9 @@ class Cell {
   }
 
   // Runs a plain callable and destroys it, leaving the cell empty. The callable
-  // is destroyed even when it throws.
-  void invoke_and_destroy() {
+  // is destroyed even when it throws. Returns true if `runner` ran it and
+  // counted its outcome (a long task); exceptions of the others propagate.
+  bool invoke_and_destroy(void* runner = nullptr) {
     OpsFn ops = ops_;
     struct Guard {
       Cell* c;
@@ -81,7 +92,7 @@ class Cell {
         c->clear();
       }
     } guard{this, ops};
-    ops(Op::invoke, this, nullptr);
+    return ops(Op::invoke, this, runner);
   }
 
   // Destroys a plain callable without running it.
@@ -97,13 +108,25 @@ class Cell {
   }
 
   template <class D>
-  static void inline_ops(Op op, Cell* self, Cell* dst) {
+  static bool call(D& f, void* runner) {
+    if constexpr (RunsWithRunner<D>) {
+      f.run_with(runner);
+      return true;
+    } else {
+      (void)runner;
+      f();
+      return false;
+    }
+  }
+
+  template <class D>
+  static bool inline_ops(Op op, Cell* self, void* arg) {
     D* f = std::launder(reinterpret_cast<D*>(self->storage_));
     switch (op) {
       case Op::invoke:
-        (*f)();
-        break;
-      case Op::relocate:
+        return call(*f, arg);
+      case Op::relocate: {
+        Cell* dst = static_cast<Cell*>(arg);
         if constexpr (std::is_trivially_copyable_v<D>) {
           std::memcpy(dst->storage_, self->storage_, sizeof(D));
         } else {
@@ -112,28 +135,32 @@ class Cell {
         }
         dst->ops_ = self->ops_;
         break;
+      }
       case Op::destroy:
         f->~D();
         break;
     }
+    return false;
   }
 
   template <class D>
-  static void boxed_ops(Op op, Cell* self, Cell* dst) {
+  static bool boxed_ops(Op op, Cell* self, void* arg) {
     D* f;
     std::memcpy(&f, self->storage_, sizeof(f));
     switch (op) {
       case Op::invoke:
-        (*f)();
-        break;
-      case Op::relocate:
+        return call(*f, arg);
+      case Op::relocate: {
+        Cell* dst = static_cast<Cell*>(arg);
         std::memcpy(dst->storage_, self->storage_, sizeof(f));
         dst->ops_ = self->ops_;
         break;
+      }
       case Op::destroy:
         delete f;
         break;
     }
+    return false;
   }
 
   OpsFn ops_ = nullptr;

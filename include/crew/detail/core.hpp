@@ -31,6 +31,7 @@ namespace crew::detail {
 class Core;
 struct Control;
 struct Worker;
+struct StopTarget;
 
 // The worker running on this thread, if any (set for the life of its loop).
 struct CurrentWorker {
@@ -38,6 +39,40 @@ struct CurrentWorker {
   Worker* worker = nullptr;
 };
 inline thread_local CurrentWorker t_current{};
+
+// Runs a long task that was posted without a task state (stored inline in
+// its cell): supplies its stop token and deadline and counts its outcome. A
+// worker does this for its top-level tasks; the pool itself (Core) for any
+// other thread, by wrapping the call in a task state.
+using LongCall = void (*)(void* fn, const TaskContext& ctx);
+class LongRunner {
+ public:
+  virtual void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept = 0;
+
+ protected:
+  LongRunner() = default;
+  LongRunner(const LongRunner&) = default;
+  LongRunner& operator=(const LongRunner&) = default;
+  ~LongRunner() = default;
+};
+
+template <class D>
+void call_long(void* fn, const TaskContext& ctx) {
+  D& f = *static_cast<D*>(fn);
+  if constexpr (std::is_invocable_v<D&, const TaskContext&>) {
+    (void)f(ctx);
+  } else {
+    (void)f(ctx.stop_token);
+  }
+}
+
+// The cell content of an unnamed long task posted fire-and-forget.
+template <class D>
+struct LongFn {
+  std::chrono::nanoseconds timeout;
+  D fn;
+  void run_with(void* runner) { static_cast<LongRunner*>(runner)->run_long(timeout, &call_long<D>, &fn); }
+};
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
 // drops, abandonments. Rare paths, so shared atomics are fine.
@@ -52,7 +87,7 @@ struct SharedCounters {
   [[nodiscard]] OutcomeCounts read() const noexcept;
 };
 
-class Core : public std::enable_shared_from_this<Core> {
+class Core final : public std::enable_shared_from_this<Core>, public LongRunner {
  public:
   enum class Route : std::uint8_t { queued, run_here, refused };
 
@@ -71,7 +106,10 @@ class Core : public std::enable_shared_from_this<Core> {
   Admission post(F&& f, TaskOptions&& opts, bool may_block) {
     using D = std::decay_t<F>;
     if constexpr (is_long_task_v<D>) {
-      return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
+        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
     } else {
       if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
@@ -106,6 +144,9 @@ class Core : public std::enable_shared_from_this<Core> {
   void run_claimed_here(TaskStateBase* s) noexcept;
   // Reports an exception nobody else will see (handler or stderr).
   void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
+  // LongRunner for threads other than a worker's top level: wraps the call in
+  // a task state (one allocation) and runs it with run_claimed_here.
+  void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept override;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
   void wake_supervisor() noexcept { sup_ec_.notify_one(); }
   // Removes a task's queue deadline from the timer heap (it left the queue).
@@ -146,6 +187,33 @@ class Core : public std::enable_shared_from_this<Core> {
     const Admission a = admit_state(s, may_block);
     s->release();
     return a;
+  }
+
+  // An unnamed long task without a queue deadline: inline in its cell like a
+  // short one (no allocation) when it fits, else through a task state.
+  template <class F>
+  Admission post_long_inline(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    if constexpr (Cell::fits_inline<LongFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
+      const std::chrono::nanoseconds timeout =
+          opts.timeout.count() != 0 ? opts.timeout : opts_.task_timeout;
+      Admission why = Admission::accepted;
+      auto fill = [&](Cell& c) noexcept { c.emplace(LongFn<D>{timeout, std::forward<F>(f)}); };
+      switch (route(fill, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          D local(std::forward<F>(f));
+          run_long(timeout, &call_long<D>, &local);
+          return Admission::accepted;
+        }
+        case Route::refused:
+          return why;
+      }
+      return why;
+    } else {
+      return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+    }
   }
 
   template <class F>
@@ -283,8 +351,10 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
   void after_push() noexcept {
-    // The push ended with a seq_cst store, so these loads see any worker that
-    // went to sleep before it, and any shutdown that began before it.
+    // The push claimed its slot with a seq_cst read-modify-write, so these
+    // loads see any worker that went to sleep before it (it re-checks the
+    // claimed size after announcing itself), and any shutdown that began
+    // before it.
     const PoolState st = state_.load(std::memory_order_seq_cst);
     if (st != PoolState::running) [[unlikely]] {
       if (st >= PoolState::stopping) on_push_after_close();
@@ -305,8 +375,8 @@ class Core : public std::enable_shared_from_this<Core> {
       g();
       count_here(TaskStatus::succeeded);
     } catch (...) {
-      count_here(TaskStatus::failed);
       report_exception(TaskRef{}, std::current_exception());
+      count_here(TaskStatus::failed);
     }
   }
 
@@ -341,6 +411,7 @@ class Core : public std::enable_shared_from_this<Core> {
   bool handle_cell(Worker& w, Cell& cell);
   bool handle_state(Worker& w, TaskStateBase* s);
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;
+  bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept;
   // Counts an outcome decided on this thread (a worker's own counters, or
   // the shared ones on any other thread).
   void count_here(TaskStatus outcome) noexcept;
@@ -349,6 +420,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::int64_t fire_timers(std::int64_t now);
   std::int64_t watch_workers(std::int64_t now);
   void write_off_locked(const std::shared_ptr<Worker>& w) noexcept;
+  bool write_off_run_locked(Worker& w, ShutdownReport* report) noexcept;
   void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
   void disarm_timer(TaskStateBase* s) noexcept;
   void arm_queue_deadline(TaskStateBase* s);

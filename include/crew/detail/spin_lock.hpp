@@ -24,6 +24,8 @@ class CREW_CAPABILITY("mutex") SpinLock {
     }
   }
   void unlock() noexcept CREW_RELEASE() { flag_.store(false, std::memory_order_release); }
+  // For functions whose callers hold the lock (named *_locked).
+  void assert_held() const noexcept CREW_ASSERT_CAPABILITY(this) {}
 
  private:
   std::atomic<bool> flag_{false};

@@ -1,25 +1,29 @@
 // crew/detail/task_queue.hpp: the pool's queue of cells.
 //
-// A bounded multi-producer multi-consumer ring (Vyukov style, with per-slot
-// turn numbers so zero-initialised memory is a valid empty ring and pages are
-// touched only when used), plus, for capacities above kMaxRing or unbounded
-// queues, a locked spill deque behind it. While the spill is non-empty new
-// cells go to the spill too, so order stays FIFO.
+// Shards of bounded multi-producer multi-consumer rings (Vyukov style, with
+// per-slot turn numbers so zero-initialised memory is a valid empty ring and
+// pages are touched only when used), each with a locked spill deque behind
+// it for capacities above kMaxRing or unbounded queues.
 //
 // A slot is one cache line: 8-byte turn + 56-byte cell. A consumer moves the
 // cell out before running it, so a slow task never holds a slot.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/mutex.hpp"
+#include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
@@ -33,13 +37,11 @@ class Ring {
       mask_ = cap_ - 1;
       shift_ = static_cast<unsigned>(__builtin_ctzll(cap_));
     }
-    // calloc: all turns start at 0 (= free for lap 0), cells empty.
-    slots_ = static_cast<Slot*>(std::calloc(cap_, sizeof(Slot)));
-    if (slots_ == nullptr) throw std::bad_alloc();
+    slots_ = static_cast<Slot*>(allocate_zeroed(bytes()));
   }
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
-  ~Ring() { std::free(slots_); }  // the owner drains it first
+  ~Ring() { release(slots_, bytes()); }  // the owner drains it first
 
   // Calls fill(Cell&) on a claimed slot. fill must not throw.
   template <class Fill>
@@ -50,11 +52,14 @@ class Ring {
       Slot& s = slots_[idx];
       const std::uint64_t turn = s.turn.load(std::memory_order_acquire);
       if (turn == 2 * lap) {
-        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        // seq_cst claim: a worker about to sleep re-checks the claimed tail
+        // (size()), and the submitter reads the sleepers after this; one of
+        // them sees the other. The publication can then be a plain release:
+        // a worker that sees the claim but not yet the cell spins for it.
+        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed)) {
           fill(s.cell);
-          // seq_cst: the submitter's next load (sleeping workers, pool state)
-          // must not be ordered before this publication.
-          s.turn.store(2 * lap + 1, std::memory_order_seq_cst);
+          s.turn.store(2 * lap + 1, std::memory_order_release);
           return true;
         }
       } else if (turn < 2 * lap) {
@@ -72,10 +77,12 @@ class Ring {
       Slot& s = slots_[idx];
       const std::uint64_t turn = s.turn.load(std::memory_order_acquire);
       if (turn == 2 * lap + 1) {
-        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        // seq_cst claim: pairs with a blocked submitter's re-check of size()
+        // (see Core::route_full) as the tail claim does with sleeping workers.
+        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+                                        std::memory_order_relaxed)) {
           s.cell.relocate_to(out);
-          // seq_cst: pairs with a blocked submitter's re-check (see Core).
-          s.turn.store(2 * lap + 2, std::memory_order_seq_cst);
+          s.turn.store(2 * lap + 2, std::memory_order_release);
           return true;
         }
       } else if (turn < 2 * lap + 1) {
@@ -86,9 +93,10 @@ class Ring {
     }
   }
 
+  // Claimed slots, published or not (seq_cst: see the claims above).
   [[nodiscard]] std::size_t size() const noexcept {
-    const std::uint64_t h = head_.load(std::memory_order_acquire);
-    const std::uint64_t t = tail_.load(std::memory_order_acquire);
+    const std::uint64_t h = head_.load(std::memory_order_seq_cst);
+    const std::uint64_t t = tail_.load(std::memory_order_seq_cst);
     return t > h ? static_cast<std::size_t>(t - h) : 0;
   }
   [[nodiscard]] std::uint64_t pushed() const noexcept {
@@ -112,6 +120,31 @@ class Ring {
     return {static_cast<std::size_t>(pos % cap_), pos / cap_};
   }
 
+  std::size_t bytes() const noexcept { return cap_ * sizeof(Slot); }
+
+  // Zeroed memory aligned for Slot: all turns 0 (= free for lap 0), cells
+  // empty. Large rings are mapped, so their pages are touched (and count as
+  // resident) only as the queue fills them.
+  static constexpr std::size_t kMapThreshold = std::size_t{128} << 10;
+  static void* allocate_zeroed(std::size_t n) {
+    if (n >= kMapThreshold) {
+      void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      return p;
+    }
+    void* p = std::aligned_alloc(alignof(Slot), n);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, n);
+    return p;
+  }
+  static void release(void* p, std::size_t n) noexcept {
+    if (n >= kMapThreshold) {
+      ::munmap(p, n);
+    } else {
+      std::free(p);
+    }
+  }
+
   Slot* slots_ = nullptr;
   std::size_t cap_;
   std::uint64_t mask_ = 0;
@@ -120,77 +153,245 @@ class Ring {
   alignas(kCacheLine) std::atomic<std::uint64_t> head_{0};
 };
 
-class TaskQueue {
+// The unbounded part of a shard: a linked list of blocks of cells with one
+// lock for producers (the tail) and one for consumers (the head), so pushes
+// and pops never contend with each other (Michael & Scott's two-lock queue,
+// with blocks instead of nodes: one allocation per kBlockCells cells).
+class SpillQueue {
  public:
-  static constexpr std::size_t kMaxRing = std::size_t{1} << 16;
+  explicit SpillQueue(std::size_t capacity) : cap_(capacity) {
+    Block* first = new Block;
+    head_ = first;
+    tail_ = first;
+  }
+  SpillQueue(const SpillQueue&) = delete;
+  SpillQueue& operator=(const SpillQueue&) = delete;
+  ~SpillQueue() CREW_NO_THREAD_SAFETY_ANALYSIS {  // the owner drains it first
+    Block* b = head_;
+    while (b != nullptr) {
+      Block* next = b->next.load(std::memory_order_relaxed);
+      delete b;
+      b = next;
+    }
+  }
+
+  template <class Fill>
+  bool try_push(Fill& fill) noexcept {
+    SpinLockGuard lock(tail_mu_);
+    const std::uint64_t pushed = pushed_.load(std::memory_order_relaxed);
+    if (cap_ != kUnboundedSpill && pushed - popped_.load(std::memory_order_acquire) >= cap_) {
+      return false;
+    }
+    Block* b = tail_;
+    std::size_t n = b->written.load(std::memory_order_relaxed);
+    if (n == kBlockCells) {
+      Block* fresh = new (std::nothrow) Block;
+      if (fresh == nullptr) return false;  // out of memory: report full, lose nothing
+      b->next.store(fresh, std::memory_order_release);
+      tail_ = b = fresh;
+      n = 0;
+    }
+    fill(b->cells[n]);
+    b->written.store(n + 1, std::memory_order_release);
+    // A read-modify-write (not a store), seq_cst: the same claim protocol as
+    // the ring's tail.
+    pushed_.fetch_add(1, std::memory_order_seq_cst);
+    return true;
+  }
+
+  bool try_pop(Cell& out) noexcept {
+    SpinLockGuard lock(head_mu_);
+    Block* b = head_;
+    if (b->read == kBlockCells) {
+      Block* next = b->next.load(std::memory_order_acquire);
+      if (next == nullptr) return false;
+      head_ = next;
+      delete b;  // the producer moved on when it published `next`
+      b = next;
+    }
+    if (b->read == b->written.load(std::memory_order_acquire)) return false;
+    b->cells[b->read++].relocate_to(out);
+    popped_.fetch_add(1, std::memory_order_seq_cst);
+    return true;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept {
+    const std::uint64_t popped = popped_.load(std::memory_order_seq_cst);
+    const std::uint64_t pushed = pushed_.load(std::memory_order_seq_cst);
+    return pushed > popped ? static_cast<std::size_t>(pushed - popped) : 0;
+  }
+  [[nodiscard]] std::uint64_t pushed() const noexcept {
+    return pushed_.load(std::memory_order_relaxed);
+  }
+
+  static constexpr std::size_t kUnboundedSpill = static_cast<std::size_t>(-1);
+
+ private:
+  static constexpr std::size_t kBlockCells = 254;  // a block is about 14 KiB
+  struct Block {
+    std::atomic<std::size_t> written{0};  // cells published by producers
+    std::size_t read = 0;                 // cells taken (under head_mu_)
+    std::atomic<Block*> next{nullptr};
+    Cell cells[kBlockCells];
+  };
+  class CREW_SCOPED_CAPABILITY SpinLockGuard {
+   public:
+    explicit SpinLockGuard(SpinLock& mu) CREW_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+    ~SpinLockGuard() CREW_RELEASE() { mu_.unlock(); }
+    SpinLockGuard(const SpinLockGuard&) = delete;
+    SpinLockGuard& operator=(const SpinLockGuard&) = delete;
+
+   private:
+    SpinLock& mu_;
+  };
+
+  const std::size_t cap_;
+  alignas(kCacheLine) SpinLock tail_mu_;
+  Block* tail_ CREW_GUARDED_BY(tail_mu_) = nullptr;
+  std::atomic<std::uint64_t> pushed_{0};
+  alignas(kCacheLine) SpinLock head_mu_;
+  Block* head_ CREW_GUARDED_BY(head_mu_) = nullptr;
+  std::atomic<std::uint64_t> popped_{0};
+};
+
+// One shard: a ring, plus (for large or unbounded capacities) a spill queue
+// behind it. While the spill is non-empty new cells go to the spill too, so
+// order within the shard stays FIFO.
+class Shard {
+ public:
   static constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
 
-  explicit TaskQueue(std::size_t capacity)
-      : ring_(capacity < kMaxRing ? capacity : kMaxRing),
-        spill_cap_(capacity == kUnbounded ? kUnbounded
-                   : capacity > kMaxRing  ? capacity - kMaxRing
-                                          : 0) {}
+  Shard(std::size_t ring_capacity, std::size_t spill_capacity)
+      : ring_(ring_capacity), spill_cap_(spill_capacity) {
+    if (spill_cap_ != 0) spill_ = std::make_unique<SpillQueue>(spill_cap_);
+  }
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  template <class Fill>
+  bool try_push(Fill&& fill) noexcept {
+    if (spill_cap_ == 0) return ring_.try_push(fill);
+    if (spill_->size() == 0 && ring_.try_push(fill)) return true;
+    return spill_->try_push(fill);
+  }
+
+  bool try_pop(Cell& out) noexcept {
+    if (ring_.try_pop(out)) return true;
+    if (spill_cap_ == 0 || spill_->size() == 0) return false;
+    // The ring may have been refilled before the spill was used; order
+    // within the shard is kept by taking the ring first.
+    return spill_->try_pop(out) || ring_.try_pop(out);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept {
+    return ring_.size() + (spill_cap_ == 0 ? 0 : spill_->size());
+  }
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return spill_cap_ == kUnbounded ? kUnbounded : ring_.capacity() + spill_cap_;
+  }
+  [[nodiscard]] std::uint64_t pushed() const noexcept {
+    return ring_.pushed() + (spill_cap_ == 0 ? 0 : spill_->pushed());
+  }
+
+ private:
+  Ring ring_;
+  const std::size_t spill_cap_;
+  std::unique_ptr<SpillQueue> spill_;
+};
+
+// The pool's queue: a power-of-two number of shards. A submitting thread
+// pushes to "its" shard (picked once per thread), so producers do not
+// contend on one tail, and a producer preempted in the middle of a push
+// (its slot claimed, not yet published) holds up only its own shard. A
+// consumer scans from the shard where it last found work. Order is FIFO per
+// producer, not across producers. The capacity is split across shards; a
+// push to a full shard tries the others before the queue counts as full.
+class TaskQueue {
+ public:
+  static constexpr std::size_t kMaxRing = std::size_t{1} << 16;  // ring slots per shard
+  static constexpr std::size_t kUnbounded = Shard::kUnbounded;
+
+  TaskQueue(std::size_t capacity, std::size_t shards) {
+    std::size_t n = 1;
+    while (n * 2 <= shards && n * 2 <= capacity) n *= 2;
+    mask_ = n - 1;
+    shards_ = std::make_unique<std::unique_ptr<Shard>[]>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // This shard's share of the capacity: a ring of up to kMaxRing slots
+      // (calloc'ed, so pages are touched only as they fill), the rest spill.
+      const std::size_t share =
+          capacity == kUnbounded ? kUnbounded : capacity / n + (i < capacity % n ? 1 : 0);
+      const std::size_t ring = share < kMaxRing ? share : kMaxRing;
+      const std::size_t spill = share == kUnbounded ? kUnbounded : share - ring;
+      shards_[i] = std::make_unique<Shard>(ring, spill);
+    }
+  }
   TaskQueue(const TaskQueue&) = delete;
   TaskQueue& operator=(const TaskQueue&) = delete;
 
   template <class Fill>
   bool try_push(Fill&& fill) noexcept {
-    if (spill_cap_ == 0) return ring_.try_push(fill);
-    if (spill_size_.load(std::memory_order_acquire) == 0 && ring_.try_push(fill)) return true;
-    return push_spill(fill);
+    const std::size_t home = producer_index() & mask_;
+    if (shards_[home]->try_push(fill)) [[likely]] return true;
+    for (std::size_t i = 1; i <= mask_; ++i) {
+      if (shards_[(home + i) & mask_]->try_push(fill)) return true;
+    }
+    return false;
   }
 
+  // `hint`: the consumer's shard of last success (updated).
+  bool try_pop(Cell& out, std::size_t& hint) noexcept {
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      const std::size_t k = (hint + i) & mask_;
+      if (shards_[k]->try_pop(out)) {
+        hint = k;
+        return true;
+      }
+    }
+    return false;
+  }
   bool try_pop(Cell& out) noexcept {
-    if (ring_.try_pop(out)) return true;
-    return spill_cap_ != 0 && spill_size_.load(std::memory_order_acquire) != 0 && pop_spill(out);
+    std::size_t hint = 0;
+    return try_pop(out, hint);
   }
 
   [[nodiscard]] std::size_t size() const noexcept {
-    return ring_.size() + spill_size_.load(std::memory_order_relaxed);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i <= mask_; ++i) n += shards_[i]->size();
+    return n;
   }
-  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] bool empty() const noexcept {
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      if (shards_[i]->size() != 0) return false;
+    }
+    return true;
+  }
   // Approximate under concurrency; callers re-try the push either way.
   [[nodiscard]] bool full() const noexcept {
-    if (spill_cap_ == kUnbounded) return false;
-    return size() >= ring_.capacity() + spill_cap_;
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      if (shards_[i]->size() < shards_[i]->capacity()) return false;
+    }
+    return true;
   }
-  // Cells ever pushed (ring and spill): the basis of the "submitted" counter.
+  // Cells ever pushed: the basis of the "submitted" counter.
   [[nodiscard]] std::uint64_t pushed() const noexcept {
-    return ring_.pushed() + spill_pushed_.load(std::memory_order_relaxed);
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i <= mask_; ++i) n += shards_[i]->pushed();
+    return n;
   }
+  [[nodiscard]] std::size_t shards() const noexcept { return mask_ + 1; }
 
  private:
-  template <class Fill>
-  bool push_spill(Fill& fill) noexcept {
-    MutexLock lock(spill_mu_);
-    if (spill_.size() >= spill_cap_) return false;
-    try {
-      fill(spill_.emplace_back());
-    } catch (...) {  // deque growth failed: report full rather than lose the task
-      return false;
-    }
-    spill_size_.store(spill_.size(), std::memory_order_release);
-    spill_pushed_.store(spill_pushed_.load(std::memory_order_relaxed) + 1,
-                        std::memory_order_relaxed);
-    return true;
-  }
-  bool pop_spill(Cell& out) noexcept {
-    MutexLock lock(spill_mu_);
-    // The ring may have been refilled before the spill was used; take it first.
-    if (ring_.try_pop(out)) return true;
-    if (spill_.empty()) return false;
-    spill_.front().relocate_to(out);
-    spill_.pop_front();
-    spill_size_.store(spill_.size(), std::memory_order_release);
-    return true;
+  // Each thread that submits gets the next index once, so concurrent
+  // producers land on different shards.
+  static std::size_t producer_index() noexcept {
+    static std::atomic<std::size_t> next{0};
+    thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed);
+    return index;
   }
 
-  Ring ring_;
-  const std::size_t spill_cap_;
-  alignas(kCacheLine) std::atomic<std::size_t> spill_size_{0};
-  std::atomic<std::uint64_t> spill_pushed_{0};
-  Mutex spill_mu_;
-  std::deque<Cell> spill_ CREW_GUARDED_BY(spill_mu_);
+  std::unique_ptr<std::unique_ptr<Shard>[]> shards_;
+  std::size_t mask_ = 0;
 };
 
 }  // namespace crew::detail

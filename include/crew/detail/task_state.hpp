@@ -44,7 +44,8 @@ enum class StopReason : std::uint8_t { none, cancelled, timed_out, shutdown };
 // top-level tasks and reuses it until a stop is requested through it; nested
 // and caller-thread runs get their own.
 struct RunFrame {
-  std::stop_source source;
+  // Created on first use (a stop_source allocates its state) and reused.
+  std::stop_source source{std::nostopstate};
   bool poisoned = false;  // a stop was requested: replace `source` before reuse
   // steady_clock nanoseconds of the first stop request on the current task
   // (0 = none); the supervisor abandons the task `abandon_grace` after it.
