@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "control.hpp"
 #include "crew/detail/futex.hpp"
@@ -200,7 +201,11 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
       break;
     }
     if ((i & 15) == 15 && now_ns() >= until) break;
-    for (int k = 0; k < 8; ++k) cpu_relax();
+    if (i < 32) {
+      for (int k = 0; k < 8; ++k) cpu_relax();
+    } else {
+      std::this_thread::yield();  // let a submitter sharing this core run
+    }
   }
   spinning_.fetch_sub(1, std::memory_order_seq_cst);
   return false;

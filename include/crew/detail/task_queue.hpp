@@ -157,8 +157,16 @@ class Ring {
 // lock for producers (the tail) and one for consumers (the head), so pushes
 // and pops never contend with each other (Michael & Scott's two-lock queue,
 // with blocks instead of nodes: one allocation per kBlockCells cells).
+//
+// Each side keeps the other side's counter cached and reads the real one
+// (a line the other side writes on every operation) only when the cache
+// says it might matter: a consumer when the spill looks empty, a producer
+// every kRefresh pushes. Under a backlog neither side touches the other's
+// hot line.
 class SpillQueue {
  public:
+  static constexpr std::size_t kUnboundedSpill = static_cast<std::size_t>(-1);
+
   explicit SpillQueue(std::size_t capacity) : cap_(capacity) {
     Block* first = new Block;
     head_ = first;
@@ -179,8 +187,9 @@ class SpillQueue {
   bool try_push(Fill& fill) noexcept {
     SpinLockGuard lock(tail_mu_);
     const std::uint64_t pushed = pushed_.load(std::memory_order_relaxed);
-    if (cap_ != kUnboundedSpill && pushed - popped_.load(std::memory_order_acquire) >= cap_) {
-      return false;
+    if (cap_ != kUnboundedSpill && pushed - cached_popped_.load(std::memory_order_relaxed) >= cap_) {
+      cached_popped_.store(popped_.load(std::memory_order_acquire), std::memory_order_relaxed);
+      if (pushed - cached_popped_.load(std::memory_order_relaxed) >= cap_) return false;
     }
     Block* b = tail_;
     std::size_t n = b->written.load(std::memory_order_relaxed);
@@ -193,8 +202,7 @@ class SpillQueue {
     }
     fill(b->cells[n]);
     b->written.store(n + 1, std::memory_order_release);
-    // A read-modify-write (not a store), seq_cst: the same claim protocol as
-    // the ring's tail.
+    // A read-modify-write, seq_cst: the same claim protocol as the ring's tail.
     pushed_.fetch_add(1, std::memory_order_seq_cst);
     return true;
   }
@@ -215,6 +223,30 @@ class SpillQueue {
     return true;
   }
 
+  // For consumers: false only if the spill was empty a moment ago.
+  [[nodiscard]] bool may_have_items() noexcept {
+    const std::uint64_t popped = popped_.load(std::memory_order_relaxed);
+    if (cached_pushed_.load(std::memory_order_relaxed) > popped) return true;
+    const std::uint64_t pushed = pushed_.load(std::memory_order_seq_cst);
+    cached_pushed_.store(pushed, std::memory_order_relaxed);
+    return pushed > popped;
+  }
+
+  // For producers: whether to keep pushing here (FIFO within the shard)
+  // rather than to the ring. Stays true up to kRefresh pushes after the
+  // spill drained.
+  [[nodiscard]] bool active_for_producer() noexcept {
+    const std::uint64_t pushed = pushed_.load(std::memory_order_relaxed);
+    if (pushed == cached_popped_.load(std::memory_order_relaxed)) return false;
+    if (pushed % kRefresh == 0) {
+      const std::uint64_t popped = popped_.load(std::memory_order_acquire);
+      cached_popped_.store(popped, std::memory_order_relaxed);
+      return pushed != popped;
+    }
+    return true;
+  }
+
+  // Exact at the moment of the call (seq_cst: the claim protocol).
   [[nodiscard]] std::size_t size() const noexcept {
     const std::uint64_t popped = popped_.load(std::memory_order_seq_cst);
     const std::uint64_t pushed = pushed_.load(std::memory_order_seq_cst);
@@ -224,14 +256,13 @@ class SpillQueue {
     return pushed_.load(std::memory_order_relaxed);
   }
 
-  static constexpr std::size_t kUnboundedSpill = static_cast<std::size_t>(-1);
-
  private:
   static constexpr std::size_t kBlockCells = 254;  // a block is about 14 KiB
+  static constexpr std::uint64_t kRefresh = 64;
   struct Block {
-    std::atomic<std::size_t> written{0};  // cells published by producers
-    std::size_t read = 0;                 // cells taken (under head_mu_)
-    std::atomic<Block*> next{nullptr};
+    alignas(kCacheLine) std::atomic<std::size_t> written{0};  // producers
+    std::atomic<Block*> next{nullptr};                          // producers
+    alignas(kCacheLine) std::size_t read = 0;                   // consumers, under head_mu_
     Cell cells[kBlockCells];
   };
   class CREW_SCOPED_CAPABILITY SpinLockGuard {
@@ -246,12 +277,16 @@ class SpillQueue {
   };
 
   const std::size_t cap_;
+  // Producers' line.
   alignas(kCacheLine) SpinLock tail_mu_;
   Block* tail_ CREW_GUARDED_BY(tail_mu_) = nullptr;
   std::atomic<std::uint64_t> pushed_{0};
+  std::atomic<std::uint64_t> cached_popped_{0};
+  // Consumers' line.
   alignas(kCacheLine) SpinLock head_mu_;
   Block* head_ CREW_GUARDED_BY(head_mu_) = nullptr;
   std::atomic<std::uint64_t> popped_{0};
+  std::atomic<std::uint64_t> cached_pushed_{0};
 };
 
 // One shard: a ring, plus (for large or unbounded capacities) a spill queue
@@ -271,13 +306,13 @@ class Shard {
   template <class Fill>
   bool try_push(Fill&& fill) noexcept {
     if (spill_cap_ == 0) return ring_.try_push(fill);
-    if (spill_->size() == 0 && ring_.try_push(fill)) return true;
+    if (!spill_->active_for_producer() && ring_.try_push(fill)) return true;
     return spill_->try_push(fill);
   }
 
   bool try_pop(Cell& out) noexcept {
     if (ring_.try_pop(out)) return true;
-    if (spill_cap_ == 0 || spill_->size() == 0) return false;
+    if (spill_cap_ == 0 || !spill_->may_have_items()) return false;
     // The ring may have been refilled before the spill was used; order
     // within the shard is kept by taking the ring first.
     return spill_->try_pop(out) || ring_.try_pop(out);

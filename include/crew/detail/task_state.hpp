@@ -117,6 +117,7 @@ class TaskStateBase {
 
   // Blocks until the task has an outcome or the deadline passes.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+  static constexpr int kSpinPolls = 16;
 
   // Records why the task should stop and, if it runs now, stops its token.
   // Returns true if a running task was signalled.
