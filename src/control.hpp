@@ -15,19 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "crew/detail/assert.hpp"
 #include "crew/detail/core.hpp"
 #include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
-
-// steady_clock nanoseconds; 0 means "none" wherever a time is optional.
-inline std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // A counter with a single writer: an increment is a load and a store, no
 // locked instruction; any thread may read it.
@@ -60,13 +54,16 @@ struct StopTarget {
   void fire() noexcept;
 };
 
-struct Worker final : LongRunner {
+struct Worker final : Runner {
   Worker(std::uint64_t id_in, Core* core) : id(id_in), shard_hint(id_in) { frame.core = core; }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Runs an inline long task at this worker's top level (see LongRunner).
-  void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept override;
+  // Runs an inline long task, or an observed plain task, at this worker's
+  // top level (see Runner in core.hpp).
+  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                void* fn) noexcept override;
+  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
 
   const std::uint64_t id;
   std::thread thread;  // guarded by Control::mu
@@ -102,6 +99,24 @@ struct Worker final : LongRunner {
   RunFrame frame;  // stop source of its top-level long tasks
   alignas(kCacheLine) WorkerCounters counts;
 };
+
+// The one place a worker's state changes. The worker thread writes its own
+// state; a write-off (supervisor or shutdown) writes `abandoned`, after
+// which the thread's own updates are ignored.
+inline void set_worker_state(Worker& w, WorkerState to) noexcept {
+  const WorkerState from = w.state.load(std::memory_order_relaxed);
+  if (from == to || from == WorkerState::abandoned) return;
+  CREW_ASSERT(is_legal_transition(from, to), "illegal worker state transition");
+  w.state.store(to, std::memory_order_relaxed);
+  Core& c = *w.frame.core;
+  if (c.observes(Observer::worker_state)) [[unlikely]] {
+    for (const Core::ObserverSlot& o : c.observers_) {
+      if ((o.events & Observer::worker_state) != 0) {
+        o.observer->on_worker_state(c.opts_.name, w.id, from, to);
+      }
+    }
+  }
+}
 
 struct Control {
   mutable Mutex mu;

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "control.hpp"
+#include "crew/detail/assert.hpp"
+#include "crew/observer.hpp"
 
 namespace crew {
 namespace detail {
@@ -62,7 +64,22 @@ PoolOptions resolved(PoolOptions o) {
   require_non_negative("shutdown_timeout", o.shutdown_timeout);
   require_non_negative("abandon_grace", o.abandon_grace);
   require_non_negative("spin", o.spin);
+  for (std::size_t i = 0; i < o.observers.size(); ++i) {
+    if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");
+  }
   return o;
+}
+
+std::vector<Core::ObserverSlot> observer_slots(const PoolOptions& o) {
+  std::vector<Core::ObserverSlot> slots;
+  for (const auto& obs : o.observers) slots.push_back({obs.get(), obs->events()});
+  return slots;
+}
+
+std::uint32_t union_of(const std::vector<Core::ObserverSlot>& slots) {
+  std::uint32_t all = 0;
+  for (const auto& slot : slots) all |= slot.events;
+  return all;
 }
 
 }  // namespace
@@ -111,6 +128,9 @@ void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept {
 
 Core::Core(PoolOptions options)
     : opts_(resolved(std::move(options))),
+      observers_(observer_slots(opts_)),
+      observed_(union_of(observers_)),
+      timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards),
       max_workers_(opts_.max_workers),
       ctl_(std::make_unique<Control>()) {}
@@ -120,7 +140,7 @@ Core::~Core() = default;
 void Core::start() {
   {
     MutexLock lock(ctl_->mu);
-    state_.store(PoolState::running, std::memory_order_seq_cst);
+    set_state(PoolState::running);
     for (std::size_t i = 0; i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
       spawn_worker_locked(false);
@@ -157,7 +177,7 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   ctl.mu.assert_held();
   auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
   try {
-    w->thread = std::thread(worker_thread, shared_from_this(), w, spinning);
+    w->thread = std::thread(worker_thread, shared_from_this(), w, spinning, replacement);
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) spinning_.fetch_sub(1, std::memory_order_seq_cst);
@@ -169,9 +189,22 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   ctl.workers.push_back(std::move(w));
 }
 
+void Core::set_state(PoolState to) noexcept {
+  const PoolState from = state_.load(std::memory_order_relaxed);
+  CREW_ASSERT(is_legal_transition(from, to), "illegal pool state transition");
+  state_.store(to, std::memory_order_seq_cst);
+  emit_pool_state(from, to);
+}
+
+bool Core::transition(PoolState from, PoolState to) noexcept {
+  CREW_ASSERT(is_legal_transition(from, to), "illegal pool state transition");
+  if (!state_.compare_exchange_strong(from, to, std::memory_order_seq_cst)) return false;
+  emit_pool_state(from, to);
+  return true;
+}
+
 void Core::pause() {
-  PoolState expected = PoolState::running;
-  if (state_.compare_exchange_strong(expected, PoolState::paused, std::memory_order_seq_cst)) {
+  if (transition(PoolState::running, PoolState::paused)) {
     attention_.fetch_add(1, std::memory_order_release);
   }
 }
@@ -179,10 +212,7 @@ void Core::pause() {
 void Core::resume() {
   {
     MutexLock lock(ctl_->mu);
-    PoolState expected = PoolState::paused;
-    if (!state_.compare_exchange_strong(expected, PoolState::running, std::memory_order_seq_cst)) {
-      return;
-    }
+    if (!transition(PoolState::paused, PoolState::running)) return;
     attention_.fetch_add(1, std::memory_order_release);
   }
   ctl_->workers_changed.notify_all();

@@ -36,7 +36,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     ctl.report = &report;
     before = totals_locked();
     if (mode != ShutdownMode::drain) drop_queued_.store(true, std::memory_order_seq_cst);
-    state_.store(PoolState::stopping, std::memory_order_seq_cst);
+    set_state(PoolState::stopping);
     attention_.fetch_add(1, std::memory_order_release);
   }
   wake_everyone();
@@ -88,7 +88,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     report.during.cancelled -= before.cancelled;
     report.during.timed_out -= before.timed_out;
     report.during.rejected -= before.rejected;
-    state_.store(report.final_state, std::memory_order_seq_cst);
+    set_state(report.final_state);
     ctl.report = nullptr;
     ctl.last_report = report;
     ctl.shutting_down = false;
@@ -106,7 +106,7 @@ bool Core::restart() {
       return false;
     }
     drop_queued_.store(false, std::memory_order_seq_cst);
-    state_.store(PoolState::running, std::memory_order_seq_cst);
+    set_state(PoolState::running);
     attention_.fetch_add(1, std::memory_order_release);
     for (std::size_t i = live_workers_.load(); i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
@@ -117,17 +117,22 @@ bool Core::restart() {
   return true;
 }
 
-void Core::on_push_after_close() noexcept {
+bool Core::on_push_after_close() noexcept {
   bool run = false;
   {
     MutexLock lock(ctl_->mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
-    if (ctl_->shutting_down || state() < PoolState::stopping) return;
+    if (ctl_->shutting_down || state() < PoolState::stopping) return true;
     run = ctl_->last_report && ctl_->last_report->mode == ShutdownMode::drain &&
           !ctl_->last_report->escalated;
   }
-  sweep_queue(run);
+  // The shutdown has finished: this submitter handles what it left behind.
+  try {
+    sweep_queue(run);
+  } catch (...) {  // out of memory for the report lists: the counts still hold
+  }
+  return run;
 }
 
 void Core::wake_everyone() noexcept {
@@ -159,15 +164,21 @@ void Core::drop_queue() {
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
       cell.destroy();
+      if (observes(Observer::task_rejected)) {
+        emit_rejected(plain_event(false), TaskStatus::rejected, Errc::shutdown_dropped,
+                      Admission::accepted);
+      }
       shared_.add(TaskStatus::rejected);
       ++unnamed;
       continue;
     }
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
       if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+      emit_settled_in_queue(s);
       shared_.add(TaskStatus::rejected);
       dropped.push_back({s->id, s->name});
     } else if (!s->ran()) {
+      emit_settled_in_queue(s);
       shared_.add(s->status());  // cancelled or expired while queued
     }
     s->release();
@@ -194,13 +205,14 @@ void Core::sweep_queue(bool run) {
   while (queue_.try_pop(cell)) {
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
-      run_plain_here([&cell] { cell.invoke_and_destroy(); });
+      run_cell_here(cell);
       continue;
     }
     if (s->leave_queue(TaskStatus::running)) {
       if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
       run_claimed_here(s);
     } else if (!s->ran()) {
+      emit_settled_in_queue(s);
       count_here(s->status());
     }
     s->release();
@@ -239,14 +251,17 @@ void Core::abandon_busy(bool force) {
     w->cur_mu.lock();
     if (w->cur_task != nullptr || w->cur_long) {
       write_off = write_off_run_locked(*w, r);
-    } else if (w->state.load(std::memory_order_relaxed) == WorkerState::busy || force) {
-      // A plain short task (no handle, no name), or a thread stuck outside a
-      // task: its outcome is counted by the thread if it ever returns.
-      if (r != nullptr && w->state.load(std::memory_order_relaxed) == WorkerState::busy) {
-        ++r->abandoned_unnamed;
+    } else {
+      // A plain short task (no handle, no name): its outcome is counted by
+      // the thread if it ever returns. With `force`, also a thread stuck in
+      // a start or stop hook.
+      const WorkerState st = w->state.load(std::memory_order_relaxed);
+      const bool busy = st == WorkerState::busy;
+      if (busy || (force && (st == WorkerState::starting || st == WorkerState::stopping))) {
+        if (r != nullptr && busy) ++r->abandoned_unnamed;
+        w->abandoned.store(true, std::memory_order_release);
+        write_off = true;
       }
-      w->abandoned.store(true, std::memory_order_release);
-      write_off = true;
     }
     w->cur_mu.unlock();
     if (write_off) hung.push_back(w);
@@ -256,6 +271,12 @@ void Core::abandon_busy(bool force) {
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {
+  if (s != nullptr) {
+    emit_settled_in_queue(s);
+  } else if (observes(Observer::task_rejected)) {
+    emit_rejected(plain_event(false), TaskStatus::rejected, Errc::shutdown_dropped,
+                  Admission::accepted);
+  }
   MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->report;
   if (r == nullptr) return;

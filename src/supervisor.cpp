@@ -262,10 +262,14 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
   w.cur_mu.assert_held();
   TaskStatus outcome = TaskStatus::cancelled;
+  TaskEvent event = plain_event(true);
+  std::int64_t enqueued = 0;
   if (w.cur_task != nullptr) {
     TaskStateBase* s = w.cur_task;
     if (s->stop_reason() == StopReason::timed_out) outcome = TaskStatus::timed_out;
     if (!s->finish(outcome, Errc::abandoned)) return false;
+    event = event_of(s);
+    enqueued = s->enqueued_ns;
     if (report != nullptr) {
       try {
         report->abandoned.push_back({s->id, s->name});
@@ -275,6 +279,10 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
   } else {
     if (w.cur_reason == StopReason::timed_out) outcome = TaskStatus::timed_out;
     if (report != nullptr) ++report->abandoned_unnamed;
+  }
+  emit_worker(WorkerEvent::abandoned, w.id, &event);
+  if (observes(Observer::task_finished)) {
+    emit_finished(event, outcome, enqueued, w.cur_started_ns, now_ns());
   }
   shared_.add(outcome);
   w.abandoned.store(true, std::memory_order_release);
@@ -287,7 +295,7 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   Control& ctl = *ctl_;
   ctl.mu.assert_held();
   w->abandoned.store(true, std::memory_order_release);
-  w->state.store(WorkerState::abandoned, std::memory_order_relaxed);
+  set_worker_state(*w, WorkerState::abandoned);
   live_workers_.fetch_sub(1, std::memory_order_relaxed);
   ++ctl.tasks_abandoned;
   if (w->thread.joinable()) w->thread.detach();

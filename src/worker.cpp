@@ -46,7 +46,8 @@ void Core::count_here(TaskStatus outcome) noexcept {
   }
 }
 
-void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning) {
+void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
+                         bool replacement) {
   Core& c = *self;
   name_this_thread(c.opts_.name, w->id);
   bool started = true;
@@ -61,6 +62,8 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
   Exit how = Exit::leave;
   if (started) {
+    c.emit_worker(WorkerEvent::started, w->id);
+    if (replacement) c.emit_worker(WorkerEvent::replaced, w->id);
     t_current = {&c, w.get()};
     how = c.work_loop(*w, spinning);
     t_current = {};
@@ -73,7 +76,10 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       }
     }
   }
-  if (!started && spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  if (!started) {
+    set_worker_state(*w, WorkerState::stopping);
+    if (spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
+  }
   c.worker_exited(w, how, /*died=*/!started);
 }
 
@@ -95,7 +101,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
       std::erase(ctl.abandoned, w);
     } else {
       if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
-      w->state.store(WorkerState::stopped, std::memory_order_relaxed);
+      set_worker_state(*w, WorkerState::stopped);
       std::erase(ctl.workers, w);
       ctl.exited.push_back(w);
       if (died) {
@@ -107,6 +113,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
     }
   }
   if (!written_off) {
+    if (!died) emit_worker(WorkerEvent::stopped, w->id);
     ctl.workers_changed.notify_all();
     wake_supervisor();  // joins the thread, replaces a dead worker
   }
@@ -118,7 +125,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
   Cell cell;
   Exit how = Exit::leave;
   w.seen_attention = attention_.load(std::memory_order_acquire);
-  w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  set_worker_state(w, WorkerState::idle);
   for (;;) {
     if (!spinning) {
       if (attention_.load(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
@@ -143,7 +150,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
     }
     spinning = slept == Slept::woken_spinning;
   }
-  w.state.store(WorkerState::stopping, std::memory_order_relaxed);
+  set_worker_state(w, WorkerState::stopping);
   return how;
 }
 
@@ -158,7 +165,7 @@ bool Core::attend(Worker& w, Exit& how) {
     }
     const PoolState st = state_.load(std::memory_order_acquire);
     if (st == PoolState::paused) {
-      w.state.store(WorkerState::idle, std::memory_order_relaxed);
+      set_worker_state(w, WorkerState::idle);
       MutexLock lock(ctl_->mu);
       while (attention_.load(std::memory_order_acquire) == w.seen_attention) {
         ctl_->workers_changed.wait(lock.native());
@@ -178,6 +185,7 @@ bool Core::attend(Worker& w, Exit& how) {
 // Polls the queue for opts_.spin. Always gives up the spinning token.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
+  set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
   for (unsigned i = 0;; ++i) {
@@ -253,7 +261,7 @@ bool Core::leave_idle_stack(Worker& w) noexcept {
 
 Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
-  w.state.store(WorkerState::idle, std::memory_order_relaxed);
+  set_worker_state(w, WorkerState::idle);
   {
     MutexLock lock(ctl_->idle_mu);
     ctl_->idle.push_back(&w);
@@ -293,7 +301,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
     note_dropped(nullptr);
     return true;
   }
-  w.state.store(WorkerState::busy, std::memory_order_relaxed);
+  set_worker_state(w, WorkerState::busy);
   w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   try {
     if (!cell.invoke_and_destroy(&w)) w.counts.succeeded.inc();
@@ -302,9 +310,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
     report_exception(TaskRef{}, std::current_exception());
     w.counts.failed.inc();
   }
-  if (w.abandoned.load(std::memory_order_acquire)) [[unlikely]] return false;
-  w.state.store(WorkerState::idle, std::memory_order_relaxed);
-  return true;
+  return !w.abandoned.load(std::memory_order_acquire);
 }
 
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
@@ -317,13 +323,15 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted here, once. A task
     // run by a waiting worker (ran()) was counted by that worker.
-    if (!s->ran()) w.counts.add(s->status());
+    if (!s->ran()) {
+      emit_settled_in_queue(s);
+      w.counts.add(s->status());
+    }
   } else {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
-    w.state.store(WorkerState::busy, std::memory_order_relaxed);
+    set_worker_state(w, WorkerState::busy);
     w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     keep_going = run_claimed(&w, s, /*top_level=*/true);
-    if (keep_going) w.state.store(WorkerState::idle, std::memory_order_relaxed);
   }
   s->release();
   return keep_going;
@@ -384,14 +392,14 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
   RunFrame local;
   local.core = this;
   RunFrame* frame = watched ? &w->frame : &local;
-  std::int64_t start = 0;
+  const bool clocked = s->is_long || timed_;  // needs start and end times
+  const std::int64_t start = !clocked ? 0 : watched ? start_time(*w) : now_ns();
   std::int64_t deadline = 0;
   if (s->is_long) {
     try {
       ready_source(*frame);
     } catch (...) {  // out of memory for the stop state: run without one
     }
-    start = watched ? start_time(*w) : now_ns();
     if (s->timeout.count() > 0) deadline = start + s->timeout.count();
   }
   if (watched) {
@@ -410,6 +418,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     register_foreign(s, deadline);
   }
 
+  if (observes(Observer::task_started)) [[unlikely]] emit_started(event_of(s), s->enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   if (s->is_long) s->attach_runner(frame);
   try {
@@ -424,9 +433,9 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     outcome = TaskStatus::failed;
   }
   if (s->is_long) s->detach_runner();
-  const std::int64_t end = s->is_long ? now_ns() : 0;
+  const std::int64_t end = clocked ? now_ns() : 0;
   if (watched) {
-    if (s->is_long) end_time(*w, end);
+    if (clocked) end_time(*w, end);
     w->cur_mu.lock();
     const bool abandoned = w->abandoned.load(std::memory_order_relaxed);
     w->cur_task = nullptr;
@@ -446,6 +455,10 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     report_exception(TaskRef{s->id, s->name}, s->error);
   }
   if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) note_stopped(s, outcome);
+  if (observes(Observer::task_finished)) [[unlikely]] {
+    emit_finished(event_of(s), outcome, s->enqueued_ns, start, end);
+  }
+  // Counted last: wait_idle() returns only after handlers and observers ran.
   if (w != nullptr) {
     w->counts.add(outcome);
   } else {
@@ -457,7 +470,8 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
 // An inline long task at a worker's top level: no task state, no
 // allocation. The run slot under cur_mu is what the supervisor and a hard
 // shutdown see; the stop reason is kept there too.
-void Worker::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept {
+void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                      void* fn) noexcept {
   Core& c = *frame.core;
   try {
     ready_source(frame);
@@ -475,6 +489,9 @@ void Worker::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn)
   if (deadline != 0) {
     const std::int64_t next = c.sup_next_wake_.load(std::memory_order_seq_cst);
     if (next == 0 || deadline < next) c.wake_supervisor();
+  }
+  if (c.observes(Observer::task_started)) [[unlikely]] {
+    c.emit_started(c.plain_event(true), enqueued_ns, start);
   }
 
   TaskStatus outcome = TaskStatus::succeeded;
@@ -501,6 +518,28 @@ void Worker::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn)
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
   if (outcome == TaskStatus::failed) c.report_exception(TaskRef{}, error);
+  if (c.observes(Observer::task_finished)) [[unlikely]] {
+    c.emit_finished(c.plain_event(true), outcome, enqueued_ns, start, end);
+  }
+  counts.add(outcome);
+}
+
+void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  Core& c = *frame.core;
+  const std::int64_t start = start_time(*this);
+  if (c.observes(Observer::task_started)) c.emit_started(c.plain_event(false), enqueued_ns, start);
+  TaskStatus outcome = TaskStatus::succeeded;
+  try {
+    call(fn);
+  } catch (...) {
+    c.report_exception(TaskRef{}, std::current_exception());
+    outcome = TaskStatus::failed;
+  }
+  const std::int64_t end = now_ns();
+  end_time(*this, end);
+  if (c.observes(Observer::task_finished)) {
+    c.emit_finished(c.plain_event(false), outcome, enqueued_ns, start, end);
+  }
   counts.add(outcome);
 }
 
@@ -520,7 +559,8 @@ class CallState final : public ResultStateBase<void> {
 
 }  // namespace
 
-void Core::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept {
+void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                    void* fn) noexcept {
   CallState* s = nullptr;
   try {
     s = new CallState(call, fn);
@@ -534,9 +574,26 @@ void Core::run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) n
   s->is_long = true;
   s->detached = true;
   s->timeout = timeout;
+  s->enqueued_ns = enqueued_ns;
   s->leave_queue(TaskStatus::running);
   run_claimed_here(s);
   s->release();
+}
+
+void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const std::int64_t start = now_ns();
+  if (observes(Observer::task_started)) emit_started(plain_event(false), enqueued_ns, start);
+  TaskStatus outcome = TaskStatus::succeeded;
+  try {
+    call(fn);
+  } catch (...) {
+    report_exception(TaskRef{}, std::current_exception());
+    outcome = TaskStatus::failed;
+  }
+  if (observes(Observer::task_finished)) {
+    emit_finished(plain_event(false), outcome, enqueued_ns, start, now_ns());
+  }
+  count_here(outcome);
 }
 
 // Under w.cur_mu: prepares a stop of the worker's current top-level long

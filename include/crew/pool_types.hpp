@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace crew {
+
+class Observer;  // crew/observer.hpp
 
 // queue_capacity value for a queue without a bound.
 inline constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
@@ -33,10 +36,45 @@ enum class ShutdownMode : std::uint8_t {
 // restart(): stopped | stopped_timeout -> running.
 enum class PoolState : std::uint8_t { created, running, paused, stopping, stopped, stopped_timeout };
 
-// starting -> idle <-> busy -> stopping -> stopped; busy -> abandoned.
+// starting -> idle <-> busy -> stopping -> stopped, or abandoned (see
+// is_legal_transition below).
 enum class WorkerState : std::uint8_t { starting, idle, busy, stopping, stopped, abandoned };
 
 enum class WorkerStop : std::uint8_t { graceful, hard };
+
+// The only legal transitions. A transition to the same state is a no-op and
+// always legal.
+[[nodiscard]] constexpr bool is_legal_transition(PoolState from, PoolState to) noexcept {
+  using S = PoolState;
+  if (from == to) return true;
+  switch (from) {
+    case S::created: return to == S::running;
+    case S::running: return to == S::paused || to == S::stopping;
+    case S::paused: return to == S::running || to == S::stopping;
+    case S::stopping: return to == S::stopped || to == S::stopped_timeout;
+    case S::stopped:
+    case S::stopped_timeout: return to == S::running;  // restart()
+  }
+  return false;
+}
+
+// A worker is busy while it finds tasks and idle once the queue runs dry.
+// `abandoned` is reached from busy (a hung task) and, when a shutdown has to
+// give up on a thread stuck in a start or stop hook, from starting or
+// stopping.
+[[nodiscard]] constexpr bool is_legal_transition(WorkerState from, WorkerState to) noexcept {
+  using S = WorkerState;
+  if (from == to) return true;
+  switch (from) {
+    case S::starting: return to == S::idle || to == S::stopping || to == S::abandoned;
+    case S::idle: return to == S::busy || to == S::stopping;
+    case S::busy: return to == S::idle || to == S::stopping || to == S::abandoned;
+    case S::stopping: return to == S::stopped || to == S::abandoned;
+    case S::stopped:
+    case S::abandoned: return false;
+  }
+  return false;
+}
 
 [[nodiscard]] std::string_view to_string(Overflow v) noexcept;
 [[nodiscard]] std::string_view to_string(ShutdownMode v) noexcept;
@@ -92,6 +130,8 @@ struct PoolOptions {
   // that throws kills the worker; the pool replaces it (with backoff).
   std::function<void(std::uint64_t worker_id)> on_worker_start{};
   std::function<void(std::uint64_t worker_id)> on_worker_stop{};
+  // Told about tasks, workers and state changes (crew/observer.hpp).
+  std::vector<std::shared_ptr<Observer>> observers{};
   // How long an idle worker polls the queue before it sleeps. Longer spins
   // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);

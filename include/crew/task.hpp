@@ -147,8 +147,9 @@ class [[nodiscard]] Task {
       case TaskStatus::failed:
         std::rethrow_exception(state_->error);
       default:
-        throw Error(state_->reason(), std::string("task ") + describe() + ": " +
-                                          std::string(to_string(state_->reason())));
+        throw Error(state_->reason(),
+                    std::string("task ") + describe() + ": " + std::string(to_string(state_->reason())),
+                    state_->refused_as);
     }
   }
 

@@ -26,6 +26,20 @@ enum class TaskStatus : std::uint8_t {
   return s != TaskStatus::queued && s != TaskStatus::running;
 }
 
+// queued -> running -> one outcome; queued -> cancelled or rejected.
+[[nodiscard]] constexpr bool is_legal_transition(TaskStatus from, TaskStatus to) noexcept {
+  switch (from) {
+    case TaskStatus::queued:
+      return to == TaskStatus::running || to == TaskStatus::cancelled ||
+             to == TaskStatus::rejected;
+    case TaskStatus::running:
+      return to == TaskStatus::succeeded || to == TaskStatus::failed ||
+             to == TaskStatus::cancelled || to == TaskStatus::timed_out;
+    default:
+      return false;  // outcomes are final
+  }
+}
+
 [[nodiscard]] std::string_view to_string(TaskStatus s) noexcept;
 
 }  // namespace crew

@@ -23,6 +23,7 @@
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
+#include "crew/observer.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/task.hpp"
 
@@ -40,20 +41,24 @@ struct CurrentWorker {
 };
 inline thread_local CurrentWorker t_current{};
 
-// Runs a long task that was posted without a task state (stored inline in
-// its cell): supplies its stop token and deadline and counts its outcome. A
-// worker does this for its top-level tasks; the pool itself (Core) for any
-// other thread, by wrapping the call in a task state.
+// Runs what a cell cannot run by itself, given as a type-erased call: a
+// long task posted without a task state (it needs a stop token and a
+// deadline watch), and a plain task in a pool with task observers (it is
+// timed and reported). Both count the task's outcome. A worker does this for
+// its top-level tasks; the pool itself (Core) for any other thread.
 using LongCall = void (*)(void* fn, const TaskContext& ctx);
-class LongRunner {
+using PlainCall = void (*)(void* fn);
+class Runner {
  public:
-  virtual void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept = 0;
+  virtual void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                        void* fn) noexcept = 0;
+  virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
 
  protected:
-  LongRunner() = default;
-  LongRunner(const LongRunner&) = default;
-  LongRunner& operator=(const LongRunner&) = default;
-  ~LongRunner() = default;
+  Runner() = default;
+  Runner(const Runner&) = default;
+  Runner& operator=(const Runner&) = default;
+  ~Runner() = default;
 };
 
 template <class D>
@@ -66,13 +71,38 @@ void call_long(void* fn, const TaskContext& ctx) {
   }
 }
 
+template <class D>
+void call_plain(void* fn) {
+  (void)(*static_cast<D*>(fn))();
+}
+
 // The cell content of an unnamed long task posted fire-and-forget.
 template <class D>
 struct LongFn {
   std::chrono::nanoseconds timeout;
+  std::int64_t enqueued_ns;  // 0 unless task observers want timings
   D fn;
-  void run_with(void* runner) { static_cast<LongRunner*>(runner)->run_long(timeout, &call_long<D>, &fn); }
+  void run_with(void* runner) {
+    static_cast<Runner*>(runner)->run_long(timeout, enqueued_ns, &call_long<D>, &fn);
+  }
 };
+
+// The cell content of a plain task in a pool with task observers.
+template <class D>
+struct ObservedFn {
+  std::int64_t enqueued_ns;
+  D fn;
+  void run_with(void* runner) {
+    static_cast<Runner*>(runner)->run_observed(enqueued_ns, &call_plain<D>, &fn);
+  }
+};
+
+// steady_clock nanoseconds; 0 means "none" wherever a time is optional.
+inline std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
 // drops, abandonments. Rare paths, so shared atomics are fine.
@@ -87,9 +117,11 @@ struct SharedCounters {
   [[nodiscard]] OutcomeCounts read() const noexcept;
 };
 
-class Core final : public std::enable_shared_from_this<Core>, public LongRunner {
+class Core final : public std::enable_shared_from_this<Core>, public Runner {
  public:
-  enum class Route : std::uint8_t { queued, run_here, refused };
+  // queued; run_here (on the caller); refused (not queued); swept: queued
+  // after a shutdown had finished and rejected by the submitter's own sweep.
+  enum class Route : std::uint8_t { queued, run_here, refused, swept };
 
   // Validates the options (throws Error(invalid_options) naming the field).
   explicit Core(PoolOptions options);
@@ -114,9 +146,15 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
       if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
+      if (observes(kTaskEvents)) [[unlikely]] {
+        return post_observed(std::forward<F>(f), may_block);
+      }
       return post_plain(std::forward<F>(f), may_block);
     }
   }
+
+  static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
+                                               Observer::task_finished | Observer::task_rejected;
 
   template <class F>
   Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
@@ -144,9 +182,26 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
   void run_claimed_here(TaskStateBase* s) noexcept;
   // Reports an exception nobody else will see (handler or stderr).
   void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
-  // LongRunner for threads other than a worker's top level: wraps the call in
-  // a task state (one allocation) and runs it with run_claimed_here.
-  void run_long(std::chrono::nanoseconds timeout, LongCall call, void* fn) noexcept override;
+  // Runner for threads other than a worker's top level. run_long wraps the
+  // call in a task state (one allocation) and runs it with run_claimed_here.
+  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                void* fn) noexcept override;
+  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+
+  // ---- observers (src/observe.cpp) ----
+  [[nodiscard]] bool observes(std::uint32_t events) const noexcept { return (observed_ & events) != 0; }
+  [[nodiscard]] TaskEvent event_of(const TaskStateBase* s) const noexcept;
+  [[nodiscard]] TaskEvent plain_event(bool is_long) const noexcept;
+  void emit_enqueued(const TaskEvent& e) noexcept;
+  void emit_started(const TaskEvent& e, std::int64_t enqueued_ns, std::int64_t start_ns) noexcept;
+  void emit_finished(const TaskEvent& e, TaskStatus outcome, std::int64_t enqueued_ns,
+                     std::int64_t start_ns, std::int64_t end_ns) noexcept;
+  void emit_rejected(const TaskEvent& e, TaskStatus outcome, Errc why, Admission a) noexcept;
+  // A task state that ended without running: who settled it tells observers.
+  void emit_settled_in_queue(const TaskStateBase* s) noexcept;
+  enum class WorkerEvent : std::uint8_t { started, stopped, replaced, abandoned };
+  void emit_worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* task = nullptr) noexcept;
+  void emit_pool_state(PoolState from, PoolState to) noexcept;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
   void wake_supervisor() noexcept { sup_ec_.notify_one(); }
   // Removes a task's queue deadline from the timer heap (it left the queue).
@@ -154,6 +209,15 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
 
   // ---- state shared with src/ ----
   const PoolOptions opts_;
+  // The observers with their events() read once, the union of those, and
+  // whether any wants task timings.
+  struct ObserverSlot {
+    Observer* observer;
+    std::uint32_t events;
+  };
+  const std::vector<ObserverSlot> observers_;
+  const std::uint32_t observed_;
+  const bool timed_;
   TaskQueue queue_;
   alignas(kCacheLine) std::atomic<PoolState> state_{PoolState::created};
   // Soft or hard shutdown in progress: popped tasks are rejected, not run.
@@ -197,23 +261,42 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
     if constexpr (Cell::fits_inline<LongFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
       const std::chrono::nanoseconds timeout =
           opts.timeout.count() != 0 ? opts.timeout : opts_.task_timeout;
+      const std::int64_t enqueued = timed_ ? now_ns() : 0;
       Admission why = Admission::accepted;
-      auto fill = [&](Cell& c) noexcept { c.emplace(LongFn<D>{timeout, std::forward<F>(f)}); };
-      switch (route(fill, may_block, why)) {
-        case Route::queued:
-          return Admission::accepted;
-        case Route::run_here: {
-          D local(std::forward<F>(f));
-          run_long(timeout, &call_long<D>, &local);
-          return Admission::accepted;
-        }
-        case Route::refused:
-          return why;
+      auto fill = [&](Cell& c) noexcept {
+        c.emplace(LongFn<D>{timeout, enqueued, std::forward<F>(f)});
+      };
+      const Route r = route(fill, may_block, why);
+      if (r == Route::run_here) {
+        D local(std::forward<F>(f));
+        run_long(timeout, enqueued, &call_long<D>, &local);
+        return Admission::accepted;
       }
-      return why;
+      if (observed_ != 0) [[unlikely]] note_plain_submission(r, why, /*is_long=*/true);
+      return r == Route::queued ? Admission::accepted : why;
     } else {
       return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
     }
+  }
+
+  // A plain task in a pool whose observers want task events: stored with
+  // its enqueue time and run through the Runner, which times and reports it.
+  template <class F>
+  Admission post_observed(F&& f, bool may_block) {
+    using D = std::decay_t<F>;
+    const std::int64_t enqueued = timed_ ? now_ns() : 0;
+    Cell tmp;  // boxed if the wrapper does not fit inline
+    tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
+    Admission why = Admission::accepted;
+    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+    const Route r = route(fill, may_block, why);
+    if (r == Route::run_here) {
+      (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
+      return Admission::accepted;
+    }
+    if (r == Route::refused) tmp.destroy();
+    note_plain_submission(r, why, /*is_long=*/false);
+    return r == Route::queued ? Admission::accepted : why;
   }
 
   template <class F>
@@ -229,6 +312,7 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
           run_plain_here([&f] { f(); });
           return Admission::accepted;
         case Route::refused:
+        case Route::swept:
           return why;
       }
     } else {
@@ -243,6 +327,8 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
           return Admission::accepted;
         case Route::refused:
           tmp.destroy();
+          return why;
+        case Route::swept:
           return why;
       }
     }
@@ -268,26 +354,43 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     s->add_ref();  // the cell's reference
+    if (timed_) [[unlikely]] s->enqueued_ns = now_ns();
     const bool timed = s->queue_deadline != TaskStateBase::kNoDeadline;
     if (timed) arm_queue_deadline(s);
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;
     switch (route(fill, may_block, why)) {
       case Route::queued:
+        if (observes(Observer::task_enqueued)) [[unlikely]] emit_enqueued(event_of(s));
         return Admission::accepted;
       case Route::run_here:
         if (timed) disarm_queue_deadline(s);
         if (s->leave_queue(TaskStatus::running)) run_claimed_here(s);
         s->release();
         return Admission::accepted;
+      case Route::swept:  // the sweep settled it and released the cell's reference
+        s->refused_as = why;
+        return why;
       case Route::refused:
         break;
     }
     if (timed) disarm_queue_deadline(s);
     s->refused_as = why;
     s->leave_queue(TaskStatus::rejected, Errc::rejected);
+    if (observes(Observer::task_rejected)) [[unlikely]] {
+      emit_rejected(event_of(s), TaskStatus::rejected, Errc::rejected, why);
+    }
     s->release();
     return why;
+  }
+
+  // Events of a plain submission that was queued, refused or swept.
+  void note_plain_submission(Route r, Admission why, bool is_long) noexcept {
+    if (r == Route::queued) {
+      if (observes(Observer::task_enqueued)) emit_enqueued(plain_event(is_long));
+    } else if (r == Route::refused && observes(Observer::task_rejected)) {
+      emit_rejected(plain_event(is_long), TaskStatus::rejected, Errc::rejected, why);
+    }
   }
 
   template <class Fill>
@@ -296,8 +399,9 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
       return refuse(Admission::closed, why);
     }
     if (queue_.try_push(fill)) [[likely]] {
-      after_push();
-      return Route::queued;
+      if (after_push()) [[likely]] return Route::queued;
+      why = Admission::closed;
+      return Route::swept;
     }
     return route_full(fill, may_block, why);
   }
@@ -346,27 +450,31 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
       space_ec_.wait(key);
     }
     blocked_.fetch_sub(1, std::memory_order_relaxed);
-    if (r == Route::queued) after_push();
+    if (r == Route::queued && !after_push()) {
+      why = Admission::closed;
+      r = Route::swept;
+    }
     return r;
   }
 
-  void after_push() noexcept {
+  // False if the pool had already stopped and the cell was rejected.
+  bool after_push() noexcept {
     // The push claimed its slot with a seq_cst read-modify-write, so these
     // loads see any worker that went to sleep before it (it re-checks the
     // claimed size after announcing itself), and any shutdown that began
     // before it.
     const PoolState st = state_.load(std::memory_order_seq_cst);
     if (st != PoolState::running) [[unlikely]] {
-      if (st >= PoolState::stopping) on_push_after_close();
-      return;
+      return st < PoolState::stopping || on_push_after_close();
     }
-    if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
+    if (spinning_.load(std::memory_order_seq_cst) != 0) return true;  // a spinner will take it
     if (sleepers_.load(std::memory_order_seq_cst) != 0) {
       wake_sleeper();
     } else if (live_workers_.load(std::memory_order_relaxed) <
                max_workers_.load(std::memory_order_relaxed)) [[unlikely]] {
       grow();  // every worker is busy and there is room for another
     }
+    return true;
   }
 
   template <class G>
@@ -374,6 +482,17 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
     try {
       g();
       count_here(TaskStatus::succeeded);
+    } catch (...) {
+      report_exception(TaskRef{}, std::current_exception());
+      count_here(TaskStatus::failed);
+    }
+  }
+
+  // Runs a popped plain cell on this thread (shutdown sweeps); long and
+  // observed cells go through this pool's Runner side.
+  void run_cell_here(Cell& cell) noexcept {
+    try {
+      if (!cell.invoke_and_destroy(static_cast<Runner*>(this))) count_here(TaskStatus::succeeded);
     } catch (...) {
       report_exception(TaskRef{}, std::current_exception());
       count_here(TaskStatus::failed);
@@ -393,13 +512,17 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
   enum class Slept : std::uint8_t { woken, woken_spinning, retired };
 
   // pool.cpp
+  // The one place the pool's state changes (asserts the edge is legal).
+  void set_state(PoolState to) noexcept;
+  bool transition(PoolState from, PoolState to) noexcept;  // compare-exchange
   void grow() noexcept;
   // `spinning`: the new worker starts with a spinning token (it was started
   // for queued work, so it must bring in help if it finds more).
   void spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
   [[nodiscard]] OutcomeCounts totals_locked() const;
   // worker.cpp
-  static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning);
+  static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
+                            bool replacement);
   void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
   Exit work_loop(Worker& w, bool spinning);
   bool attend(Worker& w, Exit& how);
@@ -427,7 +550,9 @@ class Core final : public std::enable_shared_from_this<Core>, public LongRunner 
   void register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept;
   void unregister_foreign(TaskStateBase* s) noexcept;
   // shutdown.cpp
-  void on_push_after_close() noexcept;
+  // A push that saw the pool stopping: true if the cell is a running
+  // shutdown's to handle or was run here (drain); false if it was rejected.
+  bool on_push_after_close() noexcept;
   void wake_everyone() noexcept;
   bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
   void drop_queue();

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "crew/detail/assert.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "crew/error.hpp"
@@ -92,6 +93,7 @@ class TaskStateBase {
     std::uint32_t cur = word_.load(std::memory_order_relaxed);
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
+      CREW_ASSERT(is_legal_transition(TaskStatus::queued, to), "illegal task transition");
       const std::uint32_t next = (cur & kWaitersBit) | encode(to, why) |
                                  (to == TaskStatus::running ? kRanBit : 0u);
       if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
@@ -107,6 +109,7 @@ class TaskStateBase {
     std::uint32_t cur = word_.load(std::memory_order_relaxed);
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
+      CREW_ASSERT(is_legal_transition(TaskStatus::running, outcome), "illegal task transition");
       const std::uint32_t next = kRanBit | encode(outcome, why);
       if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
         wake(cur);
@@ -140,6 +143,9 @@ class TaskStateBase {
   Admission refused_as = Admission::accepted;
   std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
   std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
+
+  // Set at submission when task observers want timings.
+  std::int64_t enqueued_ns = 0;
 
   // Written by the runner before finish(), read after done() says failed.
   std::exception_ptr error;

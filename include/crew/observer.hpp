@@ -1,0 +1,88 @@
+// crew/observer.hpp: observers, the pool's extension point for metrics,
+// tracing and logging.
+//
+// An Observer is told about tasks (enqueued, started, finished, rejected),
+// workers (started, stopped, replaced, abandoned) and the pool's state
+// changes. Install any number with PoolOptions::observers. Each observer says
+// which events it wants (events()); the pool does the work for an event
+// (reading the clock, say) only if some observer wants it, so a pool without
+// observers pays one predictable branch per task.
+//
+// Callbacks run on the thread where the event happens (a submitter, a
+// worker, the supervisor), concurrently with each other, sometimes with the
+// pool's internal locks held: they must be thread-safe, fast and noexcept,
+// and must not call member functions of the pool that calls them (read
+// stats() from another thread, e.g. at scrape time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+#include "crew/error.hpp"
+#include "crew/pool_types.hpp"
+#include "crew/task_status.hpp"
+
+namespace crew {
+
+// A task as observers see it. Valid for the duration of the call.
+struct TaskEvent {
+  std::string_view pool;
+  std::uint64_t id = 0;   // 0 for plain fire-and-forget tasks
+  std::string_view name;  // empty for unnamed tasks
+  bool is_long = false;
+};
+
+class Observer {
+ public:
+  enum Events : std::uint32_t {
+    task_enqueued = 1u << 0,
+    task_started = 1u << 1,
+    task_finished = 1u << 2,
+    task_rejected = 1u << 3,
+    worker_events = 1u << 4,  // started, stopped, replaced, abandoned
+    pool_state = 1u << 5,
+    worker_state = 1u << 6,  // every worker state change (one call per busy/idle flip)
+    all_events = (1u << 7) - 1,
+  };
+
+  Observer() = default;
+  Observer(const Observer&) = delete;
+  Observer& operator=(const Observer&) = delete;
+  virtual ~Observer() = default;
+
+  // Read once, when the pool is constructed.
+  [[nodiscard]] virtual std::uint32_t events() const noexcept { return all_events; }
+
+  // A task entered the queue (on the submitting thread).
+  virtual void on_task_enqueued(const TaskEvent& /*task*/) noexcept {}
+  // A task started; queue_wait is the time since it was enqueued.
+  virtual void on_task_started(const TaskEvent& /*task*/,
+                               std::chrono::nanoseconds /*queue_wait*/) noexcept {}
+  // A task that ran ended with `outcome` (succeeded, failed, cancelled or
+  // timed_out).
+  virtual void on_task_finished(const TaskEvent& /*task*/, TaskStatus /*outcome*/,
+                                std::chrono::nanoseconds /*queue_wait*/,
+                                std::chrono::nanoseconds /*run_time*/) noexcept {}
+  // A task ended without running: refused at submission (`reason` rejected,
+  // see `admission`), expired in the queue, dropped by a shutdown, or
+  // cancelled while queued. Plain tasks dropped by a shutdown are reported
+  // with id 0.
+  virtual void on_task_rejected(const TaskEvent& /*task*/, TaskStatus /*outcome*/, Errc /*reason*/,
+                                Admission /*admission*/) noexcept {}
+
+  virtual void on_worker_started(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
+  virtual void on_worker_stopped(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
+  // A worker that died or was abandoned has been replaced by a new one.
+  virtual void on_worker_replaced(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
+  // A worker was written off with a hung task still running on it.
+  virtual void on_worker_abandoned(std::string_view /*pool*/, std::uint64_t /*worker*/,
+                                   const TaskEvent& /*task*/) noexcept {}
+
+  virtual void on_pool_state(std::string_view /*pool*/, PoolState /*from*/,
+                             PoolState /*to*/) noexcept {}
+  virtual void on_worker_state(std::string_view /*pool*/, std::uint64_t /*worker*/,
+                               WorkerState /*from*/, WorkerState /*to*/) noexcept {}
+};
+
+}  // namespace crew

@@ -1,0 +1,440 @@
+// Tests of shutdown modes, escalation, reports, abandonment of hung tasks,
+// restart, the root stop token, and shutdown racing submissions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <memory>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+bool listed(const std::vector<TaskRef>& refs, std::string_view name) {
+  return std::any_of(refs.begin(), refs.end(), [&](const TaskRef& r) { return r.name == name; });
+}
+
+void until_stopped(const std::stop_token& stop) {
+  while (!stop.stop_requested()) std::this_thread::sleep_for(100us);
+}
+
+TEST(ShutdownDrain, RunsEverythingQueuedAndRefusesNewTasks) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  pool.pause();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 0s);
+  EXPECT_EQ(ran.load(), 100);
+  EXPECT_EQ(r.mode, ShutdownMode::drain);
+  EXPECT_FALSE(r.escalated);
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  EXPECT_EQ(r.during.succeeded, 100u);
+  EXPECT_TRUE(r.rejected.empty());
+  EXPECT_EQ(pool.state(), PoolState::stopped);
+  EXPECT_EQ(pool.post([] {}), Admission::closed);
+  auto late = pool.submit([] { return 1; });
+  EXPECT_EQ(late.status(), TaskStatus::rejected);
+  try {
+    (void)late.get();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.admission(), Admission::closed);
+  }
+}
+
+TEST(ShutdownSoft, RejectsQueuedTasksAndFinishesRunningOnes) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  Gate gate;
+  auto running = pool.submit([&] {
+    started.count_down();
+    gate.wait();
+    return 1;
+  });
+  started.wait();
+  std::vector<Task<int>> queued;
+  for (int i = 0; i < 3; ++i) {
+    queued.push_back(pool.submit([] { return 2; }, {.name = "q" + std::to_string(i)}));
+  }
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // a plain one: counted, not listed
+  std::thread opener([&] {
+    std::this_thread::sleep_for(20ms);
+    gate.open();
+  });
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 0s);
+  opener.join();
+  EXPECT_EQ(running.get(), 1);
+  for (auto& t : queued) {
+    EXPECT_EQ(t.status(), TaskStatus::rejected);
+    EXPECT_EQ(t.reason(), Errc::shutdown_dropped);
+  }
+  EXPECT_EQ(r.rejected.size(), 3u);
+  EXPECT_TRUE(listed(r.rejected, "q0") && listed(r.rejected, "q2"));
+  EXPECT_EQ(r.rejected_unnamed, 1u);
+  EXPECT_EQ(r.during.rejected, 4u);
+  EXPECT_EQ(r.during.succeeded, 1u);
+  EXPECT_EQ(r.lifetime.total(), pool.stats().submitted);
+}
+
+TEST(ShutdownHard, StopsRunningLongTasksAndRejectsQueuedOnes) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  std::latch started(2);
+  auto a = pool.submit(
+      [&](std::stop_token stop) {
+        started.count_down();
+        until_stopped(stop);
+      },
+      {.name = "long-a"});
+  ASSERT_EQ(pool.post(
+                [&](std::stop_token stop) {
+                  started.count_down();
+                  until_stopped(stop);
+                }),
+            Admission::accepted);
+  started.wait();
+  auto queued = pool.submit([] {}, {.name = "queued"});
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_EQ(a.status(), TaskStatus::cancelled);
+  EXPECT_EQ(queued.status(), TaskStatus::rejected);
+  EXPECT_TRUE(listed(r.cancelled, "long-a"));
+  EXPECT_TRUE(listed(r.rejected, "queued"));
+  EXPECT_EQ(r.during.cancelled, 2u);  // the unnamed posted one is counted
+  EXPECT_TRUE(r.abandoned.empty());
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+}
+
+TEST(ShutdownHard, ShortTasksFinishBecauseTheyCannotBeInterrupted) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .abandon_grace = 5s});
+  std::latch started(1);
+  auto t = pool.submit([&] {
+    started.count_down();
+    std::this_thread::sleep_for(30ms);
+    return 9;
+  });
+  started.wait();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_EQ(t.get(), 9);
+  EXPECT_EQ(r.during.succeeded, 1u);
+}
+
+TEST(ShutdownEscalation, ADrainThatTimesOutGoesHard) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  auto stuck = pool.submit(
+      [&](std::stop_token stop) {
+        started.count_down();
+        until_stopped(stop);
+      },
+      {.name = "stuck"});
+  started.wait();
+  auto queued = pool.submit([] {}, {.name = "behind"});
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 30ms);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+  EXPECT_TRUE(r.escalated);
+  EXPECT_EQ(r.final_state, PoolState::stopped_timeout);
+  EXPECT_EQ(pool.state(), PoolState::stopped_timeout);
+  EXPECT_EQ(stuck.status(), TaskStatus::cancelled);
+  EXPECT_EQ(queued.status(), TaskStatus::rejected);
+  EXPECT_TRUE(listed(r.cancelled, "stuck"));
+  EXPECT_TRUE(listed(r.rejected, "behind"));
+}
+
+TEST(ShutdownEscalation, ASoftShutdownThatTimesOutGoesHard) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  auto stuck = pool.submit([&](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  });
+  started.wait();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 20ms);
+  EXPECT_TRUE(r.escalated);
+  EXPECT_EQ(stuck.status(), TaskStatus::cancelled);
+}
+
+// A long task that ignores its token is written off after the grace period:
+// the shutdown returns, lists it, and the thread finishes later on its own.
+TEST(ShutdownAbandon, AHungTaskIsAbandonedAfterTheGrace) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::latch started(1);
+  Pool pool({.max_workers = 1, .abandon_grace = 30ms});
+  auto hung = pool.submit(
+      [gate, finished, &started](std::stop_token) {
+        started.count_down();
+        gate->wait();  // ignores its token
+        finished->store(true);
+      },
+      {.name = "hung"});
+  started.wait();
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s * test::kSlowdown);
+  EXPECT_TRUE(listed(r.abandoned, "hung"));
+  EXPECT_EQ(hung.status(), TaskStatus::cancelled);
+  EXPECT_EQ(hung.reason(), Errc::abandoned);
+  EXPECT_EQ(pool.stats().abandoned, 1u);
+  gate->open();
+  EXPECT_TRUE(eventually([&] { return finished->load(); }));
+}
+
+// Destroys the pool while an abandoned task still runs, then lets the task
+// finish: under AddressSanitizer this proves the thread touches no freed
+// memory (it co-owns the pool's core).
+TEST(ShutdownAbandon, ThePoolCanBeDestroyedWhileAnAbandonedTaskRuns) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  {
+    std::latch started(1);
+    Pool pool({.max_workers = 1, .shutdown_mode = ShutdownMode::hard, .abandon_grace = 10ms});
+    ASSERT_EQ(pool.post(
+                  [gate, finished, &started](std::stop_token) {
+                    started.count_down();
+                    gate->wait();
+                    std::this_thread::sleep_for(5ms);
+                    finished->store(true);
+                  },
+                  {.name = "outlives-the-pool"}),
+              Admission::accepted);
+    started.wait();
+  }  // ~Pool: hard shutdown, the task is abandoned
+  EXPECT_FALSE(finished->load());
+  gate->open();
+  EXPECT_TRUE(eventually([&] { return finished->load(); }));
+  std::this_thread::sleep_for(20ms);  // let the thread end and free the core
+}
+
+TEST(DeadlineAbandon, AHungTaskPastDeadlineAndGraceCostsNoCapacity) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  Pool pool({.min_workers = 1, .max_workers = 1, .abandon_grace = 20ms});
+  auto hung = pool.submit([gate](std::stop_token) { gate->wait(); },
+                          {.name = "ignores-deadline", .timeout = 10ms});
+  // The one worker is written off and replaced: a new task still runs.
+  auto next = pool.submit([] { return 42; });
+  EXPECT_EQ(next.get(), 42);
+  EXPECT_EQ(hung.status(), TaskStatus::timed_out);
+  EXPECT_EQ(hung.reason(), Errc::abandoned);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.abandoned, 1u);
+  EXPECT_GE(s.workers_replaced, 1u);
+  EXPECT_EQ(s.workers, 1u);
+  gate->open();
+}
+
+TEST(DeadlineAbandon, AnInlineLongTaskIsAbandonedToo) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  Pool pool({.min_workers = 1, .max_workers = 1, .abandon_grace = 20ms});
+  ASSERT_EQ(pool.post([gate](std::stop_token) { gate->wait(); }, {.timeout = 10ms}),
+            Admission::accepted);
+  auto next = pool.submit([] { return 1; });
+  EXPECT_EQ(next.get(), 1);
+  EXPECT_TRUE(eventually([&] { return pool.stats().outcomes.timed_out == 1; }));
+  EXPECT_EQ(pool.stats().abandoned, 1u);
+  gate->open();
+}
+
+TEST(ShutdownReportTest, IsIdempotentAndSharedByConcurrentCallers) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  pool.pause();
+  for (int i = 0; i < 10; ++i) (void)pool.post([] {}, {.name = "n" + std::to_string(i)});
+  std::vector<ShutdownReport> reports(4);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 4; ++i) {
+    callers.emplace_back(
+        [&, i] { reports[static_cast<std::size_t>(i)] = pool.shutdown(ShutdownMode::soft, 0s); });
+  }
+  for (auto& t : callers) t.join();
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.rejected.size(), 10u);
+    EXPECT_EQ(r.during.rejected, 10u);
+  }
+  const ShutdownReport again = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_EQ(again.mode, ShutdownMode::soft);  // the first shutdown's report
+  EXPECT_EQ(again.rejected.size(), 10u);
+}
+
+class ShutdownRace : public testing::TestWithParam<ShutdownMode> {};
+
+// Submissions racing a shutdown are either accepted and handled per the mode
+// or refused: never lost, never a crash.
+TEST_P(ShutdownRace, SubmissionsRacingAShutdownAreNeverLost) {
+  Watchdog dog(60s);
+  const ShutdownMode mode = GetParam();
+  for (int round = 0; round < 20; ++round) {
+    Pool pool({.max_workers = 2, .queue_capacity = 64});
+    std::atomic<int> accepted{0}, ran{0}, refused{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 3; ++p) {
+      producers.emplace_back([&] {
+        while (!go.load()) std::this_thread::yield();
+        for (int i = 0; i < 2000; ++i) {
+          if (pool.post([&] { ran.fetch_add(1); }) == Admission::accepted) {
+            accepted.fetch_add(1);
+          } else {
+            refused.fetch_add(1);
+          }
+        }
+      });
+    }
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * round));
+    const ShutdownReport r = pool.shutdown(mode, 0s);
+    for (auto& t : producers) t.join();
+    ASSERT_TRUE(pool.wait_idle(10s));
+    const PoolStats s = pool.stats();
+    SCOPED_TRACE("round " + std::to_string(round));
+    EXPECT_EQ(accepted.load() + refused.load(), 3 * 2000);
+    EXPECT_EQ(s.submitted, 3u * 2000u);
+    EXPECT_EQ(s.outcomes.total(), s.submitted);
+    EXPECT_EQ(s.outcomes.succeeded, static_cast<std::uint64_t>(ran.load()));
+    if (mode == ShutdownMode::drain) {
+      EXPECT_EQ(ran.load(), accepted.load());  // drain runs everything accepted
+    } else {
+      EXPECT_EQ(static_cast<std::uint64_t>(ran.load()) + r.rejected_unnamed,
+                static_cast<std::uint64_t>(accepted.load()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, ShutdownRace,
+                         testing::Values(ShutdownMode::drain, ShutdownMode::soft,
+                                         ShutdownMode::hard),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+TEST(Restart, AStoppedPoolRunsAgain) {
+  Watchdog dog;
+  Pool pool({.min_workers = 1, .max_workers = 2});
+  EXPECT_FALSE(pool.restart());  // running: nothing to restart
+  (void)pool.shutdown(ShutdownMode::drain, 0s);
+  EXPECT_EQ(pool.submit([] { return 1; }).status(), TaskStatus::rejected);
+  EXPECT_TRUE(pool.restart());
+  EXPECT_EQ(pool.state(), PoolState::running);
+  EXPECT_EQ(pool.submit([] { return 2; }).get(), 2);
+  const ShutdownReport second = pool.shutdown(ShutdownMode::soft, 0s);
+  EXPECT_EQ(second.mode, ShutdownMode::soft);  // a new shutdown, a new report
+}
+
+TEST(RootStopToken, StoppingItShutsThePoolDownHard) {
+  Watchdog dog;
+  std::stop_source root;
+  Pool pool({.max_workers = 1, .stop_token = root.get_token()});
+  std::latch started(1);
+  auto t = pool.submit([&](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  });
+  started.wait();
+  root.request_stop();
+  EXPECT_TRUE(eventually([&] { return pool.state() == PoolState::stopped; }));
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(pool.post([] {}), Admission::closed);
+}
+
+TEST(RootStopToken, AnAlreadyStoppedTokenStopsThePoolAtOnce) {
+  Watchdog dog;
+  std::stop_source root;
+  root.request_stop();
+  Pool pool({.stop_token = root.get_token()});
+  EXPECT_TRUE(eventually([&] { return pool.state() == PoolState::stopped; }));
+}
+
+TEST(DestructorMode, UsesTheConfiguredDefaultShutdown) {
+  Watchdog dog;
+  std::atomic<int> ran{0};
+  {
+    Pool pool({.max_workers = 1, .shutdown_mode = ShutdownMode::soft});
+    pool.pause();
+    for (int i = 0; i < 10; ++i) (void)pool.post([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 0);
+}
+
+TEST(WorkerControl, SnapshotShowsTheRunningTask) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  Gate gate;
+  auto t = pool.submit(
+      [&](std::stop_token) {
+        started.count_down();
+        gate.wait();
+      },
+      {.name = "visible"});
+  started.wait();
+  std::this_thread::sleep_for(5ms);
+  const std::vector<WorkerInfo> ws = pool.workers();
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0].state, WorkerState::busy);
+  EXPECT_EQ(ws[0].task.name, "visible");
+  EXPECT_EQ(ws[0].task.id, t.id());
+  EXPECT_GE(ws[0].running_for, 5ms);
+  gate.open();
+  t.wait();
+}
+
+TEST(WorkerControl, GracefulStopLetsTheTaskFinish) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  Gate gate;
+  auto t = pool.submit([&](std::stop_token stop) {
+    started.count_down();
+    gate.wait();
+    return stop.stop_requested();
+  });
+  started.wait();
+  const std::uint64_t id = pool.workers().at(0).id;
+  EXPECT_TRUE(pool.stop_worker(id, WorkerStop::graceful));
+  EXPECT_FALSE(pool.stop_worker(12345, WorkerStop::graceful));
+  gate.open();
+  EXPECT_FALSE(t.get());  // its token was not stopped
+  EXPECT_TRUE(eventually([&] {
+    const auto ws = pool.workers();
+    return ws.empty() || ws[0].id != id;
+  }));
+  EXPECT_EQ(pool.submit([] { return 3; }).get(), 3);  // a new worker is started
+}
+
+TEST(WorkerControl, HardStopAlsoStopsTheToken) {
+  Watchdog dog;
+  Pool pool({.min_workers = 1, .max_workers = 1});
+  std::latch started(1);
+  auto t = pool.submit([&](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  });
+  started.wait();
+  EXPECT_TRUE(pool.stop_worker(pool.workers().at(0).id, WorkerStop::hard));
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  // min_workers is kept.
+  EXPECT_TRUE(eventually([&] { return pool.stats().workers == 1; }));
+  EXPECT_EQ(pool.submit([] { return 4; }).get(), 4);
+}
+
+}  // namespace
+}  // namespace crew

@@ -1,0 +1,307 @@
+// Tests of tasks: long tasks and their stop tokens, execution and queue-wait
+// deadlines, cancellation through handles, outcomes, and the timer under many
+// outstanding deadlines.
+#include "crew/task.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+// Spins (politely) until the token is stopped; returns how long it ran.
+std::chrono::nanoseconds run_until_stopped(const std::stop_token& stop) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!stop.stop_requested()) std::this_thread::sleep_for(100us);
+  return std::chrono::steady_clock::now() - start;
+}
+
+TEST(LongTask, AtItsDeadlineTheTokenIsStoppedAndTheTaskTimesOut) {
+  Watchdog dog;
+  Pool pool;
+  auto t = pool.submit([](std::stop_token stop) { return run_until_stopped(stop); },
+                       {.name = "poller", .timeout = 30ms});
+  EXPECT_EQ(t.name(), "poller");
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  EXPECT_EQ(t.reason(), Errc::timed_out);
+  try {
+    (void)t.get();
+    ADD_FAILURE() << "get() of a timed-out task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timed_out);
+    EXPECT_NE(std::string(e.what()).find("poller"), std::string::npos) << e.what();
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().outcomes.timed_out, 1u);
+}
+
+TEST(LongTask, ATaskReturningAfterItsDeadlineIsTimedOutWhateverItReturned) {
+  Watchdog dog;
+  Pool pool;
+  // Ignores its token, returns a value 40 ms into a 10 ms deadline.
+  auto t = pool.submit(
+      [](std::stop_token) {
+        std::this_thread::sleep_for(40ms);
+        return 7;
+      },
+      {.timeout = 10ms});
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  EXPECT_THROW((void)t.get(), Error);
+}
+
+TEST(LongTask, ContextCarriesIdNameAndDeadline) {
+  Watchdog dog;
+  Pool pool;
+  const auto before = std::chrono::steady_clock::now();
+  auto t = pool.submit(
+      [](const TaskContext& ctx) {
+        return std::make_tuple(ctx.id, std::string(ctx.name), ctx.deadline, ctx.stop_requested());
+      },
+      {.name = "ctx", .timeout = 5s});
+  const auto [id, name, deadline, stopped] = t.get();
+  EXPECT_EQ(id, t.id());
+  EXPECT_EQ(name, "ctx");
+  EXPECT_GE(deadline, before + 5s);
+  EXPECT_LE(deadline, std::chrono::steady_clock::now() + 5s);
+  EXPECT_FALSE(stopped);
+}
+
+TEST(LongTask, WithoutATimeoutThereIsNoDeadline) {
+  Watchdog dog;
+  Pool pool;
+  auto t = pool.submit([](const TaskContext& ctx) { return ctx.deadline; });
+  EXPECT_EQ(t.get(), std::chrono::steady_clock::time_point::max());
+}
+
+TEST(LongTask, ThePoolTaskTimeoutIsTheDefaultDeadline) {
+  Watchdog dog;
+  Pool pool({.task_timeout = 20ms});
+  auto t = pool.submit([](std::stop_token stop) { return run_until_stopped(stop); });
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  auto quick = pool.submit([](std::stop_token) { return 1; });
+  EXPECT_EQ(quick.get(), 1);
+}
+
+TEST(LongTask, PostedLongTasksTimeOutAndAreCounted) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  std::atomic<int> stopped{0};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(pool.post(
+                  [&stopped](std::stop_token stop) {
+                    run_until_stopped(stop);
+                    stopped.fetch_add(1);
+                  },
+                  {.timeout = 20ms}),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(stopped.load(), 4);
+  EXPECT_EQ(pool.stats().outcomes.timed_out, 4u);
+}
+
+TEST(LongTask, AStopTokenAcceptingCallbackSeesTheStop) {
+  Watchdog dog;
+  Pool pool;
+  auto t = pool.submit(
+      [](std::stop_token stop) {
+        std::atomic<bool> called{false};
+        std::stop_callback cb(stop, [&] { called = true; });
+        while (!called.load()) std::this_thread::sleep_for(100us);
+        return true;
+      },
+      {.timeout = 20ms});
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+}
+
+TEST(Cancel, AQueuedTaskNeverRuns) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  pool.pause();
+  std::atomic<bool> ran{false};
+  auto t = pool.submit([&ran] { ran = true; });
+  EXPECT_EQ(t.cancel(), CancelResult::cancelled);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.cancel(), CancelResult::already_finished);
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_FALSE(ran.load());
+  try {
+    t.get();
+    ADD_FAILURE() << "get() of a cancelled task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::cancelled);
+  }
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.cancelled, 1u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST(Cancel, ARunningLongTaskHasItsTokenStopped) {
+  Watchdog dog;
+  Pool pool;
+  std::latch started(1);
+  auto t = pool.submit([&started](std::stop_token stop) {
+    started.count_down();
+    return run_until_stopped(stop);
+  });
+  started.wait();
+  EXPECT_EQ(t.cancel(), CancelResult::stop_requested);
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.reason(), Errc::cancelled);
+}
+
+TEST(Cancel, ARunningShortTaskFinishesNormally) {
+  Watchdog dog;
+  Pool pool;
+  std::latch started(1);
+  Gate gate;
+  auto t = pool.submit([&] {
+    started.count_down();
+    gate.wait();
+    return 5;
+  });
+  started.wait();
+  EXPECT_EQ(t.cancel(), CancelResult::not_interruptible);
+  gate.open();
+  EXPECT_EQ(t.get(), 5);
+  EXPECT_EQ(t.status(), TaskStatus::succeeded);
+}
+
+TEST(Cancel, AFinishedTaskSaysSo) {
+  Watchdog dog;
+  Pool pool;
+  auto t = pool.submit([] { return 1; });
+  t.wait();
+  EXPECT_EQ(t.cancel(), CancelResult::already_finished);
+  EXPECT_EQ(t.get(), 1);
+}
+
+TEST(QueueDeadline, ATaskStillQueuedAtItsQueueDeadlineNeverStarts) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  pool.pause();
+  std::atomic<bool> ran{false};
+  auto t = pool.submit([&ran] { ran = true; }, {.queue_timeout = 10ms});
+  t.wait();  // the supervisor expires it while the pool is paused
+  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  EXPECT_EQ(t.reason(), Errc::expired);
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(pool.stats().outcomes.rejected, 1u);
+}
+
+TEST(QueueDeadline, ATaskStartedInTimeRunsNormally) {
+  Watchdog dog;
+  Pool pool;
+  auto t = pool.submit([] { return 3; }, {.queue_timeout = 10s});
+  EXPECT_EQ(t.get(), 3);
+}
+
+// 100,000 outstanding queue deadlines: all armed in the one timer heap, the
+// first half expire in order while the pool is paused, the rest run.
+TEST(Timer, AHundredThousandOutstandingDeadlinesWork) {
+  Watchdog dog(120s);
+  constexpr int kTasks = 100'000;
+  Pool pool({.max_workers = 2, .queue_capacity = kUnbounded});
+  pool.pause();
+  std::atomic<int> ran{0};
+  std::vector<Task<void>> expiring, lasting;
+  expiring.reserve(kTasks / 2);
+  lasting.reserve(kTasks / 2);
+  for (int i = 0; i < kTasks / 2; ++i) {
+    expiring.push_back(pool.submit([&ran] { ran.fetch_add(1); },
+                                   {.queue_timeout = std::chrono::milliseconds(50 + i % 50)}));
+    lasting.push_back(pool.submit([&ran] { ran.fetch_add(1); }, {.queue_timeout = 1h}));
+  }
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (auto& t : expiring) {
+          if (t.status() != TaskStatus::rejected) return false;
+        }
+        return true;
+      },
+      30s));
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(60s));
+  EXPECT_EQ(ran.load(), kTasks / 2);
+  for (auto& t : lasting) ASSERT_EQ(t.status(), TaskStatus::succeeded);
+  for (auto& t : expiring) ASSERT_EQ(t.reason(), Errc::expired);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.rejected, static_cast<std::uint64_t>(kTasks / 2));
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST(Timer, ManyConcurrentExecutionDeadlinesAllFire) {
+  Watchdog dog;
+  Pool pool({.max_workers = 8});
+  std::vector<Task<std::chrono::nanoseconds>> tasks;
+  for (int i = 0; i < 8; ++i) {
+    tasks.push_back(pool.submit([](std::stop_token stop) { return run_until_stopped(stop); },
+                                {.timeout = std::chrono::milliseconds(10 + 5 * i)}));
+  }
+  for (auto& t : tasks) {
+    t.wait();
+    EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  }
+}
+
+TEST(Outcome, EachHandleSeesExactlyOneFinalOutcome) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  std::vector<Task<int>> tasks;
+  for (int i = 0; i < 1000; ++i) {
+    tasks.push_back(pool.submit([i]() -> int {
+      if (i % 10 == 0) throw std::runtime_error("ten");
+      return i;
+    }));
+  }
+  int failed = 0, ok = 0;
+  for (auto& t : tasks) {
+    t.wait();
+    const TaskStatus first = t.status();
+    EXPECT_TRUE(is_final(first));
+    EXPECT_EQ(t.status(), first);  // final means final
+    (first == TaskStatus::failed ? failed : ok)++;
+  }
+  EXPECT_EQ(failed, 100);
+  EXPECT_EQ(ok, 900);
+}
+
+TEST(Outcome, LegalTaskTransitionsAreExactlyTheDocumentedOnes) {
+  using S = TaskStatus;
+  const S all[] = {S::queued, S::running, S::succeeded, S::failed,
+                   S::cancelled, S::timed_out, S::rejected};
+  int legal = 0;
+  for (S from : all) {
+    for (S to : all) legal += is_legal_transition(from, to) ? 1 : 0;
+  }
+  EXPECT_EQ(legal, 3 + 4);
+  EXPECT_TRUE(is_legal_transition(S::queued, S::rejected));
+  EXPECT_FALSE(is_legal_transition(S::running, S::rejected));
+  EXPECT_FALSE(is_legal_transition(S::succeeded, S::failed));
+  for (S s : all) EXPECT_FALSE(to_string(s).empty());
+}
+
+}  // namespace
+}  // namespace crew
