@@ -64,6 +64,7 @@ PoolOptions resolved(PoolOptions o) {
   require_non_negative("shutdown_timeout", o.shutdown_timeout);
   require_non_negative("abandon_grace", o.abandon_grace);
   require_non_negative("spin", o.spin);
+  if (!o.logger) o.logger = default_logger();
   for (std::size_t i = 0; i < o.observers.size(); ++i) {
     if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");
   }
@@ -128,6 +129,7 @@ void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept {
 
 Core::Core(PoolOptions options)
     : opts_(resolved(std::move(options))),
+      log_level_(opts_.logger->level()),
       observers_(observer_slots(opts_)),
       observed_(union_of(observers_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
@@ -181,11 +183,17 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) spinning_.fetch_sub(1, std::memory_order_seq_cst);
-    std::fprintf(stderr, "crew: pool '%s': cannot start a worker thread: %s\n", opts_.name.c_str(),
-                 e.what());
+    log(LogLevel::error, {.pool = opts_.name},
+        std::string("cannot start a worker thread: ") + e.what());
     return;
   }
-  if (replacement) ++ctl.workers_replaced;
+  if (replacement) {
+    ++ctl.workers_replaced;
+    if (logs(LogLevel::warning)) {
+      log(LogLevel::warning, {.pool = opts_.name, .worker_id = w->id},
+          "started to replace a worker that died or was abandoned");
+    }
+  }
   ctl.workers.push_back(std::move(w));
 }
 
@@ -331,9 +339,10 @@ void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noe
       opts_.on_exception(task, e);
       return;
     } catch (...) {
-      std::fprintf(stderr, "crew: pool '%s': the on_exception handler threw\n", opts_.name.c_str());
+      log(LogLevel::error, {.pool = opts_.name}, "the on_exception handler threw");
     }
   }
+  if (!logs(LogLevel::error)) return;
   std::string what = "an exception not derived from std::exception";
   try {
     std::rethrow_exception(e);
@@ -341,13 +350,27 @@ void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noe
     what = ex.what();
   } catch (...) {
   }
-  if (task.id == 0 && task.name.empty()) {
-    std::fprintf(stderr, "crew: pool '%s': a fire-and-forget task threw: %s\n", opts_.name.c_str(),
-                 what.c_str());
-  } else {
-    std::fprintf(stderr, "crew: pool '%s': task '%s' #%llu threw: %s\n", opts_.name.c_str(),
-                 task.name.c_str(), static_cast<unsigned long long>(task.id), what.c_str());
+  const bool plain = task.id == 0 && task.name.empty();
+  log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
+      (plain ? "a fire-and-forget task threw: " : "task threw: ") + what);
+}
+
+void Core::log_hook_failure(std::string_view hook, std::uint64_t worker,
+                            std::exception_ptr e) const noexcept {
+  if (!logs(LogLevel::error)) return;
+  std::string what = "an exception not derived from std::exception";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
   }
+  log(LogLevel::error, {.pool = opts_.name, .worker_id = worker},
+      std::string(hook) + " hook threw: " + what);
+}
+
+void Core::log(LogLevel level, const LogContext& context, std::string_view message) const noexcept {
+  if (logs(level)) opts_.logger->log(level, context, message);
 }
 
 }  // namespace detail

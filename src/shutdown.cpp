@@ -1,5 +1,6 @@
 // Shutdown modes, restart, and the handling of submissions that raced a
 // shutdown. The sequence is described in docs/design.md and docs/shutdown.md.
+#include <string>
 #include <utility>
 
 #include "control.hpp"
@@ -12,6 +13,17 @@ using Clock = std::chrono::steady_clock;
 Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcept {
   if (d >= Clock::time_point::max() - t) return Clock::time_point::max();
   return t + std::chrono::duration_cast<Clock::duration>(d);
+}
+
+std::string summary_of(const ShutdownReport& r) {
+  const OutcomeCounts& d = r.during;
+  return "shutdown " + std::string(to_string(r.mode)) + (r.escalated ? " (escalated to hard)" : "") +
+         " finished in " +
+         std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(r.elapsed).count()) +
+         " us: succeeded " + std::to_string(d.succeeded) + ", failed " + std::to_string(d.failed) +
+         ", cancelled " + std::to_string(d.cancelled) + ", timed out " + std::to_string(d.timed_out) +
+         ", rejected " + std::to_string(d.rejected) + ", abandoned " +
+         std::to_string(r.abandoned.size() + r.abandoned_unnamed);
 }
 
 }  // namespace
@@ -95,6 +107,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     break;
   }
   ctl.shutdown_done.notify_all();
+  if (logs(LogLevel::info)) log(LogLevel::info, {.pool = opts_.name}, summary_of(report));
   return report;
 }
 

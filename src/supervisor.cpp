@@ -281,6 +281,11 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
     if (report != nullptr) ++report->abandoned_unnamed;
   }
   emit_worker(WorkerEvent::abandoned, w.id, &event);
+  if (logs(LogLevel::warning)) {
+    log(LogLevel::warning, {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = w.id},
+        "task abandoned: still running " + std::to_string(opts_.abandon_grace.count() / 1'000'000) +
+            " ms after its stop was requested; its worker is written off");
+  }
   if (observes(Observer::task_finished)) {
     emit_finished(event, outcome, enqueued, w.cur_started_ns, now_ns());
   }

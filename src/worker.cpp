@@ -56,8 +56,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       c.opts_.on_worker_start(w->id);
     } catch (...) {
       started = false;
-      c.report_exception(TaskRef{0, "on_worker_start hook of worker " + std::to_string(w->id)},
-                         std::current_exception());
+      c.log_hook_failure("on_worker_start", w->id, std::current_exception());
     }
   }
   Exit how = Exit::leave;
@@ -71,8 +70,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       try {
         c.opts_.on_worker_stop(w->id);
       } catch (...) {
-        c.report_exception(TaskRef{0, "on_worker_stop hook of worker " + std::to_string(w->id)},
-                           std::current_exception());
+        c.log_hook_failure("on_worker_stop", w->id, std::current_exception());
       }
     }
   }

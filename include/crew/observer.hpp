@@ -27,9 +27,9 @@ namespace crew {
 
 // A task as observers see it. Valid for the duration of the call.
 struct TaskEvent {
-  std::string_view pool;
+  std::string_view pool{};
   std::uint64_t id = 0;   // 0 for plain fire-and-forget tasks
-  std::string_view name;  // empty for unnamed tasks
+  std::string_view name{};  // empty for unnamed tasks
   bool is_long = false;
 };
 

@@ -15,6 +15,7 @@
 namespace crew {
 
 class Observer;  // crew/observer.hpp
+class Logger;    // crew/log.hpp
 
 // queue_capacity value for a queue without a bound.
 inline constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
@@ -132,6 +133,10 @@ struct PoolOptions {
   std::function<void(std::uint64_t worker_id)> on_worker_stop{};
   // Told about tasks, workers and state changes (crew/observer.hpp).
   std::vector<std::shared_ptr<Observer>> observers{};
+  // Where the pool logs task exceptions without a handler, worker
+  // replacement and abandonment, and shutdown summaries (crew/log.hpp).
+  // Empty: crew::default_logger(), which writes to stderr.
+  std::shared_ptr<Logger> logger{};
   // How long an idle worker polls the queue before it sleeps. Longer spins
   // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);

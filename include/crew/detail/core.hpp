@@ -23,6 +23,7 @@
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
+#include "crew/log.hpp"
 #include "crew/observer.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/task.hpp"
@@ -180,8 +181,13 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Runs a task state on the calling thread (nested waits, caller_runs).
   // The caller has already moved it from queued to running.
   void run_claimed_here(TaskStateBase* s) noexcept;
-  // Reports an exception nobody else will see (handler or stderr).
+  // Reports an exception nobody else will see (handler, else the logger).
   void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
+  // Logs through opts_.logger if `level` passes its threshold.
+  void log(LogLevel level, const LogContext& context, std::string_view message) const noexcept;
+  [[nodiscard]] bool logs(LogLevel level) const noexcept { return level >= log_level_; }
+  void log_hook_failure(std::string_view hook, std::uint64_t worker,
+                        std::exception_ptr e) const noexcept;
   // Runner for threads other than a worker's top level. run_long wraps the
   // call in a task state (one allocation) and runs it with run_claimed_here.
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
@@ -215,6 +221,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     Observer* observer;
     std::uint32_t events;
   };
+  const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::vector<ObserverSlot> observers_;
   const std::uint32_t observed_;
   const bool timed_;

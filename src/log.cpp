@@ -1,0 +1,50 @@
+#include "crew/log.hpp"
+
+#include <unistd.h>
+
+#include <string>
+
+namespace crew {
+
+std::string_view to_string(LogLevel level) noexcept {
+  switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warning: return "warning";
+    case LogLevel::error: return "error";
+  }
+  return "unknown";
+}
+
+void StderrLogger::log(LogLevel level, const LogContext& context,
+                       std::string_view message) noexcept {
+  try {
+    std::string line = "crew ";
+    line += to_string(level);
+    line += " pool=";
+    line += context.pool;
+    if (!context.task.empty() || context.task_id != 0) {
+      line += " task=";
+      line += context.task;
+      line += '#';
+      line += std::to_string(context.task_id);
+    }
+    if (context.worker_id != 0) {
+      line += " worker=";
+      line += std::to_string(context.worker_id);
+    }
+    line += ": ";
+    line += message;
+    line += '\n';
+    // One write: lines from several threads do not interleave.
+    (void)::write(STDERR_FILENO, line.data(), line.size());
+  } catch (...) {  // out of memory while formatting: drop the line
+  }
+}
+
+std::shared_ptr<Logger> default_logger() {
+  static const std::shared_ptr<Logger> logger = std::make_shared<StderrLogger>();
+  return logger;
+}
+
+}  // namespace crew

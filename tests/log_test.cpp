@@ -1,0 +1,94 @@
+// Tests of what the pool logs: exceptions nobody else sees, worker
+// replacement and abandonment, shutdown summaries.
+#include "crew/log.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+class CapturingLogger final : public Logger {
+ public:
+  explicit CapturingLogger(LogLevel min = LogLevel::debug) : min_(min) {}
+  LogLevel level() const noexcept override { return min_; }
+  void log(LogLevel level, const LogContext& ctx, std::string_view message) noexcept override {
+    const std::lock_guard lock(mu_);
+    lines_.push_back(std::string(to_string(level)) + "|" + std::string(ctx.pool) + "|" +
+                     std::string(ctx.task) + "|" + std::string(message));
+  }
+  bool has(std::string_view needle) {
+    const std::lock_guard lock(mu_);
+    return std::any_of(lines_.begin(), lines_.end(),
+                       [&](const std::string& l) { return l.find(needle) != std::string::npos; });
+  }
+  std::size_t size() {
+    const std::lock_guard lock(mu_);
+    return lines_.size();
+  }
+
+ private:
+  LogLevel min_;
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+TEST(Logging, ATaskExceptionWithoutAHandlerIsLoggedWithItsName) {
+  Watchdog dog;
+  auto logger = std::make_shared<CapturingLogger>();
+  {
+    Pool pool({.name = "logpool", .logger = logger});
+    ASSERT_EQ(pool.post([] { throw std::runtime_error("kaboom"); }, {.name = "importer"}),
+              Admission::accepted);
+    ASSERT_TRUE(pool.wait_idle(10s));
+  }
+  EXPECT_TRUE(logger->has("error|logpool|importer|task threw: kaboom"));
+}
+
+TEST(Logging, ReplacementAbandonmentAndShutdownAreLogged) {
+  Watchdog dog;
+  auto logger = std::make_shared<CapturingLogger>();
+  auto gate = std::make_shared<Gate>();
+  {
+    Pool pool({.name = "ops", .max_workers = 1, .abandon_grace = 10ms, .logger = logger});
+    auto hung = pool.submit([gate](std::stop_token) { gate->wait(); },
+                            {.name = "stubborn", .timeout = 5ms});
+    ASSERT_TRUE(eventually([&] { return pool.stats().abandoned == 1; }));
+    EXPECT_EQ(pool.submit([] { return 1; }).get(), 1);
+    (void)pool.shutdown(ShutdownMode::soft, 0s);
+  }
+  gate->open();
+  EXPECT_TRUE(logger->has("warning|ops|stubborn|task abandoned"));
+  EXPECT_TRUE(logger->has("info|ops||shutdown soft finished"));
+}
+
+TEST(Logging, MessagesBelowTheLoggersLevelAreNotSent) {
+  Watchdog dog;
+  auto logger = std::make_shared<CapturingLogger>(LogLevel::error);
+  { Pool pool({.logger = logger}); }  // the shutdown summary is info
+  EXPECT_EQ(logger->size(), 0u);
+}
+
+TEST(Logging, TheDefaultLoggerWritesOneLineToStderr) {
+  testing::internal::CaptureStderr();
+  StderrLogger logger;
+  logger.log(LogLevel::warning, {.pool = "p", .task = "t", .task_id = 7, .worker_id = 2}, "hello");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "crew warning pool=p task=t#7 worker=2: hello\n");
+}
+
+}  // namespace
+}  // namespace crew
