@@ -389,6 +389,7 @@ Pool::~Pool() {
   }
   (void)core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
   core_->stop_supervisor();
+  core_->released_.store(true, std::memory_order_release);
 }
 
 ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
@@ -406,6 +407,13 @@ bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
 }
 PoolState Pool::state() const noexcept { return core_->state(); }
 PoolStats Pool::stats() const { return core_->stats(); }
+PoolStatsHandle Pool::stats_handle() const { return {core_, core_->opts_.name}; }
+
+std::optional<PoolStats> PoolStatsHandle::read() const {
+  const std::shared_ptr<const detail::Core> core = core_.lock();
+  if (!core || core->released_.load(std::memory_order_acquire)) return std::nullopt;
+  return core->stats();
+}
 std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
 std::string_view Pool::name() const noexcept { return core_->opts_.name; }

@@ -479,6 +479,24 @@ TEST(PoolLifetime, ManyProducersAndConsumersLoseNothing) {
   EXPECT_EQ(pool.stats().outcomes.succeeded, static_cast<std::uint64_t>(n));
 }
 
+TEST(PoolLifetime, AStatsHandleReadsUntilThePoolIsGone) {
+  Watchdog dog;
+  PoolStatsHandle handle;
+  {
+    Pool pool({.name = "watched"});
+    handle = pool.stats_handle();
+    ASSERT_EQ(pool.post([] {}), Admission::accepted);
+    ASSERT_TRUE(pool.wait_idle(10s));
+    const std::optional<PoolStats> s = handle.read();
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->outcomes.succeeded, 1u);
+    (void)pool.shutdown(ShutdownMode::drain, 0s);
+    EXPECT_TRUE(handle.read().has_value());  // stopped, not gone
+  }
+  EXPECT_EQ(handle.pool_name(), "watched");
+  EXPECT_FALSE(handle.read().has_value());
+}
+
 TEST(PoolLifetime, AnIdlePoolSleeps) {
   Watchdog dog;
   Pool pool({.min_workers = 2, .max_workers = 2});

@@ -24,6 +24,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -37,6 +38,23 @@
 #include "crew/task.hpp"
 
 namespace crew {
+
+// Reads a pool's stats without keeping the pool alive: read() returns
+// nothing once the pool is gone. For collectors that outlive pools (a
+// metrics registry scraped from another thread). Copyable; thread-safe.
+class PoolStatsHandle {
+ public:
+  PoolStatsHandle() = default;
+  [[nodiscard]] std::optional<PoolStats> read() const;
+  [[nodiscard]] const std::string& pool_name() const noexcept { return name_; }
+
+ private:
+  friend class Pool;
+  PoolStatsHandle(std::weak_ptr<const detail::Core> core, std::string name)
+      : core_(std::move(core)), name_(std::move(name)) {}
+  std::weak_ptr<const detail::Core> core_;
+  std::string name_;
+};
 
 class Pool {
  public:
@@ -115,6 +133,7 @@ class Pool {
 
   [[nodiscard]] PoolState state() const noexcept;
   [[nodiscard]] PoolStats stats() const;
+  [[nodiscard]] PoolStatsHandle stats_handle() const;
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
   [[nodiscard]] const PoolOptions& options() const noexcept;
   [[nodiscard]] std::string_view name() const noexcept;

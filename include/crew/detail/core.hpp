@@ -249,6 +249,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
   SharedCounters shared_;
   std::unique_ptr<Control> ctl_;
+  // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
+  std::atomic<bool> released_{false};
 
  private:
   template <class D, class F>
