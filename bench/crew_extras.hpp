@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,16 @@ struct PostAllocs {
   double ns_per_task = 0;
 };
 PostAllocs measure_post_allocs(std::size_t tasks);
+
+// Shutdown latency under load (shutdown_latency.cpp).
+struct ShutdownLatency {
+  int runs = 0;
+  std::size_t hard_tasks = 1000;     // cooperative long tasks running
+  double hard_ms = 0, hard_max_ms = 0;
+  std::size_t soft_tasks = 1'000'000;  // small tasks queued
+  double soft_ms = 0, soft_max_ms = 0;
+  std::uint64_t soft_rejected = 0;     // as reported by the shutdown
+};
+ShutdownLatency measure_shutdown_latency(int runs);
 
 }  // namespace bench

@@ -298,6 +298,7 @@ struct Extras {
   std::vector<IdleCpu> idle;
   std::optional<QueuedMemory> queued;
   std::optional<PostAllocs> post;
+  std::optional<ShutdownLatency> shutdown;
 };
 
 struct Skip {
@@ -338,6 +339,17 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
                           .num("bytes_per_task", q->bytes_per_task)
                           .num("allocs_per_task", q->allocs_per_task)
                           .num("post_ns_per_task", q->post_ns_per_task)
+                          .text());
+  }
+  if (const auto& d = extras.shutdown) {
+    entries.push_back(base_entry("crew", "shutdown_hard", d->hard_tasks, static_cast<std::size_t>(d->runs))
+                          .num("ms", d->hard_ms)
+                          .num("ms_max", d->hard_max_ms)
+                          .text());
+    entries.push_back(base_entry("crew", "shutdown_soft", d->soft_tasks, static_cast<std::size_t>(d->runs))
+                          .num("ms", d->soft_ms)
+                          .num("ms_max", d->soft_max_ms)
+                          .num("rejected", static_cast<double>(d->soft_rejected))
                           .text());
   }
   if (const auto& p = extras.post) {
@@ -388,6 +400,15 @@ void print_table(const Options& o, const std::vector<Summary>& rows, const std::
         "  queued_memory  %zu tasks on a paused pool: +%.1f MiB RSS (%.1f B/task), "
         "%.3f allocs/task, post %.1f ns/task\n",
         q->tasks, q->rss_mb, q->bytes_per_task, q->allocs_per_task, q->post_ns_per_task);
+  }
+  if (const auto& d = extras.shutdown) {
+    std::printf("  shutdown_hard  %zu cooperative long tasks running: hard returns in %.1f ms "
+                "(median of %d, max %.1f)\n",
+                d->hard_tasks, d->hard_ms, d->runs, d->hard_max_ms);
+    std::printf("  shutdown_soft  %zu tasks queued: soft returns in %.1f ms (median of %d, max "
+                "%.1f), %llu reported rejected\n",
+                d->soft_tasks, d->soft_ms, d->runs, d->soft_max_ms,
+                static_cast<unsigned long long>(d->soft_rejected));
   }
   if (const auto& p = extras.post) {
     std::printf(
@@ -445,7 +466,10 @@ int run(const Options& o) {
     std::fprintf(stderr, "crew_bench: round %zu/%zu took %.1f s\n", r + 1, o.rounds,
                  seconds_since(start));
   }
-  if (with_crew) extras.post = measure_post_allocs(o.tasks);
+  if (with_crew) {
+    extras.post = measure_post_allocs(o.tasks);
+    extras.shutdown = measure_shutdown_latency(5);
+  }
 
   const std::vector<Summary> rows = summarize(series, threads);
   print_table(o, rows, skips, extras);

@@ -27,7 +27,7 @@ CLOSE_MARK = "<!-- /bench-table -->"
 
 IMPLS = ["crew", "crew_fifo", "tbb_enqueue", "tbb_task_group", "asio", "thread_pool_deb"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline"]
-EXTRAS = {"idle_cpu", "queued_memory", "post_allocs"}
+EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9
 
 WORKLOAD_NOTES = {
@@ -129,6 +129,14 @@ def extras_lines(extras):
             lines.append(f"- queued_memory: {e['tasks']:,} small tasks queued on a paused pool "
                          f"add {e['rss_mb']:.1f} MiB RSS ({e['bytes_per_task']:.0f} B/task, "
                          f"{e['allocs_per_task']:.3f} allocs/task)")
+        elif e["workload"] == "shutdown_hard":
+            lines.append(f"- shutdown_hard: `shutdown(hard)` with {e['tasks']:,} cooperative long "
+                         f"tasks running returns in {e['ms']:.1f} ms (median of {e['rounds']}, "
+                         f"max {e['ms_max']:.1f})")
+        elif e["workload"] == "shutdown_soft":
+            lines.append(f"- shutdown_soft: `shutdown(soft)` with {e['tasks']:,} tasks queued "
+                         f"returns in {e['ms']:.1f} ms (median of {e['rounds']}, max "
+                         f"{e['ms_max']:.1f}) and reports {e['rejected']:,.0f} rejected")
         elif e["workload"] == "post_allocs":
             lines.append(f"- post_allocs: a {e['callable_bytes']}-byte callable costs "
                          f"{e['allocs_per_task']:.4f} allocations per post() in steady state "

@@ -80,7 +80,9 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
       if (!wait_for_workers(after(Clock::now(), opts_.abandon_grace))) abandon_busy(true);
     }
   }
-  join_exited();
+  // Exited threads are joined by the supervisor (or the destructor): the
+  // report is complete once they have left their loops.
+  wake_supervisor();
 
   // Final sweep: cells of submissions that raced the start of the shutdown.
   // The sweep and the check run until the queue is seen empty under the

@@ -89,6 +89,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
     MutexLock idle_lock(ctl.idle_mu);
   }
   bool written_off = false;
+  bool last = false;
   {
     MutexLock lock(ctl.mu);
     add_to(ctl.retired, w->counts.read());
@@ -101,6 +102,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
       if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
       set_worker_state(*w, WorkerState::stopped);
       std::erase(ctl.workers, w);
+      last = ctl.workers.empty();
       ctl.exited.push_back(w);
       if (died) {
         ++ctl.replacements_due;
@@ -112,7 +114,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   }
   if (!written_off) {
     if (!died) emit_worker(WorkerEvent::stopped, w->id);
-    ctl.workers_changed.notify_all();
+    if (last) ctl.workers_changed.notify_all();  // a shutdown waits for the last one
     wake_supervisor();  // joins the thread, replaces a dead worker
   }
 }
