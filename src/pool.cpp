@@ -405,6 +405,7 @@ void Pool::resize(std::size_t max_workers) { core_->resize(max_workers); }
 bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
   return core_->stop_worker(worker_id, how);
 }
+bool Pool::run_pending_task() { return core_->run_pending(); }
 PoolState Pool::state() const noexcept { return core_->state(); }
 PoolStats Pool::stats() const { return core_->stats(); }
 PoolStatsHandle Pool::stats_handle() const { return {core_, core_->opts_.name}; }

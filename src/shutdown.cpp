@@ -210,6 +210,39 @@ void Core::drop_queue() {
   }
 }
 
+bool Core::run_pending() {
+  if (state() == PoolState::paused) return false;
+  Cell cell;
+  std::size_t hint = t_current.core == this ? t_current.worker->shard_hint : 0;
+  if (!queue_.try_pop(cell, hint)) return false;
+  if (space_ec_.waiters() != 0) space_ec_.notify_one();
+  TaskStateBase* s = cell.state();
+  if (s == nullptr) {
+    if (drop_queued_.load(std::memory_order_relaxed)) {
+      cell.destroy();
+      note_dropped(nullptr);
+      count_here(TaskStatus::rejected);
+    } else {
+      run_cell_here(cell);
+    }
+    return true;
+  }
+  if (drop_queued_.load(std::memory_order_relaxed) &&
+      s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
+    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    note_dropped(s);
+    count_here(TaskStatus::rejected);
+  } else if (s->leave_queue(TaskStatus::running)) {
+    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    run_claimed_here(s);
+  } else if (!s->ran()) {
+    emit_settled_in_queue(s);
+    count_here(s->status());
+  }
+  s->release();
+  return true;
+}
+
 // Runs (drain) or rejects whatever is left in the queue, on this thread.
 void Core::sweep_queue(bool run) {
   if (!run) {

@@ -279,6 +279,33 @@ TEST(PoolNested, NestedPostOnAFullQueueRunsInline) {
   EXPECT_EQ(ran.load(), 100);
 }
 
+TEST(PoolNested, RunPendingTaskRunsQueuedWorkOnTheCaller) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  EXPECT_FALSE(pool.run_pending_task());  // nothing queued
+  std::latch started(1);
+  Gate gate;
+  ASSERT_EQ(pool.post([&] {
+    started.count_down();
+    gate.wait();
+  }),
+            Admission::accepted);
+  started.wait();  // the only worker is busy
+  std::thread::id ran_on;
+  auto t = pool.submit([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_TRUE(pool.run_pending_task());
+  EXPECT_EQ(t.status(), TaskStatus::succeeded);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_FALSE(pool.run_pending_task());  // paused: nothing runs
+  pool.resume();
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
 TEST(PoolWorkers, WorkersStartOnDemandUpToMax) {
   Watchdog dog;
   Pool pool({.max_workers = 3});

@@ -138,6 +138,14 @@ class Pool {
   [[nodiscard]] const PoolOptions& options() const noexcept;
   [[nodiscard]] std::string_view name() const noexcept;
 
+  // Runs one queued task on the calling thread, if there is one; returns
+  // whether it did. For code that waits on the pool's own work, above all
+  // from inside one of its workers (crew::Group::wait uses it), so that a
+  // wait never idles a worker while tasks are queued. Does nothing while the
+  // pool is paused. During a soft or hard shutdown a popped task is rejected
+  // instead of run.
+  bool run_pending_task();
+
   // Blocks until nothing is queued or running, or the deadline passes.
   // Returns true if the pool went idle.
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());

@@ -178,6 +178,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
 
+  // Pops one cell and runs (or, while dropping, rejects) it on this thread.
+  bool run_pending();
   // Runs a task state on the calling thread (nested waits, caller_runs).
   // The caller has already moved it from queued to running.
   void run_claimed_here(TaskStateBase* s) noexcept;
