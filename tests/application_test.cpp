@@ -1,0 +1,962 @@
+// Tests of the Application lifecycle.
+//
+// In-process tests cover options, states, the context, failures and pools
+// (with signal handling off, or on SIGUSR1 only, since gtest owns the
+// process). Every signal path runs in a child process (tests/app/app_child,
+// or the graceful_consumer example): the test forks and execs it, sends real
+// signals, reads the calls it reports, and checks the exit code, the order
+// of the calls and the time taken. A child that overruns its bound is killed
+// and the test fails.
+#include "crew/application.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crew/error.hpp"
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using test::kSlowdown;
+using test::Watchdog;
+
+// Blocks until the token is stopped or the limit passes; true if stopped.
+bool wait_for_stop(std::stop_token token, std::chrono::milliseconds limit = 10s) {
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::unique_lock lock(mu);
+  return cv.wait_for(lock, token, limit * kSlowdown, [] { return false; }) ||
+         token.stop_requested();
+}
+
+struct NullLogger final : Logger {
+  [[nodiscard]] LogLevel level() const noexcept override { return LogLevel::error; }
+  void log(LogLevel, const LogContext&, std::string_view) noexcept override {}
+};
+
+// Signal handling off: gtest's process is not ours to take SIGINT from.
+ApplicationOptions quiet(ApplicationOptions o = {}) {
+  o.signals = {};
+  o.logger = std::make_shared<NullLogger>();
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// A child process whose stdout the test reads line by line.
+
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    start_ = Clock::now();
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      // Only async-signal-safe calls between fork and exec.
+      dup2(fds[1], 1);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (!reaped_) {
+      kill(pid_, SIGKILL);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Reads until a line containing `text` arrives; false (and the child is
+  // killed) if it does not within `limit`.
+  bool wait_for_line(const std::string& text, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit * kSlowdown;
+    for (;;) {
+      for (; scanned_ < lines_.size(); ++scanned_) {
+        if (lines_[scanned_].find(text) != std::string::npos) {
+          ++scanned_;
+          return true;
+        }
+      }
+      if (!read_some(deadline)) {
+        ADD_FAILURE() << "no line containing '" << text << "' within " << limit.count()
+                      << " ms; output so far:\n"
+                      << output();
+        kill(pid_, SIGKILL);
+        return false;
+      }
+    }
+  }
+
+  void signal(int signo) {
+    signalled_at_ = Clock::now();
+    ASSERT_EQ(kill(pid_, signo), 0);
+  }
+
+  // Waits for the child to exit (reading its output meanwhile); kills it and
+  // fails after `limit`. Returns the wait status.
+  int wait_exit(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit * kSlowdown;
+    int status = 0;
+    for (;;) {
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << "child did not exit within " << limit.count() << " ms; output:\n"
+                      << output();
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      (void)read_some(Clock::now() + 1ms);
+    }
+    exited_at_ = Clock::now();
+    reaped_ = true;
+    while (read_some(Clock::now() + 200ms)) {
+    }
+    return status;
+  }
+
+  [[nodiscard]] std::chrono::milliseconds since_signal() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(exited_at_ - signalled_at_);
+  }
+  [[nodiscard]] std::chrono::milliseconds lifetime() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(exited_at_ - start_);
+  }
+  [[nodiscard]] const std::vector<std::string>& lines() const { return lines_; }
+  [[nodiscard]] std::string output() const {
+    std::string all;
+    for (const auto& l : lines_) all += l + "\n";
+    return all;
+  }
+
+ private:
+  // False on end of file or when nothing arrived before the deadline.
+  bool read_some(Clock::time_point deadline) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count()))) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    partial_.append(buf, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
+      lines_.push_back(partial_.substr(0, nl));
+      partial_.erase(0, nl + 1);
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::string partial_;
+  std::vector<std::string> lines_;
+  std::size_t scanned_ = 0;
+  Clock::time_point start_, signalled_at_, exited_at_;
+};
+
+// The events of app_child without their timestamps.
+std::vector<std::string> events(const Child& child) {
+  std::vector<std::string> out;
+  for (const auto& l : child.lines()) {
+    const auto sp = l.find(' ');
+    out.push_back(sp == std::string::npos ? l : l.substr(sp + 1));
+  }
+  return out;
+}
+
+// Index of the first event starting with `prefix`, or -1.
+long find(const std::vector<std::string>& ev, const std::string& prefix) {
+  for (std::size_t i = 0; i < ev.size(); ++i) {
+    if (ev[i].rfind(prefix, 0) == 0) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+long count(const std::vector<std::string>& ev, const std::string& prefix) {
+  long n = 0;
+  for (const auto& e : ev) n += e.rfind(prefix, 0) == 0 ? 1 : 0;
+  return n;
+}
+
+// Each event appears, in this order.
+void expect_order(const std::vector<std::string>& ev, const std::vector<std::string>& order,
+                  const std::string& output) {
+  long last = -1;
+  std::string last_name = "(start)";
+  for (const auto& name : order) {
+    const long i = find(ev, name);
+    EXPECT_GE(i, 0) << "missing '" << name << "' in:\n" << output;
+    EXPECT_GT(i, last) << "'" << name << "' came before '" << last_name << "' in:\n" << output;
+    last = std::max(last, i);
+    last_name = name;
+  }
+}
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+std::unique_ptr<Child> start_child(const std::string& scenario) {
+  return std::make_unique<Child>(std::vector<std::string>{CREW_APP_CHILD, scenario});
+}
+
+// ---------------------------------------------------------------------------
+// States, codes, options.
+
+TEST(AppState, OnlyTheLifecycleTransitionsAreLegal) {
+  const AppState all[] = {AppState::init, AppState::running, AppState::halting, AppState::shutdown,
+                          AppState::off};
+  const std::set<std::pair<AppState, AppState>> legal = {
+      {AppState::init, AppState::running},     {AppState::init, AppState::shutdown},
+      {AppState::running, AppState::halting},  {AppState::running, AppState::shutdown},
+      {AppState::halting, AppState::shutdown}, {AppState::shutdown, AppState::off}};
+  for (AppState from : all) {
+    for (AppState to : all) {
+      EXPECT_EQ(is_legal_transition(from, to), legal.count({from, to}) == 1)
+          << to_string(from) << " -> " << to_string(to);
+    }
+  }
+  EXPECT_EQ(to_string(AppState::halting), "halting");
+  EXPECT_EQ(to_string(AppState::off), "off");
+}
+
+TEST(AppExitCode, EachFailureKindMapsToItsDocumentedCode) {
+  EXPECT_EQ(static_cast<int>(ExitCode::ok), 0);
+  EXPECT_EQ(static_cast<int>(ExitCode::runtime_failure), 1);
+  EXPECT_EQ(static_cast<int>(ExitCode::startup_failure), 3);
+  EXPECT_EQ(static_cast<int>(ExitCode::termination_timeout), 4);
+  EXPECT_EQ(static_cast<int>(ExitCode::forced), 5);
+  EXPECT_EQ(static_cast<int>(ExitCode::shutdown_failure), 6);
+  EXPECT_EQ(exit_code_of(FailureKind::init_timed_out), ExitCode::startup_failure);
+  EXPECT_EQ(exit_code_of(FailureKind::ping_timed_out), ExitCode::runtime_failure);
+  EXPECT_EQ(exit_code_of(FailureKind::main_threw), ExitCode::runtime_failure);
+  EXPECT_EQ(exit_code_of(FailureKind::close_timed_out), ExitCode::shutdown_failure);
+  EXPECT_EQ(exit_code_of(FailureKind::forced), ExitCode::forced);
+  EXPECT_EQ(to_string(FailureKind::pool_shutdown), "pool_shutdown");
+  EXPECT_EQ(to_string(ExitCode::termination_timeout), "termination_timeout");
+}
+
+std::string invalid_message(const ApplicationOptions& o) {
+  try {
+    Application app(o);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AppOptions, InvalidValuesAreRejectedWithTheFieldName) {
+  auto has = [](const std::string& msg, const char* field) {
+    return msg.find(field) != std::string::npos;
+  };
+  EXPECT_TRUE(has(invalid_message({.name = ""}), "name"));
+  EXPECT_TRUE(has(invalid_message({.init_timeout = 0s}), "init_timeout"));
+  EXPECT_TRUE(has(invalid_message({.termination_timeout = -1s}), "termination_timeout"));
+  EXPECT_TRUE(has(invalid_message({.shutdown_timeout = 0s}), "shutdown_timeout"));
+  EXPECT_TRUE(has(invalid_message({.ping_period = 0s}), "ping_period"));
+  EXPECT_TRUE(has(invalid_message({.ping_timeout = -1ms}), "ping_timeout"));
+  EXPECT_TRUE(has(invalid_message({.signals = {SIGKILL}}), "signals"));
+  EXPECT_TRUE(has(invalid_message({.signals = {SIGSEGV}}), "signals"));
+  EXPECT_TRUE(has(invalid_message({.signals = {SIGTERM, SIGTERM}}), "signals"));
+  EXPECT_TRUE(has(invalid_message({.signals = {0}}), "signals"));
+}
+
+struct Nop final : Resource {
+  void init(const ResourceCall&) override {}
+  void close(const ResourceCall&) override {}
+};
+
+TEST(AppResources, BadNamesAndDependenciesAreRejected) {
+  Application app(quiet());
+  app.add_resource(std::make_shared<Nop>(), {.name = "db"});
+  auto message = [&app](std::shared_ptr<Resource> r, ResourceOptions o) -> std::string {
+    try {
+      app.add_resource(std::move(r), std::move(o));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message(std::make_shared<Nop>(), {.name = ""}).find("name"), std::string::npos);
+  EXPECT_NE(message(std::make_shared<Nop>(), {.name = "db"}).find("registered already"),
+            std::string::npos);
+  EXPECT_NE(message(std::make_shared<Nop>(), {.name = "cache", .depends_on = {"queue"}})
+                .find("depends_on"),
+            std::string::npos);
+  EXPECT_NE(message(nullptr, {.name = "x"}).find("null"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// In process: states, context, failures, pools.
+
+// Records calls in order; shared so that a call left behind cannot outlive it.
+struct Journal {
+  std::mutex mu;
+  std::vector<std::string> calls;
+  void add(std::string s) {
+    const std::lock_guard lock(mu);
+    calls.push_back(std::move(s));
+  }
+  std::vector<std::string> get() {
+    const std::lock_guard lock(mu);
+    return calls;
+  }
+};
+
+struct Recorded final : Resource {
+  Recorded(std::shared_ptr<Journal> j, std::string n, bool fail_ping = false)
+      : journal(std::move(j)), name(std::move(n)), fail_ping_(fail_ping) {}
+  void init(const ResourceCall&) override { journal->add("init " + name); }
+  void ping(const ResourceCall&) override {
+    journal->add("ping " + name);
+    if (fail_ping_) throw std::runtime_error("connection lost");
+  }
+  void close(const ResourceCall&) override { journal->add("close " + name); }
+  std::shared_ptr<Journal> journal;
+  std::string name;
+  bool fail_ping_;
+};
+
+TEST(AppRun, MainReturningOnItsOwnGoesStraightToShutdownAndExitsZero) {
+  Watchdog dog;
+  auto journal = std::make_shared<Journal>();
+  std::vector<AppState> states;
+  Application app(quiet({.on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  app.add_resource(std::make_shared<Recorded>(journal, "db"), {.name = "db"});
+  EXPECT_EQ(app.state(), AppState::init);
+  AppState seen_in_main = AppState::off;
+  const int code = app.run([&](const Context& ctx) {
+    seen_in_main = ctx.state();
+    journal->add("main");
+  });
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(seen_in_main, AppState::running);
+  EXPECT_EQ(app.state(), AppState::off);
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
+  EXPECT_EQ(journal->get(), (std::vector<std::string>{"init db", "main", "close db"}));
+  EXPECT_FALSE(app.failure().has_value());
+  EXPECT_TRUE(app.context().halt_token().stop_requested());
+  EXPECT_TRUE(app.context().stop_token().stop_requested());
+}
+
+TEST(AppRun, HaltStopsTheHaltTokenThenMainsReturnLeadsToShutdown) {
+  Watchdog dog;
+  std::vector<AppState> states;
+  Application app(quiet({.on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  bool cancelled_while_main_ran = true;
+  std::thread halter;
+  const int code = app.run([&](const Context& ctx) {
+    halter = std::thread([&app] {
+      std::this_thread::sleep_for(20ms);
+      app.halt();
+    });
+    EXPECT_TRUE(wait_for_stop(ctx.halt_token()));
+    EXPECT_TRUE(ctx.halting());
+    EXPECT_EQ(ctx.state(), AppState::halting);
+    cancelled_while_main_ran = ctx.stop_token().stop_requested();
+  });
+  halter.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_FALSE(cancelled_while_main_ran);
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::halting, AppState::shutdown,
+                                           AppState::off}));
+}
+
+TEST(AppRun, ContextFailHaltsAndTheFirstFailureDecidesTheExitCode) {
+  Watchdog dog;
+  Application app(quiet());
+  std::optional<Failure> seen;
+  const int code = app.run([&](const Context& ctx) {
+    ctx.fail("listener", "bind: address in use");
+    ctx.fail("other", "second failure");  // logged only
+    (void)wait_for_stop(ctx.halt_token());
+    seen = ctx.failure();
+    throw std::runtime_error("third");  // logged only
+  });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->kind, FailureKind::reported);
+  EXPECT_EQ(seen->source, "listener");
+  EXPECT_EQ(seen->message, "bind: address in use");
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->source, "listener");
+}
+
+TEST(AppRun, AnExceptionFromMainIsTheFailureWithTheOriginalException) {
+  Watchdog dog;
+  Application app(quiet());
+  const int code = app.run([](const Context&) { throw std::invalid_argument("bad config"); });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  const auto f = app.failure();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, FailureKind::main_threw);
+  EXPECT_EQ(f->message, "bad config");
+  EXPECT_THROW(std::rethrow_exception(f->exception), std::invalid_argument);
+}
+
+TEST(AppRun, AFailedPingHaltsWithARuntimeFailure) {
+  Watchdog dog;
+  auto journal = std::make_shared<Journal>();
+  Application app(quiet({.ping_period = 10ms, .ping_timeout = 1s}));
+  app.add_resource(std::make_shared<Recorded>(journal, "db", /*fail_ping=*/true), {.name = "db"});
+  const auto t0 = Clock::now();
+  const int code = app.run([](const Context& ctx) { (void)wait_for_stop(ctx.halt_token()); });
+  EXPECT_LT(Clock::now() - t0, 2s * kSlowdown);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::ping_failed);
+  EXPECT_EQ(app.failure()->message, "connection lost");
+  EXPECT_EQ(journal->get(), (std::vector<std::string>{"init db", "ping db", "close db"}));
+}
+
+TEST(AppRun, RunTwiceIsAStartupFailureAndDoesNothing) {
+  Watchdog dog;
+  Application app(quiet());
+  EXPECT_EQ(app.run([](const Context&) {}), 0);
+  EXPECT_EQ(app.run([](const Context&) { ADD_FAILURE() << "ran twice"; }),
+            static_cast<int>(ExitCode::startup_failure));
+  Application empty(quiet());
+  EXPECT_EQ(empty.run(nullptr), static_cast<int>(ExitCode::startup_failure));
+  EXPECT_EQ(empty.state(), AppState::off);
+}
+
+TEST(AppRun, ResourcesCloseInReverseDependencyOrderAndIndependentOnesInParallel) {
+  Watchdog dog;
+  auto journal = std::make_shared<Journal>();
+  struct Slow final : Resource {
+    Slow(std::shared_ptr<Journal> j, std::string n) : journal(std::move(j)), name(std::move(n)) {}
+    void init(const ResourceCall&) override { journal->add("init " + name); }
+    void close(const ResourceCall&) override {
+      journal->add("close " + name);
+      std::this_thread::sleep_for(100ms);
+      journal->add("closed " + name);
+    }
+    std::shared_ptr<Journal> journal;
+    std::string name;
+  };
+  Application app(quiet());
+  app.add_resource(std::make_shared<Slow>(journal, "db"), {.name = "db"});
+  app.add_resource(std::make_shared<Slow>(journal, "queue"), {.name = "queue"});
+  app.add_resource(std::make_shared<Slow>(journal, "cache"),
+                   {.name = "cache", .depends_on = {"db"}});
+  const int code = app.run([&](const Context&) { journal->add("main"); });
+  EXPECT_EQ(code, 0);
+  const auto calls = journal->get();
+  auto at = [&calls](const std::string& s) {
+    return std::find(calls.begin(), calls.end(), s) - calls.begin();
+  };
+  EXPECT_LT(at("init db"), at("init queue"));
+  EXPECT_LT(at("init queue"), at("init cache"));
+  EXPECT_LT(at("main"), at("close cache"));
+  // cache uses db: db starts closing only after cache has closed.
+  EXPECT_LT(at("closed cache"), at("close db"));
+  // queue depends on nothing: it closes alongside cache.
+  EXPECT_LT(at("close queue"), at("closed cache"));
+}
+
+TEST(AppRun, HaltDuringInitAbandonsStartupWithoutRunningMain) {
+  Watchdog dog;
+  auto journal = std::make_shared<Journal>();
+  struct WaitsForStop final : Resource {
+    explicit WaitsForStop(std::shared_ptr<Journal> j) : journal(std::move(j)) {}
+    void init(const ResourceCall& call) override {
+      (void)wait_for_stop(call.stop_token);
+      journal->add("init stopped");
+      throw std::runtime_error("init interrupted");
+    }
+    void close(const ResourceCall&) override { journal->add("close slow"); }
+    std::shared_ptr<Journal> journal;
+  };
+  Application app(quiet());
+  app.add_resource(std::make_shared<Recorded>(journal, "db"), {.name = "db"});
+  app.add_resource(std::make_shared<WaitsForStop>(journal), {.name = "slow"});
+  std::thread halter([&app] {
+    std::this_thread::sleep_for(50ms);
+    app.halt();
+  });
+  const int code = app.run([&](const Context&) { journal->add("main"); });
+  halter.join();
+  EXPECT_EQ(code, 0);  // a halt is not a failure
+  EXPECT_EQ(journal->get(), (std::vector<std::string>{"init db", "init stopped", "close db"}));
+}
+
+TEST(AppPools, RegisteredPoolsAreShutDownInTheirModeBeforeTheContextIsCancelled) {
+  Watchdog dog;
+  Pool drain_pool({.name = "drainer",
+                   .max_workers = 1,
+                   .shutdown_mode = ShutdownMode::drain,
+                   .shutdown_timeout = 5s});
+  Pool soft_pool({.name = "softy",
+                  .max_workers = 1,
+                  .shutdown_mode = ShutdownMode::soft,
+                  .shutdown_timeout = 5s});
+  Application app(quiet());
+  app.add_pool(drain_pool);
+  app.add_pool(soft_pool);
+  EXPECT_THROW(app.add_pool(drain_pool), Error);
+  std::atomic<int> drained{0};
+  std::atomic<int> soft_ran{0};
+  std::atomic<bool> soft_started{false};
+  std::atomic<int> ran_after_cancel{0};
+  const Context ctx = app.context();
+  test::Gate gate;
+  std::thread opener;
+  const int code = app.run([&](const Context&) {
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(drain_pool.post([&] {
+        std::this_thread::sleep_for(10ms);
+        if (ctx.stop_token().stop_requested()) ran_after_cancel.fetch_add(1);
+        drained.fetch_add(1);
+      }),
+                Admission::accepted);
+    }
+    ASSERT_EQ(soft_pool.post([&] {
+      soft_started = true;
+      gate.wait();
+      soft_ran.fetch_add(1);
+    }),
+              Admission::accepted);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(soft_pool.post([&] { soft_ran.fetch_add(1); }), Admission::accepted);
+    }
+    // The gated task must be running (not queued) when main returns.
+    ASSERT_TRUE(test::eventually([&] { return soft_started.load(); }));
+    // Open the gate once the shutdown has started, so the three are still
+    // queued when the soft shutdown drops them.
+    opener = std::thread([&gate, &soft_pool] {
+      (void)test::eventually([&] { return soft_pool.state() != PoolState::running; });
+      gate.open();
+    });
+  });
+  opener.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(drained.load(), 5);           // drain: everything queued ran
+  EXPECT_EQ(ran_after_cancel.load(), 0);  // ... before the context was cancelled
+  EXPECT_EQ(soft_ran.load(), 1);          // soft: the running one finished, queued ones dropped
+  EXPECT_EQ(drain_pool.state(), PoolState::stopped);
+  EXPECT_EQ(soft_pool.state(), PoolState::stopped);
+}
+
+TEST(AppPools, AFailedStartupStillShutsRegisteredPoolsDown) {
+  Watchdog dog;
+  struct Failing final : Resource {
+    void init(const ResourceCall&) override { throw std::runtime_error("no database"); }
+    void close(const ResourceCall&) override { ADD_FAILURE() << "closed without init"; }
+  };
+  Pool pool({.name = "work", .max_workers = 1});
+  Application app(quiet());
+  app.add_resource(std::make_shared<Failing>(), {.name = "db"});
+  app.add_pool(pool);
+  const int code = app.run([](const Context&) { ADD_FAILURE() << "main ran"; });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::startup_failure));
+  EXPECT_EQ(pool.state(), PoolState::stopped);
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::init_failed);
+  EXPECT_EQ(app.failure()->source, "db");
+  EXPECT_EQ(app.failure()->message, "no database");
+}
+
+TEST(AppPools, TheHardPathShutsPoolsDownHard) {
+  Watchdog dog;
+  Pool pool({.name = "work",
+             .max_workers = 1,
+             .shutdown_mode = ShutdownMode::drain,
+             .shutdown_timeout = 30s});
+  Application app(quiet({.termination_timeout = 100ms}));
+  app.add_pool(pool);
+  std::atomic<bool> task_stopped{false};
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context& ctx) {
+    ASSERT_EQ(pool.post([&](std::stop_token st) { task_stopped = wait_for_stop(st, 20s); }),
+              Admission::accepted);
+    ctx.halt();
+    // Ignores the halt; returns only once cancelled.
+    (void)wait_for_stop(ctx.stop_token());
+  });
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::termination_timeout));
+  EXPECT_TRUE(task_stopped.load());
+  EXPECT_EQ(pool.state(), PoolState::stopped);
+}
+
+TEST(AppContext, StopTokenIsACancellationSourceForPools) {
+  Watchdog dog;
+  Application app(quiet());
+  // An unregistered pool that watches the context: it stops hard by itself.
+  Pool pool({.name = "watcher", .max_workers = 1, .stop_token = app.context().stop_token()});
+  const int code = app.run([](const Context&) {});
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(test::eventually([&pool] { return pool.state() == PoolState::stopped; }));
+  EXPECT_EQ(pool.post([] {}), Admission::closed);
+}
+
+// Signals in this process: SIGUSR1 only, which gtest leaves alone.
+TEST(AppSignals, HandlersAreRestoredAndNoForeignThreadMaskChanges) {
+  Watchdog dog;
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &before), 0);
+  sigset_t caller_before;
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, nullptr, &caller_before), 0);
+
+  ApplicationOptions o = quiet();
+  o.signals = {SIGUSR1};
+  Application app(o);
+  Application second(o);
+  bool main_mask_blocks_usr1 = true;
+  int second_code = -1;
+  const int code = app.run([&](const Context& ctx) {
+    sigset_t m;
+    pthread_sigmask(SIG_SETMASK, nullptr, &m);
+    main_mask_blocks_usr1 = sigismember(&m, SIGUSR1) == 1;
+    // Only one Application may own signals at a time.
+    second_code = second.run([](const Context&) {});
+    kill(getpid(), SIGUSR1);
+    (void)wait_for_stop(ctx.halt_token());
+  });
+  EXPECT_EQ(code, 0);
+  EXPECT_FALSE(main_mask_blocks_usr1);
+  EXPECT_EQ(second_code, static_cast<int>(ExitCode::startup_failure));
+  ASSERT_TRUE(second.failure().has_value());
+  EXPECT_EQ(second.failure()->source, "signals");
+
+  struct sigaction after {};
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  sigset_t caller_after;
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, nullptr, &caller_after), 0);
+  for (int s = 1; s < NSIG; ++s) {
+    EXPECT_EQ(sigismember(&caller_before, s), sigismember(&caller_after, s)) << s;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Child processes, real signals.
+
+class AppClean : public ::testing::TestWithParam<int> {};
+
+TEST_P(AppClean, SignalHaltsMainFinishesPoolDrainsResourcesCloseExitZero) {
+  Watchdog dog;
+  auto child = start_child("clean");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(GetParam());
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), 0) << child->output();
+  expect_order(ev,
+               {"init db", "init cache", "state running", "main start", "log received",
+                "state halting", "halt token", "main halt seen", "main return", "state shutdown",
+                "task 1 done", "log pool work: drain", "context cancelled", "close cache done",
+                "close db", "state off", "exit 0"},
+               child->output());
+  EXPECT_EQ(count(ev, "task 2 done"), 1);
+  // Main hands over two 150 ms tasks; the pool drains them; closes take ~40 ms.
+  EXPECT_GE(child->since_signal(), 150ms);
+  EXPECT_LT(child->since_signal(), 1500ms * kSlowdown) << child->output();
+}
+
+INSTANTIATE_TEST_SUITE_P(EachDefaultSignal, AppClean,
+                         ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           switch (p.param) {
+                             case SIGTERM:
+                               return std::string("SIGTERM");
+                             case SIGINT:
+                               return std::string("SIGINT");
+                             case SIGHUP:
+                               return std::string("SIGHUP");
+                             default:
+                               return std::string("SIGQUIT");
+                           }
+                         });
+
+TEST(AppChild, ConfiguredSignalsReplaceTheDefaults) {
+  Watchdog dog;
+  auto child = start_child("usr1_only");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGUSR1);
+  const int status = child->wait_exit(5000ms);
+  EXPECT_EQ(exit_code(status), 0) << child->output();
+  expect_order(events(*child), {"log received SIGUSR1", "state halting", "state off"},
+               child->output());
+}
+
+TEST(AppChild, WithSignalHandlingOffTheDefaultActionApplies) {
+  Watchdog dog;
+  auto child = start_child("signals_off");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  ASSERT_TRUE(WIFSIGNALED(status)) << child->output();
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(find(events(*child), "state halting"), -1);
+}
+
+TEST(AppChild, TerminationTimeoutTakesTheHardPath) {
+  Watchdog dog;
+  auto child = start_child("termination_timeout");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::termination_timeout)) << child->output();
+  expect_order(ev,
+               {"state halting", "halt token", "log failure: termination_timeout", "state shutdown",
+                "task 1 stopped", "log pool work: hard", "context cancelled", "main cancelled",
+                "close cache done", "close db done", "state off"},
+               child->output());
+  EXPECT_EQ(find(ev, "main halt seen"), -1);
+  // 300 ms termination timeout, then a hard shutdown.
+  EXPECT_GE(child->since_signal(), 300ms);
+  EXPECT_LT(child->since_signal(), 300ms + 1000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, ASecondSignalForcesTheHardPathAtOnce) {
+  Watchdog dog;
+  auto child = start_child("second_signal");  // termination_timeout 10 s
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  ASSERT_TRUE(child->wait_for_line("halt token", 5000ms));
+  child->signal(SIGINT);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::forced)) << child->output();
+  expect_order(ev,
+               {"log received SIGTERM", "state halting", "log received SIGINT again",
+                "log failure: forced", "state shutdown", "task 1 stopped", "context cancelled",
+                "main cancelled", "close db done", "state off"},
+               child->output());
+  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, MainIgnoringBothTokensIsLeftBehindAfterTheShutdownTimeout) {
+  Watchdog dog;
+  auto child = start_child("stuck_main");  // termination 200 ms, shutdown 300 ms
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::termination_timeout)) << child->output();
+  expect_order(ev,
+               {"state halting", "state shutdown", "context cancelled", "close cache done",
+                "close db done", "state off", "exit 4"},
+               child->output());
+  EXPECT_EQ(find(ev, "main return"), -1);
+  EXPECT_GE(child->since_signal(), 500ms);
+  EXPECT_LT(child->since_signal(), 500ms + 1000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, ResourceInitFailureStopsStartupAndClosesWhatWasInitialized) {
+  Watchdog dog;
+  auto child = start_child("init_failure");
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::startup_failure)) << child->output();
+  expect_order(ev,
+               {"init db done", "init cache", "log failure: init_failed in cache", "state shutdown",
+                "context cancelled", "close db done", "state off"},
+               child->output());
+  EXPECT_EQ(find(ev, "state running"), -1);
+  EXPECT_EQ(find(ev, "main start"), -1);
+  EXPECT_EQ(find(ev, "close cache"), -1);
+  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown);
+}
+
+TEST(AppChild, InitTimeoutStopsStartupWithoutWaitingForTheHungInit) {
+  Watchdog dog;
+  auto child = start_child("init_timeout");  // 300 ms; cache init hangs 3 s
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::startup_failure)) << child->output();
+  expect_order(ev,
+               {"init db done", "init cache", "log failure: init_timed_out in cache",
+                "state shutdown", "close db done", "state off"},
+               child->output());
+  EXPECT_EQ(find(ev, "main start"), -1);
+  EXPECT_EQ(find(ev, "init cache done"), -1);
+  EXPECT_GE(child->lifetime(), 300ms);
+  EXPECT_LT(child->lifetime(), 300ms + 1500ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, SignalDuringInitAbandonsStartupAndExitsZero) {
+  Watchdog dog;
+  auto child = start_child("halt_during_init");  // cache init waits for its token
+  ASSERT_TRUE(child->wait_for_line("init cache", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), 0) << child->output();
+  expect_order(
+      ev, {"init cache", "log received SIGTERM", "state shutdown", "close db done", "state off"},
+      child->output());
+  EXPECT_EQ(find(ev, "main start"), -1);
+  EXPECT_EQ(find(ev, "close cache"), -1);
+  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, PingFailureIsFatalAndHalts) {
+  Watchdog dog;
+  auto child = start_child("ping_failure");  // every 50 ms; the third db ping throws
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
+  expect_order(ev,
+               {"main start", "ping db", "log failure: ping_failed in db", "state halting",
+                "main halt seen", "main return", "state shutdown", "context cancelled",
+                "close cache done", "close db done", "state off"},
+               child->output());
+  EXPECT_EQ(count(ev, "ping db"), 3);
+  EXPECT_GE(child->lifetime(), 150ms);
+  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, PingTimeoutIsFatalAndHalts) {
+  Watchdog dog;
+  auto child = start_child("ping_timeout");  // every 50 ms; the third hangs; timeout 100 ms
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
+  expect_order(ev,
+               {"main start", "log failure: ping_timed_out in db", "state halting", "main return",
+                "close db done", "state off"},
+               child->output());
+  EXPECT_GE(child->lifetime(), 250ms);
+  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, CloseTimeoutIsAShutdownFailureAndDoesNotHoldTheExit) {
+  Watchdog dog;
+  auto child = start_child("close_timeout");  // db close hangs 3 s; shutdown_timeout 300 ms
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::shutdown_failure)) << child->output();
+  expect_order(ev,
+               {"main return", "context cancelled", "close cache done", "close db",
+                "log failure: close_timed_out in db", "state off"},
+               child->output());
+  EXPECT_EQ(find(ev, "close db done"), -1);
+  EXPECT_GE(child->since_signal(), 300ms);
+  EXPECT_LT(child->since_signal(), 300ms + 1500ms * kSlowdown) << child->output();
+}
+
+TEST(AppChild, ExceptionInMainIsARuntimeFailure) {
+  Watchdog dog;
+  auto child = start_child("main_throws");
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
+  expect_order(
+      ev,
+      {"main start", "main throw", "log failure: main_threw in main: main gave up",
+       "state shutdown", "context cancelled", "close cache done", "close db done", "state off"},
+      child->output());
+  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown);
+}
+
+TEST(AppChild, ExceptionInMainWhileHaltingIsARuntimeFailure) {
+  Watchdog dog;
+  auto child = start_child("throw_on_halt");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
+  expect_order(ev,
+               {"state halting", "main throw", "log failure: main_threw", "state shutdown",
+                "close db done", "state off"},
+               child->output());
+  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
+}
+
+// ---------------------------------------------------------------------------
+// The graceful_consumer example: SIGTERM at a random moment loses nothing.
+
+TEST(GracefulConsumer, EveryAcceptedEventHasExactlyOneOutcomeLine) {
+#ifndef CREW_GRACEFUL_CONSUMER
+  GTEST_SKIP() << "examples are not built (CREW_BUILD_EXAMPLES=OFF)";
+#else
+  Watchdog dog(std::chrono::seconds(60));
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> delay_ms(50, 700);
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    char path[] = "/tmp/crew-consumer-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    Child child({CREW_GRACEFUL_CONSUMER, "--out", path});
+    ASSERT_TRUE(child.wait_for_line("consuming", 5000ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    child.signal(SIGTERM);
+    const int status = child.wait_exit(10000ms);
+    EXPECT_EQ(exit_code(status), 0) << child.output();
+    ASSERT_FALSE(child.lines().empty());
+    unsigned long accepted = 0;
+    unsigned long written = 0;
+    ASSERT_EQ(
+        std::sscanf(child.lines().back().c_str(), "accepted %lu written %lu", &accepted, &written),
+        2)
+        << child.output();
+    EXPECT_EQ(accepted, written);
+    EXPECT_GT(accepted, 0u);
+
+    std::ifstream in(path);
+    std::map<unsigned long, int> outcomes;
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      unsigned long id = 0;
+      std::string outcome;
+      ASSERT_TRUE(fields >> id >> outcome) << "bad line '" << line << "'";
+      EXPECT_TRUE(outcome == "ok" || outcome == "failed") << line;
+      ++outcomes[id];
+    }
+    std::remove(path);
+    // Events are numbered from 1 and the producer stops at the first one
+    // refused, so the accepted ones are exactly 1..accepted.
+    EXPECT_EQ(outcomes.size(), accepted);
+    for (unsigned long id = 1; id <= accepted; ++id) {
+      EXPECT_EQ(outcomes[id], 1) << "event " << id;
+    }
+    EXPECT_LT(child.since_signal(), 2000ms * kSlowdown) << child.output();
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace crew
