@@ -24,13 +24,15 @@
 namespace crew::detail {
 
 // A counter with a single writer: an increment is a load and a store, no
-// locked instruction; any thread may read it.
+// locked instruction; any thread may read it. Release/acquire, so that a
+// reader that sees a task counted also sees everything the task did (this
+// is what makes wait_idle() a synchronization point); free on x86.
 class OwnedCounter {
  public:
   void inc() noexcept {
-    v_.store(v_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    v_.store(v_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
-  [[nodiscard]] std::uint64_t get() const noexcept { return v_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t get() const noexcept { return v_.load(std::memory_order_acquire); }
 
  private:
   std::atomic<std::uint64_t> v_{0};
@@ -55,7 +57,10 @@ struct StopTarget {
 };
 
 struct Worker final : Runner {
-  Worker(std::uint64_t id_in, Core* core) : id(id_in), shard_hint(id_in) { frame.core = core; }
+  Worker(std::uint64_t id_in, Core* core) : id(id_in) {
+    frame.core = core;
+    pop.hint = id_in;
+  }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
@@ -80,7 +85,7 @@ struct Worker final : Runner {
   bool in_idle_stack = false;  // guarded by Control::idle_mu
   // Worker-thread only.
   std::uint32_t seen_attention = 0;
-  std::size_t shard_hint;
+  PopState pop;
   // The end time of the last long run and the task_seq it ended: a run that
   // starts right after it (no other task, no wait in between) reuses it as
   // its start time instead of reading the clock again.

@@ -64,6 +64,11 @@ PoolOptions resolved(PoolOptions o) {
   require_non_negative("shutdown_timeout", o.shutdown_timeout);
   require_non_negative("abandon_grace", o.abandon_grace);
   require_non_negative("spin", o.spin);
+  if (o.priority_levels == 0 || o.priority_levels > PopState::kMaxLevels) {
+    invalid("priority_levels", std::to_string(o.priority_levels) + " is not in 1.." +
+                                   std::to_string(PopState::kMaxLevels));
+  }
+  if (o.priority_aging == 0) invalid("priority_aging", "must be positive");
   if (!o.logger) o.logger = default_logger();
   for (std::size_t i = 0; i < o.observers.size(); ++i) {
     if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");
@@ -87,20 +92,20 @@ std::uint32_t union_of(const std::vector<Core::ObserverSlot>& slots) {
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
   switch (outcome) {
-    case TaskStatus::succeeded: succeeded.fetch_add(1, std::memory_order_relaxed); break;
-    case TaskStatus::failed: failed.fetch_add(1, std::memory_order_relaxed); break;
-    case TaskStatus::cancelled: cancelled.fetch_add(1, std::memory_order_relaxed); break;
-    case TaskStatus::timed_out: timed_out.fetch_add(1, std::memory_order_relaxed); break;
-    case TaskStatus::rejected: rejected.fetch_add(1, std::memory_order_relaxed); break;
+    case TaskStatus::succeeded: succeeded.fetch_add(1, std::memory_order_acq_rel); break;
+    case TaskStatus::failed: failed.fetch_add(1, std::memory_order_acq_rel); break;
+    case TaskStatus::cancelled: cancelled.fetch_add(1, std::memory_order_acq_rel); break;
+    case TaskStatus::timed_out: timed_out.fetch_add(1, std::memory_order_acq_rel); break;
+    case TaskStatus::rejected: rejected.fetch_add(1, std::memory_order_acq_rel); break;
     case TaskStatus::queued:
     case TaskStatus::running: break;
   }
 }
 
 OutcomeCounts SharedCounters::read() const noexcept {
-  return {succeeded.load(std::memory_order_relaxed), failed.load(std::memory_order_relaxed),
-          cancelled.load(std::memory_order_relaxed), timed_out.load(std::memory_order_relaxed),
-          rejected.load(std::memory_order_relaxed)};
+  return {succeeded.load(std::memory_order_acquire), failed.load(std::memory_order_acquire),
+          cancelled.load(std::memory_order_acquire), timed_out.load(std::memory_order_acquire),
+          rejected.load(std::memory_order_acquire)};
 }
 
 void WorkerCounters::add(TaskStatus outcome) noexcept {
@@ -133,7 +138,7 @@ Core::Core(PoolOptions options)
       observers_(observer_slots(opts_)),
       observed_(union_of(observers_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
-      queue_(opts_.queue_capacity, opts_.queue_shards),
+      queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
       ctl_(std::make_unique<Control>()) {}
 
@@ -157,6 +162,12 @@ void Core::start() {
                               wake_supervisor();
                             }));
   }
+}
+
+void Core::throw_bad_priority(unsigned priority) const {
+  throw Error(Errc::invalid_options,
+              "crew::TaskOptions.priority: " + std::to_string(priority) + " is above pool '" +
+                  opts_.name + "''s highest level " + std::to_string(queue_.levels() - 1));
 }
 
 void Core::grow() noexcept {

@@ -132,22 +132,22 @@ bool Core::restart() {
   return true;
 }
 
-bool Core::on_push_after_close() noexcept {
+void Core::on_push_after_close() noexcept {
   bool run = false;
   {
     MutexLock lock(ctl_->mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
-    if (ctl_->shutting_down || state() < PoolState::stopping) return true;
+    if (ctl_->shutting_down || state() < PoolState::stopping) return;
     run = ctl_->last_report && ctl_->last_report->mode == ShutdownMode::drain &&
           !ctl_->last_report->escalated;
   }
-  // The shutdown has finished: this submitter handles what it left behind.
+  // The shutdown has finished: this submitter handles what it left behind
+  // (drop_queue adds the rejections to the last report).
   try {
     sweep_queue(run);
   } catch (...) {  // out of memory for the report lists: the counts still hold
   }
-  return run;
 }
 
 void Core::wake_everyone() noexcept {
@@ -199,8 +199,17 @@ void Core::drop_queue() {
     s->release();
   }
   MutexLock lock(ctl_->mu);
-  if (ctl_->report != nullptr) {
-    ShutdownReport& r = *ctl_->report;
+  // A sweep after the shutdown returned (a submission that raced past its
+  // end) adds to the last report, which later shutdown() calls return.
+  ShutdownReport* target = ctl_->report != nullptr ? ctl_->report
+                           : ctl_->last_report ? &*ctl_->last_report
+                                               : nullptr;
+  if (ctl_->report == nullptr && target != nullptr) {
+    target->during.rejected += unnamed + dropped.size();
+    target->lifetime.rejected += unnamed + dropped.size();
+  }
+  if (target != nullptr) {
+    ShutdownReport& r = *target;
     r.rejected_unnamed += unnamed;
     if (r.rejected.empty()) {
       r.rejected = std::move(dropped);
@@ -213,8 +222,9 @@ void Core::drop_queue() {
 bool Core::run_pending() {
   if (state() == PoolState::paused) return false;
   Cell cell;
-  std::size_t hint = t_current.core == this ? t_current.worker->shard_hint : 0;
-  if (!queue_.try_pop(cell, hint)) return false;
+  PopState local;
+  PopState& st = t_current.core == this ? t_current.worker->pop : local;
+  if (!queue_.try_pop(cell, st)) return false;
   if (space_ec_.waiters() != 0) space_ec_.notify_one();
   TaskStateBase* s = cell.state();
   if (s == nullptr) {
@@ -327,6 +337,11 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
   }
   MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->report;
+  if (r == nullptr && ctl_->last_report && state() >= PoolState::stopping) {
+    r = &*ctl_->last_report;  // after the shutdown returned: see drop_queue
+    ++r->during.rejected;
+    ++r->lifetime.rejected;
+  }
   if (r == nullptr) return;
   if (s == nullptr) {
     ++r->rejected_unnamed;

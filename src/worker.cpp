@@ -131,7 +131,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
       if (attention_.load(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(w, how)) break;
       }
-      if (queue_.try_pop(cell, w.shard_hint)) {
+      if (queue_.try_pop(cell, w.pop)) {
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }
@@ -189,7 +189,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
   for (unsigned i = 0;; ++i) {
-    if (queue_.try_pop(cell, w.shard_hint)) {
+    if (queue_.try_pop(cell, w.pop)) {
       // The last spinner to find work brings in help if more is queued (a
       // sleeper, else a new worker): a burst ramps up with one wake-up per
       // worker, and a submitter that saw this spinner is never left alone.

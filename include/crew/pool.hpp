@@ -146,8 +146,9 @@ class Pool {
   // instead of run.
   bool run_pending_task();
 
-  // Blocks until nothing is queued or running, or the deadline passes.
-  // Returns true if the pool went idle.
+  // Blocks until every task submitted so far has an outcome, or the timeout
+  // passes; returns true in the first case, and then everything those tasks
+  // did happens-before the return (like joining them).
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:

@@ -108,6 +108,13 @@ struct PoolOptions {
   // queue, FIFO across all submitters. Rounded down to a power of two and
   // to at most queue_capacity.
   std::size_t queue_shards = 0;
+  // Priority levels: 1 (the default) means none. With n > 1, a task's
+  // TaskOptions::priority is 0 (lowest) .. n-1 (highest); higher levels run
+  // first, and a waiting lower level is served after `priority_aging` tasks
+  // taken from above it by one worker (see docs/api.md, "Priorities").
+  // queue_capacity applies to each level.
+  std::size_t priority_levels = 1;
+  std::uint32_t priority_aging = 16;
   Overflow overflow = Overflow::block;
   // Callers that may wait in a blocking submission at once; further ones get
   // Admission::too_many_blocked. 0 means no limit.

@@ -31,6 +31,9 @@ struct TaskOptions {
   // A task still queued this long after submission is never started; it ends
   // rejected with Errc::expired. 0 means no queue deadline.
   std::chrono::nanoseconds queue_timeout{0};
+  // 0 (lowest) .. PoolOptions::priority_levels - 1 (highest). Submitting a
+  // higher one throws Error(invalid_options).
+  std::uint8_t priority = 0;
 };
 
 // What a long task may take instead of a bare stop token. Valid for the

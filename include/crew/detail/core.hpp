@@ -120,9 +120,7 @@ struct SharedCounters {
 
 class Core final : public std::enable_shared_from_this<Core>, public Runner {
  public:
-  // queued; run_here (on the caller); refused (not queued); swept: queued
-  // after a shutdown had finished and rejected by the submitter's own sweep.
-  enum class Route : std::uint8_t { queued, run_here, refused, swept };
+  enum class Route : std::uint8_t { queued, run_here, refused };
 
   // Validates the options (throws Error(invalid_options) naming the field).
   explicit Core(PoolOptions options);
@@ -138,6 +136,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   template <class F>
   Admission post(F&& f, TaskOptions&& opts, bool may_block) {
     using D = std::decay_t<F>;
+    const std::size_t level = level_of(opts);
     if constexpr (is_long_task_v<D>) {
       if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
@@ -148,11 +147,18 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       if (observes(kTaskEvents)) [[unlikely]] {
-        return post_observed(std::forward<F>(f), may_block);
+        return post_observed(std::forward<F>(f), level, may_block);
       }
-      return post_plain(std::forward<F>(f), may_block);
+      return post_plain(std::forward<F>(f), level, may_block);
     }
   }
+
+  // The queue level of a submission; throws for a priority the pool lacks.
+  std::size_t level_of(const TaskOptions& o) const {
+    if (o.priority >= queue_.levels()) [[unlikely]] throw_bad_priority(o.priority);
+    return o.priority;
+  }
+  [[noreturn]] void throw_bad_priority(unsigned priority) const;
 
   static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
                                                Observer::task_finished | Observer::task_rejected;
@@ -160,6 +166,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   template <class F>
   Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
     using D = std::decay_t<F>;
+    (void)level_of(opts);  // validated before anything is allocated
     TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
     (void)admit_state(s, may_block);
     return Task<task_result_t<D>>(s);  // adopts the creator's reference
@@ -227,7 +234,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   const std::vector<ObserverSlot> observers_;
   const std::uint32_t observed_;
   const bool timed_;
-  TaskQueue queue_;
+  Queues queue_;
   alignas(kCacheLine) std::atomic<PoolState> state_{PoolState::created};
   // Soft or hard shutdown in progress: popped tasks are rejected, not run.
   std::atomic<bool> drop_queued_{false};
@@ -277,7 +284,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       auto fill = [&](Cell& c) noexcept {
         c.emplace(LongFn<D>{timeout, enqueued, std::forward<F>(f)});
       };
-      const Route r = route(fill, may_block, why);
+      const Route r = route(fill, level_of(opts), may_block, why);
       if (r == Route::run_here) {
         D local(std::forward<F>(f));
         run_long(timeout, enqueued, &call_long<D>, &local);
@@ -293,14 +300,14 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A plain task in a pool whose observers want task events: stored with
   // its enqueue time and run through the Runner, which times and reports it.
   template <class F>
-  Admission post_observed(F&& f, bool may_block) {
+  Admission post_observed(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
     const std::int64_t enqueued = timed_ ? now_ns() : 0;
     Cell tmp;  // boxed if the wrapper does not fit inline
     tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
     Admission why = Admission::accepted;
     auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-    const Route r = route(fill, may_block, why);
+    const Route r = route(fill, level, may_block, why);
     if (r == Route::run_here) {
       (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
       return Admission::accepted;
@@ -311,26 +318,25 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   }
 
   template <class F>
-  Admission post_plain(F&& f, bool may_block) {
+  Admission post_plain(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
     Admission why = Admission::accepted;
     if constexpr (Cell::fits_inline<D> && std::is_nothrow_constructible_v<D, F&&>) {
       auto fill = [&f](Cell& c) noexcept { c.emplace(std::forward<F>(f)); };
-      switch (route(fill, may_block, why)) {
+      switch (route(fill, level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here:
           run_plain_here([&f] { f(); });
           return Admission::accepted;
         case Route::refused:
-        case Route::swept:
           return why;
       }
     } else {
       Cell tmp;  // box (or copy) before claiming a slot: this may throw
       tmp.emplace(std::forward<F>(f));
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route(fill, may_block, why)) {
+      switch (route(fill, level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here:
@@ -338,8 +344,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
           return Admission::accepted;
         case Route::refused:
           tmp.destroy();
-          return why;
-        case Route::swept:
           return why;
       }
     }
@@ -353,6 +357,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->name = std::move(o.name);
     s->owner = this;
     s->is_long = is_long_task_v<D>;
+    s->level = o.priority;
     if (s->is_long) s->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
     if (o.queue_timeout.count() != 0) {
       s->queue_deadline =
@@ -370,7 +375,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     if (timed) arm_queue_deadline(s);
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;
-    switch (route(fill, may_block, why)) {
+    switch (route(fill, s->level, may_block, why)) {
       case Route::queued:
         if (observes(Observer::task_enqueued)) [[unlikely]] emit_enqueued(event_of(s));
         return Admission::accepted;
@@ -379,9 +384,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         if (s->leave_queue(TaskStatus::running)) run_claimed_here(s);
         s->release();
         return Admission::accepted;
-      case Route::swept:  // the sweep settled it and released the cell's reference
-        s->refused_as = why;
-        return why;
       case Route::refused:
         break;
     }
@@ -405,16 +407,15 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   }
 
   template <class Fill>
-  Route route(Fill& fill, bool may_block, Admission& why) {
+  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
     if (state_.load(std::memory_order_acquire) >= PoolState::stopping) [[unlikely]] {
       return refuse(Admission::closed, why);
     }
-    if (queue_.try_push(fill)) [[likely]] {
-      if (after_push()) [[likely]] return Route::queued;
-      why = Admission::closed;
-      return Route::swept;
+    if (queue_.try_push(fill, level)) [[likely]] {
+      after_push();
+      return Route::queued;
     }
-    return route_full(fill, may_block, why);
+    return route_full(fill, level, may_block, why);
   }
 
   Route refuse(Admission a, Admission& why) noexcept {
@@ -424,7 +425,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   }
 
   template <class Fill>
-  Route route_full(Fill& fill, bool may_block, Admission& why) {
+  Route route_full(Fill& fill, std::size_t level, bool may_block, Admission& why) {
     // A worker of this pool never waits for room in its own queue: that is
     // the nested-submit deadlock. It runs the task itself instead.
     if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
@@ -443,7 +444,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         refuse(Admission::closed, why);
         break;
       }
-      if (queue_.try_push(fill)) {
+      if (queue_.try_push(fill, level)) {
         r = Route::queued;
         break;
       }
@@ -454,38 +455,34 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       // Sleep until a worker frees a slot (it notifies after each pop while
       // someone waits) or a shutdown starts.
       const EventCount::Key key = space_ec_.prepare_wait();
-      if (!queue_.full() || state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
+      if (!queue_.full(level) || state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
         space_ec_.cancel_wait();
         continue;
       }
       space_ec_.wait(key);
     }
     blocked_.fetch_sub(1, std::memory_order_relaxed);
-    if (r == Route::queued && !after_push()) {
-      why = Admission::closed;
-      r = Route::swept;
-    }
+    if (r == Route::queued) after_push();
     return r;
   }
 
-  // False if the pool had already stopped and the cell was rejected.
-  bool after_push() noexcept {
+  void after_push() noexcept {
     // The push claimed its slot with a seq_cst read-modify-write, so these
     // loads see any worker that went to sleep before it (it re-checks the
     // claimed size after announcing itself), and any shutdown that began
     // before it.
     const PoolState st = state_.load(std::memory_order_seq_cst);
     if (st != PoolState::running) [[unlikely]] {
-      return st < PoolState::stopping || on_push_after_close();
+      if (st >= PoolState::stopping) on_push_after_close();
+      return;
     }
-    if (spinning_.load(std::memory_order_seq_cst) != 0) return true;  // a spinner will take it
+    if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
     if (sleepers_.load(std::memory_order_seq_cst) != 0) {
       wake_sleeper();
     } else if (live_workers_.load(std::memory_order_relaxed) <
                max_workers_.load(std::memory_order_relaxed)) [[unlikely]] {
       grow();  // every worker is busy and there is room for another
     }
-    return true;
   }
 
   template <class G>
@@ -561,9 +558,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept;
   void unregister_foreign(TaskStateBase* s) noexcept;
   // shutdown.cpp
-  // A push that saw the pool stopping: true if the cell is a running
-  // shutdown's to handle or was run here (drain); false if it was rejected.
-  bool on_push_after_close() noexcept;
+  // A push that saw the pool stopping: a running shutdown sweeps the cell;
+  // after one has finished, the submitter runs (drain) or rejects it here
+  // and adds the rejections to the pool's last report.
+  void on_push_after_close() noexcept;
   void wake_everyone() noexcept;
   bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
   void drop_queue();

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/mutex.hpp"
@@ -427,6 +428,104 @@ class TaskQueue {
 
   std::unique_ptr<std::unique_ptr<Shard>[]> shards_;
   std::size_t mask_ = 0;
+};
+
+// What one consumer remembers between pops: the shard where it last found
+// work, and, for priority levels, how many tasks it took from higher levels
+// while each lower level had work waiting.
+struct PopState {
+  static constexpr std::size_t kMaxLevels = 16;
+  std::size_t hint = 0;
+  std::uint32_t passed_over[kMaxLevels] = {};
+};
+
+// The pool's queues: one TaskQueue per priority level (one in all for a pool
+// without priorities, which then pays one predictable branch per operation).
+//
+// Aging rule: a consumer takes from the highest level that has work, except
+// that a lower level with work waiting is served first once this consumer
+// has taken `aging` tasks from levels above it since that level was last
+// served or empty. So the oldest task of a waiting level is taken after at
+// most `aging` higher-level tasks by any one consumer (at most
+// consumers x aging in all); aging counts service, not time, so it needs no
+// clock reads.
+class Queues {
+ public:
+  Queues(std::size_t capacity, std::size_t shards, std::size_t levels, std::uint32_t aging)
+      : aging_(aging) {
+    for (std::size_t i = 0; i < levels; ++i) {
+      levels_.push_back(std::make_unique<TaskQueue>(capacity, shards));
+    }
+  }
+  Queues(const Queues&) = delete;
+  Queues& operator=(const Queues&) = delete;
+
+  [[nodiscard]] std::size_t levels() const noexcept { return levels_.size(); }
+
+  template <class Fill>
+  bool try_push(Fill&& fill, std::size_t level) noexcept {
+    return levels_[level]->try_push(fill);
+  }
+
+  bool try_pop(Cell& out, PopState& st) noexcept {
+    if (levels_.size() == 1) [[likely]] return levels_[0]->try_pop(out, st.hint);
+    return pop_prioritized(out, st);
+  }
+  bool try_pop(Cell& out) noexcept {
+    PopState st;
+    return try_pop(out, st);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept {
+    std::size_t n = 0;
+    for (const auto& q : levels_) n += q->size();
+    return n;
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    for (const auto& q : levels_) {
+      if (!q->empty()) return false;
+    }
+    return true;
+  }
+  [[nodiscard]] bool full(std::size_t level) const noexcept { return levels_[level]->full(); }
+  [[nodiscard]] std::uint64_t pushed() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto& q : levels_) n += q->pushed();
+    return n;
+  }
+
+ private:
+  bool pop_prioritized(Cell& out, PopState& st) noexcept {
+    const std::size_t n = levels_.size();
+    std::size_t top = n;
+    for (std::size_t l = n; l-- > 0;) {
+      if (!levels_[l]->empty()) {
+        top = l;
+        break;
+      }
+    }
+    if (top == n) return false;
+    // A waiting lower level whose turn has come (the lowest first).
+    for (std::size_t l = 0; l < top; ++l) {
+      if (st.passed_over[l] >= aging_ && levels_[l]->try_pop(out, st.hint)) {
+        st.passed_over[l] = 0;
+        return true;
+      }
+    }
+    for (std::size_t l = top + 1; l-- > 0;) {
+      if (levels_[l]->try_pop(out, st.hint)) {
+        st.passed_over[l] = 0;
+        for (std::size_t lower = 0; lower < l; ++lower) {
+          st.passed_over[lower] = levels_[lower]->empty() ? 0 : st.passed_over[lower] + 1;
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::vector<std::unique_ptr<TaskQueue>> levels_;
+  const std::uint32_t aging_;
 };
 
 }  // namespace crew::detail

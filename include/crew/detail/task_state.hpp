@@ -139,7 +139,8 @@ class TaskStateBase {
   std::string name;
   Core* owner = nullptr;  // the pool core that runs it (for nested waits)
   bool is_long = false;
-  bool detached = false;  // no handle: exceptions go to the pool's handler
+  bool detached = false;
+  std::uint8_t level = 0;  // priority level  // no handle: exceptions go to the pool's handler
   Admission refused_as = Admission::accepted;
   std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
   std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
