@@ -140,6 +140,10 @@ struct Control {
 
   // Shutdown: one runs at a time; the others wait for its report.
   bool shutting_down CREW_GUARDED_BY(mu) = false;
+  ShutdownMode shutdown_mode CREW_GUARDED_BY(mu) = ShutdownMode::drain;  // of the running one
+  // A concurrent shutdown() asked for a harder mode: the running one
+  // escalates to hard at once.
+  bool escalate_requested CREW_GUARDED_BY(mu) = false;
   std::condition_variable shutdown_done;
   ShutdownReport* report CREW_GUARDED_BY(mu) = nullptr;  // the one being built
   std::optional<ShutdownReport> last_report CREW_GUARDED_BY(mu);

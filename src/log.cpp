@@ -21,8 +21,10 @@ void StderrLogger::log(LogLevel level, const LogContext& context,
   try {
     std::string line = "crew ";
     line += to_string(level);
-    line += " pool=";
-    line += context.pool;
+    if (!context.pool.empty()) {
+      line += " pool=";
+      line += context.pool;
+    }
     if (!context.task.empty() || context.task_id != 0) {
       line += " task=";
       line += context.task;

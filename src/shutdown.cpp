@@ -36,7 +36,12 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   OutcomeCounts before;
   {
     MutexLock lock(ctl.mu);
-    // Concurrent callers wait for the first one and share its report.
+    // Concurrent callers wait for the first one and share its report; one
+    // asking for a harder mode makes the running one escalate to hard now.
+    if (ctl.shutting_down && mode > ctl.shutdown_mode && !ctl.escalate_requested) {
+      ctl.escalate_requested = true;
+      ctl.workers_changed.notify_all();
+    }
     while (ctl.shutting_down) ctl.shutdown_done.wait(lock.native());
     const PoolState st = state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
@@ -45,6 +50,8 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
       return report;
     }
     ctl.shutting_down = true;
+    ctl.shutdown_mode = mode;
+    ctl.escalate_requested = false;
     ctl.report = &report;
     before = totals_locked();
     if (mode != ShutdownMode::drain) drop_queued_.store(true, std::memory_order_seq_cst);
@@ -66,6 +73,10 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     const auto deadline = timeout.count() > 0 ? after(t0, timeout) : Clock::time_point::max();
     if (!wait_for_workers(deadline)) {
       escalated = true;
+      {
+        MutexLock lock(ctl.mu);
+        ctl.shutdown_mode = ShutdownMode::hard;
+      }
       drop_queued_.store(true, std::memory_order_seq_cst);
       attention_.fetch_add(1, std::memory_order_release);
       wake_everyone();
@@ -156,9 +167,11 @@ void Core::wake_everyone() noexcept {
   space_ec_.notify_all();              // blocked submitters see `closed`
 }
 
+// Also returns (false) when a concurrent shutdown asked to escalate.
 bool Core::wait_for_workers(Clock::time_point deadline) {
   MutexLock lock(ctl_->mu);
   while (!ctl_->workers.empty()) {
+    if (ctl_->escalate_requested && ctl_->shutdown_mode != ShutdownMode::hard) return false;
     if (deadline == Clock::time_point::max()) {
       ctl_->workers_changed.wait(lock.native());
     } else if (ctl_->workers_changed.wait_until(lock.native(), deadline) ==

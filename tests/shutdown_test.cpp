@@ -172,6 +172,27 @@ TEST(ShutdownEscalation, ASoftShutdownThatTimesOutGoesHard) {
 
 // A long task that ignores its token is written off after the grace period:
 // the shutdown returns, lists it, and the thread finishes later on its own.
+TEST(ShutdownEscalation, AHarderConcurrentShutdownEscalatesTheRunningOne) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::latch started(1);
+  auto stuck = pool.submit([&](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  });
+  started.wait();
+  ShutdownReport drain_report;
+  std::thread drainer([&] { drain_report = pool.shutdown(ShutdownMode::drain, 0s); });  // no limit
+  ASSERT_TRUE(eventually([&] { return pool.state() == PoolState::stopping; }));
+  std::this_thread::sleep_for(10ms);
+  const ShutdownReport hard_report = pool.shutdown(ShutdownMode::hard, 0s);
+  drainer.join();
+  EXPECT_TRUE(drain_report.escalated);
+  EXPECT_EQ(drain_report.final_state, PoolState::stopped_timeout);
+  EXPECT_EQ(stuck.status(), TaskStatus::cancelled);
+  EXPECT_TRUE(hard_report.escalated);  // the same report
+}
+
 TEST(ShutdownAbandon, AHungTaskIsAbandonedAfterTheGrace) {
   Watchdog dog;
   auto gate = std::make_shared<Gate>();

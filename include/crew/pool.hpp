@@ -109,8 +109,10 @@ class Pool {
     return submit(std::forward<F>(f), std::move(opts)).get();
   }
 
-  // Stops the pool (see ShutdownMode). Idempotent: later and concurrent calls
-  // wait for the first one and return its report. timeout 0 = no limit
+  // Stops the pool (see ShutdownMode and docs/shutdown.md). Idempotent:
+  // later and concurrent calls wait for the first one and return its report;
+  // a concurrent call with a harder mode (soft over drain, hard over either)
+  // makes the running shutdown escalate to hard at once. timeout 0 = no limit
   // before escalating to hard.
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.

@@ -27,6 +27,7 @@ enum class Overflow : std::uint8_t {
   caller_runs,  // run the task on the submitting thread
 };
 
+// Ordered from the gentlest to the hardest (a harder one escalates a gentler one).
 enum class ShutdownMode : std::uint8_t {
   drain,  // refuse new tasks; run everything queued and running ("light")
   soft,   // refuse new tasks; running tasks finish; queued ones are rejected
