@@ -3,8 +3,8 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock
-#   test    build + clang and its sanitizer runtimes (clang -Wthread-safety build)
+#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis
+#   test    build + clang, its sanitizer runtimes, redis-server (stream source tests)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
 #   format  clang-format
 #
@@ -12,8 +12,9 @@
 # only when something is missing. Uses sudo when not run as root.
 set -euo pipefail
 
-readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest)
-readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev)
+readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
+  libhiredis-dev)
+readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
 readonly format_pkgs=(clang-format)

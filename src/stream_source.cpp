@@ -1,0 +1,509 @@
+// StreamSource: a Redis Streams consumer feeding a crew pool. The contract
+// is in include/crew/stream_source.hpp; the data flow:
+//
+//   reader thread (owns reader_):  XREADGROUP / XAUTOCLAIM (+ XPENDING for a
+//       claimed entry's delivery count) -> Job -> pool.post(long task);
+//       re-dispatches due retries; waits while max_in_flight jobs are out.
+//   worker (a pool task):          handler(job) -> writer_ (under writer_mu):
+//       XADD results + XACK in one round trip, or XADD dead + XACK, or a
+//       retry entry for the reader thread. in_flight is released last.
+//
+// The state is shared with the tasks in flight, so a task that runs after
+// the StreamSource object is gone touches only memory it co-owns.
+#include "crew/stream_source.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <optional>
+#include <thread>
+
+#include "crew/detail/mutex.hpp"
+#include "crew/error.hpp"
+#include "crew/pool.hpp"
+#include "redis_conn.hpp"
+
+namespace crew {
+
+using detail::Reply;
+using detail::text_of;
+
+std::string Job::field(std::string_view name, std::string_view fallback) const {
+  for (const auto& [k, v] : fields) {
+    if (k == name) return v;
+  }
+  return std::string(fallback);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void invalid(const std::string& field, const std::string& why) {
+  throw Error(Errc::invalid_options, "crew::StreamSourceOptions." + field + ": " + why);
+}
+
+StreamSourceOptions validated(StreamSourceOptions o, const Pool& pool) {
+  if (o.host.empty()) invalid("host", "must not be empty");
+  if (o.port <= 0 || o.port > 65535) invalid("port", std::to_string(o.port) + " is not a port");
+  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"stream", &o.stream},
+                                    {"group", &o.group},
+                                    {"results_stream", &o.results_stream},
+                                    {"dead_letter_stream", &o.dead_letter_stream}}) {
+    if (value->empty()) invalid(name, "must not be empty");
+  }
+  if (o.max_batch == 0) invalid("max_batch", "must be positive");
+  if (o.max_attempts == 0) invalid("max_attempts", "must be at least 1");
+  if (o.block.count() <= 0) invalid("block", "must be positive");
+  if (o.claim_idle.count() <= 0) invalid("claim_idle", "must be positive");
+  if (o.retry_backoff.count() < 0) invalid("retry_backoff", "must not be negative");
+  if (o.reconnect_min.count() <= 0) invalid("reconnect_min", "must be positive");
+  if (o.reconnect_max < o.reconnect_min) invalid("reconnect_max", "is below reconnect_min");
+  if (o.command_timeout.count() <= 0) invalid("command_timeout", "must be positive");
+  if (o.job_timeout.count() < 0) invalid("job_timeout", "must not be negative");
+  if (o.consumer.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
+    o.consumer = std::string(host) + "-" + std::to_string(getpid());
+  }
+  if (o.instance_id.empty()) o.instance_id = o.consumer;
+  if (o.max_in_flight == 0) o.max_in_flight = pool.options().max_workers;
+  if (!o.logger) o.logger = default_logger();
+  return o;
+}
+
+// Entries of an XREADGROUP / XAUTOCLAIM reply: [[id, [field, value, ...]], ...].
+std::vector<Job> jobs_of(const redisReply* entries) {
+  std::vector<Job> out;
+  if (entries == nullptr || entries->type != REDIS_REPLY_ARRAY) return out;
+  for (std::size_t i = 0; i < entries->elements; ++i) {
+    const redisReply* e = entries->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
+    Job job;
+    job.id = std::string(text_of(e->element[0]));
+    const redisReply* kv = e->element[1];
+    if (kv->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t k = 0; k + 1 < kv->elements; k += 2) {
+        job.fields.emplace_back(text_of(kv->element[k]), text_of(kv->element[k + 1]));
+      }
+    }
+    out.push_back(std::move(job));
+  }
+  return out;
+}
+
+std::string ms_text(Clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+}  // namespace
+
+struct Retry {
+  Clock::time_point due;
+  Job job;
+};
+
+struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
+  StreamSourceState(Pool& p, StreamSourceOptions o, JobHandler h)
+      : pool(p),
+        opts(validated(std::move(o), p)),
+        handler(std::move(h)),
+        reader(opts.host, opts.port, opts.password, opts.command_timeout),
+        writer(opts.host, opts.port, opts.password, opts.command_timeout) {}
+
+  Pool& pool;
+  const StreamSourceOptions opts;
+  const JobHandler handler;
+
+  detail::RedisConn reader;  // the reader thread only
+  detail::Mutex writer_mu;
+  detail::RedisConn writer CREW_GUARDED_BY(writer_mu);
+
+  // In flight: dispatched to the pool or waiting for a retry.
+  detail::Mutex mu;
+  std::condition_variable cv;  // in_flight dropped, a retry added, stop
+  std::size_t in_flight CREW_GUARDED_BY(mu) = 0;
+  std::vector<Retry> retries CREW_GUARDED_BY(mu);
+  bool stopping CREW_GUARDED_BY(mu) = false;
+
+  std::atomic<bool> stopped{false};  // mirrors `stopping` for lock-free checks
+  // Each connection's health; the source is connected when both are.
+  std::atomic<bool> reader_ok{false};
+  std::atomic<bool> writer_ok{true};
+  Clock::time_point last_reader_io{};  // reader thread only
+  std::atomic<std::uint64_t> n_read{0}, n_claimed{0}, n_succeeded{0}, n_retried{0},
+      n_dead{0}, n_pending{0}, n_reconnects{0};
+  std::string claim_cursor = "0-0";  // reader thread only
+  Clock::time_point next_claim{};    // reader thread only
+  std::jthread thread;
+
+  void log(LogLevel level, const std::string& message) const noexcept {
+    if (level >= opts.logger->level()) {
+      opts.logger->log(level, {.pool = pool.name(), .task = "stream " + opts.stream}, message);
+    }
+  }
+
+  // ---- reader thread ----
+
+  void run(std::stop_token stop) {
+    auto backoff = opts.reconnect_min;
+    bool ever_connected = false;
+    while (!stop.stop_requested()) {
+      if (!reader.connected()) {
+        if (!connect_reader()) {
+          reader_ok = false;
+          log(LogLevel::warning, "cannot reach Redis (" + reader.error() + "); retrying in " +
+                                     std::to_string(backoff.count()) + " ms");
+          sleep_for(stop, backoff);
+          backoff = std::min(backoff * 2, opts.reconnect_max);
+          continue;
+        }
+        if (ever_connected) {
+          n_reconnects.fetch_add(1);
+          log(LogLevel::info, "reconnected to Redis");
+        }
+        ever_connected = true;
+        reader_ok = true;
+        backoff = opts.reconnect_min;
+      }
+      dispatch_due_retries();
+      const std::size_t room = free_room(stop);
+      if (room == 0) {
+        // No room, so no reads: check the connection now and then anyway.
+        if (Clock::now() - last_reader_io > std::chrono::seconds(1)) {
+          last_reader_io = Clock::now();
+          if (!reader.command({"PING"})) reader_ok = false;
+        }
+        continue;
+      }
+      last_reader_io = Clock::now();
+      if (Clock::now() >= next_claim) {
+        claim(room);
+        next_claim = Clock::now() + std::max<Clock::duration>(opts.block, opts.claim_idle / 4);
+        continue;
+      }
+      read_new(room);
+    }
+  }
+
+  bool connect_reader() {
+    if (!reader.ensure()) return false;
+    // The group reads the stream from its start, so jobs added before any
+    // consumer existed are not skipped.
+    Reply r = reader.command({"XGROUP", "CREATE", opts.stream, opts.group, "0", "MKSTREAM"});
+    if (!r) return false;
+    if (r->type == REDIS_REPLY_ERROR && text_of(r.get()).rfind("BUSYGROUP", 0) != 0) {
+      log(LogLevel::error, "XGROUP CREATE failed: " + std::string(text_of(r.get())));
+      reader.close();
+      return false;
+    }
+    return true;
+  }
+
+  void sleep_for(std::stop_token& stop, std::chrono::milliseconds d) {
+    detail::MutexLock lock(mu);
+    const auto until = Clock::now() + d;
+    while (!stop.stop_requested() && !stopping) {
+      if (cv.wait_until(lock.native(), until) == std::cv_status::timeout) break;
+    }
+  }
+
+  // How many more jobs may be taken now; waits (up to `block`) while none.
+  std::size_t free_room(std::stop_token& stop) {
+    detail::MutexLock lock(mu);
+    if (in_flight >= opts.max_in_flight && !stopping && !stop.stop_requested()) {
+      cv.wait_for(lock.native(), opts.block);
+    }
+    if (stopping || in_flight >= opts.max_in_flight) return 0;
+    return std::min(opts.max_in_flight - in_flight, opts.max_batch);
+  }
+
+  void read_new(std::size_t room) {
+    reader.set_timeout(opts.command_timeout + opts.block);
+    Reply r = reader.command({"XREADGROUP", "GROUP", opts.group, opts.consumer, "COUNT",
+                              std::to_string(room), "BLOCK", std::to_string(opts.block.count()),
+                              "STREAMS", opts.stream, ">"});
+    reader.set_timeout(opts.command_timeout);
+    if (!r) return;  // connection lost: reconnect on the next turn
+    if (r->type == REDIS_REPLY_ERROR) {
+      if (text_of(r.get()).rfind("NOGROUP", 0) == 0) reader.close();  // recreate the group
+      log(LogLevel::error, "XREADGROUP failed: " + std::string(text_of(r.get())));
+      return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) return;  // nil: nothing new within `block`
+    for (std::size_t s = 0; s < r->elements; ++s) {
+      const redisReply* stream = r->element[s];
+      if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2) continue;
+      for (Job& job : jobs_of(stream->element[1])) {
+        n_read.fetch_add(1);
+        dispatch(std::move(job));
+      }
+    }
+  }
+
+  // Takes over entries other consumers left pending longer than claim_idle.
+  void claim(std::size_t room) {
+    Reply r = reader.command({"XAUTOCLAIM", opts.stream, opts.group, opts.consumer,
+                              std::to_string(opts.claim_idle.count()), claim_cursor, "COUNT",
+                              std::to_string(room)});
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
+      if (r && r->type == REDIS_REPLY_ERROR) {
+        log(LogLevel::error, "XAUTOCLAIM failed: " + std::string(text_of(r.get())));
+      }
+      return;
+    }
+    claim_cursor = std::string(text_of(r->element[0]));
+    for (Job& job : jobs_of(r->element[1])) {
+      job.attempt = delivery_count(job.id);
+      n_claimed.fetch_add(1);
+      log(LogLevel::info, "claimed " + job.id + " (attempt " + std::to_string(job.attempt) + ")");
+      dispatch(std::move(job));
+    }
+  }
+
+  // Redis' count of deliveries of a pending entry (XAUTOCLAIM counts one).
+  std::uint32_t delivery_count(const std::string& id) {
+    Reply r = reader.command({"XPENDING", opts.stream, opts.group, id, id, "1"});
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+      const redisReply* e = r->element[0];
+      if (e->type == REDIS_REPLY_ARRAY && e->elements >= 4 &&
+          e->element[3]->type == REDIS_REPLY_INTEGER) {
+        return static_cast<std::uint32_t>(std::clamp<long long>(e->element[3]->integer, 1, INT_MAX));
+      }
+    }
+    return 2;  // it was delivered before, at least once
+  }
+
+  void dispatch_due_retries() {
+    std::vector<Job> due;
+    {
+      detail::MutexLock lock(mu);
+      const auto now = Clock::now();
+      for (auto it = retries.begin(); it != retries.end();) {
+        if (it->due <= now) {
+          due.push_back(std::move(it->job));
+          it = retries.erase(it);
+          --in_flight;  // dispatch() counts it again
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Job& job : due) dispatch(std::move(job));
+  }
+
+  // Owned by a posted task. If the pool destroys the task without running
+  // it (refused, or dropped from the queue by a shutdown), the job is left
+  // pending and its room given back.
+  class Ticket {
+   public:
+    explicit Ticket(std::shared_ptr<StreamSourceState> s) : state_(std::move(s)) {}
+    Ticket(Ticket&& o) noexcept : state_(std::move(o.state_)) {}
+    Ticket& operator=(Ticket&&) = delete;
+    ~Ticket() {
+      if (state_) {
+        state_->n_pending.fetch_add(1);
+        state_->release_one();
+      }
+    }
+    // The task runs: it settles the job itself.
+    std::shared_ptr<StreamSourceState> take() noexcept { return std::move(state_); }
+
+   private:
+    std::shared_ptr<StreamSourceState> state_;
+  };
+
+  void dispatch(Job job) {
+    {
+      detail::MutexLock lock(mu);
+      ++in_flight;
+    }
+    std::string name = "stream-job " + job.id;
+    // Refused (closed or full) or dropped: the entry stays in this
+    // consumer's pending list and is claimed again after claim_idle, here
+    // or elsewhere; the Ticket accounts for it.
+    (void)pool.post(
+        [ticket = Ticket(shared_from_this()), job = std::move(job)](std::stop_token stop) mutable {
+          ticket.take()->run_job(std::move(job), stop);
+        },
+        {.name = std::move(name), .timeout = opts.job_timeout});
+  }
+
+  // ---- workers ----
+
+  void run_job(Job job, const std::stop_token& stop) noexcept {
+    const auto start = Clock::now();
+    JobResult result;
+    try {
+      result = handler(job, stop);
+    } catch (const std::exception& e) {
+      result = {false, e.what()};
+    } catch (...) {
+      result = {false, "an exception not derived from std::exception"};
+    }
+    const auto run_time = Clock::now() - start;
+    if (stop.stop_requested()) {
+      if (stopped.load() || pool.state() >= PoolState::stopping) {
+        n_pending.fetch_add(1);  // stopped by a shutdown: not completed, not acknowledged
+        release_one();
+        return;
+      }
+      result = {false, "timed out"};  // the job's own deadline stopped it
+    }
+    if (result.ok) {
+      if (finish(job, "ok", "result", result.value, run_time, opts.results_stream)) {
+        n_succeeded.fetch_add(1);
+      }
+    } else if (job.attempt < opts.max_attempts) {
+      n_retried.fetch_add(1);
+      log(LogLevel::warning, "job " + job.id + " attempt " + std::to_string(job.attempt) +
+                                 " failed: " + result.value + "; retrying");
+      const auto delay = opts.retry_backoff * (1LL << std::min<std::uint32_t>(job.attempt - 1, 20));
+      ++job.attempt;
+      detail::MutexLock lock(mu);
+      if (!stopping) {
+        retries.push_back({Clock::now() + delay, std::move(job)});  // stays in flight
+        cv.notify_all();
+        return;
+      }
+      // Stopped: no reader will retry it here; it stays pending.
+      n_pending.fetch_add(1);
+      --in_flight;
+      cv.notify_all();
+      return;
+    } else {
+      if (finish(job, "dead", "error", result.value, run_time, opts.dead_letter_stream)) {
+        n_dead.fetch_add(1);
+        log(LogLevel::warning, "job " + job.id + " dead-lettered after " +
+                                   std::to_string(job.attempt) + " attempts: " + result.value);
+      }
+    }
+    release_one();
+  }
+
+  // Writes the outcome, then acknowledges, in one round trip. Retries with
+  // reconnection until it succeeds or the source stops; false if it gave
+  // up (the entry stays pending: it will be delivered again).
+  bool finish(const Job& job, const char* status, const char* key, const std::string& value,
+              Clock::duration run_time, const std::string& stream) {
+    std::vector<std::string> add = {"XADD",   stream,        "*",          "job",
+                                    job.id,   "attempt",     std::to_string(job.attempt),
+                                    "status", status,        key,          value,
+                                    "instance", opts.instance_id, "run_ms",  ms_text(run_time)};
+    if (stream == opts.dead_letter_stream) {
+      for (const auto& [k, v] : job.fields) {
+        add.push_back("field:" + k);
+        add.push_back(v);
+      }
+    }
+    const std::vector<std::vector<std::string>> commands = {
+        add, {"XACK", opts.stream, opts.group, job.id}};
+    auto backoff = opts.reconnect_min;
+    for (;;) {
+      std::vector<Reply> replies;
+      bool ok = false;
+      {
+        detail::MutexLock lock(writer_mu);
+        ok = writer.pipeline(commands, replies);
+      }
+      if (ok != writer_ok.load()) {
+        writer_ok = ok;
+        if (ok) n_reconnects.fetch_add(1);
+      }
+      if (ok) {
+        for (const Reply& r : replies) {
+          if (r->type == REDIS_REPLY_ERROR) {
+            log(LogLevel::error, "writing the outcome of " + job.id + " failed: " +
+                                     std::string(text_of(r.get())));
+            n_pending.fetch_add(1);
+            return false;
+          }
+        }
+        return true;
+      }
+      if (stopped.load()) {
+        n_pending.fetch_add(1);
+        return false;
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, opts.reconnect_max);
+    }
+  }
+
+  void release_one() {
+    detail::MutexLock lock(mu);
+    --in_flight;
+    cv.notify_all();
+  }
+};
+
+StreamSource::StreamSource(Pool& pool, StreamSourceOptions options, JobHandler handler)
+    : state_(std::make_shared<StreamSourceState>(pool, std::move(options), std::move(handler))) {
+  if (!state_->handler) invalid("handler", "must not be empty");
+}
+
+StreamSource::~StreamSource() { stop(); }
+
+void StreamSource::start() {
+  StreamSourceState& s = *state_;
+  detail::MutexLock lock(s.mu);
+  if (s.thread.joinable() || s.stopping) return;
+  s.thread = std::jthread([st = state_](std::stop_token stop) { st->run(stop); });
+}
+
+void StreamSource::stop() noexcept {
+  StreamSourceState& s = *state_;
+  {
+    detail::MutexLock lock(s.mu);
+    s.stopping = true;
+    s.stopped = true;
+    // Retries not yet due are not attempted again here: their entries stay
+    // pending for another consumer.
+    s.n_pending.fetch_add(s.retries.size());
+    s.in_flight -= s.retries.size();
+    s.retries.clear();
+    s.cv.notify_all();
+  }
+  if (s.thread.joinable()) {
+    s.thread.request_stop();
+    s.thread.join();
+  }
+  s.reader_ok = false;
+}
+
+bool StreamSource::wait_idle(std::chrono::milliseconds timeout) {
+  StreamSourceState& s = *state_;
+  detail::MutexLock lock(s.mu);
+  const auto until = Clock::now() + timeout;
+  while (s.in_flight != 0) {
+    if (s.cv.wait_until(lock.native(), until) == std::cv_status::timeout) return s.in_flight == 0;
+  }
+  return true;
+}
+
+bool StreamSource::connected() const noexcept {
+  return state_->reader_ok.load() && state_->writer_ok.load();
+}
+
+StreamSourceStats StreamSource::stats() const {
+  StreamSourceState& s = *state_;
+  StreamSourceStats out;
+  out.connected = s.reader_ok.load() && s.writer_ok.load();
+  out.read = s.n_read.load();
+  out.claimed = s.n_claimed.load();
+  out.succeeded = s.n_succeeded.load();
+  out.retried = s.n_retried.load();
+  out.dead_lettered = s.n_dead.load();
+  out.left_pending = s.n_pending.load();
+  out.reconnects = s.n_reconnects.load();
+  detail::MutexLock lock(s.mu);
+  out.in_flight = s.in_flight;
+  return out;
+}
+
+const StreamSourceOptions& StreamSource::options() const noexcept { return state_->opts; }
+
+}  // namespace crew
