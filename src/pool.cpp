@@ -344,6 +344,20 @@ std::vector<WorkerInfo> Core::workers() const {
   return out;
 }
 
+namespace {
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+  }
+  return "an exception not derived from std::exception";
+}
+
+}  // namespace
+
 void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noexcept {
   if (opts_.on_exception) {
     try {
@@ -354,30 +368,22 @@ void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noe
     }
   }
   if (!logs(LogLevel::error)) return;
-  std::string what = "an exception not derived from std::exception";
   try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    what = ex.what();
-  } catch (...) {
+    const bool plain = task.id == 0 && task.name.empty();
+    log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
+        (plain ? "a fire-and-forget task threw: " : "task threw: ") + what_of(e));
+  } catch (...) {  // out of memory while formatting: drop the line
   }
-  const bool plain = task.id == 0 && task.name.empty();
-  log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
-      (plain ? "a fire-and-forget task threw: " : "task threw: ") + what);
 }
 
 void Core::log_hook_failure(std::string_view hook, std::uint64_t worker,
                             std::exception_ptr e) const noexcept {
   if (!logs(LogLevel::error)) return;
-  std::string what = "an exception not derived from std::exception";
   try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    what = ex.what();
+    log(LogLevel::error, {.pool = opts_.name, .worker_id = worker},
+        std::string(hook) + " hook threw: " + what_of(e));
   } catch (...) {
   }
-  log(LogLevel::error, {.pool = opts_.name, .worker_id = worker},
-      std::string(hook) + " hook threw: " + what);
 }
 
 void Core::log(LogLevel level, const LogContext& context, std::string_view message) const noexcept {

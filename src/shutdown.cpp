@@ -239,19 +239,26 @@ bool Core::run_pending() {
   PopState& st = t_current.core == this ? t_current.worker->pop : local;
   if (!queue_.try_pop(cell, st)) return false;
   if (space_ec_.waiters() != 0) space_ec_.notify_one();
+  settle_popped_here(cell);
+  return true;
+}
+
+// Runs a popped cell on this thread, or rejects it while a soft or hard
+// shutdown drops queued tasks; a task decided while queued is counted.
+void Core::settle_popped_here(Cell& cell) {
   TaskStateBase* s = cell.state();
+  const bool dropping = drop_queued_.load(std::memory_order_relaxed);
   if (s == nullptr) {
-    if (drop_queued_.load(std::memory_order_relaxed)) {
+    if (dropping) {
       cell.destroy();
       note_dropped(nullptr);
       count_here(TaskStatus::rejected);
     } else {
       run_cell_here(cell);
     }
-    return true;
+    return;
   }
-  if (drop_queued_.load(std::memory_order_relaxed) &&
-      s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
+  if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
     note_dropped(s);
     count_here(TaskStatus::rejected);
@@ -263,7 +270,6 @@ bool Core::run_pending() {
     count_here(s->status());
   }
   s->release();
-  return true;
 }
 
 // Runs (drain) or rejects whatever is left in the queue, on this thread.
@@ -273,21 +279,7 @@ void Core::sweep_queue(bool run) {
     return;
   }
   Cell cell;
-  while (queue_.try_pop(cell)) {
-    TaskStateBase* s = cell.state();
-    if (s == nullptr) {
-      run_cell_here(cell);
-      continue;
-    }
-    if (s->leave_queue(TaskStatus::running)) {
-      if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
-      run_claimed_here(s);
-    } else if (!s->ran()) {
-      emit_settled_in_queue(s);
-      count_here(s->status());
-    }
-    s->release();
-  }
+  while (queue_.try_pop(cell)) settle_popped_here(cell);
 }
 
 // Stops the token of every running long task.

@@ -566,6 +566,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
   void drop_queue();
   void sweep_queue(bool run);
+  void settle_popped_here(Cell& cell);
   void stop_running();
   void abandon_busy(bool force);
   void join_exited();
