@@ -1,0 +1,277 @@
+// crew/group.hpp: a group of tasks on one pool, waited for and cancelled
+// together.
+//
+// A Group submits tasks into a Pool and keeps track of them:
+//   submit(f[, opts])   a short or long task (see task.hpp), named or not
+//   wait(), wait_for()  until every task of the group has ended
+//   cancel()            every task that has not ended
+//   stats()             counts per outcome, pending tasks
+//   first_exception()   the first exception a task threw
+// GroupOptions add Go errgroup's rule (cancel the rest when one task fails)
+// and one deadline for all of the group's tasks together.
+//
+//   crew::Group g(pool, {.name = "fanout", .cancel_on_failure = true, .timeout = 2s});
+//   for (Shard& s : shards) g.submit([&s] { s.refresh(); });
+//   g.wait();
+//   g.rethrow_if_failed();
+//
+// The group's tasks are ordinary tasks of the pool: each ends in exactly one
+// outcome, counted by the pool (stats, observers, shutdown reports) and by
+// the group. A wait from inside a task of the same pool never deadlocks: it
+// runs queued tasks of the pool while the group's tasks are not done.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "crew/error.hpp"
+#include "crew/pool.hpp"
+#include "crew/pool_types.hpp"
+#include "crew/task.hpp"
+
+namespace crew {
+
+struct GroupOptions {
+  // The name of the group's tasks that are submitted without one (reports,
+  // logs, metrics).
+  std::string name{};
+  // When a task fails (throws), cancel every other task of the group, like
+  // Go's errgroup.WithContext. Only a task that ends `failed` counts: a long
+  // task that throws after its token was stopped ends cancelled or timed_out.
+  bool cancel_on_failure = false;
+  // One deadline for all of the group's tasks: construction time plus this;
+  // 0 means none. At the deadline, tasks still queued never start (they end
+  // rejected with Errc::expired) and later submissions are refused. A long
+  // task's execution timeout is the time left until the deadline when it was
+  // submitted (or its own timeout if shorter). The pool counts a timeout
+  // from the task's start, so a long task that waited in the queue can run
+  // past the group's deadline by as long as it waited.
+  std::chrono::nanoseconds timeout{0};
+};
+
+struct GroupStats {
+  std::uint64_t submitted = 0;  // submit() calls, refused ones included
+  std::uint64_t pending = 0;    // submitted, not ended yet
+  OutcomeCounts outcomes;       // tasks that ended
+  bool cancelled = false;       // cancel() ran, or a failure cancelled the group
+};
+
+namespace detail {
+
+class GroupState;
+
+// The pool whose task (a group's, a batch's or a parallel loop's helper)
+// runs on this thread. A wait on that pool's work from this thread then
+// runs queued tasks instead of idling one of its workers.
+inline thread_local const Pool* t_running_pool = nullptr;
+
+class RunningOn {
+ public:
+  explicit RunningOn(const Pool* pool) noexcept : saved_(std::exchange(t_running_pool, pool)) {}
+  ~RunningOn() { t_running_pool = saved_; }
+  RunningOn(const RunningOn&) = delete;
+  RunningOn& operator=(const RunningOn&) = delete;
+
+ private:
+  const Pool* saved_;
+};
+
+// Waits until `task` has an outcome or `deadline` passes; true if it ended.
+// With `help`, runs queued tasks of `pool` on this thread while waiting (for
+// a thread that runs one of the pool's tasks: blocking it could leave the
+// group's own tasks queued with no worker to run them). Without, a worker of
+// the pool still runs `task` itself if it is queued (Task::wait's rule).
+template <class T>
+bool await_task(Pool& pool, const Task<T>& task, std::chrono::steady_clock::time_point deadline,
+                bool help) {
+  using Clock = std::chrono::steady_clock;
+  if (task.ready()) return true;
+  if (!help) {
+    if (deadline == Clock::time_point::max()) {
+      task.wait();
+      return true;
+    }
+    return task.wait_until(deadline);
+  }
+  // Nothing to help with: sleep on the task in short slices, then look at
+  // the queue again (new tasks may arrive that only this thread can run).
+  Clock::duration slice = std::chrono::microseconds(50);
+  while (!task.ready()) {
+    if (pool.run_pending_task()) {
+      slice = std::chrono::microseconds(50);
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    (void)task.wait_until(deadline - now > slice ? now + slice : deadline);
+    slice = std::min<Clock::duration>(slice * 2, std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Group internals (src/group.cpp), called from the inline submission path.
+void group_retain(GroupState* g) noexcept;
+void group_release(GroupState* g) noexcept;
+void group_task_failed(GroupState* g, std::exception_ptr e) noexcept;
+// Refuses (and counts) a submission into a cancelled or expired group;
+// otherwise fills in the group's name and deadline.
+Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long);
+// Takes the pool's handle into the group; returns the pool's admission.
+Admission group_adopt(GroupState* g, Task<void>&& task);
+
+// One reference to a group's state, held by each of its tasks so that a
+// task the pool abandoned (it outlives its handle) never touches freed
+// memory. Declared first in GroupTask: released even if copying the
+// callable throws.
+class GroupRef {
+ public:
+  explicit GroupRef(GroupState* g) noexcept : g_(g) { group_retain(g); }
+  GroupRef(GroupRef&& o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
+  GroupRef(const GroupRef&) = delete;
+  GroupRef& operator=(const GroupRef&) = delete;
+  GroupRef& operator=(GroupRef&&) = delete;
+  ~GroupRef() {
+    if (g_ != nullptr) group_release(g_);
+  }
+  [[nodiscard]] GroupState* get() const noexcept { return g_; }
+
+ private:
+  GroupState* g_;
+};
+
+// What the pool runs for a group's task: the callable, the group's
+// failure rule and the running-pool mark. Results are discarded.
+template <class F>
+class GroupTask {
+ public:
+  template <class G>
+  GroupTask(GroupState* g, const Pool* pool, G&& f)
+      : ref_(g), pool_(pool), f_(std::forward<G>(f)) {}
+
+  void operator()() requires(!is_long_task_v<F>) {
+    const RunningOn mark(pool_);
+    try {
+      (void)f_();
+    } catch (...) {
+      group_task_failed(ref_.get(), std::current_exception());
+      throw;  // the pool records it on the task's handle
+    }
+  }
+
+  void operator()(const TaskContext& ctx) requires is_long_task_v<F> {
+    const RunningOn mark(pool_);
+    try {
+      if constexpr (std::is_invocable_v<F&, const TaskContext&>) {
+        (void)f_(ctx);
+      } else {
+        (void)f_(ctx.stop_token);
+      }
+    } catch (...) {
+      // The pool's rule: a long task that was told to stop, or ran past its
+      // deadline, ends cancelled or timed_out however it returns.
+      if (!ctx.stop_requested() && std::chrono::steady_clock::now() <= ctx.deadline) {
+        group_task_failed(ref_.get(), std::current_exception());
+      }
+      throw;
+    }
+  }
+
+ private:
+  GroupRef ref_;
+  const Pool* pool_;
+  F f_;
+};
+
+}  // namespace detail
+
+// Thread safety: all member functions are thread-safe; tasks of the group
+// may submit into it, wait on other groups, and cancel it.
+//
+// Lifetime: the pool must outlive the group. Destroying a group cancels its
+// tasks that have not ended (queued ones never run, running long ones have
+// their token stopped) and waits until every one has ended, so tasks may
+// refer to objects that outlive the group. After wait() the destructor has
+// nothing left to do. Do not destroy a group from one of its own tasks (it
+// would wait for itself).
+class Group {
+ public:
+  // Throws crew::Error(Errc::invalid_options) naming the bad field.
+  explicit Group(Pool& pool, GroupOptions options = {});
+  ~Group();
+
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  Group(Group&&) = delete;
+  Group& operator=(Group&&) = delete;
+
+  // Submits a short or long task (see task.hpp); its result is discarded.
+  // Blocks like Pool::submit when the pool's queue is full. Returns the
+  // pool's admission (a refused task is counted as rejected), or
+  // Admission::closed without submitting when the group was cancelled
+  // (counted as cancelled) or its deadline has passed (counted as rejected).
+  template <class F>
+    requires is_task_v<std::decay_t<F>> Admission submit(F&& f, TaskOptions opts = {}) {
+      return add(std::forward<F>(f), std::move(opts), /*may_block=*/true);
+    }
+  // Never blocks: a full queue refuses the task (Admission::full).
+  template <class F>
+    requires is_task_v<std::decay_t<F>> Admission try_submit(F&& f, TaskOptions opts = {}) {
+      return add(std::forward<F>(f), std::move(opts), /*may_block=*/false);
+    }
+
+  // Blocks until every task submitted so far (and any submitted while it
+  // waits) has ended. Called from a task of the group's pool, it runs queued
+  // tasks of the pool meanwhile; otherwise it blocks on the tasks' handles
+  // (a worker of the pool still runs a queued task of the group itself).
+  // A task must not wait for its own group: it would wait for itself.
+  void wait();
+  // As wait(), giving up at the timeout; true if every task has ended.
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
+    return wait_until(std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
+  }
+  bool wait_until(std::chrono::steady_clock::time_point deadline);
+
+  // Cancels every task that has not ended: queued ones never run (cancelled),
+  // running long ones have their stop token stopped (cancelled); running
+  // short ones cannot be interrupted and finish. Later submissions are
+  // refused. Does not wait.
+  void cancel();
+
+  // Counts per outcome and pending tasks; O(pending tasks).
+  [[nodiscard]] GroupStats stats() const;
+  [[nodiscard]] bool cancelled() const noexcept;
+  // The exception of the first task that failed, or null.
+  [[nodiscard]] std::exception_ptr first_exception() const;
+  // Rethrows first_exception() if there is one.
+  void rethrow_if_failed() const;
+  // The group's deadline, if it has one.
+  [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> deadline() const noexcept;
+  [[nodiscard]] Pool& pool() const noexcept { return *pool_; }
+
+ private:
+  template <class F>
+  Admission add(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    const Admission pre = detail::group_prepare(state_, opts, is_long_task_v<D>);
+    if (pre != Admission::accepted) return pre;
+    detail::GroupTask<D> task(state_, pool_, std::forward<F>(f));
+    Task<void> handle = may_block ? pool_->submit(std::move(task), std::move(opts))
+                                  : pool_->try_submit(std::move(task), std::move(opts));
+    return detail::group_adopt(state_, std::move(handle));
+  }
+
+  Pool* pool_;
+  detail::GroupState* state_;
+};
+
+}  // namespace crew

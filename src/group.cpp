@@ -1,0 +1,438 @@
+// Group: the handles of a group's tasks, waiting, cancellation, counting.
+//
+// The group keeps the pool's handle of every task it submitted, in blocks
+// of kBlock handles linked in submission order. Indices grow for the
+// group's life; handles below `settled_` have been counted and released.
+// Waits and cancel() read handles outside the mutex, as "readers" of a
+// stretch [settled_, size_) taken under it: submissions only append beyond
+// size_, and handles are released (and blocks freed) only by the last
+// reader, after it moved settled_ past them under the mutex. So a thread
+// waiting for tasks never holds the mutex that submitters and the failing
+// task's cancel need.
+#include "crew/group.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "crew/detail/mutex.hpp"
+#include "crew/detail/thread_annotations.hpp"
+
+namespace crew {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kBlock = 256;
+// Handles of ended tasks are released by the submitter once this many are
+// live (and then once twice as many as were left live), so that a group fed
+// for a long time without wait() stays small.
+constexpr std::uint64_t kPruneMin = 4096;
+
+void add(OutcomeCounts& c, TaskStatus s) noexcept {
+  switch (s) {
+    case TaskStatus::succeeded:
+      ++c.succeeded;
+      break;
+    case TaskStatus::failed:
+      ++c.failed;
+      break;
+    case TaskStatus::cancelled:
+      ++c.cancelled;
+      break;
+    case TaskStatus::timed_out:
+      ++c.timed_out;
+      break;
+    case TaskStatus::rejected:
+      ++c.rejected;
+      break;
+    case TaskStatus::queued:
+    case TaskStatus::running:
+      break;
+  }
+}
+
+void add(OutcomeCounts& c, const OutcomeCounts& d) noexcept {
+  c.succeeded += d.succeeded;
+  c.failed += d.failed;
+  c.cancelled += d.cancelled;
+  c.timed_out += d.timed_out;
+  c.rejected += d.rejected;
+}
+
+struct Block {
+  std::array<Task<void>, kBlock> slots;
+  Block* next = nullptr;
+};
+
+// Handles [lo, hi), starting in `block`, whose first slot has index `base`.
+struct Span {
+  Block* block = nullptr;
+  std::uint64_t base = 0;
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+
+  // Calls fn(handle) in order while it returns true; returns the index it
+  // stopped at (hi if it went through).
+  template <class Fn>
+  std::uint64_t each(Fn&& fn) const {
+    Block* b = block;
+    std::uint64_t at = base;
+    for (std::uint64_t i = lo; i < hi; ++i) {
+      if (i - at == kBlock) {
+        b = b->next;
+        at += kBlock;
+      }
+      if (!fn(b->slots[i - at])) return i;
+    }
+    return hi;
+  }
+};
+
+// Handles cut off by detach_locked, released outside the mutex, and the
+// blocks to free after them (from `span.block` up to, not including, `keep`).
+struct Detached {
+  Span span;
+  Block* keep = nullptr;
+};
+
+Clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
+  if (timeout.count() == 0) return Clock::time_point::max();
+  const Clock::time_point now = Clock::now();
+  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
+  return now + std::chrono::duration_cast<Clock::duration>(timeout);
+}
+
+GroupOptions validated(GroupOptions o) {
+  if (o.timeout.count() < 0) {
+    throw Error(Errc::invalid_options, "crew::GroupOptions.timeout: must not be negative");
+  }
+  return o;
+}
+
+// The admission of a handle the pool refused; get() is the only public
+// place the reason is kept (Error::admission()).
+Admission admission_of(Task<void>& task) {
+  if (task.status() != TaskStatus::rejected || task.reason() != Errc::rejected) {
+    return Admission::accepted;
+  }
+  try {
+    task.get();
+  } catch (const Error& e) {
+    return e.admission();
+  } catch (...) {
+  }
+  return Admission::closed;
+}
+
+}  // namespace
+
+class GroupState {
+ public:
+  GroupState(Pool& pool, GroupOptions opts)
+      : pool_(pool), opts_(validated(std::move(opts))), deadline_(deadline_after(opts_.timeout)) {}
+  GroupState(const GroupState&) = delete;
+  GroupState& operator=(const GroupState&) = delete;
+
+  ~GroupState() {
+    MutexLock lock(mu_);
+    for (Block* b = head_; b != nullptr;) delete std::exchange(b, b->next);
+  }
+
+  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  Admission prepare(TaskOptions& o, bool is_long) {
+    if (cancelled_flag_.load(std::memory_order_acquire)) return refuse(&OutcomeCounts::cancelled);
+    if (deadline_ != Clock::time_point::max()) {
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline_) return refuse(&OutcomeCounts::rejected);
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now);
+      if (o.queue_timeout.count() == 0 || o.queue_timeout > left) o.queue_timeout = left;
+      if (is_long) {
+        const std::chrono::nanoseconds own =
+            o.timeout.count() != 0 ? o.timeout : pool_.options().task_timeout;
+        o.timeout = own.count() == 0 || own > left ? left : own;
+      }
+    }
+    if (o.name.empty()) o.name = opts_.name;
+    return Admission::accepted;
+  }
+
+  Admission adopt(Task<void>&& task) {
+    const Admission a = admission_of(task);
+    bool prune_now = false;
+    {
+      MutexLock lock(mu_);
+      if (!cancelled_) {
+        append_locked(std::move(task));
+        prune_now = size_ - settled_ >= prune_at_ && readers_ == 0;
+      }
+    }
+    if (task.valid()) {
+      // cancel() ran before this handle was in the list: cancel it here,
+      // outside the mutex (a long task's stop callbacks are user code).
+      (void)task.cancel();
+      MutexLock lock(mu_);
+      append_locked(std::move(task));
+      return a;
+    }
+    if (prune_now) prune();
+    return a;
+  }
+
+  void failed(std::exception_ptr e) noexcept {
+    bool cancel_now = false;
+    {
+      MutexLock lock(mu_);
+      if (!first_error_) first_error_ = std::move(e);
+      cancel_now = opts_.cancel_on_failure && !cancelled_;
+    }
+    if (cancel_now) cancel();
+  }
+
+  bool wait_until(Clock::time_point deadline) {
+    const bool help = t_running_pool == &pool_;
+    for (;;) {
+      Span r;
+      {
+        MutexLock lock(mu_);
+        if (settled_ == size_) return true;
+        r = begin_read_locked();
+      }
+      OutcomeCounts tally;
+      const std::uint64_t upto = r.each([&](const Task<void>& t) {
+        if (!await_task(pool_, t, deadline, help)) return false;
+        add(tally, t.status());
+        return true;
+      });
+      if (end_read(r, upto, tally)) return true;
+      if (upto != r.hi) return false;  // the deadline passed
+    }
+  }
+
+  void cancel() noexcept {
+    Span r;
+    {
+      MutexLock lock(mu_);
+      cancelled_ = true;
+      cancelled_flag_.store(true, std::memory_order_release);
+      if (settled_ == size_) return;
+      r = begin_read_locked();
+    }
+    (void)r.each([](Task<void>& t) {
+      (void)t.cancel();
+      return true;
+    });
+    (void)end_read(r, r.lo, OutcomeCounts{});
+  }
+
+  GroupStats stats() const {
+    MutexLock lock(mu_);
+    GroupStats s;
+    s.submitted = submitted_;
+    s.outcomes = counts_;
+    s.cancelled = cancelled_;
+    // Handles at or above settled_ are released only after a reader moves
+    // settled_ past them, which needs the mutex held here.
+    (void)live_locked().each([&s](const Task<void>& t) {
+      const TaskStatus st = t.status();
+      if (is_final(st)) {
+        add(s.outcomes, st);
+      } else {
+        ++s.pending;
+      }
+      return true;
+    });
+    return s;
+  }
+
+  // For the group's destructor, once every task has ended: releases the
+  // remaining handles, which would otherwise keep the state alive (each
+  // task's state holds a reference to the group's).
+  void close() {
+    Detached cut;
+    {
+      MutexLock lock(mu_);
+      closing_ = true;
+      // A reader still at work (an abandoned task's cancel) releases them.
+      if (readers_ != 0 || settled_ == size_) return;
+      ++readers_;
+      cut = detach_locked(size_);
+    }
+    release_detached(cut);
+    MutexLock lock(mu_);
+    --readers_;
+  }
+
+  bool cancelled() const noexcept { return cancelled_flag_.load(std::memory_order_acquire); }
+
+  std::exception_ptr first_exception() const {
+    MutexLock lock(mu_);
+    return first_error_;
+  }
+
+  Clock::time_point deadline() const noexcept { return deadline_; }
+
+ private:
+  Admission refuse(std::uint64_t OutcomeCounts::*outcome) {
+    MutexLock lock(mu_);
+    ++submitted_;
+    ++(counts_.*outcome);
+    return Admission::closed;
+  }
+
+  void append_locked(Task<void>&& task) CREW_REQUIRES(mu_) {
+    if (tail_ == nullptr) {
+      head_ = tail_ = new Block;
+      head_base_ = tail_base_ = size_;
+    } else if (size_ - tail_base_ == kBlock) {
+      tail_->next = new Block;
+      tail_ = tail_->next;
+      tail_base_ += kBlock;
+    }
+    tail_->slots[size_ - tail_base_] = std::move(task);
+    ++size_;
+    ++submitted_;
+  }
+
+  Span live_locked() const CREW_REQUIRES(mu_) { return {head_, head_base_, settled_, size_}; }
+
+  Span begin_read_locked() CREW_REQUIRES(mu_) {
+    ++readers_;
+    return live_locked();
+  }
+
+  // Ends a read of `r` whose handles [r.lo, upto) have ended (`tally` counts
+  // them). The last reader counts them and releases them. Returns true if
+  // every task submitted so far has ended.
+  bool end_read(const Span& r, std::uint64_t upto, const OutcomeCounts& tally) {
+    Detached cut;
+    bool all_done = false;
+    {
+      MutexLock lock(mu_);
+      all_done = upto == r.hi && size_ == r.hi;
+      // Closing: every task has ended, release them all.
+      const std::uint64_t cut_to = closing_ ? size_ : upto;
+      if (readers_ != 1 || cut_to == settled_) {
+        --readers_;
+        return all_done;
+      }
+      // Only the last reader gets here, so settled_ is still r.lo.
+      add(counts_, tally);
+      cut = detach_locked(cut_to);
+      // Still a reader while it releases, so that no other thread frees
+      // the block it is working in.
+    }
+    release_detached(cut);
+    MutexLock lock(mu_);
+    --readers_;
+    return all_done;
+  }
+
+  // Moves settled_ to `upto` and unlinks the blocks wholly below it (never
+  // the tail, which submissions append to).
+  Detached detach_locked(std::uint64_t upto) CREW_REQUIRES(mu_) {
+    Detached d{live_locked(), nullptr};
+    d.span.hi = upto;
+    settled_ = upto;
+    const std::uint64_t keep_base = upto - upto % kBlock;
+    while (head_ != tail_ && head_base_ < keep_base) {
+      head_ = head_->next;
+      head_base_ += kBlock;
+    }
+    d.keep = head_;
+    return d;
+  }
+
+  static void release_detached(const Detached& d) noexcept {
+    (void)d.span.each([](Task<void>& t) {
+      t = Task<void>();
+      return true;
+    });
+    for (Block* b = d.span.block; b != d.keep;) delete std::exchange(b, b->next);
+  }
+
+  // Releases the handles of ended tasks at the front of the list.
+  void prune() {
+    Span r;
+    {
+      MutexLock lock(mu_);
+      if (readers_ != 0) return;
+      r = begin_read_locked();
+    }
+    OutcomeCounts tally;
+    const std::uint64_t upto = r.each([&tally](const Task<void>& t) {
+      if (!t.ready()) return false;
+      add(tally, t.status());
+      return true;
+    });
+    (void)end_read(r, upto, tally);
+    MutexLock lock(mu_);
+    prune_at_ = std::max(kPruneMin, 2 * (size_ - settled_));
+  }
+
+  std::atomic<std::uint32_t> refs_{1};
+  Pool& pool_;
+  const GroupOptions opts_;
+  const Clock::time_point deadline_;
+  std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
+
+  mutable Mutex mu_;
+  Block* head_ CREW_GUARDED_BY(mu_) = nullptr;  // holds index settled_ (or is the tail)
+  Block* tail_ CREW_GUARDED_BY(mu_) = nullptr;  // holds index size_ - 1
+  std::uint64_t head_base_ CREW_GUARDED_BY(mu_) = 0;
+  std::uint64_t tail_base_ CREW_GUARDED_BY(mu_) = 0;
+  std::uint64_t settled_ CREW_GUARDED_BY(mu_) = 0;
+  std::uint64_t size_ CREW_GUARDED_BY(mu_) = 0;
+  int readers_ CREW_GUARDED_BY(mu_) = 0;
+  std::uint64_t prune_at_ CREW_GUARDED_BY(mu_) = kPruneMin;
+  std::uint64_t submitted_ CREW_GUARDED_BY(mu_) = 0;
+  OutcomeCounts counts_ CREW_GUARDED_BY(mu_);  // settled handles and refusals
+  std::exception_ptr first_error_ CREW_GUARDED_BY(mu_);
+  bool cancelled_ CREW_GUARDED_BY(mu_) = false;
+  bool closing_ CREW_GUARDED_BY(mu_) = false;
+};
+
+void group_retain(GroupState* g) noexcept { g->retain(); }
+void group_release(GroupState* g) noexcept { g->release(); }
+void group_task_failed(GroupState* g, std::exception_ptr e) noexcept { g->failed(std::move(e)); }
+Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long) {
+  return g->prepare(opts, is_long);
+}
+Admission group_adopt(GroupState* g, Task<void>&& task) { return g->adopt(std::move(task)); }
+
+}  // namespace detail
+
+Group::Group(Pool& pool, GroupOptions options)
+    : pool_(&pool), state_(new detail::GroupState(pool, std::move(options))) {}
+
+Group::~Group() {
+  state_->cancel();
+  (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
+  state_->close();
+  state_->release();
+}
+
+void Group::wait() { (void)state_->wait_until(std::chrono::steady_clock::time_point::max()); }
+bool Group::wait_until(std::chrono::steady_clock::time_point deadline) {
+  return state_->wait_until(deadline);
+}
+void Group::cancel() { state_->cancel(); }
+GroupStats Group::stats() const { return state_->stats(); }
+bool Group::cancelled() const noexcept { return state_->cancelled(); }
+std::exception_ptr Group::first_exception() const { return state_->first_exception(); }
+void Group::rethrow_if_failed() const {
+  if (std::exception_ptr e = state_->first_exception()) std::rethrow_exception(e);
+}
+std::optional<std::chrono::steady_clock::time_point> Group::deadline() const noexcept {
+  const auto d = state_->deadline();
+  if (d == std::chrono::steady_clock::time_point::max()) return std::nullopt;
+  return d;
+}
+
+}  // namespace crew

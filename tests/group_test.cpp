@@ -1,0 +1,514 @@
+// Tests of crew::Group: waiting, cancellation, errgroup's rule, deadlines,
+// nested waits on a one-worker pool, and lifetime.
+#include "crew/group.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+PoolOptions workers(std::size_t n) {
+  PoolOptions o;
+  o.name = "group-test";
+  o.min_workers = n;
+  o.max_workers = n;
+  return o;
+}
+
+// Spins on the token with short sleeps; returns when it is stopped.
+void until_stopped(const std::stop_token& stop) {
+  while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+}
+
+TEST(Group, WaitReturnsOnceEveryTaskHasEnded) {
+  Watchdog dog;
+  Pool pool(workers(2));
+  Group g(pool);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10'000; ++i) {
+    ASSERT_EQ(g.submit([&ran] { ran.fetch_add(1, std::memory_order_relaxed); }),
+              Admission::accepted);
+  }
+  g.wait();
+  EXPECT_EQ(ran.load(), 10'000);
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.submitted, 10'000u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.outcomes.succeeded, 10'000u);
+  EXPECT_EQ(s.outcomes.total(), 10'000u);
+  EXPECT_FALSE(g.cancelled());
+  EXPECT_EQ(g.first_exception(), nullptr);
+}
+
+TEST(Group, WaitOnAnEmptyGroupReturnsAtOnce) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool);
+  g.wait();
+  EXPECT_TRUE(g.wait_for(0ms));
+  EXPECT_EQ(g.stats().submitted, 0u);
+}
+
+TEST(Group, CountsEveryOutcomeAndAgreesWithThePool) {
+  Watchdog dog;
+  Pool pool(workers(2));
+  Group g(pool);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(g.submit([] {}), Admission::accepted);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(g.submit([] { throw std::runtime_error("boom"); }), Admission::accepted);
+  }
+  ASSERT_EQ(g.submit([](std::stop_token s) { until_stopped(s); }, {.timeout = 10ms}),
+            Admission::accepted);
+  g.wait();
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.succeeded, 5u);
+  EXPECT_EQ(s.outcomes.failed, 3u);
+  EXPECT_EQ(s.outcomes.timed_out, 1u);
+  EXPECT_EQ(s.pending, 0u);
+  ASSERT_TRUE(pool.wait_idle(5s));
+  const PoolStats p = pool.stats();
+  EXPECT_EQ(p.outcomes.succeeded, s.outcomes.succeeded);
+  EXPECT_EQ(p.outcomes.failed, s.outcomes.failed);
+  EXPECT_EQ(p.outcomes.timed_out, s.outcomes.timed_out);
+}
+
+TEST(Group, FirstExceptionIsThatOfTheFirstTaskToFail) {
+  Watchdog dog;
+  Pool pool(workers(1));  // one worker: tasks run in submission order
+  Group g(pool);
+  ASSERT_EQ(g.submit([] { throw std::runtime_error("first"); }), Admission::accepted);
+  ASSERT_EQ(g.submit([] { throw std::logic_error("second"); }), Admission::accepted);
+  g.wait();
+  ASSERT_NE(g.first_exception(), nullptr);
+  try {
+    g.rethrow_if_failed();
+    FAIL() << "rethrow_if_failed did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "first");
+  }
+  EXPECT_EQ(g.stats().outcomes.failed, 2u);
+  EXPECT_FALSE(g.cancelled());  // cancel_on_failure is off
+}
+
+TEST(Group, CancelOnFailureCancelsQueuedTasksAndStopsRunningLongOnes) {
+  Watchdog dog;
+  Pool pool(workers(2));
+  Group g(pool, {.name = "errgroup", .cancel_on_failure = true});
+  Gate fail_now;
+  std::atomic<bool> long_started{false};
+  std::atomic<int> queued_ran{0};
+  // Worker 1: a long task that runs until it is told to stop.
+  ASSERT_EQ(g.submit([&](std::stop_token s) {
+    long_started = true;
+    until_stopped(s);
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return long_started.load(); }));
+  // Worker 2: fails when the gate opens; the tasks behind it stay queued.
+  ASSERT_EQ(g.submit([&] {
+    fail_now.wait();
+    throw std::runtime_error("failed");
+  }),
+            Admission::accepted);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(g.submit([&] { queued_ran.fetch_add(1); }), Admission::accepted);
+  }
+  fail_now.open();
+  g.wait();
+  EXPECT_TRUE(g.cancelled());
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.failed, 1u);
+  EXPECT_EQ(s.outcomes.cancelled, 11u);  // the long task and the 10 queued ones
+  EXPECT_EQ(queued_ran.load(), 0);
+  EXPECT_EQ(g.submit([] {}), Admission::closed);
+  EXPECT_EQ(g.stats().outcomes.cancelled, 12u);
+}
+
+TEST(Group, CancelRunsNoQueuedTaskAndRefusesLaterOnes) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool);
+  Gate release;
+  std::atomic<bool> blocker_started{false};
+  std::atomic<int> ran{0};
+  ASSERT_EQ(g.submit([&] {
+    blocker_started = true;
+    release.wait();
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return blocker_started.load(); }));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(g.submit([&] { ran.fetch_add(1); }), Admission::accepted);
+  g.cancel();
+  EXPECT_EQ(g.submit([&] { ran.fetch_add(1); }), Admission::closed);
+  release.open();
+  g.wait();
+  EXPECT_EQ(ran.load(), 0);
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.succeeded, 1u);    // a running short task cannot be interrupted
+  EXPECT_EQ(s.outcomes.cancelled, 101u);  // 100 queued + 1 refused
+  EXPECT_EQ(s.submitted, 102u);
+}
+
+TEST(Group, ALongTaskThatThrowsAfterCancelIsCancelledNotFailed) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool, {.cancel_on_failure = true});
+  std::atomic<bool> started{false};
+  ASSERT_EQ(g.submit([&](std::stop_token s) {
+    started = true;
+    until_stopped(s);
+    throw std::runtime_error("stopped");
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  g.cancel();
+  g.wait();
+  EXPECT_EQ(g.stats().outcomes.cancelled, 1u);
+  EXPECT_EQ(g.stats().outcomes.failed, 0u);
+  EXPECT_EQ(g.first_exception(), nullptr);
+}
+
+TEST(Group, WaitForGivesUpAtTheTimeoutAndWaitsAgainLater) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool);
+  Gate release;
+  ASSERT_EQ(g.submit([&] { release.wait(); }), Admission::accepted);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(g.wait_for(30ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 30ms);
+  EXPECT_EQ(g.stats().pending, 1u);
+  release.open();
+  EXPECT_TRUE(g.wait_for(10s));
+  EXPECT_EQ(g.stats().pending, 0u);
+}
+
+// Each task of level k opens a group, submits `fanout` tasks of level k + 1
+// into it and waits: the only worker must run the nested tasks itself.
+void nest(Pool& pool, int level, int depth, int fanout, std::atomic<int>& leaves) {
+  if (level == depth) {
+    leaves.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Group g(pool);
+  for (int i = 0; i < fanout; ++i) {
+    ASSERT_EQ(g.submit([&pool, level, depth, fanout, &leaves] {
+      nest(pool, level + 1, depth, fanout, leaves);
+    }),
+              Admission::accepted);
+  }
+  g.wait();
+  EXPECT_EQ(g.stats().outcomes.succeeded, static_cast<std::uint64_t>(fanout));
+}
+
+TEST(GroupNesting, TenLevelsDeepOnAOneWorkerPoolDoNotDeadlock) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::atomic<int> leaves{0};
+  Group top(pool);
+  ASSERT_EQ(top.submit([&] { nest(pool, 1, 10, 1, leaves); }), Admission::accepted);
+  top.wait();
+  EXPECT_EQ(leaves.load(), 1);
+  EXPECT_EQ(top.stats().outcomes.succeeded, 1u);
+}
+
+TEST(GroupNesting, TenLevelsWithTwoTasksEachOnAOneWorkerPoolRunEveryLeaf) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::atomic<int> leaves{0};
+  Group top(pool);
+  ASSERT_EQ(top.submit([&] { nest(pool, 1, 10, 2, leaves); }), Admission::accepted);
+  top.wait();
+  EXPECT_EQ(leaves.load(), 1 << 9);
+}
+
+TEST(GroupNesting, TimedWaitsFromTheOnlyWorkerRunTheQueuedTasks) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::atomic<int> depth_reached{0};
+  std::function<void(int)> level = [&](int k) {
+    depth_reached = std::max(depth_reached.load(), k);
+    if (k == 10) return;
+    Group g(pool);
+    ASSERT_EQ(g.submit([&level, k] { level(k + 1); }), Admission::accepted);
+    EXPECT_TRUE(g.wait_for(20s));
+  };
+  Group top(pool);
+  ASSERT_EQ(top.submit([&] { level(1); }), Admission::accepted);
+  EXPECT_TRUE(top.wait_for(30s));
+  EXPECT_EQ(depth_reached.load(), 10);
+}
+
+TEST(GroupNesting, AWaitFromAWorkerRunsTheGroupsTasksOnThatWorker) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  Group outer(pool);
+  ASSERT_EQ(outer.submit([&] {
+    Group inner(pool);
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_EQ(inner.submit([&] {
+        const std::lock_guard lock(mu);
+        threads.insert(std::this_thread::get_id());
+      }),
+                Admission::accepted);
+    }
+    inner.wait();
+    const std::lock_guard lock(mu);
+    threads.insert(std::this_thread::get_id());
+  }),
+            Admission::accepted);
+  outer.wait();
+  EXPECT_EQ(threads.size(), 1u);  // all on the pool's only worker
+}
+
+TEST(GroupDeadline, QueuedTasksExpireAndLongTasksTimeOutAtTheDeadline) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool, {.name = "deadline", .timeout = 100ms});
+  ASSERT_TRUE(g.deadline().has_value());
+  std::atomic<bool> queued_ran{false};
+  std::atomic<bool> long_started{false};
+  ASSERT_EQ(g.submit([&](std::stop_token s) {
+    long_started = true;
+    until_stopped(s);
+  }),
+            Admission::accepted);
+  ASSERT_EQ(g.submit([&] { queued_ran = true; }), Admission::accepted);
+  g.wait();
+  const auto ended = std::chrono::steady_clock::now();
+  EXPECT_GE(ended, *g.deadline());
+  EXPECT_TRUE(long_started.load());
+  EXPECT_FALSE(queued_ran.load());
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.timed_out, 1u);
+  EXPECT_EQ(s.outcomes.rejected, 1u);  // expired in the queue
+  EXPECT_EQ(g.submit([] {}), Admission::closed);
+  EXPECT_EQ(g.stats().outcomes.rejected, 2u);
+}
+
+TEST(GroupDeadline, TheGroupDeadlineIsAnUpperBoundOfATasksOwnTimeout) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool, {.timeout = 10s});
+  std::atomic<bool> stopped_early{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(g.submit(
+                [&](const TaskContext& ctx) {
+                  EXPECT_LE(ctx.deadline, t0 + 11s);
+                  until_stopped(ctx.stop_token);
+                  stopped_early = std::chrono::steady_clock::now() - t0 < 5s;
+                },
+                {.timeout = 30ms}),
+            Admission::accepted);
+  g.wait();
+  EXPECT_TRUE(stopped_early.load());
+  EXPECT_EQ(g.stats().outcomes.timed_out, 1u);
+}
+
+TEST(GroupOptions, ANegativeTimeoutIsRejectedWithTheFieldsName) {
+  Pool pool(workers(1));
+  try {
+    Group g(pool, {.timeout = -1ms});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    EXPECT_NE(std::string(e.what()).find("GroupOptions.timeout"), std::string::npos);
+  }
+}
+
+TEST(Group, TasksWithoutANameGetTheGroupsName) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool, {.name = "fanout"});
+  std::string seen_default, seen_own;
+  ASSERT_EQ(g.submit([&](const TaskContext& ctx) { seen_default = std::string(ctx.name); }),
+            Admission::accepted);
+  ASSERT_EQ(
+      g.submit([&](const TaskContext& ctx) { seen_own = std::string(ctx.name); }, {.name = "own"}),
+      Admission::accepted);
+  g.wait();
+  EXPECT_EQ(seen_default, "fanout");
+  EXPECT_EQ(seen_own, "own");
+}
+
+TEST(Group, DestroyingItCancelsWhatHasNotEndedAndWaits) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::atomic<bool> long_started{false};
+  std::atomic<bool> long_returned{false};
+  std::atomic<bool> queued_ran{false};
+  {
+    Group g(pool);
+    ASSERT_EQ(g.submit([&](std::stop_token s) {
+      long_started = true;
+      until_stopped(s);
+      long_returned = true;
+    }),
+              Admission::accepted);
+    ASSERT_EQ(g.submit([&] { queued_ran = true; }), Admission::accepted);
+    ASSERT_TRUE(eventually([&] { return long_started.load(); }));
+  }
+  EXPECT_TRUE(long_returned.load());  // the destructor waited for it
+  EXPECT_FALSE(queued_ran.load());
+  ASSERT_TRUE(pool.wait_idle(5s));
+  EXPECT_EQ(pool.stats().outcomes.cancelled, 2u);
+}
+
+TEST(Group, APoolShutdownEndsItsQueuedTasksAsRejected) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  Group g(pool);
+  Gate release;
+  std::atomic<bool> started{false};
+  ASSERT_EQ(g.submit([&] {
+    started = true;
+    release.wait();
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return started.load(); }));
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(g.submit([] {}), Admission::accepted);
+  std::thread stopper([&] { (void)pool.shutdown(ShutdownMode::soft, 0ns); });
+  ASSERT_TRUE(eventually([&] { return pool.state() == PoolState::stopping; }));
+  release.open();
+  stopper.join();
+  g.wait();
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.succeeded, 1u);
+  EXPECT_EQ(s.outcomes.rejected, 20u);
+  EXPECT_EQ(g.submit([] {}), Admission::closed);  // the pool's answer
+  EXPECT_EQ(g.stats().outcomes.rejected, 21u);
+}
+
+TEST(Group, TrySubmitIsRefusedByAFullQueueAndCountedAsRejected) {
+  Watchdog dog;
+  PoolOptions o = workers(1);
+  o.min_workers = 0;  // no worker yet: pause() holds every task in the queue
+  o.queue_capacity = 1;
+  o.queue_shards = 1;
+  Pool pool(std::move(o));
+  pool.pause();
+  Group g(pool);
+  EXPECT_EQ(g.try_submit([] {}), Admission::accepted);
+  EXPECT_EQ(g.try_submit([] {}), Admission::full);
+  pool.resume();
+  g.wait();
+  EXPECT_EQ(g.stats().outcomes.succeeded, 1u);
+  EXPECT_EQ(g.stats().outcomes.rejected, 1u);
+}
+
+TEST(Group, ThreadsSubmitWaitCancelAndReadStatsConcurrently) {
+  Watchdog dog(std::chrono::seconds(60));
+  Pool pool(workers(2));
+  Group g(pool);
+  constexpr int kSubmitters = 3;
+  constexpr int kEach = test::kThreadSanitizer ? 3'000 : 20'000;
+  std::atomic<int> ran{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSubmitters; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        // Every 100th task submits another one into the same group.
+        ASSERT_EQ(g.submit([&g, &ran, i] {
+          ran.fetch_add(1, std::memory_order_relaxed);
+          if (i % 100 == 0) (void)g.submit([&ran] { ran.fetch_add(1); });
+        }),
+                  Admission::accepted);
+      }
+    });
+  }
+  std::thread reader([&] {
+    while (!done.load()) {
+      const GroupStats s = g.stats();
+      EXPECT_LE(s.outcomes.total() + s.pending, s.submitted);
+      (void)g.wait_for(1ms);
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  g.wait();
+  done = true;
+  reader.join();
+  const int expected = kSubmitters * (kEach + kEach / 100);
+  EXPECT_EQ(ran.load(), expected);
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.outcomes.succeeded, static_cast<std::uint64_t>(expected));
+  EXPECT_EQ(s.pending, 0u);
+}
+
+TEST(Group, CancelRacingSubmissionsLeavesNothingRunningAfterIt) {
+  Watchdog dog(std::chrono::seconds(60));
+  Pool pool(workers(2));
+  for (int round = 0; round < 20; ++round) {
+    Group g(pool);
+    std::atomic<bool> cancelled{false};
+    std::atomic<int> ran_after{0};
+    std::thread submitter([&] {
+      for (int i = 0; i < 2'000; ++i) {
+        (void)g.submit([&] {
+          if (cancelled.load()) ran_after.fetch_add(1);
+        });
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    g.cancel();
+    cancelled = true;
+    submitter.join();
+    g.wait();
+    const GroupStats s = g.stats();
+    EXPECT_EQ(s.submitted, 2'000u);
+    EXPECT_EQ(s.outcomes.total(), 2'000u);
+    EXPECT_EQ(s.outcomes.succeeded + s.outcomes.cancelled, 2'000u);
+    // A task may have been running (not queued) when cancel() ran: at most
+    // one per worker started after the flag was set.
+    EXPECT_LE(ran_after.load(), 2);
+  }
+}
+
+TEST(GroupLifetime, AnAbandonedTaskThatFailsAfterTheGroupIsGoneTouchesNoFreedMemory) {
+  Watchdog dog;
+  PoolOptions o = workers(1);
+  o.abandon_grace = 20ms;
+  Pool pool(std::move(o));
+  std::atomic<bool> finished{false};
+  {
+    Group g(pool);
+    // Ignores its token: abandoned 20 ms after its 10 ms deadline, then it
+    // throws into a group that no longer exists.
+    ASSERT_EQ(g.submit(
+                  [&](std::stop_token) {
+                    std::this_thread::sleep_for(300ms);
+                    finished = true;
+                    throw std::runtime_error("late");
+                  },
+                  {.timeout = 10ms}),
+              Admission::accepted);
+    g.wait();
+    EXPECT_EQ(g.stats().outcomes.timed_out, 1u);
+  }
+  ASSERT_TRUE(eventually([&] { return finished.load(); }));
+  std::this_thread::sleep_for(20ms);  // let it unwind
+}
+
+}  // namespace
+}  // namespace crew
