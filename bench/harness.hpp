@@ -41,11 +41,25 @@ namespace bench {
 inline constexpr std::size_t kWorkers = 2;    // the machine has 2 cores
 inline constexpr std::size_t kProducers = 4;  // producers_4
 
-enum class Workload { short_detached, short_future, producers_4, factorial, long_deadline };
+enum class Workload {
+  short_detached,
+  short_future,
+  producers_4,
+  factorial,
+  long_deadline,
+  group_wait,       // crew_structured.cpp
+  funcpool_invoke,  // crew_structured.cpp
+  parallel_for,     // crew_structured.cpp, impl_tbb_parallel_for.cpp
+};
 
-inline constexpr std::array kWorkloads = {Workload::short_detached, Workload::short_future,
-                                          Workload::producers_4, Workload::factorial,
-                                          Workload::long_deadline};
+inline constexpr std::array kWorkloads = {
+    Workload::short_detached, Workload::short_future, Workload::producers_4,
+    Workload::factorial,      Workload::long_deadline, Workload::group_wait,
+    Workload::funcpool_invoke, Workload::parallel_for};
+
+// parallel_for runs over this many indices per --tasks (10,000,000 by
+// default); its figures are per index.
+inline constexpr std::size_t kIndicesPerTask = 10;
 
 [[nodiscard]] constexpr std::string_view name_of(Workload w) {
   switch (w) {
@@ -59,6 +73,12 @@ inline constexpr std::array kWorkloads = {Workload::short_detached, Workload::sh
       return "factorial";
     case Workload::long_deadline:
       return "long_deadline";
+    case Workload::group_wait:
+      return "group_wait";
+    case Workload::funcpool_invoke:
+      return "funcpool_invoke";
+    case Workload::parallel_for:
+      return "parallel_for";
   }
   return "?";
 }
@@ -88,6 +108,12 @@ std::unique_ptr<Impl> make_crew_impl();
 std::unique_ptr<Impl> make_crew_fifo_impl();
 std::unique_ptr<Impl> make_tbb_enqueue_impl();
 std::unique_ptr<Impl> make_tbb_task_group_impl();
+std::unique_ptr<Impl> make_tbb_parallel_for_impl();
+
+// crew_structured.cpp: which implementations run group_wait, funcpool_invoke
+// and parallel_for ("" if `impl` does), and crew's runs of them.
+std::string_view structured_skip_reason(std::string_view impl, Workload w);
+Sample run_crew_structured(Workload w, std::size_t tasks);
 std::unique_ptr<Impl> make_asio_impl();
 std::unique_ptr<Impl> make_thread_pool_deb_impl();
 
@@ -280,7 +306,8 @@ class AdapterImpl : public Impl {
  public:
   [[nodiscard]] std::string_view name() const override { return A::kName; }
   [[nodiscard]] std::string_view skip_reason(Workload w) const override {
-    return A::skip_reason(w);
+    const std::string_view structured = structured_skip_reason(A::kName, w);
+    return structured.empty() ? A::skip_reason(w) : structured;
   }
   [[nodiscard]] std::string_view alloc_note() const override { return A::kAllocNote; }
   std::size_t executing_threads() override { return count_executing_threads<A>(); }
@@ -297,6 +324,9 @@ class AdapterImpl : public Impl {
       case Workload::factorial:
         return run_factorial<A>(tasks);
       case Workload::long_deadline:
+      case Workload::group_wait:
+      case Workload::funcpool_invoke:
+      case Workload::parallel_for:
         break;
     }
     fail("workload not supported by this implementation");

@@ -96,6 +96,10 @@ class CrewImpl final : public AdapterImpl<C> {
  public:
   Sample run(Workload w, std::size_t tasks) override {
     if (w == Workload::long_deadline) return run_long_deadline<C>(tasks);
+    if (w == Workload::group_wait || w == Workload::funcpool_invoke ||
+        w == Workload::parallel_for) {
+      return run_crew_structured(w, tasks);  // crew_structured.cpp
+    }
     return AdapterImpl<C>::run(w, tasks);
   }
 };

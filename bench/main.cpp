@@ -67,8 +67,10 @@ constexpr std::string_view kUsage =
     "  --rounds R        interleaved rounds; medians are over these (default 9)\n"
     "  --json PATH       also write the results as a JSON array\n"
     "  --idle-seconds S  idle-CPU window per configuration; 0 skips it (default 5)\n"
-    "  --impl LIST       crew,crew_fifo,tbb_enqueue,tbb_task_group,asio,thread_pool_deb\n"
-    "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline\n";
+    "  --impl LIST       crew,crew_fifo,tbb_enqueue,tbb_task_group,tbb_parallel_for,asio,\n"
+    "                    thread_pool_deb\n"
+    "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline,\n"
+    "                    group_wait,funcpool_invoke,parallel_for\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "crew_bench: " << why << "\n" << kUsage;
@@ -138,6 +140,7 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   all.push_back(make_crew_fifo_impl());
   all.push_back(make_tbb_enqueue_impl());
   all.push_back(make_tbb_task_group_impl());
+  all.push_back(make_tbb_parallel_for_impl());
   all.push_back(make_asio_impl());
   all.push_back(make_thread_pool_deb_impl());
   for (const std::string& want : o.impls) {
@@ -290,6 +293,9 @@ JsonObject base_entry(std::string_view impl, std::string_view workload, std::siz
   JsonObject o;
   o.str("impl", impl).str("workload", workload).num("threads", kWorkers);
   if (workload == name_of(Workload::producers_4)) o.num("producers", kProducers);
+  if (workload == name_of(Workload::parallel_for)) {
+    o.num("indices", static_cast<double>(kIndicesPerTask * tasks));
+  }
   o.num("tasks", static_cast<double>(tasks)).num("rounds", static_cast<double>(rounds));
   return o;
 }

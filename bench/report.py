@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,8 +26,10 @@ README = ROOT / "README.md"
 OPEN_MARK = "<!-- bench-table -->"
 CLOSE_MARK = "<!-- /bench-table -->"
 
-IMPLS = ["crew", "crew_fifo", "tbb_enqueue", "tbb_task_group", "asio", "thread_pool_deb"]
-WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline"]
+IMPLS = ["crew", "crew_fifo", "tbb_enqueue", "tbb_task_group", "tbb_parallel_for", "asio",
+         "thread_pool_deb"]
+WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
+             "group_wait", "funcpool_invoke", "parallel_for"]
 EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9
 
@@ -36,7 +39,21 @@ WORKLOAD_NOTES = {
     "producers_4": "4 producer threads, fire-and-forget",
     "factorial": "task = factorial(20) in uint64_t added to an atomic",
     "long_deadline": "crew long tasks (std::stop_token) with a 1 s deadline, none expiring",
+    "group_wait": "short tasks submitted into a crew::Group, then one wait()",
+    "funcpool_invoke": "crew::FuncPool<uint64_t>::invoke, handler = short_detached's task body",
+    "parallel_for": "10 x tasks indices (10,000,000 by default), body p[i] = i on a uint32 "
+                    "array; figures are per index",
 }
+
+# Same-run targets: (label, workload, impl, reference workload, reference impl,
+# bound on the median of the per-round ratios).
+TARGETS = [
+    ("group_wait / short_future (crew)", "group_wait", "crew", "short_future", "crew", 1.3),
+    ("funcpool_invoke / short_detached (crew)", "funcpool_invoke", "crew", "short_detached",
+     "crew", 1.0),
+    ("crew parallel_for / tbb_parallel_for", "parallel_for", "crew", "parallel_for",
+     "tbb_parallel_for", 1.2),
+]
 
 
 def load(path):
@@ -110,6 +127,22 @@ def throughput_table(rows):
     return lines
 
 
+def target_lines(rows):
+    """One bullet per target whose two series are in the results."""
+    by_key = {(e["workload"], e["impl"]): e for e in rows}
+    lines = []
+    for label, workload, impl, ref_workload, ref_impl, bound in TARGETS:
+        a, b = by_key.get((workload, impl)), by_key.get((ref_workload, ref_impl))
+        if a is None or b is None:
+            continue
+        ratios = [x / y for x, y in zip(a["ns_per_task_rounds"], b["ns_per_task_rounds"])]
+        median = statistics.median(ratios)
+        verdict = "met" if median <= bound else "missed"
+        lines.append(f"- {label}: median {median:.2f} (target ≤ {bound:g}, {verdict}); "
+                     "per round: " + ", ".join(f"{r:.2f}" for r in ratios))
+    return lines
+
+
 def skip_lines(skips):
     """One bullet per (workload, reason), listing the implementations it skips."""
     grouped = {}
@@ -163,6 +196,9 @@ def markdown_body(entries, json_path):
         "",
         "Workloads: " + "; ".join(f"`{w}`: {WORKLOAD_NOTES[w]}" for w in WORKLOADS) + ".",
     ]
+    targets = target_lines(rows)
+    if targets:
+        out += ["", "Targets (ratios of the two series in the same round):", ""] + targets
     if any(e.get("executing_threads", 2) == 3 for e in rows):
         out += ["", "tbb_task_group runs 2 workers plus the producer, which executes tasks "
                     "inside `task_group::wait()` (TBB's best case)."]
@@ -187,7 +223,7 @@ def write_results_md(body):
 def gnuplot_script(rows, data_file, png, title):
     impls = [i for i in IMPLS if any(e["impl"] == i for e in rows)]
     colors = {"crew": "#d95f02", "tbb_enqueue": "#7570b3", "tbb_task_group": "#a6a1d9",
-              "asio": "#1b9e77", "thread_pool_deb": "#808080"}
+              "tbb_parallel_for": "#5a4fcf", "asio": "#1b9e77", "thread_pool_deb": "#808080"}
     n = len(impls)
     values = [e["ns_per_task"] for e in rows]
     # Bars start at the bottom of the axis: a power of 10 below the fastest.
