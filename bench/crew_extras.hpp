@@ -48,4 +48,17 @@ struct ShutdownLatency {
 };
 ShutdownLatency measure_shutdown_latency(int runs);
 
+// One scrape of a PrometheusMetrics exporting `pools` x `task_names` series
+// sets (impl_crew_metrics.cpp): Collect() plus crew::text_exposition, and
+// prometheus::TextSerializer on the same families for comparison.
+struct MetricsScrape {
+  int runs = 0;
+  std::size_t pools = 10;
+  std::size_t task_names = 100;
+  double ms = 0, ms_max = 0;  // Collect() + text_exposition, median and max
+  double collect_ms = 0, text_ms = 0, text_serializer_ms = 0;  // medians
+  std::size_t bytes = 0, lines = 0;  // of the exposition
+};
+MetricsScrape measure_metrics_scrape(int runs);
+
 }  // namespace bench

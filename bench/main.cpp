@@ -67,8 +67,8 @@ constexpr std::string_view kUsage =
     "  --rounds R        interleaved rounds; medians are over these (default 9)\n"
     "  --json PATH       also write the results as a JSON array\n"
     "  --idle-seconds S  idle-CPU window per configuration; 0 skips it (default 5)\n"
-    "  --impl LIST       crew,crew_fifo,tbb_enqueue,tbb_task_group,tbb_parallel_for,asio,\n"
-    "                    thread_pool_deb\n"
+    "  --impl LIST       crew,crew_fifo,crew_metrics,crew_null_observer,tbb_enqueue,tbb_task_group,\n"
+    "                    tbb_parallel_for,asio,thread_pool_deb\n"
     "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline,\n"
     "                    group_wait,funcpool_invoke,parallel_for\n";
 
@@ -138,6 +138,10 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   std::vector<std::unique_ptr<Impl>> all;
   all.push_back(make_crew_impl());
   all.push_back(make_crew_fifo_impl());
+#ifdef CREW_BENCH_METRICS
+  all.push_back(make_crew_metrics_impl());
+  all.push_back(make_crew_null_observer_impl());
+#endif
   all.push_back(make_tbb_enqueue_impl());
   all.push_back(make_tbb_task_group_impl());
   all.push_back(make_tbb_parallel_for_impl());
@@ -305,6 +309,7 @@ struct Extras {
   std::optional<QueuedMemory> queued;
   std::optional<PostAllocs> post;
   std::optional<ShutdownLatency> shutdown;
+  std::optional<MetricsScrape> scrape;
 };
 
 struct Skip {
@@ -356,6 +361,20 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
                           .num("ms", d->soft_ms)
                           .num("ms_max", d->soft_max_ms)
                           .num("rejected", static_cast<double>(d->soft_rejected))
+                          .text());
+  }
+  if (const auto& m = extras.scrape) {
+    entries.push_back(base_entry("crew_metrics", "metrics_scrape", m->pools * m->task_names,
+                                 static_cast<std::size_t>(m->runs))
+                          .num("pools", static_cast<double>(m->pools))
+                          .num("task_names", static_cast<double>(m->task_names))
+                          .num("ms", m->ms)
+                          .num("ms_max", m->ms_max)
+                          .num("collect_ms", m->collect_ms)
+                          .num("text_ms", m->text_ms)
+                          .num("text_serializer_ms", m->text_serializer_ms)
+                          .num("bytes", static_cast<double>(m->bytes))
+                          .num("lines", static_cast<double>(m->lines))
                           .text());
   }
   if (const auto& p = extras.post) {
@@ -415,6 +434,12 @@ void print_table(const Options& o, const std::vector<Summary>& rows, const std::
                 "%.1f), %llu reported rejected\n",
                 d->soft_tasks, d->soft_ms, d->runs, d->soft_max_ms,
                 static_cast<unsigned long long>(d->soft_rejected));
+  }
+  if (const auto& m = extras.scrape) {
+    std::printf("  metrics_scrape %zu pools x %zu task names (%zu lines): %.1f ms (median of %d, "
+                "max %.1f; Collect %.1f + text %.1f; TextSerializer %.1f)\n",
+                m->pools, m->task_names, m->lines, m->ms, m->runs, m->ms_max, m->collect_ms,
+                m->text_ms, m->text_serializer_ms);
   }
   if (const auto& p = extras.post) {
     std::printf(
@@ -476,6 +501,9 @@ int run(const Options& o) {
     extras.post = measure_post_allocs(o.tasks);
     extras.shutdown = measure_shutdown_latency(5);
   }
+#ifdef CREW_BENCH_METRICS
+  if (selected(o.impls, "crew_metrics")) extras.scrape = measure_metrics_scrape(15);
+#endif
 
   const std::vector<Summary> rows = summarize(series, threads);
   print_table(o, rows, skips, extras);

@@ -26,11 +26,12 @@ README = ROOT / "README.md"
 OPEN_MARK = "<!-- bench-table -->"
 CLOSE_MARK = "<!-- /bench-table -->"
 
-IMPLS = ["crew", "crew_fifo", "tbb_enqueue", "tbb_task_group", "tbb_parallel_for", "asio",
-         "thread_pool_deb"]
+IMPLS = ["crew", "crew_fifo", "crew_metrics", "crew_null_observer", "tbb_enqueue",
+         "tbb_task_group", "tbb_parallel_for", "asio", "thread_pool_deb"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
              "group_wait", "funcpool_invoke", "parallel_for"]
-EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft"}
+EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft",
+          "metrics_scrape"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9
 
 WORKLOAD_NOTES = {
@@ -170,6 +171,11 @@ def extras_lines(extras):
             lines.append(f"- shutdown_soft: `shutdown(soft)` with {e['tasks']:,} tasks queued "
                          f"returns in {e['ms']:.1f} ms (median of {e['rounds']}, max "
                          f"{e['ms_max']:.1f}) and reports {e['rejected']:,.0f} rejected")
+        elif e["workload"] == "metrics_scrape":
+            lines.append(f"- metrics_scrape: crew_metrics with {e['pools']:.0f} pools x "
+                         f"{e['task_names']:.0f} task names ({e['lines']:,.0f} lines): Collect() + "
+                         f"`crew::text_exposition` take {e['ms']:.1f} ms (median of {e['rounds']}; "
+                         f"prometheus::TextSerializer alone {e['text_serializer_ms']:.1f} ms)")
         elif e["workload"] == "post_allocs":
             lines.append(f"- post_allocs: a {e['callable_bytes']}-byte callable costs "
                          f"{e['allocs_per_task']:.4f} allocations per post() in steady state "

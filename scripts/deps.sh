@@ -3,8 +3,9 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis
-#   test    build + clang, its sanitizer runtimes, redis-server (stream source tests)
+#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog
+#   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
+#           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
 #   format  clang-format
 #
@@ -13,13 +14,13 @@
 set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
-  libhiredis-dev)
-readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev redis-server)
+  prometheus-cpp-dev libspdlog-dev libhiredis-dev)
+readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
 readonly format_pkgs=(clang-format)
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 
 wanted=()
 for group in "${@:-build}"; do
