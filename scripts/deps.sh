@@ -3,7 +3,7 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog
+#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, CLI11
 #   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
-  prometheus-cpp-dev libspdlog-dev libhiredis-dev)
+  prometheus-cpp-dev libspdlog-dev libhiredis-dev libcli11-dev)
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
