@@ -106,6 +106,7 @@ class Impl {
 // Defined in the impl_*.cpp files.
 std::unique_ptr<Impl> make_crew_impl();
 std::unique_ptr<Impl> make_crew_fifo_impl();
+std::unique_ptr<Impl> make_crew_priority_impl();
 std::unique_ptr<Impl> make_crew_metrics_impl();        // built with crew::metrics
 std::unique_ptr<Impl> make_crew_null_observer_impl();  // built with crew::metrics
 std::unique_ptr<Impl> make_tbb_enqueue_impl();

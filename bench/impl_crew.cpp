@@ -24,12 +24,13 @@ namespace {
 
 // Options are assigned field by field rather than with designated
 // initializers, which draw -Wmissing-field-initializers from g++ 12.
-crew::PoolOptions bench_options(std::size_t shards = 0) {
+crew::PoolOptions bench_options(std::size_t shards = 0, std::size_t levels = 1) {
   return {.name = "bench",
           .min_workers = kWorkers,
           .max_workers = kWorkers,
           .queue_capacity = crew::kUnbounded,
-          .queue_shards = shards};
+          .queue_shards = shards,
+          .priority_levels = levels};
 }
 
 crew::PoolOptions idle_options(std::size_t min_workers) {
@@ -44,21 +45,34 @@ void expect_accepted(crew::Admission a) {
 }
 
 // kShards: 0 = the pool's default sharded queue ("crew"); 1 = one FIFO
-// queue across producers ("crew_fifo").
-template <std::size_t kShards>
+// queue across producers ("crew_fifo"). kLevels > 1: a pool with that many
+// priority levels, every task posted at the top one ("crew_priority"; what
+// a pool with priorities costs against "crew", which has none).
+template <std::size_t kShards, std::size_t kLevels = 1>
 struct CrewAdapter {
-  static constexpr std::string_view kName = kShards == 1 ? "crew_fifo" : "crew";
+  static constexpr std::string_view kName = kLevels > 1    ? "crew_priority"
+                                            : kShards == 1 ? "crew_fifo"
+                                                           : "crew";
   static constexpr std::string_view kAllocNote = "";
+  static constexpr crew::TaskOptions options() {
+    crew::TaskOptions o;
+    o.priority = static_cast<std::uint8_t>(kLevels - 1);
+    return o;
+  }
 
-  crew::Pool pool{bench_options(kShards)};
+  crew::Pool pool{bench_options(kShards, kLevels)};
 
   template <class F>
   void post(F&& f) {
-    expect_accepted(pool.post(std::forward<F>(f)));
+    if constexpr (kLevels > 1) {
+      expect_accepted(pool.post(std::forward<F>(f), options()));
+    } else {
+      expect_accepted(pool.post(std::forward<F>(f)));
+    }
   }
   template <class F>
   auto submit(F&& f) {
-    return pool.submit(std::forward<F>(f));
+    return pool.submit(std::forward<F>(f), options());
   }
   template <class Fn>
   void produce(Fn&& fn) {
@@ -68,6 +82,7 @@ struct CrewAdapter {
 };
 using Crew = CrewAdapter<0>;
 using CrewFifo = CrewAdapter<1>;
+using CrewPriority = CrewAdapter<0, 4>;
 
 // Long tasks take the slow path (a task state with a deadline); the 1 s
 // deadline is far beyond a task's run time, so none may expire.
@@ -145,6 +160,9 @@ IdleCpu idle_cpu_of(std::string config, crew::PoolOptions options, double second
 
 std::unique_ptr<Impl> make_crew_impl() { return std::make_unique<CrewImpl<Crew>>(); }
 std::unique_ptr<Impl> make_crew_fifo_impl() { return std::make_unique<CrewImpl<CrewFifo>>(); }
+std::unique_ptr<Impl> make_crew_priority_impl() {
+  return std::make_unique<CrewImpl<CrewPriority>>();
+}
 
 std::vector<IdleCpu> measure_idle_cpu(double seconds) {
   std::vector<IdleCpu> out;

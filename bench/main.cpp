@@ -67,8 +67,8 @@ constexpr std::string_view kUsage =
     "  --rounds R        interleaved rounds; medians are over these (default 9)\n"
     "  --json PATH       also write the results as a JSON array\n"
     "  --idle-seconds S  idle-CPU window per configuration; 0 skips it (default 5)\n"
-    "  --impl LIST       crew,crew_fifo,crew_metrics,crew_null_observer,tbb_enqueue,tbb_task_group,\n"
-    "                    tbb_parallel_for,asio,thread_pool_deb\n"
+    "  --impl LIST       crew,crew_fifo,crew_priority,crew_metrics,crew_null_observer,\n"
+    "                    tbb_enqueue,tbb_task_group,tbb_parallel_for,asio,thread_pool_deb\n"
     "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline,\n"
     "                    group_wait,funcpool_invoke,parallel_for\n";
 
@@ -138,6 +138,7 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   std::vector<std::unique_ptr<Impl>> all;
   all.push_back(make_crew_impl());
   all.push_back(make_crew_fifo_impl());
+  all.push_back(make_crew_priority_impl());
 #ifdef CREW_BENCH_METRICS
   all.push_back(make_crew_metrics_impl());
   all.push_back(make_crew_null_observer_impl());

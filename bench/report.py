@@ -26,8 +26,8 @@ README = ROOT / "README.md"
 OPEN_MARK = "<!-- bench-table -->"
 CLOSE_MARK = "<!-- /bench-table -->"
 
-IMPLS = ["crew", "crew_fifo", "crew_metrics", "crew_null_observer", "tbb_enqueue",
-         "tbb_task_group", "tbb_parallel_for", "asio", "thread_pool_deb"]
+IMPLS = ["crew", "crew_fifo", "crew_priority", "crew_metrics", "crew_null_observer",
+         "tbb_enqueue", "tbb_task_group", "tbb_parallel_for", "asio", "thread_pool_deb"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
              "group_wait", "funcpool_invoke", "parallel_for"]
 EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft",
@@ -54,6 +54,8 @@ TARGETS = [
      "crew", 1.0),
     ("crew parallel_for / tbb_parallel_for", "parallel_for", "crew", "parallel_for",
      "tbb_parallel_for", 1.2),
+    ("short_detached with the Prometheus exporter / without (crew_metrics / crew)",
+     "short_detached", "crew_metrics", "short_detached", "crew", 1.25),
 ]
 
 

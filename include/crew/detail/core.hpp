@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "crew/detail/cell.hpp"
+#include "crew/detail/clock.hpp"
 #include "crew/detail/event_count.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -97,13 +98,6 @@ struct ObservedFn {
     static_cast<Runner*>(runner)->run_observed(enqueued_ns, &call_plain<D>, &fn);
   }
 };
-
-// steady_clock nanoseconds; 0 means "none" wherever a time is optional.
-inline std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
 // drops, abandonments. Rare paths, so shared atomics are fine.

@@ -1,0 +1,115 @@
+// The slow path of crew's clock (crew/detail/clock.hpp): calibration and
+// new anchors.
+#include "crew/detail/clock.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace crew::detail {
+
+#if CREW_HAVE_TSC
+namespace {
+
+enum Phase : int { kUnknown, kCalibrating, kRunning, kSteadyOnly };
+
+// Written only by the thread holding the anchor (seq_ odd); phase is also
+// read by uses_tsc().
+std::atomic<int> g_phase{kUnknown};
+std::uint64_t g_first_tsc = 0;
+std::int64_t g_first_ns = 0;
+
+// The first anchor's rate is measured over at least this long.
+constexpr std::int64_t kCalibrationNs = 1'000'000;
+
+// Whether the kernel keeps time with the TSC, rdtsc is cheaper than
+// steady_clock here, and CREW_CLOCK=steady does not turn it off.
+bool tsc_is_worth_it() {
+  if (const char* env = std::getenv("CREW_CLOCK"); env != nullptr && std::string(env) == "steady") {
+    return false;
+  }
+  std::ifstream in("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string source;
+  if (!(in >> source) || source != "tsc") return false;
+  constexpr int kReads = 256;
+  std::int64_t sink = 0;
+  const std::uint64_t t0 = __rdtsc();
+  for (int i = 0; i < kReads; ++i) sink += steady_ns();
+  const std::uint64_t t1 = __rdtsc();
+  for (int i = 0; i < kReads; ++i) sink += static_cast<std::int64_t>(__rdtsc() & 1);
+  const std::uint64_t t2 = __rdtsc();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  (void)sink;
+  // rdtsc must cost at most two thirds of a steady_clock read.
+  return 3 * (t2 - t1) <= 2 * (t1 - t0);
+}
+
+// ns per tick in 32.32 fixed point, from the first anchor to (tsc, ns).
+std::uint64_t rate_since_first(std::uint64_t tsc, std::int64_t ns) {
+  const std::uint64_t ticks = tsc - g_first_tsc;
+  const auto nanos = static_cast<std::uint64_t>(ns - g_first_ns);
+  if (ticks == 0) return 0;
+  // long double keeps 64 bits of mantissa: exact enough, and no __int128.
+  return static_cast<std::uint64_t>(static_cast<long double>(nanos) * 4294967296.0L /
+                                    static_cast<long double>(ticks));
+}
+
+}  // namespace
+
+std::int64_t TscClock::slow_now_ns() noexcept {
+  const std::int64_t ns = steady_ns();
+  if (g_phase.load(std::memory_order_relaxed) == kSteadyOnly) return ns;
+  const std::uint64_t tsc = __rdtsc();
+  std::uint32_t seq = seq_.load(std::memory_order_relaxed);
+  if ((seq & 1) != 0 ||
+      !seq_.compare_exchange_strong(seq, seq | 1, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed)) {
+    return ns;  // another thread is writing the anchor
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  std::uint32_t next = seq;  // stays 0 until calibrated
+  switch (g_phase.load(std::memory_order_relaxed)) {
+    case kUnknown: {
+      bool worth_it = false;
+      try {
+        worth_it = tsc_is_worth_it();
+      } catch (...) {  // reading /sys failed: keep steady_clock
+      }
+      if (worth_it) {
+        g_first_tsc = __rdtsc();
+        g_first_ns = steady_ns();
+      }
+      g_phase.store(worth_it ? kCalibrating : kSteadyOnly, std::memory_order_relaxed);
+      break;
+    }
+    case kCalibrating:
+      if (ns - g_first_ns < kCalibrationNs || tsc <= g_first_tsc) break;
+      g_phase.store(kRunning, std::memory_order_relaxed);
+      [[fallthrough]];
+    case kRunning:
+      if (tsc <= g_first_tsc) break;  // keep the current anchor
+      rate_.store(rate_since_first(tsc, ns), std::memory_order_relaxed);
+      base_tsc_.store(tsc, std::memory_order_relaxed);
+      base_ns_.store(ns, std::memory_order_relaxed);
+      next = seq + 2 == 0 ? 2 : seq + 2;
+      break;
+    default:
+      break;
+  }
+  seq_.store(next, std::memory_order_release);
+  return ns;
+}
+
+bool TscClock::uses_tsc() noexcept {
+  return g_phase.load(std::memory_order_relaxed) == kRunning &&
+         seq_.load(std::memory_order_relaxed) != 0;
+}
+
+#else
+
+std::int64_t TscClock::slow_now_ns() noexcept { return steady_ns(); }
+bool TscClock::uses_tsc() noexcept { return false; }
+
+#endif
+
+}  // namespace crew::detail
