@@ -28,19 +28,10 @@ namespace {
 using namespace std::chrono_literals;
 using test::eventually;
 using test::Gate;
+using test::until_stopped;
 using test::Watchdog;
 
-PoolOptions workers(std::size_t n) {
-  PoolOptions o;
-  o.name = "batch-test";
-  o.min_workers = n;
-  o.max_workers = n;
-  return o;
-}
-
-void until_stopped(const std::stop_token& stop) {
-  while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-}
+PoolOptions workers(std::size_t n) { return test::fixed_workers("batch-test", n); }
 
 // ---- run_batch ----
 

@@ -46,9 +46,7 @@ Kind pick(std::mt19937_64& rng) {
   return Kind::long_submit;
 }
 
-void until_stopped(const std::stop_token& stop) {
-  while (!stop.stop_requested()) std::this_thread::sleep_for(20us);
-}
+void until_stopped(const std::stop_token& stop) { test::until_stopped(stop, 20us); }
 
 struct ProducerTally {
   std::uint64_t submitted = 0;

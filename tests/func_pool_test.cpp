@@ -49,13 +49,7 @@ using test::eventually;
 using test::Gate;
 using test::Watchdog;
 
-PoolOptions workers(std::size_t n) {
-  PoolOptions o;
-  o.name = "func-pool-test";
-  o.min_workers = n;
-  o.max_workers = n;
-  return o;
-}
+PoolOptions workers(std::size_t n) { return test::fixed_workers("func-pool-test", n); }
 
 struct Args32 {
   std::array<std::uint64_t, 4> v{};

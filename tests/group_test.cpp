@@ -24,20 +24,10 @@ namespace {
 using namespace std::chrono_literals;
 using test::eventually;
 using test::Gate;
+using test::until_stopped;
 using test::Watchdog;
 
-PoolOptions workers(std::size_t n) {
-  PoolOptions o;
-  o.name = "group-test";
-  o.min_workers = n;
-  o.max_workers = n;
-  return o;
-}
-
-// Spins on the token with short sleeps; returns when it is stopped.
-void until_stopped(const std::stop_token& stop) {
-  while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-}
+PoolOptions workers(std::size_t n) { return test::fixed_workers("group-test", n); }
 
 TEST(Group, WaitReturnsOnceEveryTaskHasEnded) {
   Watchdog dog;

@@ -22,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::eventually;
 using test::Gate;
+using test::until_stopped;
 using test::Watchdog;
 
 // Workers start on demand (min_workers 0), so that pause() right after
@@ -34,10 +35,6 @@ ShardedPoolOptions shards(std::size_t n, std::size_t workers_each,
   o.pool.name = "sharded";
   o.pool.max_workers = workers_each;
   return o;
-}
-
-void until_stopped(const std::stop_token& stop) {
-  while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
 }
 
 TEST(ShardedPool, RoundRobinPlacesTasksOnEveryShardInTurn) {

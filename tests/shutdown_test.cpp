@@ -26,9 +26,7 @@ bool listed(const std::vector<TaskRef>& refs, std::string_view name) {
   return std::any_of(refs.begin(), refs.end(), [&](const TaskRef& r) { return r.name == name; });
 }
 
-void until_stopped(const std::stop_token& stop) {
-  while (!stop.stop_requested()) std::this_thread::sleep_for(100us);
-}
+void until_stopped(const std::stop_token& stop) { test::until_stopped(stop, 100us); }
 
 TEST(ShutdownDrain, RunsEverythingQueuedAndRefusesNewTasks) {
   Watchdog dog;

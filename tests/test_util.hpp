@@ -14,8 +14,11 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
+
+#include "crew/pool_types.hpp"
 
 namespace crew::test {
 
@@ -113,5 +116,21 @@ class Gate {
   std::condition_variable cv_;
   bool open_ = false;
 };
+
+// Options of a pool with exactly `n` workers, all started at once.
+inline PoolOptions fixed_workers(std::string name, std::size_t n) {
+  PoolOptions o;
+  o.name = std::move(name);
+  o.min_workers = n;
+  o.max_workers = n;
+  return o;
+}
+
+// A cooperative long task's body: returns once `stop` is requested, checking
+// every `poll`.
+inline void until_stopped(const std::stop_token& stop,
+                          std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
+  while (!stop.stop_requested()) std::this_thread::sleep_for(poll);
+}
 
 }  // namespace crew::test
