@@ -20,7 +20,21 @@ std::uint64_t g_first_tsc = 0;
 std::int64_t g_first_ns = 0;
 
 // The first anchor's rate is measured over at least this long.
-constexpr std::int64_t kCalibrationNs = 1'000'000;
+constexpr std::int64_t kCalibrationNs = 10'000'000;
+
+// A (tsc, ns) pair is taken as tsc, steady_clock, tsc; it is used only if
+// the two TSC reads are this close (a steady_clock read takes ~100 ticks),
+// so that a thread preempted or interrupted in between cannot skew an
+// anchor or the rate.
+constexpr std::uint64_t kPairTicks = 1000;
+
+bool read_pair(std::uint64_t& tsc, std::int64_t& ns) noexcept {
+  const std::uint64_t t1 = __rdtsc();
+  ns = steady_ns();
+  const std::uint64_t t2 = __rdtsc();
+  tsc = t1 + (t2 - t1) / 2;
+  return t2 - t1 < kPairTicks;
+}
 
 // Whether the kernel keeps time with the TSC, rdtsc is cheaper than
 // steady_clock here, and CREW_CLOCK=steady does not turn it off.
@@ -57,14 +71,15 @@ std::uint64_t rate_since_first(std::uint64_t tsc, std::int64_t ns) {
 }  // namespace
 
 std::int64_t TscClock::slow_now_ns() noexcept {
-  const std::int64_t ns = steady_ns();
-  if (g_phase.load(std::memory_order_relaxed) == kSteadyOnly) return ns;
-  const std::uint64_t tsc = __rdtsc();
+  if (g_phase.load(std::memory_order_relaxed) == kSteadyOnly) return steady_ns();
+  std::uint64_t tsc = 0;
+  std::int64_t ns = 0;
+  const bool exact = read_pair(tsc, ns);
   std::uint32_t seq = seq_.load(std::memory_order_relaxed);
-  if ((seq & 1) != 0 ||
+  if (!exact || (seq & 1) != 0 ||
       !seq_.compare_exchange_strong(seq, seq | 1, std::memory_order_acq_rel,
                                     std::memory_order_relaxed)) {
-    return ns;  // another thread is writing the anchor
+    return ns;  // a skewed pair, or another thread is writing the anchor
   }
   std::atomic_thread_fence(std::memory_order_release);
   std::uint32_t next = seq;  // stays 0 until calibrated
@@ -76,8 +91,8 @@ std::int64_t TscClock::slow_now_ns() noexcept {
       } catch (...) {  // reading /sys failed: keep steady_clock
       }
       if (worth_it) {
-        g_first_tsc = __rdtsc();
-        g_first_ns = steady_ns();
+        g_first_tsc = tsc;
+        g_first_ns = ns;
       }
       g_phase.store(worth_it ? kCalibrating : kSteadyOnly, std::memory_order_relaxed);
       break;
