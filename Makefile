@@ -1,6 +1,6 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | bench | tsan | asan | tidy-build | format | clean
+#   make run | test | bench | tsan | asan | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # All use build/ except the sanitizer and clang builds; only `make bench`
 # turns the benchmarks (and their extra libraries) on there.
@@ -9,17 +9,18 @@ MAKEFLAGS += --no-print-directory
 DEPS := bash scripts/deps.sh
 JOBS ?=
 J := $(if $(JOBS),-j $(JOBS))
-FORMAT_DIRS := include src tests bench examples
+FORMAT_DIRS := include src tests bench examples service tools
 
-.PHONY: all run test bench tsan asan tidy-build format clean
+.PHONY: all run test bench tsan asan fuzz tidy-build format clean
 
 all: test
 
+# crewd with its defaults on 127.0.0.1:8080 (docs/crewd.md); Ctrl-C stops it.
 run:
 	$(DEPS) build
 	cmake --preset default
-	cmake --build --preset default $(J) --target crew_demo
-	./build/examples/crew_demo
+	cmake --build --preset default $(J) --target crewd
+	./build/service/crewd
 
 test:
 	$(DEPS) test
@@ -42,6 +43,19 @@ tsan asan:
 	cmake --build --preset $@ $(J)
 	ctest --preset $@ $(J)
 
+# libFuzzer on crewd's request layer (service/fuzz/), clang++ with ASan and
+# UBSan in build-fuzz/, for FUZZ_SECONDS; new inputs go to build-fuzz/corpus.
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(DEPS) test
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCREWD_FUZZ=ON -DCREW_BUILD_TESTS=OFF -DCREW_BUILD_BENCH=OFF -DCREW_BUILD_EXAMPLES=OFF
+	cmake --build build-fuzz $(or $(J),-j 2) --target crewd_jobs_fuzzer
+	mkdir -p build-fuzz/corpus
+	./build-fuzz/service/fuzz/crewd_jobs_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/jobs.dict \
+	  build-fuzz/corpus service/fuzz/corpus
+
 # clang++ build with -Wthread-safety (from crew's warning flags) and -Werror.
 tidy-build:
 	$(DEPS) test
@@ -54,4 +68,4 @@ format:
 	  -print0 2>/dev/null | xargs -0 -r clang-format -i
 
 clean:
-	rm -rf build build-tsan build-asan build-clang
+	rm -rf build build-tsan build-asan build-clang build-fuzz

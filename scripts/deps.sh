@@ -3,7 +3,7 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, CLI11
+#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog
 #   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
@@ -14,25 +14,36 @@
 set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
-  prometheus-cpp-dev libspdlog-dev libhiredis-dev libcli11-dev)
+  prometheus-cpp-dev libspdlog-dev libhiredis-dev)
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
 readonly format_pkgs=(clang-format)
+# crewd (service/): its libraries for every build; for its tests the
+# Prometheus server and promtool, and PyYAML for the deploy/ manifest check;
+# wrk for its throughput figures. kubectl (Debian: kubernetes-client) renders
+# the manifests; one installed from elsewhere is used as it is.
+readonly service_pkgs=(libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+  libspdlog-dev prometheus-cpp-dev)
+readonly service_test_pkgs=(prometheus python3 python3-yaml)
 
 usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
 
 wanted=()
 for group in "${@:-build}"; do
   case "$group" in
-    build) wanted+=("${build_pkgs[@]}") ;;
-    test) wanted+=("${test_pkgs[@]}") ;;
-    bench) wanted+=("${bench_pkgs[@]}") ;;
+    build) wanted+=("${build_pkgs[@]}" "${service_pkgs[@]}") ;;
+    test) wanted+=("${test_pkgs[@]}" "${service_pkgs[@]}" "${service_test_pkgs[@]}") ;;
+    bench) wanted+=("${bench_pkgs[@]}" "${service_pkgs[@]}" wrk) ;;
     format) wanted+=("${format_pkgs[@]}") ;;
     -h | --help) usage; exit 0 ;;
     *) echo "deps.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
   esac
 done
+
+if [[ " ${*:-build} " == *" test "* ]] && ! command -v kubectl >/dev/null; then
+  wanted+=(kubernetes-client)
+fi
 
 if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
   echo "deps.sh: not a Debian system; install these yourself: ${wanted[*]}" >&2

@@ -1,0 +1,621 @@
+#include "config.hpp"
+
+#include <toml++/toml.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <sstream>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+namespace crewd {
+namespace {
+
+enum class Source : std::uint8_t { defaults, file, env, flag };
+
+// One setting: its key, its help line, and how to read and show its value.
+// The readers return an error message (what the value must be), or nothing.
+struct Setting {
+  std::string key;
+  std::string help;
+  std::function<std::optional<std::string>(Config&, std::string_view)> from_text;
+  std::function<std::optional<std::string>(Config&, const toml::node&)> from_toml;
+  std::function<std::string(const Config&)> show;  // as a TOML value
+};
+
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::optional<std::uint64_t> parse_uint(std::string_view text) {
+  if (text.empty() ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+template <class T>
+inline constexpr bool kIsDuration = false;
+template <class Rep, class Period>
+inline constexpr bool kIsDuration<std::chrono::duration<Rep, Period>> = true;
+
+// Durations are read and shown as a count of their own unit (ms, s).
+template <class T>
+std::uint64_t as_u64(const T& v) {
+  if constexpr (kIsDuration<T>) {
+    return static_cast<std::uint64_t>(v.count());
+  } else {
+    return static_cast<std::uint64_t>(v);
+  }
+}
+
+template <class T>
+T from_u64(std::uint64_t v) {
+  if constexpr (kIsDuration<T>) {
+    return T(static_cast<typename T::rep>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// An integer (count, bytes, milliseconds) in lo..hi.
+template <class Field>
+Setting integer(std::string key, std::string help, Field& (*get)(Config&), std::uint64_t lo,
+                std::uint64_t hi) {
+  using T = std::remove_reference_t<Field>;
+  const std::string must =
+      "must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+  auto set = [get, lo, hi, must](Config& c, std::uint64_t v) -> std::optional<std::string> {
+    if (v < lo || v > hi) return must;
+    get(c) = from_u64<T>(v);
+    return std::nullopt;
+  };
+  return Setting{std::move(key), std::move(help),
+                 [set, must](Config& c, std::string_view text) -> std::optional<std::string> {
+                   const auto v = parse_uint(text);
+                   if (!v) return must;
+                   return set(c, *v);
+                 },
+                 [set, must](Config& c, const toml::node& node) -> std::optional<std::string> {
+                   const auto v = node.value_exact<std::int64_t>();
+                   if (!v || *v < 0) return must;
+                   return set(c, static_cast<std::uint64_t>(*v));
+                 },
+                 [get](const Config& c) {
+                   Config copy = c;  // the accessor hands out a mutable reference
+                   return std::to_string(as_u64(get(copy)));
+                 }};
+}
+
+// A value from a fixed list of names.
+template <class T>
+Setting choice(std::string key, std::string help, T& (*get)(Config&),
+               std::vector<std::pair<std::string, T>> names) {
+  std::string must = "must be one of";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    must += (i == 0 ? " " : ", ") + names[i].first;
+  }
+  auto set = [get, names, must](Config& c, std::string_view text) -> std::optional<std::string> {
+    for (const auto& [name, value] : names) {
+      if (text == name) {
+        get(c) = value;
+        return std::nullopt;
+      }
+    }
+    return must;
+  };
+  return Setting{std::move(key), std::move(help), set,
+                 [set, must](Config& c, const toml::node& node) -> std::optional<std::string> {
+                   const auto v = node.value_exact<std::string>();
+                   if (!v) return must;
+                   return set(c, *v);
+                 },
+                 [get, names](const Config& c) {
+                   Config copy = c;  // the accessor hands out a mutable reference
+                   for (const auto& [name, value] : names) {
+                     if (get(copy) == value) return toml_string(name);
+                   }
+                   return std::string("\"?\"");
+                 }};
+}
+
+// true / false (also 1 / 0 in the environment and on the command line).
+Setting boolean(std::string key, std::string help, bool& (*get)(Config&)) {
+  static const std::string must = "must be true or false";
+  return Setting{std::move(key), std::move(help),
+                 [get](Config& c, std::string_view text) -> std::optional<std::string> {
+                   if (text == "true" || text == "1") {
+                     get(c) = true;
+                   } else if (text == "false" || text == "0") {
+                     get(c) = false;
+                   } else {
+                     return must;
+                   }
+                   return std::nullopt;
+                 },
+                 [get](Config& c, const toml::node& node) -> std::optional<std::string> {
+                   const auto v = node.value_exact<bool>();
+                   if (!v) return must;
+                   get(c) = *v;
+                   return std::nullopt;
+                 },
+                 [get](const Config& c) {
+                   Config copy = c;  // the accessor hands out a mutable reference
+                   return std::string(get(copy) ? "true" : "false");
+                 }};
+}
+
+// A string; `check` says what it must be when it is not. A secret is shown
+// as "(hidden)" once set, so that --print-config does not leak it.
+Setting text(std::string key, std::string help, std::string& (*get)(Config&),
+             std::optional<std::string> (*check)(std::string_view), bool secret = false) {
+  auto set = [get, check](Config& c, std::string_view value) -> std::optional<std::string> {
+    if (auto err = check(value)) return err;
+    get(c) = std::string(value);
+    return std::nullopt;
+  };
+  return Setting{std::move(key), std::move(help), set,
+                 [set](Config& c, const toml::node& node) -> std::optional<std::string> {
+                   const auto v = node.value_exact<std::string>();
+                   if (!v) return "must be a string";
+                   return set(c, *v);
+                 },
+                 [get, secret](const Config& c) {
+                   Config copy = c;  // the accessor hands out a mutable reference
+                   const std::string& v = get(copy);
+                   return toml_string(secret && !v.empty() ? "(hidden)" : v);
+                 }};
+}
+
+// A Redis key or name: 1..256 printable ASCII characters, no spaces.
+std::optional<std::string> check_redis_name(std::string_view v) {
+  const bool ok = !v.empty() && v.size() <= 256 &&
+                  std::all_of(v.begin(), v.end(), [](char ch) { return ch > 0x20 && ch < 0x7f; });
+  if (ok) return std::nullopt;
+  return "must be 1..256 printable ASCII characters without spaces";
+}
+
+std::optional<std::string> check_consumer(std::string_view v) {
+  if (v.empty()) return std::nullopt;  // the default: <host name>-<pid>
+  return check_redis_name(v);
+}
+
+std::optional<std::string> check_anything(std::string_view) { return std::nullopt; }
+
+// HOST:PORT of Redis, or empty (off).
+std::optional<std::string> check_redis_address(std::string_view v) {
+  if (v.empty()) return std::nullopt;
+  const auto colon = v.rfind(':');
+  const auto port =
+      colon == std::string_view::npos ? std::nullopt : parse_uint(v.substr(colon + 1));
+  const std::string_view host = v.substr(0, colon == std::string_view::npos ? 0 : colon);
+  const bool host_ok = !host.empty() && std::all_of(host.begin(), host.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '-' || ch == '_';
+  });
+  if (host_ok && port && *port >= 1 && *port <= 65535) return std::nullopt;
+  return "must be HOST:PORT with a port in 1..65535, or empty (no Redis)";
+}
+
+// "HOST:PORT"; the host is an IPv4 address or a name cpp-httplib resolves.
+std::optional<std::string> set_listen(Config& c, std::string_view text) {
+  static const std::string must = "must be HOST:PORT with a port in 0..65535 (0: any free port)";
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return must;
+  const std::string_view host = text.substr(0, colon);
+  const auto port = parse_uint(text.substr(colon + 1));
+  if (!port || *port > 65535) return must;
+  if (!std::all_of(host.begin(), host.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '-' ||
+               ch == '_';
+      })) {
+    return must;
+  }
+  c.host = std::string(host);
+  c.port = static_cast<std::uint16_t>(*port);
+  return std::nullopt;
+}
+
+const std::vector<Setting>& settings() {
+  using crew::LogLevel;
+  using crew::ShutdownMode;
+  constexpr std::uint64_t kDay = 24ull * 3600 * 1000;
+  static const std::vector<Setting> all = [] {
+    std::vector<Setting> s;
+    s.push_back(Setting{
+        "listen", "address to listen on, HOST:PORT (port 0: any free port)", set_listen,
+        [](Config& c, const toml::node& node) -> std::optional<std::string> {
+          const auto v = node.value_exact<std::string>();
+          if (!v) return "must be a string HOST:PORT";
+          return set_listen(c, *v);
+        },
+        [](const Config& c) { return toml_string(c.host + ":" + std::to_string(c.port)); }});
+    s.push_back(choice<LogLevel>("log_level", "least severe log level written",
+                                 +[](Config& c) -> LogLevel& { return c.log_level; },
+                                 {{"debug", LogLevel::debug},
+                                  {"info", LogLevel::info},
+                                  {"warning", LogLevel::warning},
+                                  {"error", LogLevel::error}}));
+
+    s.push_back(integer(
+        "http.workers", "connections served at once (workers of pool http)",
+        +[](Config& c) -> std::size_t& { return c.http.workers; }, 1, 10'000));
+    s.push_back(integer(
+        "http.queue", "accepted connections waiting for a worker",
+        +[](Config& c) -> std::size_t& { return c.http.queue; }, 1, 1'000'000));
+    s.push_back(integer(
+        "http.backlog", "listen(2) backlog of the listening socket",
+        +[](Config& c) -> std::size_t& { return c.http.backlog; }, 1, 65'535));
+    s.push_back(integer(
+        "http.body_limit", "largest request body in bytes (larger: 413)",
+        +[](Config& c) -> std::size_t& { return c.http.body_limit; }, 1, 64ull << 20));
+    s.push_back(integer(
+        "http.keep_alive_timeout_s",
+        "idle keep-alive connections are closed after this many seconds",
+        +[](Config& c) -> std::chrono::seconds& { return c.http.keep_alive_timeout; }, 1, 3600));
+    s.push_back(integer(
+        "http.keep_alive_max", "requests served on one connection",
+        +[](Config& c) -> std::size_t& { return c.http.keep_alive_max; }, 1, 1'000'000));
+    s.push_back(integer(
+        "http.read_timeout_ms", "bound of one read from a client",
+        +[](Config& c) -> Millis& { return c.http.read_timeout; }, 1, kDay));
+    s.push_back(integer(
+        "http.write_timeout_ms", "bound of one write to a client",
+        +[](Config& c) -> Millis& { return c.http.write_timeout; }, 1, kDay));
+
+    s.push_back(integer(
+        "compute.workers", "workers of pool compute (0: one per hardware thread)",
+        +[](Config& c) -> std::size_t& { return c.compute.workers; }, 0, 10'000));
+    s.push_back(integer(
+        "compute.queue", "queued factorial tasks at most (more: 503)",
+        +[](Config& c) -> std::size_t& { return c.compute.queue; }, 1, 10'000'000));
+    s.push_back(integer(
+        "compute.queue_timeout_ms", "a factorial task not started by then: 503",
+        +[](Config& c) -> Millis& { return c.compute.queue_timeout; }, 1, kDay));
+    s.push_back(boolean(
+        "compute.inline_factorial",
+        "compute factorials on the connection's thread, not the pool (to measure the pool)",
+        +[](Config& c) -> bool& { return c.compute.inline_factorial; }));
+
+    s.push_back(integer(
+        "jobs.workers", "workers of pool jobs: jobs running at once",
+        +[](Config& c) -> std::size_t& { return c.jobs.workers; }, 1, 10'000));
+    s.push_back(integer(
+        "jobs.queue", "queued jobs at most (more: 503)",
+        +[](Config& c) -> std::size_t& { return c.jobs.queue; }, 1, 1'000'000));
+    s.push_back(integer(
+        "jobs.queue_timeout_ms", "a job not started by then: 503",
+        +[](Config& c) -> Millis& { return c.jobs.queue_timeout; }, 1, kDay));
+    s.push_back(integer(
+        "jobs.max_ms", "largest \"ms\" of a job",
+        +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_ms; }, 0, kDay));
+    s.push_back(integer(
+        "jobs.max_timeout_ms", "largest \"timeout_ms\" of a job",
+        +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_timeout_ms; }, 1, kDay));
+    s.push_back(integer(
+        "jobs.default_timeout_ms", "\"timeout_ms\" of a job that gives none",
+        +[](Config& c) -> std::uint32_t& { return c.jobs.limits.default_timeout_ms; }, 1, kDay));
+
+    s.push_back(choice<ShutdownMode>("shutdown.mode",
+                                     "how the compute and jobs pools stop after SIGTERM",
+                                     +[](Config& c) -> ShutdownMode& { return c.shutdown.mode; },
+                                     {{"drain", ShutdownMode::drain},
+                                      {"soft", ShutdownMode::soft},
+                                      {"hard", ShutdownMode::hard}}));
+    s.push_back(integer(
+        "shutdown.timeout_ms", "bound of the pools' shutdown; then they escalate to hard",
+        +[](Config& c) -> Millis& { return c.shutdown.timeout; }, 1, kDay));
+    s.push_back(integer(
+        "shutdown.termination_timeout_ms",
+        "from SIGTERM to giving up on the graceful stop (exit 4)",
+        +[](Config& c) -> Millis& { return c.shutdown.termination_timeout; }, 1, kDay));
+    s.push_back(integer(
+        "shutdown.admit_grace_ms",
+        "requests reaching crewd this soon after SIGTERM are still served",
+        +[](Config& c) -> Millis& { return c.shutdown.admit_grace; }, 0, 60'000));
+
+    s.push_back(text(
+        "redis.address", "Redis HOST:PORT to take jobs from (empty: no Redis)",
+        +[](Config& c) -> std::string& { return c.redis.address; }, check_redis_address));
+    s.push_back(text(
+        "redis.password", "Redis AUTH password (empty: none)",
+        +[](Config& c) -> std::string& { return c.redis.password; }, check_anything,
+        /*secret=*/true));
+    s.push_back(text(
+        "redis.stream", "the stream jobs are taken from",
+        +[](Config& c) -> std::string& { return c.redis.stream; }, check_redis_name));
+    s.push_back(text(
+        "redis.group", "the consumer group the instances share",
+        +[](Config& c) -> std::string& { return c.redis.group; }, check_redis_name));
+    s.push_back(text(
+        "redis.consumer", "this instance's name in the group (empty: <host name>-<pid>)",
+        +[](Config& c) -> std::string& { return c.redis.consumer; }, check_consumer));
+    s.push_back(text(
+        "redis.results_stream", "the stream outcomes are written to",
+        +[](Config& c) -> std::string& { return c.redis.results_stream; }, check_redis_name));
+    s.push_back(text(
+        "redis.dead_letter_stream", "the stream jobs go to after their last failed attempt",
+        +[](Config& c) -> std::string& { return c.redis.dead_letter_stream; }, check_redis_name));
+    s.push_back(integer(
+        "redis.claim_idle_ms", "entries pending this long are claimed from their consumer",
+        +[](Config& c) -> Millis& { return c.redis.claim_idle; }, 100, kDay));
+    s.push_back(integer(
+        "redis.max_attempts", "attempts of a failing job before it is dead-lettered",
+        +[](Config& c) -> std::uint32_t& { return c.redis.max_attempts; }, 1, 100));
+    s.push_back(integer(
+        "redis.retry_backoff_ms", "delay before a retry; doubles for each further one",
+        +[](Config& c) -> Millis& { return c.redis.retry_backoff; }, 0, kDay));
+    s.push_back(integer(
+        "redis.in_flight", "stream jobs taken and not yet finished at most (0: jobs.workers)",
+        +[](Config& c) -> std::size_t& { return c.redis.in_flight; }, 0, 1'000'000));
+    s.push_back(integer(
+        "redis.batch", "entries taken per XREADGROUP at most (COUNT)",
+        +[](Config& c) -> std::size_t& { return c.redis.batch; }, 1, 10'000));
+    return s;
+  }();
+  return all;
+}
+
+// Client-controlled text in an error message: printable, short.
+std::string shown_value(std::string_view text) {
+  std::string out;
+  for (const char ch : text.substr(0, 64)) {
+    out += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+  }
+  if (text.size() > 64) out += "...";
+  return "\"" + out + "\"";
+}
+
+std::string error_line(const std::string& key, const std::string& value, const std::string& from,
+                       const std::string& must) {
+  return "crewd: configuration error: " + key + " = " + value + " (" + from + "): " + must + "\n";
+}
+
+// Settings that are fine alone but not together.
+std::optional<std::string> cross_check(const Config& c) {
+  const auto ms = [](Millis d) { return std::to_string(d.count()); };
+  if (c.shutdown.timeout >= c.shutdown.termination_timeout) {
+    return "shutdown.timeout_ms (" + ms(c.shutdown.timeout) +
+           ") must be less than shutdown.termination_timeout_ms (" +
+           ms(c.shutdown.termination_timeout) +
+           "): the pools must have stopped before crewd gives up on the graceful path";
+  }
+  if (c.shutdown.admit_grace >= c.shutdown.termination_timeout) {
+    return "shutdown.admit_grace_ms (" + ms(c.shutdown.admit_grace) +
+           ") must be less than shutdown.termination_timeout_ms (" +
+           ms(c.shutdown.termination_timeout) + ")";
+  }
+  if (c.jobs.limits.default_timeout_ms > c.jobs.limits.max_timeout_ms) {
+    return "jobs.default_timeout_ms (" + std::to_string(c.jobs.limits.default_timeout_ms) +
+           ") must not exceed jobs.max_timeout_ms (" +
+           std::to_string(c.jobs.limits.max_timeout_ms) + ")";
+  }
+  if (!c.redis.address.empty()) {
+#if !CREWD_REDIS
+    return "redis.address is set, but this crewd was built without Redis support (hiredis)";
+#endif
+    if (c.redis.in_flight > c.jobs.workers + c.jobs.queue) {
+      return "redis.in_flight (" + std::to_string(c.redis.in_flight) +
+             ") must not exceed jobs.workers + jobs.queue (" +
+             std::to_string(c.jobs.workers + c.jobs.queue) +
+             "): the jobs pool would refuse what was taken";
+    }
+    const std::string& r = c.redis.results_stream;
+    const std::string& d = c.redis.dead_letter_stream;
+    if (c.redis.stream == r || c.redis.stream == d || r == d) {
+      return "redis.stream, redis.results_stream and redis.dead_letter_stream must differ";
+    }
+  }
+  return std::nullopt;
+}
+
+std::string source_name(Source s, const std::string& file) {
+  switch (s) {
+    case Source::defaults:
+      return "default";
+    case Source::file:
+      return "file " + file;
+    case Source::env:
+      return "env";
+    case Source::flag:
+      return "flag";
+  }
+  return "?";
+}
+
+std::string toml_of(const Config& config, const std::vector<std::string>& sources) {
+  std::string out = "# crewd configuration: defaults < TOML file < CREWD_* environment < flags\n";
+  std::string section;
+  const auto& all = settings();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Setting& s = all[i];
+    const auto dot = s.key.find('.');
+    const std::string sec = dot == std::string::npos ? "" : s.key.substr(0, dot);
+    const std::string name = dot == std::string::npos ? s.key : s.key.substr(dot + 1);
+    if (sec != section) {
+      out += "\n[" + sec + "]\n";
+      section = sec;
+    }
+    std::string line = name + " = " + s.show(config);
+    line.resize(std::max<std::size_t>(line.size(), 36), ' ');
+    out += line + "  # " + s.help;
+    if (i < sources.size() && !sources[i].empty()) out += " [" + sources[i] + "]";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    // getenv is safe here: crewd reads its environment once, at start-up,
+    // before it starts any thread.
+    const char* v = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe)
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string env_name(std::string_view key) {
+  std::string out = "CREWD_";
+  for (const char c : key) {
+    out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+std::string flag_name(std::string_view key) {
+  std::string out = "--";
+  for (const char c : key) out += (c == '.' || c == '_') ? '-' : c;
+  return out;
+}
+
+std::string to_toml(const Config& config, const std::vector<std::string>& sources) {
+  return toml_of(config, sources);
+}
+
+LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& env) {
+  LoadResult result;
+  const auto& all = settings();
+  std::vector<std::string> sources(all.size(), source_name(Source::defaults, ""));
+
+  CLI::App cli("crewd: an HTTP service on crew pools (docs/crewd.md)", "crewd");
+  cli.footer(
+      "Each setting is also read from a TOML file (--config, or CREWD_CONFIG; keys as in\n"
+      "--print-config) and from the environment variable CREWD_<KEY> ('.' -> '_', upper\n"
+      "case); flags override the environment, which overrides the file.\n"
+      "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 start-up failure, 4 termination\n"
+      "timeout, 5 forced by a second signal, 6 shutdown failure, 78 configuration error.");
+  std::string config_file;
+  bool print_config = false;
+  cli.add_option("--config", config_file, "TOML file to read settings from (env CREWD_CONFIG)");
+  cli.add_flag("--print-config", print_config,
+               "print the effective configuration as TOML and exit");
+  std::vector<std::string> flag_values(all.size());
+  std::vector<CLI::Option*> flags(all.size());
+  const Config defaults;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Setting& s = all[i];
+    flags[i] =
+        cli.add_option(flag_name(s.key), flag_values[i],
+                       s.help + " (default " + s.show(defaults) + ", env " + env_name(s.key) + ")");
+    flags[i]->type_name("VALUE");
+  }
+
+  std::vector<const char*> argv;
+  argv.reserve(args.size() + 1);
+  argv.push_back("crewd");
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    cli.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    result.out = cli.help();
+    result.exit_code = 0;
+    return result;
+  } catch (const CLI::ParseError& e) {
+    result.err = std::string("crewd: ") + e.what() + "\nRun with --help for more information.\n";
+    result.exit_code = kUsageExit;
+    return result;
+  }
+
+  Config config;
+  const auto fail = [&](std::string message) {
+    result.err = std::move(message);
+    result.exit_code = kConfigErrorExit;
+    return result;
+  };
+
+  // 1. The file.
+  if (config_file.empty()) {
+    if (auto v = env("CREWD_CONFIG")) config_file = *v;
+  }
+  if (!config_file.empty()) {
+    toml::table doc;
+    try {
+      doc = toml::parse_file(config_file);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream where;
+      where << e.source().begin;
+      return fail("crewd: configuration error: cannot read " + config_file + " (" + where.str() +
+                  "): " + std::string(e.description()) + "\n");
+    }
+    // Every key must be a known setting: a typo must not pass silently.
+    std::string problem;
+    const auto visit = [&](const std::string& key, const toml::node& node) {
+      const auto it =
+          std::find_if(all.begin(), all.end(), [&](const Setting& s) { return s.key == key; });
+      if (it == all.end()) {
+        problem = "crewd: configuration error: unknown setting " + key + " in " + config_file +
+                  " (line " + std::to_string(node.source().begin.line) + ")\n";
+        return;
+      }
+      if (auto err = it->from_toml(config, node)) {
+        problem = error_line(key, "(line " + std::to_string(node.source().begin.line) + ")",
+                             "from file " + config_file, *err);
+        return;
+      }
+      sources[static_cast<std::size_t>(it - all.begin())] = source_name(Source::file, config_file);
+    };
+    for (const auto& [k, node] : doc) {
+      const std::string key(k.str());
+      if (const auto* section = node.as_table()) {
+        for (const auto& [sub, value] : *section) {
+          if (problem.empty()) visit(key + "." + std::string(sub.str()), value);
+        }
+      } else if (problem.empty()) {
+        visit(key, node);
+      }
+    }
+    if (!problem.empty()) return fail(problem);
+    result.config_file = config_file;
+  }
+
+  // 2. The environment, 3. the flags.
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Setting& s = all[i];
+    const std::string name = env_name(s.key);
+    if (auto v = env(name)) {
+      if (auto err = s.from_text(config, *v)) {
+        return fail(error_line(s.key, shown_value(*v), "from env " + name, *err));
+      }
+      sources[i] = source_name(Source::env, "");
+    }
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Setting& s = all[i];
+    if (flags[i]->count() == 0) continue;
+    if (auto err = s.from_text(config, flag_values[i])) {
+      return fail(
+          error_line(s.key, shown_value(flag_values[i]), "from flag " + flag_name(s.key), *err));
+    }
+    sources[i] = source_name(Source::flag, "");
+  }
+
+  if (auto err = cross_check(config)) return fail("crewd: configuration error: " + *err + "\n");
+
+  result.config = config;
+  if (print_config) {
+    result.out = toml_of(config, sources);
+    result.exit_code = 0;
+    return result;
+  }
+  result.run = true;
+  return result;
+}
+
+}  // namespace crewd

@@ -1,0 +1,232 @@
+// Configuration layering (defaults < TOML file < CREWD_* environment <
+// flags), error messages naming the setting, --help and --print-config.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "crewd_harness.hpp"
+
+namespace crewd {
+namespace {
+
+using namespace std::chrono_literals;
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// A TOML file that removes itself.
+class TomlFile {
+ public:
+  explicit TomlFile(const std::string& text) {
+    char name[] = "/tmp/crewd_config_test_XXXXXX";
+    const int fd = ::mkstemp(name);
+    path_ = name;
+    ::close(fd);
+    std::ofstream(path_) << text;
+  }
+  ~TomlFile() { std::remove(path_.c_str()); }
+  TomlFile(const TomlFile&) = delete;
+  TomlFile& operator=(const TomlFile&) = delete;
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(CrewdConfig, EverySettingHasAWorkingDefault) {
+  const LoadResult r = load_config({}, env_of({}));
+  ASSERT_TRUE(r.run) << r.err;
+  EXPECT_EQ(r.config.host, "127.0.0.1");
+  EXPECT_EQ(r.config.port, 8080);
+  EXPECT_EQ(r.config.shutdown.mode, crew::ShutdownMode::drain);
+  EXPECT_LT(r.config.shutdown.timeout, r.config.shutdown.termination_timeout);
+}
+
+TEST(CrewdConfig, FlagsOverrideEnvironmentWhichOverridesTheFile) {
+  const TomlFile file(R"(
+listen = "127.0.0.1:9000"
+log_level = "warning"
+[http]
+workers = 10
+body_limit = 1000
+[shutdown]
+mode = "soft"
+timeout_ms = 3000
+)");
+  const LoadResult r =
+      load_config({"--config", file.path(), "--http-workers", "30"},
+                  env_of({{"CREWD_HTTP_WORKERS", "20"}, {"CREWD_LISTEN", "0.0.0.0:9001"}}));
+  ASSERT_TRUE(r.run) << r.err;
+  EXPECT_EQ(r.config.http.workers, 30u);  // flag over env over file
+  EXPECT_EQ(r.config.host, "0.0.0.0");    // env over file
+  EXPECT_EQ(r.config.port, 9001);
+  EXPECT_EQ(r.config.http.body_limit, 1000u);  // file over default
+  EXPECT_EQ(r.config.log_level, crew::LogLevel::warning);
+  EXPECT_EQ(r.config.shutdown.mode, crew::ShutdownMode::soft);
+  EXPECT_EQ(r.config.shutdown.timeout, 3000ms);
+  EXPECT_EQ(r.config.jobs.workers, Config{}.jobs.workers);  // untouched: default
+}
+
+TEST(CrewdConfig, TheFileCanComeFromTheEnvironment) {
+  const TomlFile file("[jobs]\nmax_ms = 123\n");
+  const LoadResult r = load_config({}, env_of({{"CREWD_CONFIG", file.path()}}));
+  ASSERT_TRUE(r.run) << r.err;
+  EXPECT_EQ(r.config.jobs.limits.max_ms, 123u);
+  EXPECT_EQ(r.config_file, file.path());
+}
+
+TEST(CrewdConfig, ABadValueNamesTheSettingAndWhereItCameFrom) {
+  struct Case {
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--http-workers", "0"},
+       {},
+       "http.workers = \"0\" (from flag --http-workers): must be an integer in 1..10000"},
+      {{"--http-workers", "-3"},
+       {},
+       "http.workers = \"-3\" (from flag --http-workers): must be an integer"},
+      {{},
+       {{"CREWD_JOBS_QUEUE", "many"}},
+       "jobs.queue = \"many\" (from env CREWD_JOBS_QUEUE): must be an integer"},
+      {{"--listen", "localhost"},
+       {},
+       "listen = \"localhost\" (from flag --listen): must be HOST:PORT"},
+      {{"--listen", "127.0.0.1:70000"}, {}, "must be HOST:PORT with a port in 0..65535"},
+      {{},
+       {{"CREWD_SHUTDOWN_MODE", "gentle"}},
+       "shutdown.mode = \"gentle\" (from env CREWD_SHUTDOWN_MODE): must be one of drain, soft, "
+       "hard"},
+      {{"--log-level", "loud"},
+       {},
+       "log_level = \"loud\" (from flag --log-level): must be one of debug, info, warning, error"},
+      {{"--compute-inline-factorial", "maybe"},
+       {},
+       "compute.inline_factorial = \"maybe\" (from flag --compute-inline-factorial): must be true "
+       "or false"},
+      {{"--shutdown-timeout-ms", "30000"},
+       {},
+       "shutdown.timeout_ms (30000) must be less than shutdown.termination_timeout_ms (20000)"},
+      {{"--jobs-default-timeout-ms", "90000"},
+       {},
+       "jobs.default_timeout_ms (90000) must not exceed jobs.max_timeout_ms (60000)"},
+  };
+  for (const Case& c : cases) {
+    const LoadResult r = load_config(c.args, env_of(c.env));
+    EXPECT_FALSE(r.run);
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << "got: " << r.err;
+  }
+}
+
+TEST(CrewdConfig, TheFileIsCheckedForTypesTyposAndSyntax) {
+  {
+    const TomlFile file("[http]\nworkers = \"ten\"\n");
+    const LoadResult r = load_config({"--config", file.path()}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("http.workers = (line 2) (from file " + file.path() +
+                         "): must be an integer in 1..10000"),
+              std::string::npos)
+        << r.err;
+  }
+  {
+    const TomlFile file("[http]\nworker = 10\n");
+    const LoadResult r = load_config({"--config", file.path()}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("unknown setting http.worker in " + file.path() + " (line 2)"),
+              std::string::npos)
+        << r.err;
+  }
+  {
+    const TomlFile file("[http\nworkers = 10\n");
+    const LoadResult r = load_config({"--config", file.path()}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("cannot read " + file.path()), std::string::npos) << r.err;
+  }
+  {
+    const LoadResult r = load_config({"--config", "/nonexistent/crewd.toml"}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("cannot read /nonexistent/crewd.toml"), std::string::npos) << r.err;
+  }
+}
+
+TEST(CrewdConfig, AnUnknownFlagIsAUsageError) {
+  const LoadResult r = load_config({"--no-such-flag"}, env_of({}));
+  EXPECT_FALSE(r.run);
+  EXPECT_EQ(r.exit_code, kUsageExit);
+  EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos) << r.err;
+}
+
+TEST(CrewdConfig, PrintedConfigurationReadsBackAsTheSameConfiguration) {
+  const LoadResult first =
+      load_config({"--print-config", "--jobs-workers", "7", "--shutdown-mode", "hard",
+                   "--compute-inline-factorial", "true", "--http-keep-alive-timeout-s", "9"},
+                  env_of({}));
+  ASSERT_FALSE(first.run);
+  ASSERT_EQ(first.exit_code, 0);
+  EXPECT_NE(first.out.find("workers = 7"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("[flag]"), std::string::npos) << first.out;
+  const TomlFile file(first.out);
+  const LoadResult second = load_config({"--config", file.path()}, env_of({}));
+  ASSERT_TRUE(second.run) << second.err;
+  EXPECT_EQ(second.config.jobs.workers, 7u);
+  EXPECT_EQ(second.config.shutdown.mode, crew::ShutdownMode::hard);
+  EXPECT_TRUE(second.config.compute.inline_factorial);
+  EXPECT_EQ(second.config.http.keep_alive_timeout, 9s);
+  EXPECT_EQ(to_toml(second.config), to_toml(first.config));
+}
+
+TEST(CrewdConfig, NamesFollowTheKey) {
+  EXPECT_EQ(env_name("shutdown.termination_timeout_ms"), "CREWD_SHUTDOWN_TERMINATION_TIMEOUT_MS");
+  EXPECT_EQ(flag_name("shutdown.termination_timeout_ms"), "--shutdown-termination-timeout-ms");
+  EXPECT_EQ(env_name("listen"), "CREWD_LISTEN");
+}
+
+// The binary itself: what an operator sees.
+TEST(CrewdBinary, HelpListsEverySettingWithItsDefaultAndVariable) {
+  const auto [code, out] = test::run_crewd({"--help"});
+  EXPECT_EQ(code, 0);
+  for (const char* s : {"--listen", "CREWD_LISTEN", "--shutdown-termination-timeout-ms",
+                        "--http-body-limit", "--print-config", "78 configuration error"}) {
+    EXPECT_NE(out.find(s), std::string::npos) << s << " missing from\n" << out;
+  }
+}
+
+TEST(CrewdBinary, PrintConfigShowsTheEffectiveValues) {
+  const auto [code, out] = test::run_crewd({"--print-config"}, {{"CREWD_LISTEN", "0.0.0.0:8081"}});
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(out.find("listen = \"0.0.0.0:8081\""), std::string::npos) << out;
+  EXPECT_NE(out.find("termination_timeout_ms = 20000"), std::string::npos) << out;
+}
+
+TEST(CrewdBinary, ABadValueStopsStartUpWithTheConfigurationExitCode) {
+  const auto [code, out] = test::run_crewd({"--jobs-max-ms", "soon"});
+  EXPECT_EQ(code, kConfigErrorExit);
+  EXPECT_NE(out.find("jobs.max_ms = \"soon\" (from flag --jobs-max-ms)"), std::string::npos) << out;
+}
+
+TEST(CrewdBinary, APortInUseFailsStartUp) {
+  test::Crewd first({"--listen", "127.0.0.1:0"});
+  const int port = first.wait_port();
+  ASSERT_GT(port, 0) << first.log();
+  const auto [code, out] = test::run_crewd({"--listen", "127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(code, 3) << out;  // crew::ExitCode::startup_failure
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace crewd

@@ -1,0 +1,424 @@
+// service/tests/crewd_harness.hpp: runs crewd as a child process and talks
+// HTTP/1.1 to it over raw sockets, for the service's integration tests.
+//
+// Raw sockets rather than an HTTP client library: the SIGTERM test must tell
+// a refused connection from a reset one, and a complete response from a
+// truncated one, and must know when each request left the client.
+//
+// Every wait here is bounded (timeouts scale with kSlowdown under sanitizers).
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#ifndef CREWD_BINARY
+#error "CREWD_BINARY must name the crewd executable"
+#endif
+
+namespace crewd::test {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr int kSlowdown = 5;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+inline constexpr int kSlowdown = 5;
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+
+inline std::int64_t monotonic_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// The result of one request on its own connection (Connection: close).
+struct Exchange {
+  enum class Outcome {
+    response,   // a complete response (status line, headers, Content-Length bytes)
+    refused,    // connect() failed: ECONNREFUSED
+    reset,      // reset or closed before a single byte of response arrived
+    truncated,  // reset or closed in the middle of a response
+    timeout,    // no complete response within the bound
+    error,      // anything else (errno in `error`)
+  };
+  Outcome outcome = Outcome::error;
+  int status = 0;
+  std::string headers;  // as received, lower-cased names
+  std::string body;
+  int error = 0;
+  Clock::time_point started;  // before connect()
+  Clock::time_point sent;     // the whole request written
+  Clock::time_point ended;
+
+  [[nodiscard]] std::string header(const std::string& name) const {
+    const std::string key = "\n" + name + ":";
+    const auto pos = headers.find(key);
+    if (pos == std::string::npos) return {};
+    auto begin = pos + key.size();
+    while (begin < headers.size() && headers[begin] == ' ') ++begin;
+    return headers.substr(begin, headers.find('\r', begin) - begin);
+  }
+};
+
+inline const char* to_string(Exchange::Outcome o) {
+  switch (o) {
+    case Exchange::Outcome::response:
+      return "response";
+    case Exchange::Outcome::refused:
+      return "refused";
+    case Exchange::Outcome::reset:
+      return "reset";
+    case Exchange::Outcome::truncated:
+      return "truncated";
+    case Exchange::Outcome::timeout:
+      return "timeout";
+    case Exchange::Outcome::error:
+      return "error";
+  }
+  return "?";
+}
+
+class Socket {
+ public:
+  explicit Socket(int fd = -1) noexcept : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Socket& operator=(Socket&& o) noexcept {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+    return *this;
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { reset(); }
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+// Connects to 127.0.0.1:port; errno is kept on failure.
+inline Socket connect_to(int port) {
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (s.fd() < 0) return s;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    s.reset();
+    errno = err;
+  }
+  return s;
+}
+
+inline bool write_all(int fd, std::string_view data, int& err) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      return false;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Parses `raw` if it holds a complete response; returns false if more bytes
+// are needed.
+inline bool parse_response(const std::string& raw, Exchange& ex, bool head_request) {
+  const auto end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return false;
+  std::string head = raw.substr(0, end + 2);
+  if (head.rfind("HTTP/1.", 0) != 0 || head.size() < 12) return false;
+  // Header names are case-insensitive: lower-case them, not the values.
+  bool in_name = false;
+  for (auto& ch : head) {
+    if (ch == '\n') {
+      in_name = true;
+    } else if (ch == ':') {
+      in_name = false;
+    } else if (in_name) {
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+  }
+  ex.status = std::atoi(head.c_str() + 9);
+  ex.headers = "\n" + head.substr(head.find("\r\n") + 2);
+  std::size_t length = 0;
+  const std::string cl = ex.header("content-length");
+  if (!cl.empty() && !head_request) {
+    length = static_cast<std::size_t>(std::strtoull(cl.c_str(), nullptr, 10));
+  }
+  if (raw.size() < end + 4 + length) return false;
+  ex.body = raw.substr(end + 4, length);
+  return true;
+}
+
+// Reads one response from `fd` (bounded by `deadline`). A response to HEAD
+// has no body, whatever its Content-Length says.
+inline void read_response(int fd, Exchange& ex, Clock::time_point deadline,
+                          bool head_request = false) {
+  std::string raw;
+  char buf[16384];
+  while (true) {
+    if (parse_response(raw, ex, head_request)) {
+      ex.outcome = Exchange::Outcome::response;
+      break;
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      ex.outcome = Exchange::Outcome::timeout;
+      break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;  // re-checks the deadline
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      raw.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    ex.error = n < 0 ? errno : 0;
+    ex.outcome = raw.empty() ? Exchange::Outcome::reset : Exchange::Outcome::truncated;
+    break;
+  }
+  ex.ended = Clock::now();
+}
+
+// One request on a fresh connection; `request` is the full request text.
+inline Exchange send_request(int port, const std::string& request,
+                             std::chrono::milliseconds bound = 10'000ms) {
+  Exchange ex;
+  ex.started = Clock::now();
+  const auto deadline = ex.started + bound * kSlowdown;
+  Socket s = connect_to(port);
+  if (s.fd() < 0) {
+    ex.error = errno;
+    ex.outcome = ex.error == ECONNREFUSED ? Exchange::Outcome::refused : Exchange::Outcome::error;
+    ex.sent = ex.ended = Clock::now();
+    return ex;
+  }
+  if (!write_all(s.fd(), request, ex.error)) {
+    ex.sent = ex.ended = Clock::now();
+    ex.outcome = (ex.error == ECONNRESET || ex.error == EPIPE) ? Exchange::Outcome::reset
+                                                               : Exchange::Outcome::error;
+    return ex;
+  }
+  ex.sent = Clock::now();
+  read_response(s.fd(), ex, deadline, request.rfind("HEAD ", 0) == 0);
+  return ex;
+}
+
+inline std::string request_text(const std::string& method, const std::string& target,
+                                const std::string& body = {},
+                                const std::string& extra_headers = {}) {
+  std::string r = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!body.empty() || method == "POST") {
+    r +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  r += extra_headers + "\r\n" + body;
+  return r;
+}
+
+inline Exchange get(int port, const std::string& target) {
+  return send_request(port, request_text("GET", target));
+}
+
+inline Exchange post(int port, const std::string& target, const std::string& body) {
+  return send_request(port, request_text("POST", target, body));
+}
+
+// crewd as a child process. Its stderr (the log) is collected by a thread;
+// the destructor kills a crewd that is still running.
+class Crewd {
+ public:
+  // `args` after the program name; `env` adds to the test's environment.
+  explicit Crewd(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    std::vector<std::string> argv_s{CREWD_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+    for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      // Only async-signal-safe calls between fork and exec. A test that
+      // dies (a failed assertion that aborts) takes its crewd with it.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::dup2(pipe_fds[1], STDOUT_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(pipe_fds[1]);
+    reader_ = std::thread([this, fd = pipe_fds[0]] { read_log(fd); });
+  }
+  Crewd(const Crewd&) = delete;
+  Crewd& operator=(const Crewd&) = delete;
+  ~Crewd() {
+    if (!exited_) {
+      ::kill(pid_, SIGKILL);
+      (void)wait_exit(10s);
+    }
+    reader_.join();
+  }
+
+  // The port from the "listening on http://HOST:PORT" line; 0 if crewd
+  // exited or did not log it in time.
+  int wait_port(std::chrono::milliseconds bound = 10'000ms) {
+    const std::regex re("listening on http://[^:]+:([0-9]+)");
+    std::smatch m;
+    const std::string line = wait_log(re, bound, &m);
+    return line.empty() ? 0 : std::stoi(m[1].str());
+  }
+
+  // Waits until a log line matches `re`; returns it (empty if crewd exited
+  // or `bound` passed first).
+  std::string wait_log(const std::regex& re, std::chrono::milliseconds bound,
+                       std::smatch* match = nullptr) {
+    std::unique_lock lock(mu_);
+    const auto deadline = Clock::now() + bound * kSlowdown;
+    std::size_t checked = 0;
+    while (true) {
+      for (; checked < lines_.size(); ++checked) {
+        if (std::regex_search(lines_[checked], re)) {
+          held_ = lines_[checked];  // a match refers into the string it matched
+          if (match != nullptr) std::regex_search(held_, *match, re);
+          return held_;
+        }
+      }
+      if (log_closed_ || Clock::now() >= deadline) return {};
+      cv_.wait_until(lock, deadline);
+    }
+  }
+
+  // Everything crewd wrote, once its end of the pipe is closed (bounded).
+  std::string full_log(std::chrono::milliseconds bound = 5'000ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, bound * kSlowdown, [this] { return log_closed_; });
+    std::string all;
+    for (const auto& l : lines_) all += l + "\n";
+    return all;
+  }
+
+  [[nodiscard]] std::string log() const {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const auto& l : lines_) all += l + "\n";
+    return all;
+  }
+
+  void signal(int signo) { ::kill(pid_, signo); }
+
+  // The wait status once crewd exited within `bound`.
+  std::optional<int> wait_exit(std::chrono::milliseconds bound) {
+    const auto deadline = Clock::now() + bound;
+    while (true) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        exit_time_ = Clock::now();
+        return status;
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  [[nodiscard]] Clock::time_point exit_time() const { return exit_time_; }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
+ private:
+  void read_log(int fd) {
+    std::string partial;
+    char buf[4096];
+    while (true) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      partial.append(buf, static_cast<std::size_t>(n));
+      std::size_t pos;
+      std::lock_guard lock(mu_);
+      while ((pos = partial.find('\n')) != std::string::npos) {
+        lines_.push_back(partial.substr(0, pos));
+        partial.erase(0, pos + 1);
+      }
+      cv_.notify_all();
+    }
+    ::close(fd);
+    std::lock_guard lock(mu_);
+    if (!partial.empty()) lines_.push_back(partial);
+    log_closed_ = true;
+    cv_.notify_all();
+  }
+
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  Clock::time_point exit_time_{};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+  std::string held_;
+  bool log_closed_ = false;
+  std::thread reader_;
+};
+
+// Runs crewd with `args` to completion (for --help, --print-config, bad
+// settings); returns the exit code and everything it printed.
+inline std::pair<int, std::string> run_crewd(std::vector<std::string> args,
+                                             std::map<std::string, std::string> env = {}) {
+  Crewd c(std::move(args), std::move(env));
+  const auto status = c.wait_exit(20s * kSlowdown);
+  if (!status) return {-1, c.log()};
+  return {WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status), c.full_log()};
+}
+
+}  // namespace crewd::test

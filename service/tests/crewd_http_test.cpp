@@ -1,0 +1,299 @@
+// Every route of crewd and every status code it answers with, against a
+// crewd process on a free port.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crewd_harness.hpp"
+
+namespace crewd::test {
+namespace {
+
+using Json = nlohmann::json;
+using Outcome = Exchange::Outcome;
+
+Json json_of(const Exchange& ex) {
+  EXPECT_EQ(ex.header("content-type"), "application/json") << ex.body;
+  return Json::parse(ex.body, nullptr, false);
+}
+
+// One crewd for the suite; a small body limit and job limits so that the
+// error paths are cheap to reach.
+class CrewdHttp : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    crewd_ = std::make_unique<Crewd>(std::vector<std::string>{
+        "--listen", "127.0.0.1:0", "--http-body-limit", "4096", "--jobs-max-ms", "2000",
+        "--jobs-max-timeout-ms", "3000", "--jobs-default-timeout-ms", "2000"});
+    port_ = crewd_->wait_port();
+  }
+  static void TearDownTestSuite() {
+    crewd_->signal(SIGTERM);
+    const auto status = crewd_->wait_exit(20s * kSlowdown);
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd_->log();
+    crewd_.reset();
+  }
+  void SetUp() override { ASSERT_GT(port_, 0) << crewd_->log(); }
+
+  static inline std::unique_ptr<Crewd> crewd_;
+  static inline int port_ = 0;
+};
+
+void expect_error(const Exchange& ex, int status, const std::string& message_part) {
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, status) << ex.body;
+  const Json j = json_of(ex);
+  ASSERT_TRUE(j.is_object()) << ex.body;
+  EXPECT_EQ(j.value("status", 0), status) << ex.body;
+  EXPECT_NE(j.value("error", std::string()).find(message_part), std::string::npos) << ex.body;
+}
+
+TEST_F(CrewdHttp, FactorialReturnsTheResultAsJson) {
+  const Exchange ex = get(port_, "/api/v1/factorial/20");
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 200);
+  EXPECT_EQ(ex.body, R"({"n":20,"result":2432902008176640000})");
+  EXPECT_EQ(json_of(get(port_, "/api/v1/factorial/0"))["result"], 1);
+  EXPECT_EQ(json_of(get(port_, "/api/v1/factorial/5"))["result"], 120);
+}
+
+TEST_F(CrewdHttp, FactorialRefusesOutOfRangeNegativeAndNonNumericN) {
+  for (const char* n : {"21", "-1", "abc", "1.5", "%2B3", "99999999999999999999"}) {
+    expect_error(get(port_, std::string("/api/v1/factorial/") + n), 400,
+                 "n must be an integer in 0..20");
+  }
+}
+
+TEST_F(CrewdHttp, JobsRunAndReportTheirOutcomeAndTimings) {
+  const Exchange ex =
+      post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":50,"timeout_ms":2000,"name":"nap"})");
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 200) << ex.body;
+  const Json j = json_of(ex);
+  EXPECT_EQ(j["outcome"], "succeeded");
+  EXPECT_EQ(j["name"], "nap");
+  EXPECT_EQ(j["kind"], "sleep");
+  EXPECT_GE(j["run_ms"].get<double>(), 49.0);
+  EXPECT_GE(j["total_ms"].get<double>(), j["run_ms"].get<double>());
+  EXPECT_GE(j["queue_ms"].get<double>(), 0.0);
+
+  const Exchange spin = post(port_, "/api/v1/jobs", R"({"kind":"spin","ms":20})");
+  ASSERT_EQ(spin.status, 200) << spin.body;
+  EXPECT_EQ(json_of(spin)["outcome"], "succeeded");
+}
+
+TEST_F(CrewdHttp, AJobPastItsDeadlineIs504) {
+  for (const char* kind : {"sleep", "spin"}) {
+    const Exchange ex =
+        post(port_, "/api/v1/jobs",
+             std::string(R"({"kind":")") + kind + R"(","ms":1500,"timeout_ms":50})");
+    ASSERT_EQ(ex.outcome, Outcome::response);
+    EXPECT_EQ(ex.status, 504) << ex.body;
+    const Json j = json_of(ex);
+    EXPECT_EQ(j["outcome"], "timed_out");
+    EXPECT_LT(j["run_ms"].get<double>(), 1000.0) << "the deadline stopped the job";
+  }
+}
+
+TEST_F(CrewdHttp, JobsRefuseMalformedJsonAndBadValues) {
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":)"), 400, "not valid JSON");
+  expect_error(post(port_, "/api/v1/jobs", ""), 400, "not valid JSON");
+  expect_error(post(port_, "/api/v1/jobs", "[1,2]"), 400, "must be a JSON object");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"nap","ms":1})"), 400, "kind must be");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":-5})"), 400,
+               "ms must be an integer in 0..2000");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":"fast"})"), 400,
+               "ms must be an integer in 0..2000");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":2001})"), 400,
+               "ms must be an integer in 0..2000");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":1,"timeout_ms":0})"), 400,
+               "timeout_ms must be an integer in 1..3000");
+  expect_error(post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":1,"extra":true})"), 400,
+               "unknown field 'extra'");
+}
+
+TEST_F(CrewdHttp, ABodyOverTheLimitIs413) {
+  const std::string big = R"({"kind":"sleep","ms":1,"name":")" + std::string(5000, 'x') + "\"}";
+  expect_error(post(port_, "/api/v1/jobs", big), 413, "http.body_limit (4096 bytes)");
+  // Chunked, so that no Content-Length announces it.
+  std::string chunked =
+      "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 10; ++i) chunked += "400\r\n" + std::string(1024, 'a') + "\r\n";
+  chunked += "0\r\n\r\n";
+  expect_error(send_request(port_, chunked), 413, "http.body_limit");
+  // The service is fine afterwards.
+  EXPECT_EQ(get(port_, "/healthz").status, 200);
+}
+
+TEST_F(CrewdHttp, UnknownRoutesAre404) {
+  for (const char* path : {"/", "/api/v1", "/api/v1/factorial", "/api/v1/factorial/",
+                           "/api/v1/factorial/3/4", "/healthz/", "/api/v2/jobs", "/metricsx"}) {
+    expect_error(get(port_, path), 404, "no such route");
+  }
+}
+
+TEST_F(CrewdHttp, WrongMethodsAre405WithAllow) {
+  struct Case {
+    const char* method;
+    const char* path;
+    const char* allow;
+  };
+  for (const Case c :
+       {Case{"POST", "/api/v1/factorial/3", "GET, HEAD"}, Case{"GET", "/api/v1/jobs", "POST"},
+        Case{"DELETE", "/api/v1/jobs", "POST"}, Case{"PUT", "/metrics", "GET, HEAD"},
+        Case{"POST", "/healthz", "GET, HEAD"}, Case{"POST", "/api/v1/pools", "GET, HEAD"}}) {
+    const Exchange ex =
+        send_request(port_, request_text(c.method, c.path, c.method[0] == 'G' ? "" : "{}"));
+    expect_error(ex, 405, "method not allowed");
+    EXPECT_EQ(ex.header("allow"), c.allow) << c.method << " " << c.path;
+  }
+}
+
+TEST_F(CrewdHttp, AMalformedRequestIs400) {
+  const Exchange ex = send_request(port_, "NOT-HTTP\r\n\r\n");
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, 400);
+}
+
+TEST_F(CrewdHttp, HealthAndReadiness) {
+  const Exchange h = get(port_, "/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json_of(h)["status"], "ok");
+  const Exchange r = get(port_, "/readyz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json_of(r)["status"], "ready");
+  const Exchange head = send_request(port_, request_text("HEAD", "/healthz"));
+  ASSERT_EQ(head.outcome, Outcome::response);
+  EXPECT_EQ(head.status, 200);
+}
+
+TEST_F(CrewdHttp, KeepAliveServesSeveralRequestsOnOneConnection) {
+  Socket s = connect_to(port_);
+  ASSERT_GE(s.fd(), 0);
+  for (int i = 0; i < 3; ++i) {
+    int err = 0;
+    ASSERT_TRUE(write_all(s.fd(), "GET /api/v1/factorial/3 HTTP/1.1\r\nHost: x\r\n\r\n", err));
+    Exchange ex;
+    read_response(s.fd(), ex, Clock::now() + 5s * kSlowdown);
+    ASSERT_EQ(ex.outcome, Outcome::response);
+    EXPECT_EQ(ex.body, R"({"n":3,"result":6})");
+  }
+}
+
+TEST_F(CrewdHttp, PoolsShowStatsAndWorkersOfEveryPool) {
+  // A job running meanwhile shows up in the jobs pool's worker list.
+  std::thread job([this] {
+    (void)post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":1000,"name":"visible-job"})");
+  });
+  bool seen = false;
+  Json j;
+  for (int i = 0; i < 200 * kSlowdown && !seen; ++i) {
+    const Exchange ex = get(port_, "/api/v1/pools");
+    ASSERT_EQ(ex.status, 200);
+    j = json_of(ex);
+    for (const auto& p : j["pools"]) {
+      for (const auto& w : p["worker_list"]) {
+        if (p["name"] == "jobs" && w.contains("task") && w["task"]["name"] == "visible-job") {
+          EXPECT_EQ(w["state"], "busy");
+          seen = true;
+        }
+      }
+    }
+    if (!seen) std::this_thread::sleep_for(5ms);
+  }
+  job.join();
+  EXPECT_TRUE(seen) << j.dump(2);
+  std::vector<std::string> names;
+  for (const auto& p : j["pools"]) {
+    names.push_back(p["name"]);
+    for (const char* key : {"state", "workers", "idle", "busy", "max_workers", "queued",
+                            "submitted", "outcomes", "worker_list"}) {
+      EXPECT_TRUE(p.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"http", "compute", "jobs"}));
+  EXPECT_EQ(j["halting"], false);
+}
+
+TEST_F(CrewdHttp, MetricsCoverPoolsRequestsAndTheProcess) {
+  ASSERT_EQ(get(port_, "/api/v1/factorial/7").status, 200);
+  const Exchange ex = get(port_, "/metrics");
+  ASSERT_EQ(ex.status, 200);
+  EXPECT_EQ(ex.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  std::vector<std::string> lines = {
+      "crewd_http_requests_total{route=\"/api/v1/factorial/{n}\",status=\"200\"}",
+      "crewd_http_request_duration_seconds_bucket{route=\"/api/v1/factorial/"
+      "{n}\",status=\"200\",le=\"+Inf\"}",
+      "crewd_http_connections ",
+      "process_cpu_seconds_total ",
+      "process_resident_memory_bytes ",
+      "process_open_fds ",
+      "process_max_fds ",
+      "process_threads ",
+      "process_start_time_seconds "};
+#if CREWD_CREW_METRICS
+  for (const char* line :
+       {"crew_tasks_total{pool=\"compute\",task=\"factorial\",outcome=\"succeeded\"}",
+        "crew_workers{pool=\"http\",state=\"busy\"}", "crew_queue_length{pool=\"jobs\"}"}) {
+    lines.emplace_back(line);
+  }
+#endif
+  for (const std::string& line : lines) {
+    EXPECT_NE(ex.body.find(line), std::string::npos) << line << " missing";
+  }
+}
+
+// Its own crewd: one job worker and a queue of one, to fill them.
+TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::thread> holders;
+  struct JoinAll {
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } join_all{holders};
+  // Waits until the jobs pool has `busy` running and `queued` queued.
+  const auto wait_for_jobs = [port](int busy, int queued) {
+    for (int i = 0; i < 500 * kSlowdown; ++i) {
+      const Json j = Json::parse(get(port, "/api/v1/pools").body, nullptr, false);
+      if (j.is_object() && j["pools"][2]["busy"] == busy && j["pools"][2]["queued"] == queued) {
+        return true;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    return false;
+  };
+  // One after the other: the second must find the first running, not still
+  // queued (the queue holds one).
+  bool full = true;
+  for (int i = 0; i < 2 && full; ++i) {
+    holders.emplace_back([port] {
+      const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":600})");
+      EXPECT_EQ(ex.status, 200) << ex.body;
+    });
+    full = wait_for_jobs(1, i);
+  }
+  if (!full) {
+    FAIL() << "the jobs pool never had one job running and one queued\n" << crewd.log();
+  }
+  const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1})");
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 503) << ex.body;
+  const Json j = json_of(ex);
+  EXPECT_EQ(j["outcome"], "rejected");
+  EXPECT_EQ(ex.header("retry-after"), "1");
+  for (auto& t : holders) t.join();
+}
+
+}  // namespace
+}  // namespace crewd::test

@@ -1,0 +1,113 @@
+// The request layer: every malformed input ends in a ParseError naming the
+// field and its range, never in an exception.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <variant>
+
+#include "jobs.hpp"
+
+namespace crewd {
+namespace {
+
+const JobLimits kLimits{.max_ms = 10'000, .max_timeout_ms = 60'000, .default_timeout_ms = 5'000};
+
+std::string error_of(std::string_view body) {
+  const auto r = parse_job_request(body, kLimits);
+  const auto* e = std::get_if<ParseError>(&r);
+  return e == nullptr ? "<parsed>" : e->message;
+}
+
+JobRequest parsed(std::string_view body) {
+  const auto r = parse_job_request(body, kLimits);
+  if (const auto* e = std::get_if<ParseError>(&r)) ADD_FAILURE() << body << ": " << e->message;
+  const auto* j = std::get_if<JobRequest>(&r);
+  return j == nullptr ? JobRequest{} : *j;
+}
+
+TEST(CrewdFactorial, ComputesUpToTwentyInUint64) {
+  EXPECT_EQ(factorial(0), 1u);
+  EXPECT_EQ(factorial(1), 1u);
+  EXPECT_EQ(factorial(5), 120u);
+  EXPECT_EQ(factorial(20), 2432902008176640000ull);
+}
+
+TEST(CrewdFactorial, ParsesOnlyDecimalDigitsInRange) {
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n("0")), 0u);
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n("20")), 20u);
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n("007")), 7u);
+  for (const char* bad : {"21", "-1", "+1", "1.0", "abc", "", " 1", "1 ", "0x10", "99999999999",
+                          "18446744073709551617", "1e1"}) {
+    const auto r = parse_factorial_n(bad);
+    ASSERT_TRUE(std::holds_alternative<ParseError>(r)) << "'" << bad << "'";
+    EXPECT_EQ(std::get<ParseError>(r).message,
+              "n must be an integer in 0..20 (larger ones overflow uint64)");
+  }
+}
+
+TEST(CrewdJobRequest, TakesKindMsTimeoutAndName) {
+  EXPECT_EQ(parsed(R"({"kind":"sleep","ms":200,"timeout_ms":1000,"name":"report-1"})"),
+            (JobRequest{JobKind::sleep, 200, 1000, "report-1"}));
+  EXPECT_EQ(parsed(R"({"kind":"spin","ms":0,"timeout_ms":1})"),
+            (JobRequest{JobKind::spin, 0, 1, "spin"}));
+  EXPECT_EQ(parsed(R"(  {"ms":10000, "kind":"sleep"}  )"),
+            (JobRequest{JobKind::sleep, 10'000, 5'000, "sleep"}));
+}
+
+TEST(CrewdJobRequest, RefusesMalformedJson) {
+  for (const char* body : {"", "{", "{\"kind\":", "nul", "{'kind':'sleep'}", "{\"a\":1,}",
+                           "\xff\xfe", "{\"kind\":\"sleep\",\"ms\":1}x"}) {
+    EXPECT_EQ(error_of(body), "body is not valid JSON") << body;
+  }
+}
+
+TEST(CrewdJobRequest, RefusesNonObjects) {
+  for (const char* body : {"[]", "1", "\"sleep\"", "null", "true"}) {
+    EXPECT_EQ(error_of(body), "body must be a JSON object") << body;
+  }
+}
+
+TEST(CrewdJobRequest, RefusesMissingAndUnknownFields) {
+  EXPECT_EQ(error_of(R"({"ms":1})"), "kind is required (\"sleep\" or \"spin\")");
+  EXPECT_EQ(error_of(R"({"kind":"sleep"})"), "ms is required: ms must be an integer in 0..10000");
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"tmeout_ms":5})"),
+            "unknown field 'tmeout_ms' (fields: kind, ms, timeout_ms, name)");
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"\u0001":5})"),
+            "unknown field (unprintable or longer than 32 bytes) (fields: kind, ms, timeout_ms, "
+            "name)");
+}
+
+TEST(CrewdJobRequest, RefusesNegativeNonIntegerAndOutOfRangeNumbers) {
+  for (const char* ms : {"-1", "10001", "1.5", "1.0", "1e3", "\"5\"", "true", "null", "[1]",
+                         "18446744073709551616", "-9223372036854775809"}) {
+    EXPECT_EQ(error_of(std::string(R"({"kind":"sleep","ms":)") + ms + "}"),
+              "ms must be an integer in 0..10000")
+        << ms;
+  }
+  for (const char* t : {"0", "-5", "60001", "2.5", "\"100\""}) {
+    EXPECT_EQ(error_of(std::string(R"({"kind":"sleep","ms":1,"timeout_ms":)") + t + "}"),
+              "timeout_ms must be an integer in 1..60000")
+        << t;
+  }
+}
+
+TEST(CrewdJobRequest, RefusesUnknownKindsAndBadNames) {
+  EXPECT_EQ(error_of(R"({"kind":"nap","ms":1})"), "kind must be \"sleep\" or \"spin\"");
+  EXPECT_EQ(error_of(R"({"kind":1,"ms":1})"), "kind must be \"sleep\" or \"spin\"");
+  const std::string must = "name must be a string of 1..64 characters from [A-Za-z0-9._:-]";
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"name":""})"), must);
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"name":"a b"})"), must);
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"name":7})"), must);
+  EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"name":")" + std::string(65, 'x') + "\"}"), must);
+  EXPECT_EQ(parsed(R"({"kind":"sleep","ms":1,"name":")" + std::string(64, 'x') + "\"}").name,
+            std::string(64, 'x'));
+}
+
+TEST(CrewdJobRequest, SurvivesDeepNesting) {
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  EXPECT_EQ(error_of(deep), "body must be a JSON object");
+  EXPECT_EQ(error_of(std::string(100'000, '[')), "body is not valid JSON");
+}
+
+}  // namespace
+}  // namespace crewd
