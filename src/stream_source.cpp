@@ -181,8 +181,13 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       }
       last_reader_io = Clock::now();
       if (Clock::now() >= next_claim) {
-        claim(room);
-        next_claim = Clock::now() + std::max<Clock::duration>(opts.block, opts.claim_idle / 4);
+        // While the scan of the pending entries is not through, the next
+        // round follows at once: a busy instance claims only `room` entries
+        // per round, and a dead one's jobs must not wait a round each.
+        const bool more = claim(room);
+        next_claim =
+            more ? Clock::now()
+                 : Clock::now() + std::max<Clock::duration>(opts.block, opts.claim_idle / 4);
         continue;
       }
       read_new(room);
@@ -245,7 +250,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   }
 
   // Takes over entries other consumers left pending longer than claim_idle.
-  void claim(std::size_t room) {
+  // True if the scan of the group's pending entries is not through yet.
+  bool claim(std::size_t room) {
     Reply r = reader.command({"XAUTOCLAIM", opts.stream, opts.group, opts.consumer,
                               std::to_string(opts.claim_idle.count()), claim_cursor, "COUNT",
                               std::to_string(room)});
@@ -253,7 +259,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       if (r && r->type == REDIS_REPLY_ERROR) {
         log(LogLevel::error, "XAUTOCLAIM failed: " + std::string(text_of(r.get())));
       }
-      return;
+      return false;
     }
     claim_cursor = std::string(text_of(r->element[0]));
     for (Job& job : jobs_of(r->element[1])) {
@@ -262,6 +268,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       log(LogLevel::info, "claimed " + job.id + " (attempt " + std::to_string(job.attempt) + ")");
       dispatch(std::move(job));
     }
+    return claim_cursor != "0-0";
   }
 
   // Redis' count of deliveries of a pending entry (XAUTOCLAIM counts one).

@@ -199,6 +199,41 @@ TEST(StreamSource, ADeadConsumersJobsAreClaimedByALiveOne) {
   EXPECT_EQ(pending(redis), 0);
 }
 
+// A busy consumer claims only what it has room for per XAUTOCLAIM; it keeps
+// claiming while the scan is not through instead of waiting a claim round
+// (claim_idle / 4) for each entry.
+TEST(StreamSource, ABusyConsumerClaimsEveryOrphanWithoutARoundForEach) {
+  Watchdog dog;
+  RedisServer redis;
+  constexpr int kOrphans = 24;
+  enqueue(redis, kOrphans);
+  {
+    Pool doomed({.max_workers = kOrphans, .shutdown_mode = ShutdownMode::hard});
+    std::atomic<int> started{0};
+    StreamSource a(doomed, options_for(redis, "a"), [&](const Job&, std::stop_token stop) {
+      started.fetch_add(1);
+      while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+      return JobResult{true, "never written"};
+    });
+    a.start();
+    ASSERT_TRUE(eventually([&] { return started.load() == kOrphans; }));
+    a.stop();
+  }
+  EXPECT_EQ(pending(redis), kOrphans);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  Pool pool({.max_workers = 1});
+  auto opts = options_for(redis, "b");
+  opts.max_in_flight = 1;  // room for one entry per claim
+  StreamSource b(pool, opts, echo);
+  b.start();
+  ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == kOrphans; }));
+  // One round per entry would take kOrphans * 75 ms after the idle time.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped_at, opts.claim_idle + 1s);
+  EXPECT_EQ(b.stats().claimed, static_cast<std::uint64_t>(kOrphans));
+  ASSERT_TRUE(b.wait_idle(10s));
+  EXPECT_EQ(pending(redis), 0);
+}
+
 TEST(StreamSource, AGracefulStopAcknowledgesOnlyWhatCompleted) {
   Watchdog dog;
   RedisServer redis;
