@@ -118,7 +118,10 @@ class StreamSource {
   // Validates the options (throws Error(invalid_options) naming the field).
   // Does not connect: start() does.
   StreamSource(Pool& pool, StreamSourceOptions options, JobHandler handler);
-  ~StreamSource();  // stop(), then waits for the jobs in flight
+  // stop(); does not wait. A job still in flight holds the source's shared
+  // state and writes its outcome (and acks) when it ends, or stays pending
+  // if the pool drops it. Call wait_idle() first to wait for them.
+  ~StreamSource();
   StreamSource(const StreamSource&) = delete;
   StreamSource& operator=(const StreamSource&) = delete;
 

@@ -187,8 +187,8 @@ TEST_F(CrewdHttp, KeepAliveServesSeveralRequestsOnOneConnection) {
 
 TEST_F(CrewdHttp, PoolsShowStatsAndWorkersOfEveryPool) {
   // A job running meanwhile shows up in the jobs pool's worker list.
-  std::thread job([this] {
-    (void)post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":1000,"name":"visible-job"})");
+  std::thread job([port = port_] {
+    (void)post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1000,"name":"visible-job"})");
   });
   bool seen = false;
   Json j;
