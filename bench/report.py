@@ -64,6 +64,11 @@ def load(path):
         entries = json.load(f)
     if not isinstance(entries, list):
         sys.exit(f"report.py: {path}: expected a JSON array")
+    # Counts may be written as JSON numbers with a fraction (1000000.0).
+    for e in entries:
+        for key in ("tasks", "rounds"):
+            if isinstance(e.get(key), float) and e[key].is_integer():
+                e[key] = int(e[key])
     return entries
 
 

@@ -34,14 +34,17 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 double hard_with_running_tasks(std::size_t tasks) {
   crew::Pool pool({.name = "hard", .max_workers = tasks, .queue_capacity = tasks});
-  std::mutex mu;
-  std::condition_variable_any cv;
   std::latch running(static_cast<std::ptrdiff_t>(tasks));
   for (std::size_t i = 0; i < tasks; ++i) {
-    const crew::Admission a = pool.post([&](std::stop_token stop) {
+    // Each task blocks on its own mutex and condition variable until its
+    // token is stopped (a shared one would time the convoy of 1,000 threads
+    // on one mutex, not the pool).
+    const crew::Admission a = pool.post([&running](std::stop_token stop) {
+      std::mutex mu;
+      std::condition_variable_any cv;
       running.count_down();
       std::unique_lock lock(mu);
-      cv.wait(lock, stop, [] { return false; });  // until the token is stopped
+      cv.wait(lock, stop, [] { return false; });
     });
     if (a != crew::Admission::accepted) fail("hard_1000: a task was refused");
   }
