@@ -16,6 +16,21 @@ std::string_view to_string(LogLevel level) noexcept {
   return "unknown";
 }
 
+void append_log_tail(std::string& line, const LogContext& context, std::string_view message) {
+  if (!context.task.empty() || context.task_id != 0) {
+    line += " task=";
+    line += context.task;
+    line += '#';
+    line += std::to_string(context.task_id);
+  }
+  if (context.worker_id != 0) {
+    line += " worker=";
+    line += std::to_string(context.worker_id);
+  }
+  line += ": ";
+  line += message;
+}
+
 void StderrLogger::log(LogLevel level, const LogContext& context,
                        std::string_view message) noexcept {
   try {
@@ -25,18 +40,7 @@ void StderrLogger::log(LogLevel level, const LogContext& context,
       line += " pool=";
       line += context.pool;
     }
-    if (!context.task.empty() || context.task_id != 0) {
-      line += " task=";
-      line += context.task;
-      line += '#';
-      line += std::to_string(context.task_id);
-    }
-    if (context.worker_id != 0) {
-      line += " worker=";
-      line += std::to_string(context.worker_id);
-    }
-    line += ": ";
-    line += message;
+    append_log_tail(line, context, message);
     line += '\n';
     // One write: lines from several threads do not interleave.
     (void)::write(STDERR_FILENO, line.data(), line.size());

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "crew/pool_types.hpp"
 
@@ -62,6 +65,13 @@ class Watchdog {
     thread_.join();
   }
 
+  // A child process to SIGKILL before aborting, so that a test that hangs
+  // leaves nothing running.
+  void guard(pid_t pid) {
+    const std::lock_guard lock(mu_);
+    if (pid > 0) pids_.push_back(pid);
+  }
+
  private:
   static std::string current_test_name() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -73,6 +83,7 @@ class Watchdog {
       std::fprintf(stderr, "\nwatchdog: %s did not finish within %lld s; aborting\n",
                    name_.c_str(), static_cast<long long>(limit.count()));
       std::fflush(stderr);
+      for (const pid_t p : pids_) ::kill(p, SIGKILL);
       std::abort();
     }
   }
@@ -81,6 +92,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::vector<pid_t> pids_;
   std::thread thread_;
 };
 

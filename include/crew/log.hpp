@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 namespace crew {
@@ -29,6 +30,11 @@ struct LogContext {
   std::uint64_t task_id = 0;
   std::uint64_t worker_id = 0;
 };
+
+// Appends what follows the pool in a crew log line:
+// "[ task=<name>#<id>][ worker=<id>]: <message>". Shared by the stderr logger
+// and adapters (crew/spdlog_logger.hpp) so that lines read alike everywhere.
+void append_log_tail(std::string& line, const LogContext& context, std::string_view message);
 
 class Logger {
  public:

@@ -42,18 +42,7 @@ class SpdlogLogger final : public Logger {
       if (!logger_->should_log(to)) return;
       std::string line = "pool=";
       line += context.pool;
-      if (!context.task.empty() || context.task_id != 0) {
-        line += " task=";
-        line += context.task;
-        line += '#';
-        line += std::to_string(context.task_id);
-      }
-      if (context.worker_id != 0) {
-        line += " worker=";
-        line += std::to_string(context.worker_id);
-      }
-      line += ": ";
-      line += message;
+      append_log_tail(line, context, message);
       logger_->log(to, spdlog::string_view_t(line.data(), line.size()));
     } catch (...) {  // out of memory while formatting: drop the line
     }

@@ -35,6 +35,8 @@
 #include <utility>
 #include <vector>
 
+#include "test_util.hpp"
+
 #ifndef CREWD_BINARY
 #error "CREWD_BINARY must name the crewd executable"
 #endif
@@ -44,17 +46,8 @@ namespace crewd::test {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-inline constexpr int kSlowdown = 5;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-inline constexpr int kSlowdown = 5;
-#else
-inline constexpr int kSlowdown = 1;
-#endif
-#else
-inline constexpr int kSlowdown = 1;
-#endif
+// Sanitizers slow everything down; bounds scale with it (crew's tests' rule).
+using crew::test::kSlowdown;
 
 inline std::int64_t monotonic_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -33,6 +33,7 @@ namespace crewd::test {
 namespace {
 
 using crew::test::RedisServer;
+using crew::test::Watchdog;
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
 // ---- the settings and the entry parser ----
@@ -365,42 +366,6 @@ class StreamReader {
   std::unordered_map<std::string, int> per_job_;
   std::unordered_map<std::string, long long> first_ms_;
   std::vector<Outcome> all_;
-};
-
-// Aborts a test that has not finished in time, after killing the processes
-// it started (a deadlock must fail fast and leave nothing running).
-class Watchdog {
- public:
-  explicit Watchdog(std::chrono::seconds limit)
-      : thread_([this, limit = limit * kSlowdown] {
-          std::unique_lock lock(mu_);
-          if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
-          std::fprintf(stderr, "\nwatchdog: the test did not finish within %lld s; aborting\n",
-                       static_cast<long long>(limit.count()));
-          for (const pid_t p : pids_) ::kill(p, SIGKILL);
-          std::abort();
-        }) {}
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void guard(pid_t pid) {
-    std::lock_guard lock(mu_);
-    if (pid > 0) pids_.push_back(pid);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::vector<pid_t> pids_;
-  std::thread thread_;
 };
 
 constexpr auto kClaimIdle = 1000ms;
