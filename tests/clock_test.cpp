@@ -1,4 +1,6 @@
 // crew's clock (crew/detail/clock.hpp) against steady_clock.
+#include "crew/detail/clock.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "crew/detail/clock.hpp"
 #include "test_util.hpp"
 
 namespace crew::detail {

@@ -19,8 +19,9 @@ struct CrewctlRun {
 };
 
 CrewctlRun crewctl(const RedisServer& redis, const std::string& args) {
-  const std::string cmd = std::string(CREW_CREWCTL) + " --redis 127.0.0.1:" +
-                          std::to_string(redis.port()) + " " + args + " 2>&1";
+  const std::string cmd = std::string(CREW_CREWCTL) +
+                          " --redis 127.0.0.1:" + std::to_string(redis.port()) + " " + args +
+                          " 2>&1";
   CrewctlRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -34,7 +35,8 @@ CrewctlRun crewctl(const RedisServer& redis, const std::string& args) {
 TEST(Crewctl, EnqueuesJobsWithTheHttpApisFields) {
   Watchdog dog;
   RedisServer redis;
-  const CrewctlRun r = crewctl(redis, "enqueue --kind sleep --ms 5 --timeout-ms 100 --name nightly --count 3");
+  const CrewctlRun r =
+      crewctl(redis, "enqueue --kind sleep --ms 5 --timeout-ms 100 --name nightly --count 3");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(redis.command({"XLEN", "crew:jobs"}), "3");
   redisReply* e = redis.raw({"XRANGE", "crew:jobs", "-", "+", "COUNT", "1"});

@@ -84,8 +84,8 @@ void print_last(Redis& redis, const std::string& stream, int count) {
   if (count <= 0) {
     print_entries(redis.run({"XRANGE", stream, "-", "+"}).get(), false);
   } else {
-    print_entries(
-        redis.run({"XREVRANGE", stream, "+", "-", "COUNT", std::to_string(count)}).get(), true);
+    print_entries(redis.run({"XREVRANGE", stream, "+", "-", "COUNT", std::to_string(count)}).get(),
+                  true);
   }
 }
 
@@ -108,10 +108,14 @@ int main(int argc, char** argv) {
   enqueue->add_option("--kind", kind, "sleep or spin")
       ->required()
       ->check(CLI::IsMember({"sleep", "spin"}));
-  enqueue->add_option("--ms", ms, "how long the job runs")->required()->check(CLI::NonNegativeNumber);
+  enqueue->add_option("--ms", ms, "how long the job runs")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
   enqueue->add_option("--timeout-ms", timeout_ms, "its deadline")->check(CLI::PositiveNumber);
   enqueue->add_option("--name", name, "its name (metrics, reports)");
-  enqueue->add_option("--count", count, "how many")->check(CLI::PositiveNumber)->capture_default_str();
+  enqueue->add_option("--count", count, "how many")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   int shown = 20;
   auto* show_results = app.add_subcommand("results", "print the last results");
@@ -141,7 +145,8 @@ int main(int argc, char** argv) {
     Redis redis(address.substr(0, colon), port);
     if (*enqueue) {
       for (long i = 0; i < count; ++i) {
-        std::vector<std::string> args = {"XADD", stream, "*", "kind", kind, "ms", std::to_string(ms)};
+        std::vector<std::string> args = {
+            "XADD", stream, "*", "kind", kind, "ms", std::to_string(ms)};
         if (timeout_ms > 0) {
           args.push_back("timeout_ms");
           args.push_back(std::to_string(timeout_ms));
@@ -157,10 +162,12 @@ int main(int argc, char** argv) {
     } else if (*show_dead) {
       print_last(redis, dead, shown);
     } else if (*status) {
-      std::printf("stream %s: %s entries\n", stream.c_str(), str(redis.run({"XLEN", stream}).get()).c_str());
+      std::printf("stream %s: %s entries\n", stream.c_str(),
+                  str(redis.run({"XLEN", stream}).get()).c_str());
       std::printf("results %s: %s entries\n", results.c_str(),
                   str(redis.run({"XLEN", results}).get()).c_str());
-      std::printf("dead letters %s: %s entries\n", dead.c_str(), str(redis.run({"XLEN", dead}).get()).c_str());
+      std::printf("dead letters %s: %s entries\n", dead.c_str(),
+                  str(redis.run({"XLEN", dead}).get()).c_str());
       const Reply groups = redis.run({"XINFO", "GROUPS", stream});
       for (std::size_t g = 0; g < groups->elements; ++g) {
         const redisReply* info = groups->element[g];
