@@ -81,7 +81,6 @@ std::int64_t TscClock::slow_now_ns() noexcept {
                                     std::memory_order_relaxed)) {
     return ns;  // a skewed pair, or another thread is writing the anchor
   }
-  std::atomic_thread_fence(std::memory_order_release);
   std::uint32_t next = seq;  // stays 0 until calibrated
   switch (g_phase.load(std::memory_order_relaxed)) {
     case kUnknown: {
@@ -103,9 +102,11 @@ std::int64_t TscClock::slow_now_ns() noexcept {
       [[fallthrough]];
     case kRunning:
       if (tsc <= g_first_tsc) break;  // keep the current anchor
-      rate_.store(rate_since_first(tsc, ns), std::memory_order_relaxed);
-      base_tsc_.store(tsc, std::memory_order_relaxed);
-      base_ns_.store(ns, std::memory_order_relaxed);
+      // Release stores, after the CAS that made seq odd: a reader that
+      // acquire-loads one of them then sees seq odd or newer and retries.
+      rate_.store(rate_since_first(tsc, ns), std::memory_order_release);
+      base_tsc_.store(tsc, std::memory_order_release);
+      base_ns_.store(ns, std::memory_order_release);
       next = seq + 2 == 0 ? 2 : seq + 2;
       break;
     default:

@@ -14,8 +14,8 @@
 // other, so a preempted thread cannot skew one. The clock never strays from
 // steady_clock by more than the rate error over one span: under a
 // microsecond once calibrated (reads during the first 10 ms come from
-// steady_clock), then nanoseconds. Readers never take a lock: the anchor is a seqlock, and
-// a read that races a new anchor falls back to steady_clock.
+// steady_clock), then nanoseconds. Readers never take a lock: the anchor is
+// a seqlock, and a read that races a new anchor falls back to steady_clock.
 //
 // The TSC is used only when the kernel uses it as its clock source (it then
 // vouches that the counter is invariant and synchronized across CPUs) and
@@ -53,10 +53,12 @@ class TscClock {
     const std::uint32_t seq = seq_.load(std::memory_order_acquire);
     if ((seq & 1) == 0 && seq != 0) [[likely]] {
       const std::uint64_t tsc = __rdtsc();
-      const std::uint64_t base_tsc = base_tsc_.load(std::memory_order_relaxed);
-      const std::int64_t base_ns = base_ns_.load(std::memory_order_relaxed);
-      const std::uint64_t rate = rate_.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      // Acquire loads pair with the writer's release stores, so the seq
+      // read after them sees any anchor write they saw part of (no fences:
+      // ThreadSanitizer does not model them; on x86 these are plain loads).
+      const std::uint64_t base_tsc = base_tsc_.load(std::memory_order_acquire);
+      const std::int64_t base_ns = base_ns_.load(std::memory_order_acquire);
+      const std::uint64_t rate = rate_.load(std::memory_order_acquire);
       const std::uint64_t ticks = tsc - base_tsc;  // huge if tsc < base_tsc
       if (seq_.load(std::memory_order_relaxed) == seq && ticks < kSpanTicks) [[likely]] {
         return base_ns + static_cast<std::int64_t>((ticks * rate) >> 32);
