@@ -178,6 +178,14 @@ void Core::grow() noexcept {
       // this one has found work (and then brings in help if more is queued).
       spinning_.fetch_add(1, std::memory_order_seq_cst);
       MutexLock lock(ctl_->mu);
+      if (state() >= PoolState::stopped) {
+        // A submission that raced the end of a shutdown: the submitter
+        // sweeps what it queued (on_push_after_close), and a worker started
+        // now could outlive the pool's last join.
+        spinning_.fetch_sub(1, std::memory_order_seq_cst);
+        live_workers_.fetch_sub(1, std::memory_order_relaxed);
+        return;
+      }
       spawn_worker_locked(false, /*spinning=*/true);
       return;
     }

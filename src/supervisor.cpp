@@ -318,6 +318,10 @@ void Core::stop_supervisor() noexcept {
   std::vector<TaskStateBase*> armed;
   {
     MutexLock lock(ctl.mu);
+    // After a shutdown every worker has exited or was written off; one still
+    // on the books would end with the last reference to its own joinable
+    // std::thread (std::terminate). It is leaving: wait for it.
+    while (!ctl.workers.empty()) ctl.workers_changed.wait(lock.native());
     to_join.swap(ctl.exited);
   }
   {
