@@ -287,6 +287,11 @@ const std::vector<Setting>& settings() {
         "compute.queue_timeout_ms", "a factorial task not started by then: 503",
         +[](Config& c) -> Millis& { return c.compute.queue_timeout; }, 1, kDay));
     s.push_back(boolean(
+        "compute.help",
+        "a waiting handler runs queued factorial tasks itself, at most compute.workers at once "
+        "(false: every factorial crosses to a compute worker)",
+        +[](Config& c) -> bool& { return c.compute.help; }));
+    s.push_back(boolean(
         "compute.inline_factorial",
         "compute factorials on the connection's thread, not the pool (to measure the pool)",
         +[](Config& c) -> bool& { return c.compute.inline_factorial; }));

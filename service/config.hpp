@@ -60,6 +60,10 @@ struct Config {
     std::size_t workers = 0;  // 0: one per hardware thread
     std::size_t queue = 10'000;
     Millis queue_timeout{1000};  // a task not started by then: 503
+    // A handler waiting for its factorial runs queued compute tasks itself
+    // (at most `workers` handlers at once) instead of sleeping until a
+    // compute worker has run it (docs/crewd.md, "Figures").
+    bool help = true;
     // Compute on the connection's thread instead of the pool: only for
     // measuring what the pool costs (README, "crewd figures").
     bool inline_factorial = false;

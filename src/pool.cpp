@@ -331,6 +331,7 @@ PoolStats Core::stats() const {
   s.outcomes = totals_locked();
   s.abandoned = ctl_->tasks_abandoned;
   s.workers_replaced = ctl_->workers_replaced;
+  s.helped = helped_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -236,6 +236,7 @@ PoolStats ShardedPool::stats() const {
     add(total.outcomes, s.outcomes);
     total.abandoned += s.abandoned;
     total.workers_replaced += s.workers_replaced;
+    total.helped += s.helped;
   }
   if (!same) {
     if (stopping || (down && up)) {

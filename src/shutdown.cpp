@@ -238,6 +238,7 @@ bool Core::run_pending() {
   PopState local;
   PopState& st = t_current.core == this ? t_current.worker->pop : local;
   if (!queue_.try_pop(cell, st)) return false;
+  helped_.fetch_add(1, std::memory_order_relaxed);
   if (space_ec_.waiters() != 0) space_ec_.notify_one();
   settle_popped_here(cell);
   return true;

@@ -173,6 +173,9 @@ struct PoolStats {
   OutcomeCounts outcomes;       // tasks that ended
   std::uint64_t abandoned = 0;  // tasks written off (also counted in outcomes)
   std::uint64_t workers_replaced = 0;
+  // Queued tasks taken by Pool::run_pending_task() (a waiting caller helping,
+  // crew::Group::wait among them) rather than by a worker's own loop.
+  std::uint64_t helped = 0;
 };
 
 struct WorkerInfo {

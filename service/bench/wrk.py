@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""What the compute pool costs crewd: wrk against GET /api/v1/factorial/20,
-factorials on the pool (the default) and on the connection's thread
-(compute.inline_factorial=true), interleaved over rounds because the cost of
-crossing cores on a shared VM drifts over minutes. Prints each run and the
-medians as a Markdown table (README.md and docs/crewd.md, "Figures").
+"""What the compute pool costs crewd: wrk against GET /api/v1/factorial/20 with
+factorials on the pool as configured by default (a waiting handler helps run
+the pool's queue), on the pool with every factorial crossing to a compute
+worker (compute.help=false), and on the connection's thread
+(compute.inline_factorial=true). The three are interleaved over rounds
+because the cost of crossing cores on a shared VM drifts over minutes. Prints
+each run, the medians as a Markdown table and the median of the per-round
+ratios (README.md and docs/crewd.md, "Figures").
 
   python3 service/bench/wrk.py [--crewd build/service/crewd] [--rounds 3]
                                [--threads 2] [--connections 64] [--duration 10]
@@ -20,14 +23,24 @@ import subprocess
 import sys
 import time
 
-MODES = {"pool": "false", "inline": "true"}
+# mode -> crewd flags
+MODES = {
+    "pool": [],
+    "hop": ["--compute-help", "false"],
+    "inline": ["--compute-inline-factorial", "true"],
+}
+LABELS = {
+    "pool": "compute pool (default: waiting handlers help)",
+    "hop": "compute pool, every task on a compute worker (`compute.help=false`)",
+    "inline": "connection's thread (`compute.inline_factorial=true`)",
+}
 
 
-def port_of(crewd, inline):
+def port_of(crewd, flags):
     # At the default log level (info) crewd logs its port and nothing per
     # request (the request log is at debug).
     proc = subprocess.Popen(
-        [crewd, "--listen", "127.0.0.1:0", "--compute-inline-factorial", inline],
+        [crewd, "--listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -94,20 +107,23 @@ def main():
 
     med = {m: tuple(statistics.median(x[i] for x in results[m]) for i in range(3))
            for m in MODES}
-    ratio = med["pool"][0] / med["inline"][0]
+    ratio = {m: statistics.median(results[m][r][0] / results["inline"][r][0]
+                                  for r in range(a.rounds)) for m in ("pool", "hop")}
     print()
     print(f"wrk -t{a.threads} -c{a.connections} -d{a.duration}s --latency, "
           f"GET /api/v1/factorial/20, {a.rounds} interleaved rounds, medians "
           f"({os.cpu_count()} CPUs):")
     print()
-    print("| factorial on | requests/s | p50 | p99 |")
-    print("|---|--:|--:|--:|")
-    for m, label in (("pool", "compute pool (default)"),
-                     ("inline", "connection's thread (compute.inline_factorial=true)")):
+    print("| factorial on | requests/s | p50 | p99 | / inline |")
+    print("|---|--:|--:|--:|--:|")
+    for m in MODES:
         rps, p50, p99 = med[m]
-        print(f"| {label} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms |")
+        r = f"{ratio[m]:.3f}" if m in ratio else "1"
+        print(f"| {LABELS[m]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {r} |")
     print()
-    print(f"pool / inline throughput: {ratio:.3f} (the pool costs {100 * (1 - ratio):.1f} %)")
+    for m in ("pool", "hop"):
+        print(f"{m} / inline throughput, median of per-round ratios: {ratio[m]:.3f} "
+              f"(costs {100 * (1 - ratio[m]):.1f} %)")
 
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ TEST_F(CrewdHttp, PoolsShowStatsAndWorkersOfEveryPool) {
   for (const auto& p : j["pools"]) {
     names.push_back(p["name"]);
     for (const char* key : {"state", "workers", "idle", "busy", "max_workers", "queued",
-                            "submitted", "outcomes", "worker_list"}) {
+                            "submitted", "outcomes", "helped", "worker_list"}) {
       EXPECT_TRUE(p.contains(key)) << key;
     }
   }
@@ -246,6 +246,39 @@ TEST_F(CrewdHttp, MetricsCoverPoolsRequestsAndTheProcess) {
   for (const std::string& line : lines) {
     EXPECT_NE(ex.body.find(line), std::string::npos) << line << " missing";
   }
+}
+
+// The compute pool's queued tasks that handlers ran themselves while waiting.
+std::uint64_t compute_helped(int port) {
+  const Json j = json_of(get(port, "/api/v1/pools"));
+  for (const auto& p : j["pools"]) {
+    if (p["name"] == "compute") return p["helped"].get<std::uint64_t>();
+  }
+  ADD_FAILURE() << "no compute pool in " << j.dump();
+  return 0;
+}
+
+// A handler posts its factorial and at once looks at the queue, while the
+// compute worker it woke is still waking up: of 100 factorials it takes
+// some. (That a compute worker took all 100 first would need the handler to
+// be preempted between its post and its look, 100 times in a row.)
+TEST_F(CrewdHttp, WaitingHandlersRunQueuedFactorialsThemselves) {
+  const std::uint64_t before = compute_helped(port_);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(get(port_, "/api/v1/factorial/10").status, 200);
+  EXPECT_GT(compute_helped(port_), before);
+}
+
+// compute.help=false: every factorial crosses to a compute worker.
+TEST(CrewdHttpNoHelp, EveryFactorialRunsOnAComputeWorker) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--compute-help", "false"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  for (int i = 0; i < 100; ++i) {
+    const Exchange ex = get(port, "/api/v1/factorial/10");
+    ASSERT_EQ(ex.status, 200) << ex.body;
+    ASSERT_EQ(json_of(ex)["result"], 3628800);
+  }
+  EXPECT_EQ(compute_helped(port), 0u);
 }
 
 // Its own crewd: one job worker and a queue of one, to fill them.

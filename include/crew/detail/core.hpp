@@ -250,6 +250,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
+  std::atomic<std::uint64_t> helped_{0};      // taken by run_pending()
   SharedCounters shared_;
   std::unique_ptr<Control> ctl_;
   // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
