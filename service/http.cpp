@@ -17,7 +17,6 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <condition_variable>
 #include <crew/detail/mutex.hpp>
 #include <crew/error.hpp>
 #include <cstring>
@@ -30,6 +29,7 @@
 #include <utility>
 #include <variant>
 
+#include "job_runner.hpp"
 #include "jobs.hpp"
 
 namespace crewd {
@@ -226,25 +226,6 @@ struct JobTimes {
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-void run_job(const JobRequest& job, const crew::TaskContext& ctx) {
-  const auto end = Clock::now() + std::chrono::milliseconds(job.ms);
-  if (job.kind == JobKind::sleep) {
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock lock(mu);
-    cv.wait_until(lock, ctx.stop_token, end, [] { return false; });
-    return;
-  }
-  // spin: CPU work in slices, checking the token between them.
-  volatile std::uint64_t sink = 0;
-  std::uint64_t x = 1;
-  while (Clock::now() < end && !ctx.stop_requested()) {
-    for (int i = 0; i < 2000; ++i) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    sink = x;
-  }
-  (void)sink;
 }
 
 // One factorial handed to the compute pool, shared by the handler and the
@@ -546,20 +527,37 @@ void HttpServer::Impl::stop() {
   const int fd = listen_fd_.load();
   // Closing a listening socket resets the connections still in its accept
   // queue, and a burst of clients keeps that queue filled. So first drop
-  // every packet for it (a client's SYN is retransmitted, and then meets
-  // the closed port: connection refused), then let the accept loop take
-  // what is queued (bounded), then close.
-  static sock_filter drop_all[] = {{BPF_RET | BPF_K, 0, 0, 0}};
-  const sock_fprog drop{1, drop_all};
+  // every new client's SYN (it is retransmitted a second later and then
+  // meets the closed port: connection refused), let the handshakes already
+  // answered complete (their ACKs pass: dropping those too left clients
+  // that believed themselves connected, and were reset when their request
+  // was retransmitted to the closed port), let the accept loop take what is
+  // queued (bounded), then close. Accepted connections inherit the filter;
+  // it drops nothing they receive.
+  static sock_filter drop_syn[] = {
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),           // the TCP header's flags
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),        // SYN and ACK
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),  // a SYN alone:
+      BPF_STMT(BPF_RET | BPF_K, 0),                     //   dropped
+      BPF_STMT(BPF_RET | BPF_K, 0xffffffff),            // anything else passes
+  };
+  const sock_fprog drop{static_cast<unsigned short>(std::size(drop_syn)), drop_syn};
   if (::setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof(drop)) == 0) {
-    const auto deadline = Clock::now() + 200ms;
+    // A handshake answered just before the filter completes within a round
+    // trip: on loopback or in a data centre, well within the settle time.
+    const auto attached = Clock::now();
+    const auto settled = attached + 20ms;
+    const auto deadline = attached + 200ms;
     tcp_info info{};
     socklen_t len = sizeof(info);
     // For a listening socket tcpi_unacked is the accept queue's length.
-    while (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_unacked > 0 &&
-           Clock::now() < deadline) {
-      std::this_thread::sleep_for(1ms);
+    for (;;) {
+      const auto now = Clock::now();
+      if (now >= deadline) break;
       len = sizeof(info);
+      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) break;
+      if (info.tcpi_unacked == 0 && now >= settled) break;
+      std::this_thread::sleep_for(1ms);
     }
   }
   ::shutdown(fd, SHUT_RDWR);
@@ -776,7 +774,7 @@ void HttpServer::Impl::job(const std::string& request_body, httplib::Response& r
   crew::Task<void> t = pools_.jobs.submit(
       [job, times](const crew::TaskContext& ctx) {
         times->started_ns.store(now_ns());
-        run_job(job, ctx);
+        (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
         times->ended_ns.store(now_ns());
       },
       {.name = job.name, .timeout = timeout, .queue_timeout = config_.jobs.queue_timeout});

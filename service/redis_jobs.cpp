@@ -7,11 +7,10 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "job_runner.hpp"
 #include "logging.hpp"
 
 namespace crewd {
@@ -29,30 +28,6 @@ bool is_decimal(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Waits until `until` or until `stop` is requested; true if stopped.
-bool wait_until(Clock::time_point until, const std::stop_token& stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
-  std::unique_lock lock(mu);
-  return cv.wait_until(lock, stop, until, [] { return false; }) || stop.stop_requested();
-}
-
-// Runs the job until `until`, as POST /api/v1/jobs runs it; false if `stop`
-// ended it first.
-bool run_until(const JobRequest& job, Clock::time_point until, const std::stop_token& stop) {
-  if (job.kind == JobKind::sleep) return !wait_until(until, stop);
-  // spin: CPU work in slices, checking the token between them.
-  volatile std::uint64_t sink = 0;
-  std::uint64_t x = 1;
-  while (Clock::now() < until) {
-    if (stop.stop_requested()) return false;
-    for (int i = 0; i < 2000; ++i) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    sink = x;
-  }
-  (void)sink;
-  return true;
-}
-
 crew::JobResult run_entry(const crew::Job& entry, const std::stop_token& stop,
                           const JobLimits& limits) {
   const auto parsed = parse_job_fields(entry.fields, limits);
@@ -64,7 +39,7 @@ crew::JobResult run_entry(const crew::Job& entry, const std::stop_token& stop,
   const auto end = start + std::chrono::milliseconds(job.ms);
   const auto deadline = start + std::chrono::milliseconds(job.timeout_ms);
   // Stopped by a shutdown: the source leaves the entry pending.
-  if (!run_until(job, std::min(end, deadline), stop)) return {false, "stopped"};
+  if (!run_job_until(job, std::min(end, deadline), stop)) return {false, "stopped"};
   if (deadline <= end) {
     return {false,
             "the job ran past its deadline (timeout_ms " + std::to_string(job.timeout_ms) + ")"};
@@ -247,7 +222,7 @@ void RedisJobs::poll_stream(const std::stop_token& stop) {
     }
     lag_.store(lag);
     pending_.store(pending);
-    wait_until(Clock::now() + kStreamPollInterval, stop);
+    (void)sleep_until(Clock::now() + kStreamPollInterval, stop);
   }
 }
 
