@@ -40,11 +40,11 @@ PostAllocs measure_post_allocs(std::size_t tasks);
 // Shutdown latency under load (shutdown_latency.cpp).
 struct ShutdownLatency {
   int runs = 0;
-  std::size_t hard_tasks = 1000;     // cooperative long tasks running
+  std::size_t hard_tasks = 1000;  // cooperative long tasks running
   double hard_ms = 0, hard_max_ms = 0;
   std::size_t soft_tasks = 1'000'000;  // small tasks queued
   double soft_ms = 0, soft_max_ms = 0;
-  std::uint64_t soft_rejected = 0;     // as reported by the shutdown
+  std::uint64_t soft_rejected = 0;  // as reported by the shutdown
 };
 ShutdownLatency measure_shutdown_latency(int runs);
 
@@ -57,7 +57,7 @@ struct MetricsScrape {
   std::size_t task_names = 100;
   double ms = 0, ms_max = 0;  // Collect() + text_exposition, median and max
   double collect_ms = 0, text_ms = 0, text_serializer_ms = 0;  // medians
-  std::size_t bytes = 0, lines = 0;  // of the exposition
+  std::size_t bytes = 0, lines = 0;                            // of the exposition
 };
 MetricsScrape measure_metrics_scrape(int runs);
 

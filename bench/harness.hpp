@@ -52,10 +52,10 @@ enum class Workload {
   parallel_for,     // crew_structured.cpp, impl_tbb_parallel_for.cpp
 };
 
-inline constexpr std::array kWorkloads = {
-    Workload::short_detached, Workload::short_future, Workload::producers_4,
-    Workload::factorial,      Workload::long_deadline, Workload::group_wait,
-    Workload::funcpool_invoke, Workload::parallel_for};
+inline constexpr std::array kWorkloads = {Workload::short_detached,  Workload::short_future,
+                                          Workload::producers_4,     Workload::factorial,
+                                          Workload::long_deadline,   Workload::group_wait,
+                                          Workload::funcpool_invoke, Workload::parallel_for};
 
 // parallel_for runs over this many indices per --tasks (10,000,000 by
 // default); its figures are per index.

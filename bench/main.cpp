@@ -354,15 +354,17 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
                           .text());
   }
   if (const auto& d = extras.shutdown) {
-    entries.push_back(base_entry("crew", "shutdown_hard", d->hard_tasks, static_cast<std::size_t>(d->runs))
-                          .num("ms", d->hard_ms)
-                          .num("ms_max", d->hard_max_ms)
-                          .text());
-    entries.push_back(base_entry("crew", "shutdown_soft", d->soft_tasks, static_cast<std::size_t>(d->runs))
-                          .num("ms", d->soft_ms)
-                          .num("ms_max", d->soft_max_ms)
-                          .num("rejected", static_cast<double>(d->soft_rejected))
-                          .text());
+    entries.push_back(
+        base_entry("crew", "shutdown_hard", d->hard_tasks, static_cast<std::size_t>(d->runs))
+            .num("ms", d->hard_ms)
+            .num("ms_max", d->hard_max_ms)
+            .text());
+    entries.push_back(
+        base_entry("crew", "shutdown_soft", d->soft_tasks, static_cast<std::size_t>(d->runs))
+            .num("ms", d->soft_ms)
+            .num("ms_max", d->soft_max_ms)
+            .num("rejected", static_cast<double>(d->soft_rejected))
+            .text());
   }
   if (const auto& m = extras.scrape) {
     entries.push_back(base_entry("crew_metrics", "metrics_scrape", m->pools * m->task_names,
@@ -428,19 +430,22 @@ void print_table(const Options& o, const std::vector<Summary>& rows, const std::
         q->tasks, q->rss_mb, q->bytes_per_task, q->allocs_per_task, q->post_ns_per_task);
   }
   if (const auto& d = extras.shutdown) {
-    std::printf("  shutdown_hard  %zu cooperative long tasks running: hard returns in %.1f ms "
-                "(median of %d, max %.1f)\n",
-                d->hard_tasks, d->hard_ms, d->runs, d->hard_max_ms);
-    std::printf("  shutdown_soft  %zu tasks queued: soft returns in %.1f ms (median of %d, max "
-                "%.1f), %llu reported rejected\n",
-                d->soft_tasks, d->soft_ms, d->runs, d->soft_max_ms,
-                static_cast<unsigned long long>(d->soft_rejected));
+    std::printf(
+        "  shutdown_hard  %zu cooperative long tasks running: hard returns in %.1f ms "
+        "(median of %d, max %.1f)\n",
+        d->hard_tasks, d->hard_ms, d->runs, d->hard_max_ms);
+    std::printf(
+        "  shutdown_soft  %zu tasks queued: soft returns in %.1f ms (median of %d, max "
+        "%.1f), %llu reported rejected\n",
+        d->soft_tasks, d->soft_ms, d->runs, d->soft_max_ms,
+        static_cast<unsigned long long>(d->soft_rejected));
   }
   if (const auto& m = extras.scrape) {
-    std::printf("  metrics_scrape %zu pools x %zu task names (%zu lines): %.1f ms (median of %d, "
-                "max %.1f; Collect %.1f + text %.1f; TextSerializer %.1f)\n",
-                m->pools, m->task_names, m->lines, m->ms, m->runs, m->ms_max, m->collect_ms,
-                m->text_ms, m->text_serializer_ms);
+    std::printf(
+        "  metrics_scrape %zu pools x %zu task names (%zu lines): %.1f ms (median of %d, "
+        "max %.1f; Collect %.1f + text %.1f; TextSerializer %.1f)\n",
+        m->pools, m->task_names, m->lines, m->ms, m->runs, m->ms_max, m->collect_ms, m->text_ms,
+        m->text_serializer_ms);
   }
   if (const auto& p = extras.post) {
     std::printf(

@@ -6,10 +6,9 @@
 // runs long tasks with deadlines (one cooperative task that times out, one
 // cancelled through its handle), then shuts the pool down softly with work
 // still queued and prints the report.
-#include <crew/pool.hpp>
-
 #include <atomic>
 #include <chrono>
+#include <crew/pool.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,12 +28,11 @@ std::uint64_t factorial(std::uint64_t n) {
 }
 
 void print_counts(const char* label, const crew::OutcomeCounts& c) {
-  std::printf("%-10s succeeded %llu, failed %llu, cancelled %llu, timed out %llu, rejected %llu\n",
-              label, static_cast<unsigned long long>(c.succeeded),
-              static_cast<unsigned long long>(c.failed),
-              static_cast<unsigned long long>(c.cancelled),
-              static_cast<unsigned long long>(c.timed_out),
-              static_cast<unsigned long long>(c.rejected));
+  std::printf(
+      "%-10s succeeded %llu, failed %llu, cancelled %llu, timed out %llu, rejected %llu\n", label,
+      static_cast<unsigned long long>(c.succeeded), static_cast<unsigned long long>(c.failed),
+      static_cast<unsigned long long>(c.cancelled), static_cast<unsigned long long>(c.timed_out),
+      static_cast<unsigned long long>(c.rejected));
 }
 
 }  // namespace
@@ -65,15 +63,19 @@ int main(int argc, char** argv) {
     }
   }
   (void)pool.wait_idle(60s);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("posted %zu short tasks: %llu ran in %.3f s (%.0f ns/task)\n", tasks,
-              static_cast<unsigned long long>(sum.load()), secs, secs * 1e9 / static_cast<double>(tasks));
+              static_cast<unsigned long long>(sum.load()), secs,
+              secs * 1e9 / static_cast<double>(tasks));
 
   // 2. Tasks with results; one throws.
   std::vector<crew::Task<std::uint64_t>> results;
-  for (std::uint64_t n = 15; n <= 20; ++n) results.push_back(pool.submit([n] { return factorial(n); }));
+  for (std::uint64_t n = 15; n <= 20; ++n)
+    results.push_back(pool.submit([n] { return factorial(n); }));
   auto bad = pool.submit([]() -> std::uint64_t { throw std::runtime_error("no such input"); });
-  for (auto& r : results) std::printf("factorial -> %llu\n", static_cast<unsigned long long>(r.get()));
+  for (auto& r : results)
+    std::printf("factorial -> %llu\n", static_cast<unsigned long long>(r.get()));
   try {
     (void)bad.get();
   } catch (const std::exception& e) {
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
   // listed, the running ones finish.
   pool.pause();
   for (int i = 0; i < 5; ++i) {
-    (void)pool.post([] { std::this_thread::sleep_for(1ms); }, {.name = "batch-" + std::to_string(i)});
+    (void)pool.post([] { std::this_thread::sleep_for(1ms); },
+                    {.name = "batch-" + std::to_string(i)});
   }
   const crew::ShutdownReport report = pool.shutdown(crew::ShutdownMode::soft, 1s);
   std::printf("shutdown %s -> %s in %.1f ms\n", std::string(crew::to_string(report.mode)).c_str(),

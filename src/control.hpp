@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,7 +98,7 @@ struct Worker final : Runner {
   TaskStateBase* cur_task CREW_GUARDED_BY(cur_mu) = nullptr;
   bool cur_long CREW_GUARDED_BY(cur_mu) = false;
   std::int64_t cur_started_ns CREW_GUARDED_BY(cur_mu) = 0;
-  std::int64_t cur_deadline_ns CREW_GUARDED_BY(cur_mu) = 0;  // 0 = none
+  std::int64_t cur_deadline_ns CREW_GUARDED_BY(cur_mu) = 0;          // 0 = none
   StopReason cur_reason CREW_GUARDED_BY(cur_mu) = StopReason::none;  // inline runs
 
   RunFrame frame;  // stop source of its top-level long tasks
@@ -128,7 +128,7 @@ struct Control {
   std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
   std::vector<std::shared_ptr<Worker>> exited CREW_GUARDED_BY(mu);     // to join
   std::vector<std::shared_ptr<Worker>> abandoned CREW_GUARDED_BY(mu);  // detached
-  OutcomeCounts retired CREW_GUARDED_BY(mu);  // counters of joined workers
+  OutcomeCounts retired CREW_GUARDED_BY(mu);                           // counters of joined workers
   std::uint64_t next_worker_id CREW_GUARDED_BY(mu) = 0;
   std::uint64_t workers_replaced CREW_GUARDED_BY(mu) = 0;
   std::uint64_t tasks_abandoned CREW_GUARDED_BY(mu) = 0;

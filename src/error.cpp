@@ -4,24 +4,36 @@ namespace crew {
 
 std::string_view to_string(Admission a) noexcept {
   switch (a) {
-    case Admission::accepted: return "accepted";
-    case Admission::closed: return "closed";
-    case Admission::full: return "full";
-    case Admission::too_many_blocked: return "too_many_blocked";
+    case Admission::accepted:
+      return "accepted";
+    case Admission::closed:
+      return "closed";
+    case Admission::full:
+      return "full";
+    case Admission::too_many_blocked:
+      return "too_many_blocked";
   }
   return "unknown";
 }
 
 std::string_view to_string(Errc e) noexcept {
   switch (e) {
-    case Errc::invalid_options: return "invalid options";
-    case Errc::rejected: return "rejected at submission";
-    case Errc::shutdown_dropped: return "dropped from the queue by a shutdown";
-    case Errc::expired: return "expired in the queue";
-    case Errc::cancelled: return "cancelled";
-    case Errc::timed_out: return "timed out";
-    case Errc::abandoned: return "abandoned after its deadline";
-    case Errc::empty_handle: return "empty handle";
+    case Errc::invalid_options:
+      return "invalid options";
+    case Errc::rejected:
+      return "rejected at submission";
+    case Errc::shutdown_dropped:
+      return "dropped from the queue by a shutdown";
+    case Errc::expired:
+      return "expired in the queue";
+    case Errc::cancelled:
+      return "cancelled";
+    case Errc::timed_out:
+      return "timed out";
+    case Errc::abandoned:
+      return "abandoned after its deadline";
+    case Errc::empty_handle:
+      return "empty handle";
   }
   return "unknown";
 }

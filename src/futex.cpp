@@ -31,11 +31,13 @@ void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
   struct timespec ts {};
   ts.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
-  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, &ts, static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
+  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, &ts,
+        static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
 }
 
 void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
-  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr, static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
+  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr,
+        static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
 }
 
 void futex_wake(const std::atomic<std::uint32_t>& word, int count) noexcept {

@@ -21,9 +21,8 @@ void Core::emit_enqueued(const TaskEvent& e) noexcept {
 
 void Core::emit_started(const TaskEvent& e, std::int64_t enqueued_ns,
                         std::int64_t start_ns) noexcept {
-  const std::chrono::nanoseconds wait(enqueued_ns != 0 && start_ns > enqueued_ns
-                                          ? start_ns - enqueued_ns
-                                          : 0);
+  const std::chrono::nanoseconds wait(
+      enqueued_ns != 0 && start_ns > enqueued_ns ? start_ns - enqueued_ns : 0);
   for (const ObserverSlot& o : observers_) {
     if ((o.events & Observer::task_started) != 0) o.observer->on_task_started(e, wait);
   }
@@ -31,12 +30,12 @@ void Core::emit_started(const TaskEvent& e, std::int64_t enqueued_ns,
 
 void Core::emit_finished(const TaskEvent& e, TaskStatus outcome, std::int64_t enqueued_ns,
                          std::int64_t start_ns, std::int64_t end_ns) noexcept {
-  const std::chrono::nanoseconds wait(enqueued_ns != 0 && start_ns > enqueued_ns
-                                          ? start_ns - enqueued_ns
-                                          : 0);
+  const std::chrono::nanoseconds wait(
+      enqueued_ns != 0 && start_ns > enqueued_ns ? start_ns - enqueued_ns : 0);
   const std::chrono::nanoseconds run(end_ns > start_ns ? end_ns - start_ns : 0);
   for (const ObserverSlot& o : observers_) {
-    if ((o.events & Observer::task_finished) != 0) o.observer->on_task_finished(e, outcome, wait, run);
+    if ((o.events & Observer::task_finished) != 0)
+      o.observer->on_task_finished(e, outcome, wait, run);
   }
 }
 
@@ -58,9 +57,15 @@ void Core::emit_worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* 
   for (const ObserverSlot& o : observers_) {
     if ((o.events & Observer::worker_events) == 0) continue;
     switch (kind) {
-      case WorkerEvent::started: o.observer->on_worker_started(opts_.name, worker); break;
-      case WorkerEvent::stopped: o.observer->on_worker_stopped(opts_.name, worker); break;
-      case WorkerEvent::replaced: o.observer->on_worker_replaced(opts_.name, worker); break;
+      case WorkerEvent::started:
+        o.observer->on_worker_started(opts_.name, worker);
+        break;
+      case WorkerEvent::stopped:
+        o.observer->on_worker_stopped(opts_.name, worker);
+        break;
+      case WorkerEvent::replaced:
+        o.observer->on_worker_replaced(opts_.name, worker);
+        break;
       case WorkerEvent::abandoned:
         o.observer->on_worker_abandoned(opts_.name, worker, task != nullptr ? *task : none);
         break;

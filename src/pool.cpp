@@ -27,7 +27,8 @@ std::size_t hardware_threads() noexcept {
 }
 
 void require_non_negative(const char* field, std::chrono::nanoseconds d) {
-  if (d.count() < 0) invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
+  if (d.count() < 0)
+    invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
 }
 
 // One queue shard per hardware thread, at least 4 (so that a few producers
@@ -55,8 +56,8 @@ PoolOptions resolved(PoolOptions o) {
   if (o.queue_capacity == 0) o.queue_capacity = 1000 * hardware_threads();
   if (o.queue_shards == 0) o.queue_shards = default_queue_shards();
   if (o.queue_shards > kMaxShards) {
-    invalid("queue_shards", std::to_string(o.queue_shards) + " exceeds the limit of " +
-                                std::to_string(kMaxShards));
+    invalid("queue_shards",
+            std::to_string(o.queue_shards) + " exceeds the limit of " + std::to_string(kMaxShards));
   }
   require_non_negative("idle_timeout", o.idle_timeout);
   if (o.idle_timeout.count() == 0) invalid("idle_timeout", "must be positive");
@@ -92,13 +93,24 @@ std::uint32_t union_of(const std::vector<Core::ObserverSlot>& slots) {
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
   switch (outcome) {
-    case TaskStatus::succeeded: succeeded.fetch_add(1, std::memory_order_acq_rel); break;
-    case TaskStatus::failed: failed.fetch_add(1, std::memory_order_acq_rel); break;
-    case TaskStatus::cancelled: cancelled.fetch_add(1, std::memory_order_acq_rel); break;
-    case TaskStatus::timed_out: timed_out.fetch_add(1, std::memory_order_acq_rel); break;
-    case TaskStatus::rejected: rejected.fetch_add(1, std::memory_order_acq_rel); break;
+    case TaskStatus::succeeded:
+      succeeded.fetch_add(1, std::memory_order_acq_rel);
+      break;
+    case TaskStatus::failed:
+      failed.fetch_add(1, std::memory_order_acq_rel);
+      break;
+    case TaskStatus::cancelled:
+      cancelled.fetch_add(1, std::memory_order_acq_rel);
+      break;
+    case TaskStatus::timed_out:
+      timed_out.fetch_add(1, std::memory_order_acq_rel);
+      break;
+    case TaskStatus::rejected:
+      rejected.fetch_add(1, std::memory_order_acq_rel);
+      break;
     case TaskStatus::queued:
-    case TaskStatus::running: break;
+    case TaskStatus::running:
+      break;
   }
 }
 
@@ -110,13 +122,24 @@ OutcomeCounts SharedCounters::read() const noexcept {
 
 void WorkerCounters::add(TaskStatus outcome) noexcept {
   switch (outcome) {
-    case TaskStatus::succeeded: succeeded.inc(); break;
-    case TaskStatus::failed: failed.inc(); break;
-    case TaskStatus::cancelled: cancelled.inc(); break;
-    case TaskStatus::timed_out: timed_out.inc(); break;
-    case TaskStatus::rejected: rejected.inc(); break;
+    case TaskStatus::succeeded:
+      succeeded.inc();
+      break;
+    case TaskStatus::failed:
+      failed.inc();
+      break;
+    case TaskStatus::cancelled:
+      cancelled.inc();
+      break;
+    case TaskStatus::timed_out:
+      timed_out.inc();
+      break;
+    case TaskStatus::rejected:
+      rejected.inc();
+      break;
     case TaskStatus::queued:
-    case TaskStatus::running: break;
+    case TaskStatus::running:
+      break;
   }
 }
 
@@ -165,9 +188,9 @@ void Core::start() {
 }
 
 void Core::throw_bad_priority(unsigned priority) const {
-  throw Error(Errc::invalid_options,
-              "crew::TaskOptions.priority: " + std::to_string(priority) + " is above pool '" +
-                  opts_.name + "''s highest level " + std::to_string(queue_.levels() - 1));
+  throw Error(Errc::invalid_options, "crew::TaskOptions.priority: " + std::to_string(priority) +
+                                         " is above pool '" + opts_.name + "''s highest level " +
+                                         std::to_string(queue_.levels() - 1));
 }
 
 void Core::grow() noexcept {
@@ -346,7 +369,8 @@ std::vector<WorkerInfo> Core::workers() const {
     info.state = w->state.load(std::memory_order_relaxed);
     w->cur_mu.lock();
     if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name};
-    if (w->cur_started_ns != 0) info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
+    if (w->cur_started_ns != 0)
+      info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
     w->cur_mu.unlock();
     out.push_back(std::move(info));
   }
@@ -448,8 +472,9 @@ bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
   const auto now = std::chrono::steady_clock::now();
   const auto left = std::chrono::steady_clock::time_point::max() - now;
   const auto deadline =
-      timeout >= left ? std::chrono::steady_clock::time_point::max()
-                      : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+      timeout >= left
+          ? std::chrono::steady_clock::time_point::max()
+          : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
   return core_->wait_idle(deadline);
 }
 

@@ -20,8 +20,7 @@ using Reply = std::unique_ptr<redisReply, ReplyFree>;
 
 // The text of a string, status or error reply.
 inline std::string_view text_of(const redisReply* r) noexcept {
-  return r == nullptr || r->str == nullptr ? std::string_view{}
-                                           : std::string_view(r->str, r->len);
+  return r == nullptr || r->str == nullptr ? std::string_view{} : std::string_view(r->str, r->len);
 }
 
 class RedisConn {

@@ -17,12 +17,12 @@ Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcep
 
 std::string summary_of(const ShutdownReport& r) {
   const OutcomeCounts& d = r.during;
-  return "shutdown " + std::string(to_string(r.mode)) + (r.escalated ? " (escalated to hard)" : "") +
-         " finished in " +
+  return "shutdown " + std::string(to_string(r.mode)) +
+         (r.escalated ? " (escalated to hard)" : "") + " finished in " +
          std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(r.elapsed).count()) +
          " us: succeeded " + std::to_string(d.succeeded) + ", failed " + std::to_string(d.failed) +
-         ", cancelled " + std::to_string(d.cancelled) + ", timed out " + std::to_string(d.timed_out) +
-         ", rejected " + std::to_string(d.rejected) + ", abandoned " +
+         ", cancelled " + std::to_string(d.cancelled) + ", timed out " +
+         std::to_string(d.timed_out) + ", rejected " + std::to_string(d.rejected) + ", abandoned " +
          std::to_string(r.abandoned.size() + r.abandoned_unnamed);
 }
 
@@ -215,8 +215,8 @@ void Core::drop_queue() {
   // A sweep after the shutdown returned (a submission that raced past its
   // end) adds to the last report, which later shutdown() calls return.
   ShutdownReport* target = ctl_->report != nullptr ? ctl_->report
-                           : ctl_->last_report ? &*ctl_->last_report
-                                               : nullptr;
+                           : ctl_->last_report     ? &*ctl_->last_report
+                                                   : nullptr;
   if (ctl_->report == nullptr && target != nullptr) {
     target->during.rejected += unnamed + dropped.size();
     target->lifetime.rejected += unnamed + dropped.size();

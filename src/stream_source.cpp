@@ -134,8 +134,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   std::atomic<bool> reader_ok{false};
   std::atomic<bool> writer_ok{true};
   Clock::time_point last_reader_io{};  // reader thread only
-  std::atomic<std::uint64_t> n_read{0}, n_claimed{0}, n_succeeded{0}, n_retried{0},
-      n_dead{0}, n_pending{0}, n_reconnects{0};
+  std::atomic<std::uint64_t> n_read{0}, n_claimed{0}, n_succeeded{0}, n_retried{0}, n_dead{0},
+      n_pending{0}, n_reconnects{0};
   std::string claim_cursor = "0-0";  // reader thread only
   Clock::time_point next_claim{};    // reader thread only
   std::jthread thread;
@@ -278,7 +278,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       const redisReply* e = r->element[0];
       if (e->type == REDIS_REPLY_ARRAY && e->elements >= 4 &&
           e->element[3]->type == REDIS_REPLY_INTEGER) {
-        return static_cast<std::uint32_t>(std::clamp<long long>(e->element[3]->integer, 1, INT_MAX));
+        return static_cast<std::uint32_t>(
+            std::clamp<long long>(e->element[3]->integer, 1, INT_MAX));
       }
     }
     return 2;  // it was delivered before, at least once
@@ -396,10 +397,21 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   // up (the entry stays pending: it will be delivered again).
   bool finish(const Job& job, const char* status, const char* key, const std::string& value,
               Clock::duration run_time, const std::string& stream) {
-    std::vector<std::string> add = {"XADD",   stream,        "*",          "job",
-                                    job.id,   "attempt",     std::to_string(job.attempt),
-                                    "status", status,        key,          value,
-                                    "instance", opts.instance_id, "run_ms",  ms_text(run_time)};
+    std::vector<std::string> add = {"XADD",
+                                    stream,
+                                    "*",
+                                    "job",
+                                    job.id,
+                                    "attempt",
+                                    std::to_string(job.attempt),
+                                    "status",
+                                    status,
+                                    key,
+                                    value,
+                                    "instance",
+                                    opts.instance_id,
+                                    "run_ms",
+                                    ms_text(run_time)};
     if (stream == opts.dead_letter_stream) {
       for (const auto& [k, v] : job.fields) {
         add.push_back("field:" + k);
@@ -423,8 +435,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       if (ok) {
         for (const Reply& r : replies) {
           if (r->type == REDIS_REPLY_ERROR) {
-            log(LogLevel::error, "writing the outcome of " + job.id + " failed: " +
-                                     std::string(text_of(r.get())));
+            log(LogLevel::error,
+                "writing the outcome of " + job.id + " failed: " + std::string(text_of(r.get())));
             n_pending.fetch_add(1);
             return false;
           }

@@ -182,9 +182,9 @@ void Core::supervise() noexcept {
       next = now_ns() + std::chrono::nanoseconds(std::chrono::milliseconds(10)).count();
     }
     sup_next_wake_.store(next, std::memory_order_seq_cst);
-    sup_ec_.wait(key, next == kNever ? kNoDeadline
-                                     : std::chrono::steady_clock::time_point(
-                                           std::chrono::nanoseconds(next)));
+    sup_ec_.wait(key, next == kNever
+                          ? kNoDeadline
+                          : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next)));
   }
 }
 
@@ -282,7 +282,8 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
   }
   emit_worker(WorkerEvent::abandoned, w.id, &event);
   if (logs(LogLevel::warning)) {
-    log(LogLevel::warning, {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = w.id},
+    log(LogLevel::warning,
+        {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = w.id},
         "task abandoned: still running " + std::to_string(opts_.abandon_grace.count() / 1'000'000) +
             " ms after its stop was requested; its worker is written off");
   }

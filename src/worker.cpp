@@ -115,7 +115,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   if (!written_off) {
     if (!died) emit_worker(WorkerEvent::stopped, w->id);
     if (last) ctl.workers_changed.notify_all();  // a shutdown waits for the last one
-    wake_supervisor();  // joins the thread, replaces a dead worker
+    wake_supervisor();                           // joins the thread, replaces a dead worker
   }
 }
 
@@ -276,8 +276,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   };
   if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
   for (;;) {
-    const bool may_expire =
-        live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
+    const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
     const std::int64_t deadline = may_expire ? now_ns() + opts_.idle_timeout.count() : 0;
     futex_wait(w.wake_word, key, time_point_of(deadline));
     if (w.wake_word.load(std::memory_order_acquire) != key) return Slept::woken_spinning;
@@ -418,7 +417,8 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     register_foreign(s, deadline);
   }
 
-  if (observes(Observer::task_started)) [[unlikely]] emit_started(event_of(s), s->enqueued_ns, start);
+  if (observes(Observer::task_started)) [[unlikely]]
+    emit_started(event_of(s), s->enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   if (s->is_long) s->attach_runner(frame);
   try {
@@ -454,7 +454,8 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
   if (outcome == TaskStatus::failed && s->detached) {
     report_exception(TaskRef{s->id, s->name}, s->error);
   }
-  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) note_stopped(s, outcome);
+  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
+    note_stopped(s, outcome);
   if (observes(Observer::task_finished)) [[unlikely]] {
     emit_finished(event_of(s), outcome, s->enqueued_ns, start, end);
   }

@@ -32,7 +32,13 @@ constexpr int kProducers = 4;
 constexpr int kSeeds = 20;
 
 enum class Kind : std::uint8_t {
-  short_post, short_submit, long_post, long_submit, throwing, cancelled, timing_out
+  short_post,
+  short_submit,
+  long_post,
+  long_submit,
+  throwing,
+  cancelled,
+  timing_out
 };
 
 Kind pick(std::mt19937_64& rng) {
@@ -62,11 +68,12 @@ void run_chaos(std::uint64_t seed) {
   const std::chrono::nanoseconds timeout = (rng() % 2 == 0) ? 0ns : 2ms;
   const auto shutdown_after = std::chrono::microseconds(rng() % 200'000);
   std::atomic<std::uint64_t> handler_calls{0};
-  Pool pool({.name = "chaos",
-             .max_workers = 4,
-             .queue_capacity = 4096,
-             .abandon_grace = 10s,  // every task here is cooperative: none is abandoned
-             .on_exception = [&](const TaskRef&, std::exception_ptr) { handler_calls.fetch_add(1); }});
+  Pool pool(
+      {.name = "chaos",
+       .max_workers = 4,
+       .queue_capacity = 4096,
+       .abandon_grace = 10s,  // every task here is cooperative: none is abandoned
+       .on_exception = [&](const TaskRef&, std::exception_ptr) { handler_calls.fetch_add(1); }});
 
   std::array<ProducerTally, kProducers> tallies;
   std::vector<std::thread> producers;
@@ -139,12 +146,23 @@ void run_chaos(std::uint64_t seed) {
       const TaskStatus first = h.status();
       ASSERT_TRUE(is_final(first));
       switch (first) {
-        case TaskStatus::succeeded: ++seen.succeeded; break;
-        case TaskStatus::failed: ++seen.failed; break;
-        case TaskStatus::cancelled: ++seen.cancelled; break;
-        case TaskStatus::timed_out: ++seen.timed_out; break;
-        case TaskStatus::rejected: ++seen.rejected; break;
-        default: FAIL() << "not final";
+        case TaskStatus::succeeded:
+          ++seen.succeeded;
+          break;
+        case TaskStatus::failed:
+          ++seen.failed;
+          break;
+        case TaskStatus::cancelled:
+          ++seen.cancelled;
+          break;
+        case TaskStatus::timed_out:
+          ++seen.timed_out;
+          break;
+        case TaskStatus::rejected:
+          ++seen.rejected;
+          break;
+        default:
+          FAIL() << "not final";
       }
       ASSERT_EQ(h.status(), first) << "an outcome changed";
     }

@@ -2,11 +2,11 @@
 // submission, elastic workers, pause / resume / resize, stats, hooks.
 #include "crew/pool.hpp"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <dirent.h>
 #include <fstream>
 #include <functional>
 #include <latch>
@@ -163,7 +163,8 @@ TEST(PoolAdmission, TryPostOnAFullQueueSaysFull) {
   Pool pool({.max_workers = 1, .queue_capacity = 4});
   pool.pause();
   std::atomic<int> ran{0};
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::accepted);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::accepted);
   EXPECT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::full);
   auto refused = pool.try_submit([] { return 1; });
   EXPECT_EQ(refused.status(), TaskStatus::rejected);
@@ -272,7 +273,8 @@ TEST(PoolNested, NestedPostOnAFullQueueRunsInline) {
   Pool pool({.max_workers = 1, .queue_capacity = 1});
   std::atomic<int> ran{0};
   auto outer = pool.submit([&] {
-    for (int i = 0; i < 100; ++i) EXPECT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+    for (int i = 0; i < 100; ++i)
+      EXPECT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
   });
   outer.get();
   ASSERT_TRUE(pool.wait_idle(10s));
@@ -424,9 +426,10 @@ TEST(PoolWorkers, AWorkerWhoseStartHookThrowsIsReplaced) {
   Pool pool({.min_workers = 1,
              .max_workers = 1,
              .on_exception = [](const TaskRef&, std::exception_ptr) {},
-             .on_worker_start = [&](std::uint64_t) {
-               if (calls.fetch_add(1) == 0) throw std::runtime_error("first start fails");
-             }});
+             .on_worker_start =
+                 [&](std::uint64_t) {
+                   if (calls.fetch_add(1) == 0) throw std::runtime_error("first start fails");
+                 }});
   // The supervisor replaces the dead minimum worker (after a short backoff).
   ASSERT_TRUE(eventually([&] {
     const PoolStats s = pool.stats();
@@ -480,7 +483,8 @@ TEST(PoolLifetime, DestructionRunsEverythingQueued) {
   {
     Pool pool({.max_workers = 2});
     pool.pause();
-    for (int i = 0; i < 1000; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+    for (int i = 0; i < 1000; ++i)
+      ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
   }  // default shutdown mode: drain
   EXPECT_EQ(ran.load(), 1000);
 }

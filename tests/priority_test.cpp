@@ -119,9 +119,10 @@ TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
   // The bound: at most kAging taken from above by each worker.
   EXPECT_LE(worst, static_cast<long>(kWorkers * kAging));
   RecordProperty("worst_high_tasks_before_low", std::to_string(worst));
-  std::printf("priority aging: worst case %ld high-priority tasks ran before a low one "
-              "(bound %zu)\n",
-              worst, kWorkers * kAging);
+  std::printf(
+      "priority aging: worst case %ld high-priority tasks ran before a low one "
+      "(bound %zu)\n",
+      worst, kWorkers * kAging);
 }
 
 TEST(Priority, APriorityAboveThePoolsLevelsIsAnError) {

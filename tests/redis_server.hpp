@@ -64,8 +64,8 @@ class RedisServer {
       const std::string port = std::to_string(port_);
       const std::string dir = dir_.string();
       ::execlp(CREW_REDIS_SERVER, CREW_REDIS_SERVER, "--port", port.c_str(), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", appendonly_ ? "yes" : "no", "--appendfsync",
-               "always", "--dir", dir.c_str(), "--loglevel", "warning", static_cast<char*>(nullptr));
+               "--save", "", "--appendonly", appendonly_ ? "yes" : "no", "--appendfsync", "always",
+               "--dir", dir.c_str(), "--loglevel", "warning", static_cast<char*>(nullptr));
       std::_Exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

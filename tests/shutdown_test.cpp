@@ -33,7 +33,8 @@ TEST(ShutdownDrain, RunsEverythingQueuedAndRefusesNewTasks) {
   Pool pool({.max_workers = 2});
   pool.pause();
   std::atomic<int> ran{0};
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
   const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 0s);
   EXPECT_EQ(ran.load(), 100);
   EXPECT_EQ(r.mode, ShutdownMode::drain);
@@ -97,11 +98,10 @@ TEST(ShutdownHard, StopsRunningLongTasksAndRejectsQueuedOnes) {
         until_stopped(stop);
       },
       {.name = "long-a"});
-  ASSERT_EQ(pool.post(
-                [&](std::stop_token stop) {
-                  started.count_down();
-                  until_stopped(stop);
-                }),
+  ASSERT_EQ(pool.post([&](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  }),
             Admission::accepted);
   started.wait();
   auto queued = pool.submit([] {}, {.name = "queued"});

@@ -35,10 +35,11 @@ std::set<std::pair<S, S>> legal_edges(std::initializer_list<S> all) {
   return edges;
 }
 
-constexpr auto kPoolStates = {PoolState::created, PoolState::running,  PoolState::paused,
+constexpr auto kPoolStates = {PoolState::created,  PoolState::running, PoolState::paused,
                               PoolState::stopping, PoolState::stopped, PoolState::stopped_timeout};
-constexpr auto kWorkerStates = {WorkerState::starting, WorkerState::idle,    WorkerState::busy,
-                                WorkerState::stopping, WorkerState::stopped, WorkerState::abandoned};
+constexpr auto kWorkerStates = {WorkerState::starting, WorkerState::idle,
+                                WorkerState::busy,     WorkerState::stopping,
+                                WorkerState::stopped,  WorkerState::abandoned};
 
 class Recorder final : public Observer {
  public:
@@ -71,9 +72,11 @@ TEST(StateTables, PoolEdgesAreTheDocumentedOnes) {
   const auto edges = legal_edges(kPoolStates);
   using S = PoolState;
   const std::set<std::pair<S, S>> expected = {
-      {S::created, S::running},        {S::running, S::paused},   {S::paused, S::running},
-      {S::running, S::stopping},       {S::paused, S::stopping},  {S::stopping, S::stopped},
-      {S::stopping, S::stopped_timeout}, {S::stopped, S::running}, {S::stopped_timeout, S::running}};
+      {S::created, S::running},          {S::running, S::paused},
+      {S::paused, S::running},           {S::running, S::stopping},
+      {S::paused, S::stopping},          {S::stopping, S::stopped},
+      {S::stopping, S::stopped_timeout}, {S::stopped, S::running},
+      {S::stopped_timeout, S::running}};
   EXPECT_EQ(edges, expected);
   for (S s : kPoolStates) EXPECT_FALSE(to_string(s).empty());
 }
@@ -94,10 +97,10 @@ TEST(StateWalk, APoolGoesThroughEveryLegalEdge) {
   Watchdog dog;
   auto rec = std::make_shared<Recorder>();
   Pool pool({.max_workers = 1, .observers = {rec}});  // created -> running
-  pool.pause();                                         // running -> paused
-  pool.resume();                                        // paused -> running
-  (void)pool.shutdown(ShutdownMode::drain, 0s);         // running -> stopping -> stopped
-  ASSERT_TRUE(pool.restart());                          // stopped -> running
+  pool.pause();                                       // running -> paused
+  pool.resume();                                      // paused -> running
+  (void)pool.shutdown(ShutdownMode::drain, 0s);       // running -> stopping -> stopped
+  ASSERT_TRUE(pool.restart());                        // stopped -> running
   pool.pause();
   (void)pool.shutdown(ShutdownMode::soft, 0s);  // paused -> stopping -> stopped
   ASSERT_TRUE(pool.restart());
@@ -141,9 +144,10 @@ TEST(StateWalk, WorkersGoThroughEveryLegalEdge) {
     Pool pool({.min_workers = 1,
                .max_workers = 1,
                .on_exception = [](const TaskRef&, std::exception_ptr) {},
-               .on_worker_start = [&](std::uint64_t) {
-                 if (starts.fetch_add(1) == 0) throw std::runtime_error("no");
-               },
+               .on_worker_start =
+                   [&](std::uint64_t) {
+                     if (starts.fetch_add(1) == 0) throw std::runtime_error("no");
+                   },
                .observers = {rec}});
     ASSERT_TRUE(eventually([&] { return pool.stats().workers_replaced == 1; }));
   }

@@ -31,8 +31,7 @@ using test::Watchdog;
 std::vector<std::string> enqueue(RedisServer& redis, int n, const std::string& kind = "ok") {
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) {
-    ids.push_back(
-        redis.command({"XADD", "crew:jobs", "*", "kind", kind, "n", std::to_string(i)}));
+    ids.push_back(redis.command({"XADD", "crew:jobs", "*", "kind", kind, "n", std::to_string(i)}));
   }
   return ids;
 }

@@ -290,7 +290,7 @@ TEST(Outcome, EachHandleSeesExactlyOneFinalOutcome) {
 
 TEST(Outcome, LegalTaskTransitionsAreExactlyTheDocumentedOnes) {
   using S = TaskStatus;
-  const S all[] = {S::queued, S::running, S::succeeded, S::failed,
+  const S all[] = {S::queued,    S::running,   S::succeeded, S::failed,
                    S::cancelled, S::timed_out, S::rejected};
   int legal = 0;
   for (S from : all) {

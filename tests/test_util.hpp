@@ -80,8 +80,8 @@ class Watchdog {
   void watch(std::chrono::seconds limit) {
     std::unique_lock lock(mu_);
     if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-      std::fprintf(stderr, "\nwatchdog: %s did not finish within %lld s; aborting\n",
-                   name_.c_str(), static_cast<long long>(limit.count()));
+      std::fprintf(stderr, "\nwatchdog: %s did not finish within %lld s; aborting\n", name_.c_str(),
+                   static_cast<long long>(limit.count()));
       std::fflush(stderr);
       for (const pid_t p : pids_) ::kill(p, SIGKILL);
       std::abort();

@@ -45,7 +45,8 @@ class Logger {
 
   // Messages below this level are not formatted or sent.
   [[nodiscard]] virtual LogLevel level() const noexcept { return LogLevel::info; }
-  virtual void log(LogLevel level, const LogContext& context, std::string_view message) noexcept = 0;
+  virtual void log(LogLevel level, const LogContext& context,
+                   std::string_view message) noexcept = 0;
 };
 
 // Writes "crew <level> pool=<pool> [task=<name>#<id>] [worker=<id>]: <message>"

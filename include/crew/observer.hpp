@@ -28,7 +28,7 @@ namespace crew {
 // A task as observers see it. Valid for the duration of the call.
 struct TaskEvent {
   std::string_view pool{};
-  std::uint64_t id = 0;   // 0 for plain fire-and-forget tasks
+  std::uint64_t id = 0;     // 0 for plain fire-and-forget tasks
   std::string_view name{};  // empty for unnamed tasks
   bool is_long = false;
 };

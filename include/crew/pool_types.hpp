@@ -36,7 +36,14 @@ enum class ShutdownMode : std::uint8_t {
 
 // new -> running <-> paused -> stopping -> stopped | stopped_timeout;
 // restart(): stopped | stopped_timeout -> running.
-enum class PoolState : std::uint8_t { created, running, paused, stopping, stopped, stopped_timeout };
+enum class PoolState : std::uint8_t {
+  created,
+  running,
+  paused,
+  stopping,
+  stopped,
+  stopped_timeout
+};
 
 // starting -> idle <-> busy -> stopping -> stopped, or abandoned (see
 // is_legal_transition below).
@@ -50,12 +57,17 @@ enum class WorkerStop : std::uint8_t { graceful, hard };
   using S = PoolState;
   if (from == to) return true;
   switch (from) {
-    case S::created: return to == S::running;
-    case S::running: return to == S::paused || to == S::stopping;
-    case S::paused: return to == S::running || to == S::stopping;
-    case S::stopping: return to == S::stopped || to == S::stopped_timeout;
+    case S::created:
+      return to == S::running;
+    case S::running:
+      return to == S::paused || to == S::stopping;
+    case S::paused:
+      return to == S::running || to == S::stopping;
+    case S::stopping:
+      return to == S::stopped || to == S::stopped_timeout;
     case S::stopped:
-    case S::stopped_timeout: return to == S::running;  // restart()
+    case S::stopped_timeout:
+      return to == S::running;  // restart()
   }
   return false;
 }
@@ -68,12 +80,17 @@ enum class WorkerStop : std::uint8_t { graceful, hard };
   using S = WorkerState;
   if (from == to) return true;
   switch (from) {
-    case S::starting: return to == S::idle || to == S::stopping || to == S::abandoned;
-    case S::idle: return to == S::busy || to == S::stopping;
-    case S::busy: return to == S::idle || to == S::stopping || to == S::abandoned;
-    case S::stopping: return to == S::stopped || to == S::abandoned;
+    case S::starting:
+      return to == S::idle || to == S::stopping || to == S::abandoned;
+    case S::idle:
+      return to == S::busy || to == S::stopping;
+    case S::busy:
+      return to == S::idle || to == S::stopping || to == S::abandoned;
+    case S::stopping:
+      return to == S::stopped || to == S::abandoned;
     case S::stopped:
-    case S::abandoned: return false;
+    case S::abandoned:
+      return false;
   }
   return false;
 }
@@ -189,11 +206,11 @@ struct WorkerInfo {
 
 struct ShutdownReport {
   ShutdownMode mode = ShutdownMode::drain;
-  bool escalated = false;   // the timeout expired and the pool went hard
+  bool escalated = false;  // the timeout expired and the pool went hard
   PoolState final_state = PoolState::stopped;
   std::chrono::nanoseconds elapsed{0};
-  OutcomeCounts during;     // outcomes decided while this shutdown ran
-  OutcomeCounts lifetime;   // all outcomes since the pool was created
+  OutcomeCounts during;    // outcomes decided while this shutdown ran
+  OutcomeCounts lifetime;  // all outcomes since the pool was created
   // Tasks the shutdown affected, for compensation by a stateful service.
   std::vector<TaskRef> rejected;   // dropped from the queue
   std::vector<TaskRef> cancelled;  // stopped by the hard phase

@@ -78,7 +78,7 @@ struct StreamSourceOptions {
   // Execution deadline of each job (TaskOptions::timeout); 0: the pool's.
   std::chrono::milliseconds job_timeout{0};
   // Written into every result.
-  std::string instance_id{};  // empty: the consumer name
+  std::string instance_id{};         // empty: the consumer name
   std::shared_ptr<Logger> logger{};  // empty: crew::default_logger()
 };
 
@@ -103,10 +103,10 @@ using JobHandler = std::function<JobResult(const Job&, std::stop_token)>;
 
 struct StreamSourceStats {
   bool connected = false;
-  std::uint64_t read = 0;          // entries taken by XREADGROUP
-  std::uint64_t claimed = 0;       // entries taken by XAUTOCLAIM
-  std::uint64_t succeeded = 0;     // results written and acknowledged
-  std::uint64_t retried = 0;       // failed attempts retried here
+  std::uint64_t read = 0;       // entries taken by XREADGROUP
+  std::uint64_t claimed = 0;    // entries taken by XAUTOCLAIM
+  std::uint64_t succeeded = 0;  // results written and acknowledged
+  std::uint64_t retried = 0;    // failed attempts retried here
   std::uint64_t dead_lettered = 0;
   std::uint64_t left_pending = 0;  // stopped or refused before completing
   std::uint64_t reconnects = 0;

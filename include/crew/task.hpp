@@ -77,10 +77,10 @@ using task_result_t = typename detail::TaskResult<F>::type;
 
 // What cancel() did.
 enum class CancelResult : std::uint8_t {
-  cancelled,        // it was queued and will never run
-  stop_requested,   // it is a running long task; its token is now stopped
+  cancelled,          // it was queued and will never run
+  stop_requested,     // it is a running long task; its token is now stopped
   not_interruptible,  // it is a running short task; it will finish normally
-  already_finished, // it had an outcome already
+  already_finished,   // it had an outcome already
 };
 
 [[nodiscard]] std::string_view to_string(CancelResult r) noexcept;
@@ -114,7 +114,9 @@ class [[nodiscard]] Task {
   }
   // For a task that ended without a value of its own: why (Errc::rejected,
   // shutdown_dropped, expired, cancelled, timed_out, abandoned).
-  [[nodiscard]] Errc reason() const noexcept { return state_ ? state_->reason() : Errc::empty_handle; }
+  [[nodiscard]] Errc reason() const noexcept {
+    return state_ ? state_->reason() : Errc::empty_handle;
+  }
   [[nodiscard]] bool ready() const noexcept { return state_ && state_->done(); }
 
   // Blocks until the task has an outcome. Called from a worker of the same
@@ -150,9 +152,10 @@ class [[nodiscard]] Task {
       case TaskStatus::failed:
         std::rethrow_exception(state_->error);
       default:
-        throw Error(state_->reason(),
-                    std::string("task ") + describe() + ": " + std::string(to_string(state_->reason())),
-                    state_->refused_as);
+        throw Error(
+            state_->reason(),
+            std::string("task ") + describe() + ": " + std::string(to_string(state_->reason())),
+            state_->refused_as);
     }
   }
 

@@ -30,8 +30,7 @@ enum class TaskStatus : std::uint8_t {
 [[nodiscard]] constexpr bool is_legal_transition(TaskStatus from, TaskStatus to) noexcept {
   switch (from) {
     case TaskStatus::queued:
-      return to == TaskStatus::running || to == TaskStatus::cancelled ||
-             to == TaskStatus::rejected;
+      return to == TaskStatus::running || to == TaskStatus::cancelled || to == TaskStatus::rejected;
     case TaskStatus::running:
       return to == TaskStatus::succeeded || to == TaskStatus::failed ||
              to == TaskStatus::cancelled || to == TaskStatus::timed_out;

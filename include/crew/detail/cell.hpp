@@ -21,7 +21,9 @@ inline constexpr std::size_t kInlineSize = 48;
 class TaskStateBase;
 
 template <class F>
-concept RunsWithRunner = requires(F& f, void* runner) { f.run_with(runner); };
+concept RunsWithRunner = requires(F& f, void* runner) {
+  f.run_with(runner);
+};
 
 // What a cell holds: a plain callable, or an owning reference to a TaskState
 // (tasks with a handle, a name, a deadline or a stop token).
@@ -38,8 +40,8 @@ class Cell {
 
   template <class F>
   static constexpr bool fits_inline =
-      sizeof(F) <= kInlineSize && alignof(F) <= alignof(void*) &&
-      std::is_nothrow_move_constructible_v<F>;
+      sizeof(F) <= kInlineSize &&
+      alignof(F) <= alignof(void*) && std::is_nothrow_move_constructible_v<F>;
 
   // Precondition: the cell is empty.
   template <class F>

@@ -149,7 +149,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   // The queue level of a submission; throws for a priority the pool lacks.
   std::size_t level_of(const TaskOptions& o) const {
-    if (o.priority >= queue_.levels()) [[unlikely]] throw_bad_priority(o.priority);
+    if (o.priority >= queue_.levels()) [[unlikely]]
+      throw_bad_priority(o.priority);
     return o.priority;
   }
   [[noreturn]] void throw_bad_priority(unsigned priority) const;
@@ -198,7 +199,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
 
   // ---- observers (src/observe.cpp) ----
-  [[nodiscard]] bool observes(std::uint32_t events) const noexcept { return (observed_ & events) != 0; }
+  [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
+    return (observed_ & events) != 0;
+  }
   [[nodiscard]] TaskEvent event_of(const TaskStateBase* s) const noexcept;
   [[nodiscard]] TaskEvent plain_event(bool is_long) const noexcept;
   void emit_enqueued(const TaskEvent& e) noexcept;
@@ -209,7 +212,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A task state that ended without running: who settled it tells observers.
   void emit_settled_in_queue(const TaskStateBase* s) noexcept;
   enum class WorkerEvent : std::uint8_t { started, stopped, replaced, abandoned };
-  void emit_worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* task = nullptr) noexcept;
+  void emit_worker(WorkerEvent kind, std::uint64_t worker,
+                   const TaskEvent* task = nullptr) noexcept;
   void emit_pool_state(PoolState from, PoolState to) noexcept;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
   void wake_supervisor() noexcept { sup_ec_.notify_one(); }
@@ -285,7 +289,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         run_long(timeout, enqueued, &call_long<D>, &local);
         return Admission::accepted;
       }
-      if (observed_ != 0) [[unlikely]] note_plain_submission(r, why, /*is_long=*/true);
+      if (observed_ != 0) [[unlikely]]
+        note_plain_submission(r, why, /*is_long=*/true);
       return r == Route::queued ? Admission::accepted : why;
     } else {
       return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
@@ -365,14 +370,16 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     s->add_ref();  // the cell's reference
-    if (timed_) [[unlikely]] s->enqueued_ns = now_ns();
+    if (timed_) [[unlikely]]
+      s->enqueued_ns = now_ns();
     const bool timed = s->queue_deadline != TaskStateBase::kNoDeadline;
     if (timed) arm_queue_deadline(s);
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;
     switch (route(fill, s->level, may_block, why)) {
       case Route::queued:
-        if (observes(Observer::task_enqueued)) [[unlikely]] emit_enqueued(event_of(s));
+        if (observes(Observer::task_enqueued)) [[unlikely]]
+          emit_enqueued(event_of(s));
         return Admission::accepted;
       case Route::run_here:
         if (timed) disarm_queue_deadline(s);

@@ -188,7 +188,8 @@ class SpillQueue {
   bool try_push(Fill& fill) noexcept {
     SpinLockGuard lock(tail_mu_);
     const std::uint64_t pushed = pushed_.load(std::memory_order_relaxed);
-    if (cap_ != kUnboundedSpill && pushed - cached_popped_.load(std::memory_order_relaxed) >= cap_) {
+    if (cap_ != kUnboundedSpill &&
+        pushed - cached_popped_.load(std::memory_order_relaxed) >= cap_) {
       cached_popped_.store(popped_.load(std::memory_order_acquire), std::memory_order_relaxed);
       if (pushed - cached_popped_.load(std::memory_order_relaxed) >= cap_) return false;
     }
@@ -262,8 +263,8 @@ class SpillQueue {
   static constexpr std::uint64_t kRefresh = 64;
   struct Block {
     alignas(kCacheLine) std::atomic<std::size_t> written{0};  // producers
-    std::atomic<Block*> next{nullptr};                          // producers
-    alignas(kCacheLine) std::size_t read = 0;                   // consumers, under head_mu_
+    std::atomic<Block*> next{nullptr};                        // producers
+    alignas(kCacheLine) std::size_t read = 0;                 // consumers, under head_mu_
     Cell cells[kBlockCells];
   };
   class CREW_SCOPED_CAPABILITY SpinLockGuard {
@@ -368,7 +369,8 @@ class TaskQueue {
   template <class Fill>
   bool try_push(Fill&& fill) noexcept {
     const std::size_t home = producer_index() & mask_;
-    if (shards_[home]->try_push(fill)) [[likely]] return true;
+    if (shards_[home]->try_push(fill)) [[likely]]
+      return true;
     for (std::size_t i = 1; i <= mask_; ++i) {
       if (shards_[(home + i) & mask_]->try_push(fill)) return true;
     }
@@ -468,7 +470,8 @@ class Queues {
   }
 
   bool try_pop(Cell& out, PopState& st) noexcept {
-    if (levels_.size() == 1) [[likely]] return levels_[0]->try_pop(out, st.hint);
+    if (levels_.size() == 1) [[likely]]
+      return levels_[0]->try_pop(out, st.hint);
     return pop_prioritized(out, st);
   }
   bool try_pop(Cell& out) noexcept {

@@ -94,8 +94,8 @@ class TaskStateBase {
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
       CREW_ASSERT(is_legal_transition(TaskStatus::queued, to), "illegal task transition");
-      const std::uint32_t next = (cur & kWaitersBit) | encode(to, why) |
-                                 (to == TaskStatus::running ? kRanBit : 0u);
+      const std::uint32_t next =
+          (cur & kWaitersBit) | encode(to, why) | (to == TaskStatus::running ? kRanBit : 0u);
       if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
         if (is_final(to)) wake(cur);
         return true;
