@@ -83,6 +83,22 @@ StreamSourceOptions options_for(const RedisServer& redis, std::string consumer) 
 
 JobResult echo(const Job& job, std::stop_token) { return {true, "done " + job.field("n")}; }
 
+// Consumer "a" takes the stream's first `n` entries and dies holding them: its
+// pool shuts down hard, which stops the jobs, so none is acknowledged and all
+// stay pending for another consumer to claim.
+void orphan(RedisServer& redis, int n) {
+  Pool doomed({.max_workers = static_cast<std::size_t>(n), .shutdown_mode = ShutdownMode::hard});
+  std::atomic<int> started{0};
+  StreamSource a(doomed, options_for(redis, "a"), [&](const Job&, std::stop_token stop) {
+    started.fetch_add(1);
+    while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+    return JobResult{true, "never written"};
+  });
+  a.start();
+  ASSERT_TRUE(eventually([&] { return started.load() == n; }));
+  a.stop();
+}
+
 TEST(StreamSource, RunsEveryJobOnceAndAcknowledgesItAfterItsResult) {
   Watchdog dog;
   RedisServer redis;
@@ -170,19 +186,8 @@ TEST(StreamSource, AFailingJobIsRetriedThenDeadLettered) {
 TEST(StreamSource, ADeadConsumersJobsAreClaimedByALiveOne) {
   Watchdog dog;
   RedisServer redis;
-  const auto ids = enqueue(redis, 5);
-  {
-    Pool doomed({.max_workers = 5, .shutdown_mode = ShutdownMode::hard});
-    std::atomic<int> started{0};
-    StreamSource a(doomed, options_for(redis, "a"), [&](const Job&, std::stop_token stop) {
-      started.fetch_add(1);
-      while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-      return JobResult{true, "never written"};
-    });
-    a.start();
-    ASSERT_TRUE(eventually([&] { return started.load() == 5; }));
-    a.stop();
-  }  // the hard shutdown stops the jobs: nothing is acknowledged
+  enqueue(redis, 5);
+  ASSERT_NO_FATAL_FAILURE(orphan(redis, 5));
   EXPECT_EQ(pending(redis), 5);
   EXPECT_TRUE(read_stream(redis, "crew:results").empty());
   const auto stopped_at = std::chrono::steady_clock::now();
@@ -206,18 +211,7 @@ TEST(StreamSource, ABusyConsumerClaimsEveryOrphanWithoutARoundForEach) {
   RedisServer redis;
   constexpr int kOrphans = 24;
   enqueue(redis, kOrphans);
-  {
-    Pool doomed({.max_workers = kOrphans, .shutdown_mode = ShutdownMode::hard});
-    std::atomic<int> started{0};
-    StreamSource a(doomed, options_for(redis, "a"), [&](const Job&, std::stop_token stop) {
-      started.fetch_add(1);
-      while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-      return JobResult{true, "never written"};
-    });
-    a.start();
-    ASSERT_TRUE(eventually([&] { return started.load() == kOrphans; }));
-    a.stop();
-  }
+  ASSERT_NO_FATAL_FAILURE(orphan(redis, kOrphans));
   EXPECT_EQ(pending(redis), kOrphans);
   const auto stopped_at = std::chrono::steady_clock::now();
   Pool pool({.max_workers = 1});
