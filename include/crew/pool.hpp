@@ -89,25 +89,28 @@ class Pool {
     return core_->post(std::forward<F>(f), std::move(opts), false);
   }
 
+  // clang-format 14 folds a requires clause into a long return type here.
+  // clang-format off
   // Returns a handle. A refused task's handle is already `rejected`, with
   // Error::admission() saying why.
   template <class F>
-    requires is_task_v<std::decay_t<F>> Task<task_result_t<std::decay_t<F>>> submit(
-        F&& f, TaskOptions opts = {}) {
-      return core_->submit(std::forward<F>(f), std::move(opts), true);
-    }
+    requires is_task_v<std::decay_t<F>>
+  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions opts = {}) {
+    return core_->submit(std::forward<F>(f), std::move(opts), true);
+  }
   template <class F>
-    requires is_task_v<std::decay_t<F>> Task<task_result_t<std::decay_t<F>>> try_submit(
-        F&& f, TaskOptions opts = {}) {
-      return core_->submit(std::forward<F>(f), std::move(opts), false);
-    }
+    requires is_task_v<std::decay_t<F>>
+  Task<task_result_t<std::decay_t<F>>> try_submit(F&& f, TaskOptions opts = {}) {
+    return core_->submit(std::forward<F>(f), std::move(opts), false);
+  }
 
   // Submits and waits: returns the value or throws what get() throws.
   template <class F>
-    requires is_task_v<std::decay_t<F>> task_result_t<std::decay_t<F>> submit_wait(
-        F&& f, TaskOptions opts = {}) {
-      return submit(std::forward<F>(f), std::move(opts)).get();
-    }
+    requires is_task_v<std::decay_t<F>>
+  task_result_t<std::decay_t<F>> submit_wait(F&& f, TaskOptions opts = {}) {
+    return submit(std::forward<F>(f), std::move(opts)).get();
+  }
+  // clang-format on
 
   // Stops the pool (see ShutdownMode and docs/shutdown.md). Idempotent:
   // later and concurrent calls wait for the first one and return its report;
