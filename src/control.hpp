@@ -20,6 +20,7 @@
 #include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
+#include "os_thread.hpp"
 
 namespace crew::detail {
 
@@ -71,7 +72,7 @@ struct Worker final : Runner {
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
 
   const std::uint64_t id;
-  std::thread thread;  // guarded by Control::mu
+  OsThread thread;  // guarded by Control::mu
   std::atomic<WorkerState> state{WorkerState::starting};
   std::atomic<bool> exit_requested{false};  // stop_worker
   // Set under cur_mu (and Control::mu) when the worker is written off; the
@@ -103,6 +104,7 @@ struct Worker final : Runner {
 
   RunFrame frame;  // stop source of its top-level long tasks
   alignas(kCacheLine) WorkerCounters counts;
+  OwnedCounter helped;  // cells this thread took in run_pending()
 };
 
 // The one place a worker's state changes. The worker thread writes its own
@@ -129,6 +131,7 @@ struct Control {
   std::vector<std::shared_ptr<Worker>> exited CREW_GUARDED_BY(mu);     // to join
   std::vector<std::shared_ptr<Worker>> abandoned CREW_GUARDED_BY(mu);  // detached
   OutcomeCounts retired CREW_GUARDED_BY(mu);                           // counters of joined workers
+  std::uint64_t retired_helped CREW_GUARDED_BY(mu) = 0;
   std::uint64_t next_worker_id CREW_GUARDED_BY(mu) = 0;
   std::uint64_t workers_replaced CREW_GUARDED_BY(mu) = 0;
   std::uint64_t tasks_abandoned CREW_GUARDED_BY(mu) = 0;

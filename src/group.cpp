@@ -1,8 +1,10 @@
 // Group: the handles of a group's tasks, waiting, cancellation, counting.
 //
 // The group keeps the pool's handle of every task it submitted, in blocks
-// of kBlock handles linked in submission order. Indices grow for the
-// group's life; handles below `settled_` have been counted and released.
+// linked in submission order: the first kFirstBlock handles live inside the
+// group's state (a small fork allocates nothing for them), later blocks
+// double in size up to kMaxBlock. Indices grow for the group's life;
+// handles below `settled_` have been counted and released.
 // Waits and cancel() read handles outside the mutex, as "readers" of a
 // stretch [settled_, size_) taken under it: submissions only append beyond
 // size_, and handles are released (and blocks freed) only by the last
@@ -25,7 +27,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint64_t kBlock = 256;
+constexpr std::uint64_t kFirstBlock = 4;
+constexpr std::uint64_t kMaxBlock = 256;
 // Handles of ended tasks are released by the submitter once this many are
 // live (and then once twice as many as were left live), so that a group fed
 // for a long time without wait() stays small.
@@ -62,10 +65,27 @@ void add(OutcomeCounts& c, const OutcomeCounts& d) noexcept {
   c.rejected += d.rejected;
 }
 
+// `cap` handles at `slots`: the group state's own array for the first
+// block, else in the same allocation as the block.
 struct Block {
-  std::array<Task<void>, kBlock> slots;
+  std::uint64_t cap = 0;
   Block* next = nullptr;
+  Task<void>* slots = nullptr;
 };
+
+Block* new_block(std::uint64_t cap) {
+  void* mem = ::operator new(sizeof(Block) + cap * sizeof(Task<void>));
+  auto* slots = reinterpret_cast<Task<void>*>(static_cast<char*>(mem) + sizeof(Block));
+  for (std::uint64_t i = 0; i < cap; ++i) ::new (static_cast<void*>(slots + i)) Task<void>();
+  return ::new (mem) Block{cap, nullptr, slots};
+}
+
+// Frees a block made by new_block (not the group's first, built in).
+void delete_block(Block* b) noexcept {
+  for (std::uint64_t i = 0; i < b->cap; ++i) b->slots[i].~Task<void>();
+  b->~Block();
+  ::operator delete(static_cast<void*>(b));
+}
 
 // Handles [lo, hi), starting in `block`, whose first slot has index `base`.
 struct Span {
@@ -81,9 +101,9 @@ struct Span {
     Block* b = block;
     std::uint64_t at = base;
     for (std::uint64_t i = lo; i < hi; ++i) {
-      if (i - at == kBlock) {
+      if (i - at == b->cap) {
+        at += b->cap;
         b = b->next;
-        at += kBlock;
       }
       if (!fn(b->slots[i - at])) return i;
     }
@@ -138,7 +158,7 @@ class GroupState {
 
   ~GroupState() {
     MutexLock lock(mu_);
-    for (Block* b = head_; b != nullptr;) delete std::exchange(b, b->next);
+    for (Block* b = head_; b != nullptr;) free_block(std::exchange(b, b->next));
   }
 
   void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
@@ -288,12 +308,12 @@ class GroupState {
 
   void append_locked(Task<void>&& task) CREW_REQUIRES(mu_) {
     if (tail_ == nullptr) {
-      head_ = tail_ = new Block;
+      head_ = tail_ = &first_;
       head_base_ = tail_base_ = size_;
-    } else if (size_ - tail_base_ == kBlock) {
-      tail_->next = new Block;
+    } else if (size_ - tail_base_ == tail_->cap) {
+      tail_->next = new_block(std::min(kMaxBlock, 2 * std::max(tail_->cap, kFirstBlock)));
+      tail_base_ += tail_->cap;
       tail_ = tail_->next;
-      tail_base_ += kBlock;
     }
     tail_->slots[size_ - tail_base_] = std::move(task);
     ++size_;
@@ -340,21 +360,24 @@ class GroupState {
     Detached d{live_locked(), nullptr};
     d.span.hi = upto;
     settled_ = upto;
-    const std::uint64_t keep_base = upto - upto % kBlock;
-    while (head_ != tail_ && head_base_ < keep_base) {
+    while (head_ != tail_ && head_base_ + head_->cap <= upto) {
+      head_base_ += head_->cap;
       head_ = head_->next;
-      head_base_ += kBlock;
     }
     d.keep = head_;
     return d;
   }
 
-  static void release_detached(const Detached& d) noexcept {
+  void release_detached(const Detached& d) noexcept {
     (void)d.span.each([](Task<void>& t) {
       t = Task<void>();
       return true;
     });
-    for (Block* b = d.span.block; b != d.keep;) delete std::exchange(b, b->next);
+    for (Block* b = d.span.block; b != d.keep;) free_block(std::exchange(b, b->next));
+  }
+
+  void free_block(Block* b) noexcept {
+    if (b != &first_) delete_block(b);
   }
 
   // Releases the handles of ended tasks at the front of the list.
@@ -383,6 +406,8 @@ class GroupState {
   std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
 
   mutable Mutex mu_;
+  Task<void> first_slots_[kFirstBlock];
+  Block first_{kFirstBlock, nullptr, first_slots_};
   Block* head_ CREW_GUARDED_BY(mu_) = nullptr;  // holds index settled_ (or is the tail)
   Block* tail_ CREW_GUARDED_BY(mu_) = nullptr;  // holds index size_ - 1
   std::uint64_t head_base_ CREW_GUARDED_BY(mu_) = 0;

@@ -70,6 +70,12 @@ PoolOptions resolved(PoolOptions o) {
                                    std::to_string(PopState::kMaxLevels));
   }
   if (o.priority_aging == 0) invalid("priority_aging", "must be positive");
+  if (o.stack_size != 0 &&
+      (o.stack_size < PoolOptions::kMinStackSize || o.stack_size > PoolOptions::kMaxStackSize)) {
+    invalid("stack_size", std::to_string(o.stack_size) + " is not 0 (the default) and not in " +
+                              std::to_string(PoolOptions::kMinStackSize) + ".." +
+                              std::to_string(PoolOptions::kMaxStackSize) + " bytes");
+  }
   if (!o.logger) o.logger = default_logger();
   for (std::size_t i = 0; i < o.observers.size(); ++i) {
     if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");
@@ -221,7 +227,9 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   ctl.mu.assert_held();
   auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
   try {
-    w->thread = std::thread(worker_thread, shared_from_this(), w, spinning, replacement);
+    w->thread = OsThread(opts_.stack_size, [self = shared_from_this(), w, spinning, replacement] {
+      worker_thread(self, w, spinning, replacement);
+    });
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) spinning_.fetch_sub(1, std::memory_order_seq_cst);
@@ -354,7 +362,8 @@ PoolStats Core::stats() const {
   s.outcomes = totals_locked();
   s.abandoned = ctl_->tasks_abandoned;
   s.workers_replaced = ctl_->workers_replaced;
-  s.helped = helped_.load(std::memory_order_relaxed);
+  s.helped = helped_.load(std::memory_order_relaxed) + ctl_->retired_helped;
+  for (const auto& w : ctl_->workers) s.helped += w->helped.get();
   return s;
 }
 

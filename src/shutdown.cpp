@@ -232,18 +232,6 @@ void Core::drop_queue() {
   }
 }
 
-bool Core::run_pending() {
-  if (state() == PoolState::paused) return false;
-  Cell cell;
-  PopState local;
-  PopState& st = t_current.core == this ? t_current.worker->pop : local;
-  if (!queue_.try_pop(cell, st)) return false;
-  helped_.fetch_add(1, std::memory_order_relaxed);
-  if (space_ec_.waiters() != 0) space_ec_.notify_one();
-  settle_popped_here(cell);
-  return true;
-}
-
 // Runs a popped cell on this thread, or rejects it while a soft or hard
 // shutdown drops queued tasks; a task decided while queued is counted.
 void Core::settle_popped_here(Cell& cell) {

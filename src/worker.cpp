@@ -63,9 +63,25 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   if (started) {
     c.emit_worker(WorkerEvent::started, w->id);
     if (replacement) c.emit_worker(WorkerEvent::replaced, w->id);
-    t_current = {&c, w.get()};
+    LocalQueues& locals = c.queue_.locals();
+    // Pools with priority levels keep every task in the shared queue, where
+    // the levels are.
+    if (c.queue_.levels() == 1) {
+      try {
+        w->pop.local = locals.claim();
+      } catch (...) {  // out of memory for the queue: submit to the shared one
+      }
+    }
+    t_current = {&c, w.get(), w->pop.local};
     how = c.work_loop(*w, spinning);
     t_current = {};
+    if (w->pop.local != LocalQueues::kNone) {
+      const bool left_work = !locals.at(w->pop.local).empty();
+      locals.release(std::exchange(w->pop.local, LocalQueues::kNone));
+      // Tasks it leaves (it was stopped or retired between tasks) are stolen
+      // by the others; make sure one of them is awake.
+      if (left_work) c.after_push();
+    }
     if (c.opts_.on_worker_stop) {
       try {
         c.opts_.on_worker_stop(w->id);
@@ -93,6 +109,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   {
     MutexLock lock(ctl.mu);
     add_to(ctl.retired, w->counts.read());
+    ctl.retired_helped += w->helped.get();
     // `abandoned` is set under this mutex, so this check cannot race a
     // write-off: a written-off worker is off the books already.
     if (w->abandoned.load(std::memory_order_acquire)) {
@@ -629,14 +646,98 @@ void StopTarget::fire() noexcept {
 }  // namespace crew::detail
 
 namespace crew::detail {
+namespace {
 
-bool run_inline_if_worker(TaskStateBase* s) noexcept {
-  Core* c = t_current.core;
-  if (c == nullptr || c != s->owner) return false;
-  if (!s->leave_queue(TaskStatus::running)) return false;
-  if (s->queue_deadline != TaskStateBase::kNoDeadline) c->disarm_queue_deadline(s);
-  c->run_claimed_here(s);
+// The calling thread's stack, found once per thread.
+struct StackBounds {
+  std::uintptr_t low = 0;
+  std::uintptr_t high = 0;
+};
+thread_local StackBounds t_stack{};
+
+StackBounds this_stack() noexcept {
+  if (t_stack.high == 0) {
+    pthread_attr_t attr;
+    void* addr = nullptr;
+    std::size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      (void)pthread_attr_getstack(&attr, &addr, &size);
+      pthread_attr_destroy(&attr);
+    }
+    const auto low = reinterpret_cast<std::uintptr_t>(addr);
+    t_stack = size == 0 ? StackBounds{1, 1} : StackBounds{low, low + size};
+  }
+  return t_stack;
+}
+
+}  // namespace
+
+// Taking a task that is not the caller's own (the shared queue, another
+// worker's queue) nests a task of unknown depth on this stack; it is allowed
+// while at most 1/kForeignHelpShare of the stack is in use. Own tasks are
+// always taken: their nesting follows the program's recursion.
+bool stack_allows_help() noexcept {
+  constexpr std::uintptr_t kForeignHelpShare = 16;
+  const StackBounds b = this_stack();
+  if (b.high == b.low) return true;  // unknown: as before
+  const char here = 0;
+  const auto sp = reinterpret_cast<std::uintptr_t>(&here);
+  return sp > b.low && (b.high - sp) * kForeignHelpShare <= b.high - b.low;
+}
+
+bool Core::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
+
+bool Core::help_once(bool own, bool foreign) {
+  if (state() == PoolState::paused) return false;
+  Cell cell;
+  Worker* w = t_current.core == this ? t_current.worker : nullptr;
+  if (w != nullptr) {
+    if (!(own && queue_.pop_own(cell, w->pop)) &&
+        !(foreign && stack_allows_help() && queue_.pop_foreign(cell, w->pop))) {
+      return false;
+    }
+    w->helped.inc();
+  } else {
+    if (!foreign || !stack_allows_help() || !queue_.try_pop(cell)) return false;
+    helped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (space_ec_.waiters() != 0) space_ec_.notify_one();
+  settle_popped_here(cell);
   return true;
+}
+
+bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
+  Clock::duration nap = std::chrono::microseconds(50);
+  while (!s->done()) {
+    // Own newest tasks first: most often `s` and its siblings are among them.
+    if (help_once(/*own=*/true, /*foreign=*/false)) continue;
+    if (s->leave_queue(TaskStatus::running)) {
+      if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+      run_claimed_here(s);
+      return true;
+    }
+    if (help_once(/*own=*/false, /*foreign=*/true)) {
+      nap = std::chrono::microseconds(50);
+      continue;
+    }
+    // It runs elsewhere (stolen, or nested in another wait): sleep on it in
+    // short naps, then look for work again (its children may queue here).
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    (void)s->wait_until(deadline - now > nap ? now + nap : deadline);
+    nap = std::min<Clock::duration>(nap * 2, std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+bool is_worker_of(const TaskStateBase* s) noexcept {
+  return t_current.core != nullptr && t_current.core == s->owner;
+}
+
+int wait_as_worker(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
+  if (!is_worker_of(s)) return -1;
+  return t_current.core->help_until(s, deadline) ? 1 : 0;
 }
 
 }  // namespace crew::detail

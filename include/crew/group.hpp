@@ -94,7 +94,8 @@ bool await_task(Pool& pool, const Task<T>& task, std::chrono::steady_clock::time
                 bool help) {
   using Clock = std::chrono::steady_clock;
   if (task.ready()) return true;
-  if (!help) {
+  // A worker of the pool helps in Task::wait itself (own tasks first).
+  if (!help || is_worker_of(task.state())) {
     if (deadline == Clock::time_point::max()) {
       task.wait();
       return true;

@@ -165,6 +165,14 @@ struct PoolOptions {
   // How long an idle worker polls the queue before it sleeps. Longer spins
   // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
+  // Stack size of each worker thread in bytes; 0 means the system default
+  // (the RLIMIT_STACK soft limit, 8 MiB on most Linux systems). Otherwise at
+  // least kMinStackSize; rounded up to whole pages. Nested waits keep the
+  // stack bounded by the depth of the program's own recursion (docs/api.md,
+  // "Fork-join"), so divide-and-conquer needs no more than its depth.
+  std::size_t stack_size = 0;
+  static constexpr std::size_t kMinStackSize = std::size_t{64} << 10;
+  static constexpr std::size_t kMaxStackSize = std::size_t{1} << 30;
 };
 
 struct OutcomeCounts {
@@ -191,7 +199,8 @@ struct PoolStats {
   std::uint64_t abandoned = 0;  // tasks written off (also counted in outcomes)
   std::uint64_t workers_replaced = 0;
   // Queued tasks taken by Pool::run_pending_task() (a waiting caller helping,
-  // crew::Group::wait among them) rather than by a worker's own loop.
+  // crew::Group::wait and Task::wait on a worker among them) rather than by a
+  // worker's own loop.
   std::uint64_t helped = 0;
 };
 

@@ -120,20 +120,24 @@ class [[nodiscard]] Task {
   [[nodiscard]] bool ready() const noexcept { return state_ && state_->done(); }
 
   // Blocks until the task has an outcome. Called from a worker of the same
-  // pool while the task is still queued, it runs the task on the caller.
-  void wait() const {
-    check();
-    if (!state_->done() && !detail::run_inline_if_worker(state_)) {
-      state_->wait_until(std::chrono::steady_clock::time_point::max());
-    }
-  }
+  // pool, it does not idle: it runs queued tasks of the pool meanwhile (the
+  // worker's own newest tasks first, then this task if it is still queued,
+  // then others while the stack has room), so a worker waiting for a
+  // subtask never deadlocks its pool, and nested waits use stack in
+  // proportion to the depth of the recursion, not to the number of tasks
+  // (docs/api.md, "Fork-join"). From any other thread it sleeps.
+  void wait() const { (void)wait_until(std::chrono::steady_clock::time_point::max()); }
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
     return wait_until(std::chrono::steady_clock::now() +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(d));
   }
+  // As wait(), giving up at the deadline; true if the task has ended.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const {
     check();
+    if (state_->done()) return true;
+    const int helped = detail::wait_as_worker(state_, deadline);
+    if (helped >= 0) return helped == 1;
     return state_->wait_until(deadline);
   }
 

@@ -36,10 +36,17 @@ struct Control;
 struct Worker;
 struct StopTarget;
 
+// Whether the calling thread may nest a task that is not its own (taken
+// from the shared queue or another worker) in a wait: while at most a
+// sixteenth of its stack is in use.
+bool stack_allows_help() noexcept;
+
 // The worker running on this thread, if any (set for the life of its loop).
 struct CurrentWorker {
   Core* core = nullptr;
   Worker* worker = nullptr;
+  // The worker's local queue slot (LocalQueues::kNone: it has none).
+  std::size_t worker_local = static_cast<std::size_t>(-1);
 };
 inline thread_local CurrentWorker t_current{};
 
@@ -180,8 +187,20 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
 
-  // Pops one cell and runs (or, while dropping, rejects) it on this thread.
+  // Runs (or, while dropping, rejects) one queued cell on this thread. On a
+  // worker of this pool: its own local queue first, newest first; then, if
+  // the stack has room (stack_allows_help), the shared queue and the other
+  // workers' queues. That order bounds the nesting of waits by the depth of
+  // the program's recursion. False if there was nothing (or the pool is
+  // paused).
   bool run_pending();
+  // Waits for `s` (a task of this pool) until `deadline` on a worker of this
+  // pool, running queued tasks meanwhile (run_pending's order, and `s`
+  // itself if it is still queued). Returns whether `s` ended.
+  bool help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline);
+  // One step of run_pending: from the caller's own local queue (`own`), from
+  // anywhere else (`foreign`, only while the stack has room).
+  bool help_once(bool own, bool foreign);
   // Runs a task state on the calling thread (nested waits, caller_runs).
   // The caller has already moved it from queued to running.
   void run_claimed_here(TaskStateBase* s) noexcept;
@@ -412,6 +431,15 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
     if (state_.load(std::memory_order_acquire) >= PoolState::stopping) [[unlikely]] {
       return refuse(Admission::closed, why);
+    }
+    // From a worker of this pool: its own queue, where a wait of this
+    // worker finds it first (see local_queue.hpp).
+    if (t_current.core == this) {
+      const std::size_t local = t_current.worker_local;
+      if (local != LocalQueues::kNone && queue_.try_push_local(fill, local)) [[likely]] {
+        after_push();
+        return Route::queued;
+      }
     }
     if (queue_.try_push(fill, level)) [[likely]] {
       after_push();

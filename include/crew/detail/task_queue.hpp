@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "crew/detail/cell.hpp"
+#include "crew/detail/local_queue.hpp"
 #include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
@@ -439,10 +440,22 @@ struct PopState {
   static constexpr std::size_t kMaxLevels = 16;
   std::size_t hint = 0;
   std::uint32_t passed_over[kMaxLevels] = {};
+  // The consumer's local queue slot (a worker's), or LocalQueues::kNone.
+  std::size_t local = LocalQueues::kNone;
+  // Pops so far: every kSharedFirst-th pop looks at the shared queue before
+  // the local one, so a worker busy with forked work still serves it.
+  std::uint32_t ticks = 0;
 };
 
-// The pool's queues: one TaskQueue per priority level (one in all for a pool
-// without priorities, which then pays one predictable branch per operation).
+// The pool's queues: the shared queue, one TaskQueue per priority level (one
+// in all for a pool without priorities, which then pays one predictable
+// branch per operation), and the worker-local queues (local_queue.hpp).
+//
+// Order of a worker's pop: its own local queue (newest first), then the
+// shared queue, then stealing from the other local queues (oldest first);
+// every kSharedFirst-th pop takes the shared queue first, so forked work
+// cannot starve submissions from outside (Go's scheduler checks its global
+// queue every 61 ticks for the same reason).
 //
 // Aging rule: a consumer takes from the highest level that has work, except
 // that a lower level with work waiting is served first once this consumer
@@ -450,9 +463,12 @@ struct PopState {
 // served or empty. So the oldest task of a waiting level is taken after at
 // most `aging` higher-level tasks by any one consumer (at most
 // consumers x aging in all); aging counts service, not time, so it needs no
-// clock reads.
+// clock reads. Pools with priority levels submit every task to the shared
+// queue, local queues are for single-level pools.
 class Queues {
  public:
+  static constexpr std::uint32_t kSharedFirst = 61;
+
   Queues(std::size_t capacity, std::size_t shards, std::size_t levels, std::uint32_t aging)
       : aging_(aging) {
     for (std::size_t i = 0; i < levels; ++i) {
@@ -463,23 +479,42 @@ class Queues {
   Queues& operator=(const Queues&) = delete;
 
   [[nodiscard]] std::size_t levels() const noexcept { return levels_.size(); }
+  [[nodiscard]] LocalQueues& locals() noexcept { return locals_; }
 
   template <class Fill>
   bool try_push(Fill&& fill, std::size_t level) noexcept {
     return levels_[level]->try_push(fill);
   }
-
-  bool try_pop(Cell& out, PopState& st) noexcept {
-    if (levels_.size() == 1) [[likely]]
-      return levels_[0]->try_pop(out, st.hint);
-    return pop_prioritized(out, st);
+  // Owner of slot `local` only.
+  template <class Fill>
+  bool try_push_local(Fill&& fill, std::size_t local) noexcept {
+    return locals_.at(local).try_push(fill);
   }
+
+  // A worker's pop (see the order above).
+  bool try_pop(Cell& out, PopState& st) noexcept {
+    if (st.local != LocalQueues::kNone) {
+      if (++st.ticks % kSharedFirst == 0 && pop_shared(out, st)) return true;
+      if (locals_.at(st.local).try_pop(out)) return true;
+    }
+    return pop_shared(out, st) || locals_.try_steal(out, st.hint, st.local);
+  }
+  // Any thread's pop: shared queue first, then stealing.
   bool try_pop(Cell& out) noexcept {
     PopState st;
     return try_pop(out, st);
   }
+  // The owner's newest local cell only.
+  bool pop_own(Cell& out, const PopState& st) noexcept {
+    return st.local != LocalQueues::kNone && locals_.at(st.local).try_pop(out);
+  }
+  // Anything but the caller's own local queue.
+  bool pop_foreign(Cell& out, PopState& st) noexcept {
+    return pop_shared(out, st) || locals_.try_steal(out, st.hint, st.local);
+  }
 
-  [[nodiscard]] std::size_t size() const noexcept {
+  [[nodiscard]] std::size_t size() const noexcept { return shared_size() + locals_.size(); }
+  [[nodiscard]] std::size_t shared_size() const noexcept {
     std::size_t n = 0;
     for (const auto& q : levels_) n += q->size();
     return n;
@@ -488,16 +523,22 @@ class Queues {
     for (const auto& q : levels_) {
       if (!q->empty()) return false;
     }
-    return true;
+    return locals_.empty();
   }
   [[nodiscard]] bool full(std::size_t level) const noexcept { return levels_[level]->full(); }
   [[nodiscard]] std::uint64_t pushed() const noexcept {
-    std::uint64_t n = 0;
+    std::uint64_t n = locals_.pushed();
     for (const auto& q : levels_) n += q->pushed();
     return n;
   }
 
  private:
+  bool pop_shared(Cell& out, PopState& st) noexcept {
+    if (levels_.size() == 1) [[likely]]
+      return levels_[0]->try_pop(out, st.hint);
+    return pop_prioritized(out, st);
+  }
+
   bool pop_prioritized(Cell& out, PopState& st) noexcept {
     const std::size_t n = levels_.size();
     std::size_t top = n;
@@ -529,6 +570,7 @@ class Queues {
 
   std::vector<std::unique_ptr<TaskQueue>> levels_;
   const std::uint32_t aging_;
+  LocalQueues locals_;
 };
 
 }  // namespace crew::detail

@@ -171,10 +171,15 @@ class TaskStateBase {
   RunFrame* runner_ CREW_GUARDED_BY(stop_mu_) = nullptr;
 };
 
-// Runs a task that is still queued on the calling thread if the caller is a
-// worker of the pool that owns it, so that a worker waiting for a subtask
-// never deadlocks its own pool. Returns true if it ran the task here.
-bool run_inline_if_worker(TaskStateBase* state) noexcept;
+// The wait of a worker of the pool that owns `state`: until it ends or the
+// deadline passes, runs queued tasks of the pool (its own local queue first,
+// newest first) and `state` itself if it is still queued, so that a worker
+// waiting for a subtask never deadlocks its pool and never idles while its
+// own forked work is queued. Returns 1 if the task ended, 0 if the deadline
+// passed, -1 if the caller is not such a worker (it must wait by itself).
+int wait_as_worker(TaskStateBase* state, std::chrono::steady_clock::time_point deadline);
+// True if the calling thread is a worker of the pool that owns `state`.
+bool is_worker_of(const TaskStateBase* state) noexcept;
 
 template <class R>
 class ResultStateBase : public TaskStateBase {

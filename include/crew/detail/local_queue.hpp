@@ -1,0 +1,209 @@
+// crew/detail/local_queue.hpp: the worker-local queues of a pool.
+//
+// A task submitted from inside a worker goes to that worker's own queue, a
+// bounded work-stealing deque (Chase and Lev, in the C11 formulation of Le,
+// Pop, Cohen and Zappa Nardelli, 2013). The owner pushes and pops at the
+// bottom, newest first, so a task that waits for the tasks it just forked
+// finds them on top; other threads steal from the top, oldest first, which
+// for divide-and-conquer is the biggest piece of work.
+//
+// Who touches what:
+//   owner (one thread at a time):  bottom_, and the cells at the bottom
+//   thieves (any thread):          top_ (compare-exchange), the cell they won
+//   both:                          a slot's `busy` flag, set by the owner's
+//                                  push, cleared by whoever moved the cell out
+// A cell is moved out only after its index was won (a thief's CAS on top_,
+// or the owner's pop), so no cell is copied speculatively; `busy` keeps the
+// owner from refilling a slot a slow thief is still moving out of, which
+// is the only way a bounded ring could reuse a slot too early.
+//
+// Ownership of a queue passes from a worker that exits to the next worker
+// that claims its slot (LocalQueues::claim / release, under a mutex), so a
+// queue an exiting worker leaves non-empty is still stolen from, and later
+// owned again. A queue is never freed before the pool.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "crew/detail/cell.hpp"
+
+namespace crew::detail {
+
+class LocalQueue {
+ public:
+  static constexpr std::size_t kCapacity = 512;  // 32 KiB of slots
+
+  LocalQueue() : slots_(std::make_unique<Slot[]>(kCapacity)) {}
+  LocalQueue(const LocalQueue&) = delete;
+  LocalQueue& operator=(const LocalQueue&) = delete;
+
+  // Owner only. Calls fill(Cell&) on the next slot; false when full. The
+  // bottom is published seq_cst: a worker that is about to sleep announces
+  // itself and then looks at every queue, and the pusher reads the sleepers
+  // after this store, so one of the two sees the other.
+  template <class Fill>
+  bool try_push(Fill& fill) noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_relaxed);
+    const std::int64_t t = top_.load(std::memory_order_acquire);
+    if (b - t >= static_cast<std::int64_t>(kCapacity)) return false;
+    Slot& s = slot(b);
+    if (s.busy.load(std::memory_order_acquire)) return false;  // a thief is still moving out
+    fill(s.cell);
+    s.busy.store(true, std::memory_order_relaxed);
+    // Counted before it can run: "submitted" never trails an outcome.
+    pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    bottom_.store(b + 1, std::memory_order_seq_cst);
+    return true;
+  }
+
+  // Owner only: the newest cell.
+  bool try_pop(Cell& out) noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
+    if (b < top_.load(std::memory_order_relaxed)) return false;  // empty: no fence needed
+    bottom_.store(b, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::int64_t t = top_.load(std::memory_order_relaxed);
+    if (t > b) {
+      bottom_.store(b + 1, std::memory_order_relaxed);
+      return false;
+    }
+    if (t == b) {
+      // The last cell: a thief may be after it too.
+      const bool won = top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
+                                                    std::memory_order_relaxed);
+      bottom_.store(b + 1, std::memory_order_relaxed);
+      if (!won) return false;
+    }
+    take(slot(b), out);
+    return true;
+  }
+
+  // Any thread: the oldest cell.
+  bool try_steal(Cell& out) noexcept {
+    for (;;) {
+      std::int64_t t = top_.load(std::memory_order_acquire);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const std::int64_t b = bottom_.load(std::memory_order_acquire);
+      if (t >= b) return false;
+      if (top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
+                                       std::memory_order_relaxed)) {
+        take(slot(t), out);
+        return true;
+      }
+      // Lost to another thief or the owner: try the next one.
+    }
+  }
+
+  // Cells in the queue (seq_cst reads: the sleep protocol, see try_push).
+  [[nodiscard]] std::size_t size() const noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_seq_cst);
+    const std::int64_t t = top_.load(std::memory_order_seq_cst);
+    return b > t ? static_cast<std::size_t>(b - t) : 0;
+  }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  // Cells ever pushed (written by the owner, read by anyone).
+  [[nodiscard]] std::uint64_t pushed() const noexcept {
+    return pushed_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<bool> busy{false};
+    Cell cell;
+  };
+
+  Slot& slot(std::int64_t i) noexcept {
+    return slots_[static_cast<std::size_t>(i) & (kCapacity - 1)];
+  }
+  static void take(Slot& s, Cell& out) noexcept {
+    s.cell.relocate_to(out);
+    s.busy.store(false, std::memory_order_release);
+  }
+
+  std::unique_ptr<Slot[]> slots_;
+  alignas(64) std::atomic<std::int64_t> top_{0};
+  alignas(64) std::atomic<std::int64_t> bottom_{0};
+  std::atomic<std::uint64_t> pushed_{0};
+};
+
+// The local queues of one pool: a fixed table of slots, each a queue
+// created on first use. A worker claims a slot when it starts and releases
+// it when it exits; workers beyond kSlots have none and submit to the shared
+// queue. Thieves scan slots [0, used()).
+class LocalQueues {
+ public:
+  static constexpr std::size_t kSlots = 256;
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+
+  LocalQueues() = default;
+  LocalQueues(const LocalQueues&) = delete;
+  LocalQueues& operator=(const LocalQueues&) = delete;
+
+  // The lowest free slot (its queue may still hold cells a previous owner
+  // left), or kNone. Thread-safe.
+  std::size_t claim() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      if (owned_[i]) continue;
+      if (!queues_[i]) queues_[i] = std::make_unique<LocalQueue>();
+      owned_[i] = true;
+      if (i >= used_.load(std::memory_order_relaxed)) {
+        published_[i].store(queues_[i].get(), std::memory_order_release);
+        used_.store(i + 1, std::memory_order_release);
+      }
+      return i;
+    }
+    return kNone;
+  }
+  void release(std::size_t i) noexcept {
+    if (i == kNone) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    owned_[i] = false;
+  }
+
+  // The queue of a claimed slot (owner), or of any slot below used().
+  [[nodiscard]] LocalQueue& at(std::size_t i) const noexcept {
+    return *published_[i].load(std::memory_order_acquire);
+  }
+  [[nodiscard]] std::size_t used() const noexcept { return used_.load(std::memory_order_acquire); }
+
+  // Steals one cell from any queue but `skip`, starting after `from`.
+  bool try_steal(Cell& out, std::size_t from, std::size_t skip) const noexcept {
+    const std::size_t n = used();
+    for (std::size_t k = 1; k <= n; ++k) {
+      const std::size_t i = (from + k) % n;
+      if (i != skip && at(i).try_steal(out)) return true;
+    }
+    return false;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept {
+    std::size_t sum = 0;
+    for (std::size_t i = 0, n = used(); i < n; ++i) sum += at(i).size();
+    return sum;
+  }
+  [[nodiscard]] bool empty() const noexcept {
+    for (std::size_t i = 0, n = used(); i < n; ++i) {
+      if (!at(i).empty()) return false;
+    }
+    return true;
+  }
+  [[nodiscard]] std::uint64_t pushed() const noexcept {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0, n = used(); i < n; ++i) sum += at(i).pushed();
+    return sum;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<LocalQueue> queues_[kSlots];  // guarded by mu_
+  bool owned_[kSlots] = {};                     // guarded by mu_
+  std::atomic<LocalQueue*> published_[kSlots] = {};
+  std::atomic<std::size_t> used_{0};
+};
+
+}  // namespace crew::detail
