@@ -1,0 +1,345 @@
+// Tests of fork-join on worker-local queues: recursion through Group and
+// through Task handles as deep as real divide-and-conquer, on one and two
+// workers, with the default and an unbounded shared queue, within a bounded
+// stack; shutdown of each mode while local queues hold tasks; stealing
+// while pause(), resume() and resize() race it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "crew/group.hpp"
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+constexpr bool kSanitized = test::kSlowdown > 1;
+
+// The deepest stack any worker used, measured from the address of a local
+// in on_worker_start to the address of a local in each task.
+class StackProbe {
+ public:
+  PoolOptions attach(PoolOptions o) {
+    o.on_worker_start = [](std::uint64_t) {
+      const char top = 0;
+      t_top = reinterpret_cast<std::uintptr_t>(&top);
+    };
+    return o;
+  }
+  void sample() noexcept {
+    const char here = 0;
+    const auto sp = reinterpret_cast<std::uintptr_t>(&here);
+    if (t_top == 0 || sp > t_top) return;  // not on a worker
+    const std::uintptr_t used = t_top - sp;
+    std::uintptr_t seen = peak_.load(std::memory_order_relaxed);
+    while (used > seen && !peak_.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
+    }
+  }
+  [[nodiscard]] std::uintptr_t peak() const noexcept {
+    return peak_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  static thread_local std::uintptr_t t_top;
+  std::atomic<std::uintptr_t> peak_{0};
+};
+thread_local std::uintptr_t StackProbe::t_top = 0;
+
+std::uint64_t fib_serial(int n) {
+  return n < 2 ? static_cast<std::uint64_t>(n) : fib_serial(n - 1) + fib_serial(n - 2);
+}
+
+// One task per call, a Group per node.
+std::uint64_t fib_group(Pool& pool, StackProbe& probe, int n) {
+  probe.sample();
+  if (n < 2) return static_cast<std::uint64_t>(n);
+  std::uint64_t a = 0;
+  std::uint64_t b = 0;
+  Group g(pool);
+  EXPECT_EQ(g.submit([&] { a = fib_group(pool, probe, n - 1); }), Admission::accepted);
+  EXPECT_EQ(g.submit([&] { b = fib_group(pool, probe, n - 2); }), Admission::accepted);
+  g.wait();
+  return a + b;
+}
+
+// One task per call, joined through its handle.
+std::uint64_t fib_task(Pool& pool, StackProbe& probe, int n) {
+  probe.sample();
+  if (n < 2) return static_cast<std::uint64_t>(n);
+  Task<std::uint64_t> a = pool.submit([&pool, &probe, n] { return fib_task(pool, probe, n - 1); });
+  Task<std::uint64_t> b = pool.submit([&pool, &probe, n] { return fib_task(pool, probe, n - 2); });
+  return a.get() + b.get();
+}
+
+// Tasks fib(n) creates: one per call.
+std::uint64_t fib_calls(int n) { return 2 * fib_serial(n + 1) - 1; }
+
+// 10-way fan-out to `depth`; leaves return their index.
+std::uint64_t skynet(Pool& pool, StackProbe& probe, std::uint64_t index, int depth) {
+  probe.sample();
+  if (depth == 0) return index;
+  std::uint64_t parts[10] = {};
+  Group g(pool);
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(g.submit([&, i] { parts[i] = skynet(pool, probe, index * 10 + i, depth - 1); }),
+              Admission::accepted);
+  }
+  g.wait();
+  std::uint64_t sum = 0;
+  for (const std::uint64_t p : parts) sum += p;
+  return sum;
+}
+
+enum class Join { group, task };
+enum class Queue { bounded, unbounded };
+
+struct Shape {
+  std::size_t workers;
+  Queue queue;
+  Join join;
+};
+
+std::string name_of(const ::testing::TestParamInfo<Shape>& info) {
+  return std::to_string(info.param.workers) + "w_" +
+         (info.param.queue == Queue::bounded ? "default_queue" : "unbounded_queue") + "_" +
+         (info.param.join == Join::group ? "group" : "task");
+}
+
+class ForkJoin : public ::testing::TestWithParam<Shape> {
+ protected:
+  PoolOptions options(StackProbe& probe) const {
+    PoolOptions o = test::fixed_workers("fork-join", GetParam().workers);
+    if (GetParam().queue == Queue::unbounded) o.queue_capacity = kUnbounded;
+    return probe.attach(std::move(o));
+  }
+  std::uint64_t fib(Pool& pool, StackProbe& probe, int n) const {
+    return GetParam().join == Join::group ? fib_group(pool, probe, n) : fib_task(pool, probe, n);
+  }
+};
+
+// The old scheduler nested tasks by their number, not by the recursion's
+// depth: fib(24) through Group overflowed an 8 MiB stack. Thousands of
+// levels of tasks in all, 25 levels deep.
+TEST_P(ForkJoin, DeepRecursionCompletesWithTheStackBoundedByItsDepth) {
+  Watchdog dog(60s);
+  StackProbe probe;
+  const int n = kSanitized ? 18 : 25;
+  std::uint64_t result = 0;
+  {
+    Pool pool(options(probe));
+    result = pool.submit_wait([&] { return fib(pool, probe, n); });
+    ASSERT_TRUE(pool.wait_idle(30s));
+    const PoolStats s = pool.stats();
+    // Exactly one outcome per task: the root and one task per call below it.
+    EXPECT_EQ(s.outcomes.succeeded, fib_calls(n));
+    EXPECT_EQ(s.outcomes.total(), s.submitted);
+    EXPECT_EQ(s.queued, 0u);
+  }
+  EXPECT_EQ(result, fib_serial(n));
+  // Depth 25 with a handful of frames per level; the old scheduler used
+  // tens of MiB here. Sanitizers make frames several times larger.
+  EXPECT_LT(probe.peak(), (kSanitized ? 4u : 1u) << 20) << "peak stack " << probe.peak();
+  RecordProperty("peak_stack_bytes", std::to_string(probe.peak()));
+}
+
+// A small worker stack suffices: what a wait nests is bounded by the
+// recursion (own tasks) and by a share of the stack (anything else).
+TEST_P(ForkJoin, RunsOnAWorkerStackSizedForItsDepth) {
+  Watchdog dog(60s);
+  StackProbe probe;
+  PoolOptions o = options(probe);
+  o.stack_size = kSanitized ? std::size_t{2} << 20 : std::size_t{256} << 10;
+  Pool pool(std::move(o));
+  const int n = kSanitized ? 16 : 22;
+  EXPECT_EQ(pool.submit_wait([&] { return fib(pool, probe, n); }), fib_serial(n));
+  EXPECT_LT(probe.peak(), pool.options().stack_size);
+}
+
+// skynet: 10-way fan-out through Group, on each worker count and queue.
+TEST(ForkJoinWide, FanOutSumsEveryLeaf) {
+  Watchdog dog(60s);
+  const int depth = kSanitized ? 3 : 5;
+  std::uint64_t leaves = 1;
+  for (int i = 0; i < depth; ++i) leaves *= 10;
+  for (const std::size_t workers : {std::size_t{1}, std::size_t{2}}) {
+    for (const bool unbounded : {false, true}) {
+      StackProbe probe;
+      PoolOptions o = test::fixed_workers("skynet", workers);
+      if (unbounded) o.queue_capacity = kUnbounded;
+      Pool pool(probe.attach(std::move(o)));
+      const std::uint64_t sum = pool.submit_wait([&] { return skynet(pool, probe, 0, depth); });
+      EXPECT_EQ(sum, leaves * (leaves - 1) / 2) << workers << " workers";
+      ASSERT_TRUE(pool.wait_idle(30s));
+      EXPECT_EQ(pool.stats().outcomes.total(), pool.stats().submitted);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ForkJoin,
+                         ::testing::Values(Shape{1, Queue::bounded, Join::group},
+                                           Shape{1, Queue::bounded, Join::task},
+                                           Shape{2, Queue::bounded, Join::group},
+                                           Shape{2, Queue::bounded, Join::task},
+                                           Shape{1, Queue::unbounded, Join::group},
+                                           Shape{1, Queue::unbounded, Join::task},
+                                           Shape{2, Queue::unbounded, Join::group},
+                                           Shape{2, Queue::unbounded, Join::task}),
+                         name_of);
+
+// A worker's local queue holds named tasks it forked while it is still
+// running; a shutdown of each mode must settle them exactly as it does the
+// shared queue's: drain runs them, soft and hard reject and list them.
+class LocalQueueShutdown : public ::testing::TestWithParam<ShutdownMode> {};
+
+TEST_P(LocalQueueShutdown, SettlesForkedTasksAndListsThem) {
+  Watchdog dog;
+  const ShutdownMode mode = GetParam();
+  constexpr int kChildren = 20;
+  // One worker: nobody steals the children before the shutdown sees them.
+  Pool pool(test::fixed_workers("local-shutdown", 1));
+  Gate forked;
+  Gate release;
+  std::atomic<int> ran{0};
+  Task<void> parent = pool.submit([&] {
+    for (int i = 0; i < kChildren; ++i) {
+      EXPECT_EQ(pool.post([&ran] { ran.fetch_add(1); }, {.name = "child-" + std::to_string(i)}),
+                Admission::accepted);
+    }
+    forked.open();
+    release.wait();
+  });
+  ASSERT_TRUE(forked.wait());
+  EXPECT_EQ(pool.stats().queued, static_cast<std::size_t>(kChildren));
+
+  ShutdownReport report;
+  std::thread stopper([&] { report = pool.shutdown(mode, 0s); });
+  ASSERT_TRUE(eventually([&] { return pool.state() != PoolState::running; }));
+  if (mode != ShutdownMode::drain) {
+    // The sweep reaches into the worker's own queue while the worker runs.
+    ASSERT_TRUE(eventually([&] { return pool.stats().queued == 0; }));
+  }
+  release.open();
+  stopper.join();
+  parent.wait();
+
+  if (mode == ShutdownMode::drain) {
+    EXPECT_EQ(ran.load(), kChildren);
+    EXPECT_EQ(report.during.succeeded, static_cast<std::uint64_t>(kChildren + 1));
+    EXPECT_TRUE(report.rejected.empty());
+  } else {
+    EXPECT_EQ(ran.load(), 0);
+    EXPECT_EQ(report.during.rejected, static_cast<std::uint64_t>(kChildren));
+    ASSERT_EQ(report.rejected.size(), static_cast<std::size_t>(kChildren));
+    std::vector<std::string> names;
+    for (const TaskRef& t : report.rejected) names.push_back(t.name);
+    std::sort(names.begin(), names.end());
+    std::vector<std::string> expected;
+    for (int i = 0; i < kChildren; ++i) expected.push_back("child-" + std::to_string(i));
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(names, expected);
+    EXPECT_EQ(parent.status(), TaskStatus::succeeded);
+  }
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.queued, 0u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, LocalQueueShutdown,
+                         ::testing::Values(ShutdownMode::drain, ShutdownMode::soft,
+                                           ShutdownMode::hard),
+                         [](const auto& p) { return std::string(to_string(p.param)); });
+
+// A worker stopped between tasks leaves forked tasks in its local queue;
+// the others steal them, and nothing is lost.
+TEST(LocalQueues, TasksLeftByAStoppedWorkerAreStolen) {
+  Watchdog dog;
+  PoolOptions o = test::fixed_workers("left-behind", 2);
+  o.min_workers = 1;
+  Pool pool(std::move(o));
+  std::atomic<int> ran{0};
+  Gate forked;
+  Gate release;
+  std::atomic<std::uint64_t> forker{0};
+  Task<void> parent = pool.submit([&] {
+    for (const WorkerInfo& w : pool.workers()) {
+      if (w.state == WorkerState::busy) forker = w.id;
+    }
+    for (int i = 0; i < 100; ++i) (void)pool.post([&ran] { ran.fetch_add(1); });
+    forked.open();
+    release.wait();
+  });
+  ASSERT_TRUE(forked.wait());
+  ASSERT_NE(forker.load(), 0u);
+  // Its children may be stolen by the second worker already; stop the
+  // forker, then let its task return: it exits with what is left.
+  ASSERT_TRUE(pool.stop_worker(forker.load(), WorkerStop::graceful));
+  release.open();
+  parent.wait();
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(ran.load(), 100);
+}
+
+// Recursion with stealing while another thread pauses, resumes and
+// resizes the pool: results and outcome counts stay exact.
+TEST(LocalQueues, StealingSurvivesRacingPauseResumeAndResize) {
+  Watchdog dog(90s);
+  PoolOptions o = test::fixed_workers("racing", 2);
+  o.min_workers = 1;
+  o.max_workers = 4;
+  StackProbe probe;
+  Pool pool(probe.attach(std::move(o)));
+  std::atomic<bool> stop{false};
+  std::thread chaos([&] {
+    std::size_t size = 1;
+    while (!stop.load()) {
+      pool.pause();
+      std::this_thread::sleep_for(200us);
+      pool.resume();
+      pool.resize(size);
+      size = size % 4 + 1;
+      std::this_thread::sleep_for(300us);
+    }
+    pool.resize(4);
+  });
+  const int rounds = kSanitized ? 3 : 20;
+  const int n = kSanitized ? 14 : 18;
+  for (int r = 0; r < rounds; ++r) {
+    const bool by_task = r % 2 == 1;
+    const std::uint64_t got = pool.submit_wait(
+        [&] { return by_task ? fib_task(pool, probe, n) : fib_group(pool, probe, n); });
+    ASSERT_EQ(got, fib_serial(n)) << "round " << r;
+  }
+  stop = true;
+  chaos.join();
+  ASSERT_TRUE(pool.wait_idle(30s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.succeeded, static_cast<std::uint64_t>(rounds) * fib_calls(n));
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(s.queued, 0u);
+}
+
+TEST(PoolOptions, StackSizeIsValidated) {
+  PoolOptions o;
+  o.stack_size = 1024;
+  EXPECT_THROW(Pool{o}, Error);
+  o.stack_size = PoolOptions::kMaxStackSize + 1;
+  EXPECT_THROW(Pool{o}, Error);
+  o.stack_size = PoolOptions::kMinStackSize;
+  Pool ok(o);
+  EXPECT_EQ(ok.submit_wait([] { return 7; }), 7);
+}
+
+}  // namespace
+}  // namespace crew
