@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <string>
 
-#include "crew/detail/mutex.hpp"
+#include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew {
@@ -157,7 +157,7 @@ class GroupState {
   GroupState& operator=(const GroupState&) = delete;
 
   ~GroupState() {
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     for (Block* b = head_; b != nullptr;) free_block(std::exchange(b, b->next));
   }
 
@@ -187,7 +187,7 @@ class GroupState {
     const Admission a = admission_of(task);
     bool prune_now = false;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       if (!cancelled_) {
         append_locked(std::move(task));
         prune_now = size_ - settled_ >= prune_at_ && readers_ == 0;
@@ -197,7 +197,7 @@ class GroupState {
       // cancel() ran before this handle was in the list: cancel it here,
       // outside the mutex (a long task's stop callbacks are user code).
       (void)task.cancel();
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       append_locked(std::move(task));
       return a;
     }
@@ -208,7 +208,7 @@ class GroupState {
   void failed(std::exception_ptr e) noexcept {
     bool cancel_now = false;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       if (!first_error_) first_error_ = std::move(e);
       cancel_now = opts_.cancel_on_failure && !cancelled_;
     }
@@ -220,7 +220,7 @@ class GroupState {
     for (;;) {
       Span r;
       {
-        MutexLock lock(mu_);
+        SpinLockGuard lock(mu_);
         if (settled_ == size_) return true;
         r = begin_read_locked();
       }
@@ -238,7 +238,7 @@ class GroupState {
   void cancel() noexcept {
     Span r;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       cancelled_ = true;
       cancelled_flag_.store(true, std::memory_order_release);
       if (settled_ == size_) return;
@@ -252,7 +252,7 @@ class GroupState {
   }
 
   GroupStats stats() const {
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     GroupStats s;
     s.submitted = submitted_;
     s.outcomes = counts_;
@@ -277,7 +277,7 @@ class GroupState {
   void close() {
     Detached cut;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       closing_ = true;
       // A reader still at work (an abandoned task's cancel) releases them.
       if (readers_ != 0 || settled_ == size_) return;
@@ -285,14 +285,22 @@ class GroupState {
       cut = detach_locked(size_);
     }
     release_detached(cut);
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     --readers_;
   }
 
   bool cancelled() const noexcept { return cancelled_flag_.load(std::memory_order_acquire); }
 
+  // For the group's destructor: true if every task has ended and its handle
+  // was released (the usual state after wait()), so there is nothing to
+  // cancel, wait for or close.
+  bool settled() const {
+    SpinLockGuard lock(mu_);
+    return settled_ == size_ && readers_ == 0;
+  }
+
   std::exception_ptr first_exception() const {
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     return first_error_;
   }
 
@@ -300,7 +308,7 @@ class GroupState {
 
  private:
   Admission refuse(std::uint64_t OutcomeCounts::*outcome) {
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     ++submitted_;
     ++(counts_.*outcome);
     return Admission::closed;
@@ -334,7 +342,7 @@ class GroupState {
     Detached cut;
     bool all_done = false;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       all_done = upto == r.hi && size_ == r.hi;
       // Closing: every task has ended, release them all.
       const std::uint64_t cut_to = closing_ ? size_ : upto;
@@ -349,7 +357,7 @@ class GroupState {
       // the block it is working in.
     }
     release_detached(cut);
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     --readers_;
     return all_done;
   }
@@ -384,7 +392,7 @@ class GroupState {
   void prune() {
     Span r;
     {
-      MutexLock lock(mu_);
+      SpinLockGuard lock(mu_);
       if (readers_ != 0) return;
       r = begin_read_locked();
     }
@@ -395,7 +403,7 @@ class GroupState {
       return true;
     });
     (void)end_read(r, upto, tally);
-    MutexLock lock(mu_);
+    SpinLockGuard lock(mu_);
     prune_at_ = std::max(kPruneMin, 2 * (size_ - settled_));
   }
 
@@ -405,7 +413,8 @@ class GroupState {
   const Clock::time_point deadline_;
   std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
 
-  mutable Mutex mu_;
+  // Held for a few instructions at a time (no allocation but a new block).
+  mutable SpinLock mu_;
   Task<void> first_slots_[kFirstBlock];
   Block first_{kFirstBlock, nullptr, first_slots_};
   Block* head_ CREW_GUARDED_BY(mu_) = nullptr;  // holds index settled_ (or is the tail)
@@ -437,9 +446,11 @@ Group::Group(Pool& pool, GroupOptions options)
     : pool_(&pool), state_(new detail::GroupState(pool, std::move(options))) {}
 
 Group::~Group() {
-  state_->cancel();
-  (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
-  state_->close();
+  if (!state_->settled()) {
+    state_->cancel();
+    (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
+    state_->close();
+  }
   state_->release();
 }
 

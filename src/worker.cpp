@@ -587,7 +587,7 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
     report_exception(TaskRef{}, std::current_exception());
     return;
   }
-  s->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+  s->id = new_task_id();
   s->owner = this;
   s->is_long = true;
   s->detached = true;

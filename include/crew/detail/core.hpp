@@ -47,6 +47,10 @@ struct CurrentWorker {
   Worker* worker = nullptr;
   // The worker's local queue slot (LocalQueues::kNone: it has none).
   std::size_t worker_local = static_cast<std::size_t>(-1);
+  // Task ids reserved by this worker: [next_id, end_id). Forked tasks take
+  // their ids here instead of from the pool's shared counter.
+  std::uint64_t next_id = 0;
+  std::uint64_t end_id = 0;
 };
 inline thread_local CurrentWorker t_current{};
 
@@ -372,7 +376,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   template <class D, class F>
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
     auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
-    s->id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    s->id = new_task_id();
     s->name = std::move(o.name);
     s->owner = this;
     s->is_long = is_long_task_v<D>;
@@ -386,9 +390,22 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     return s;
   }
 
+  // Unique per pool; a worker takes them from a block it reserved, so that
+  // tasks forked on different workers do not contend on one counter.
+  std::uint64_t new_task_id() noexcept {
+    static constexpr std::uint64_t kIdBlock = 256;
+    if (t_current.core != this) return next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    CurrentWorker& cur = t_current;
+    if (cur.next_id == cur.end_id) {
+      cur.next_id = next_id_.fetch_add(kIdBlock, std::memory_order_relaxed) + 1;
+      cur.end_id = cur.next_id + kIdBlock;
+    }
+    return cur.next_id++;
+  }
+
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
-    s->add_ref();  // the cell's reference
+    s->add_ref_unshared();  // the cell's reference (`s` is not queued yet)
     if (timed_) [[unlikely]]
       s->enqueued_ns = now_ns();
     const bool timed = s->queue_deadline != TaskStateBase::kNoDeadline;

@@ -31,4 +31,15 @@ class CREW_CAPABILITY("mutex") SpinLock {
   std::atomic<bool> flag_{false};
 };
 
+class CREW_SCOPED_CAPABILITY SpinLockGuard {
+ public:
+  explicit SpinLockGuard(SpinLock& mu) CREW_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~SpinLockGuard() CREW_RELEASE() { mu_.unlock(); }
+  SpinLockGuard(const SpinLockGuard&) = delete;
+  SpinLockGuard& operator=(const SpinLockGuard&) = delete;
+
+ private:
+  SpinLock& mu_;
+};
+
 }  // namespace crew::detail

@@ -268,17 +268,6 @@ class SpillQueue {
     alignas(kCacheLine) std::size_t read = 0;                 // consumers, under head_mu_
     Cell cells[kBlockCells];
   };
-  class CREW_SCOPED_CAPABILITY SpinLockGuard {
-   public:
-    explicit SpinLockGuard(SpinLock& mu) CREW_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-    ~SpinLockGuard() CREW_RELEASE() { mu_.unlock(); }
-    SpinLockGuard(const SpinLockGuard&) = delete;
-    SpinLockGuard& operator=(const SpinLockGuard&) = delete;
-
-   private:
-    SpinLock& mu_;
-  };
-
   const std::size_t cap_;
   // Producers' line.
   alignas(kCacheLine) SpinLock tail_mu_;

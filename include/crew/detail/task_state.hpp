@@ -71,6 +71,11 @@ class TaskStateBase {
   virtual void run(const TaskContext& ctx) = 0;
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Before the state is shared with another thread: one more reference
+  // without a locked instruction.
+  void add_ref_unshared() noexcept {
+    refs_.store(refs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
