@@ -169,6 +169,9 @@ Core::Core(PoolOptions options)
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
+      low_water_(opts_.queue_capacity == kUnbounded
+                     ? opts_.queue_capacity
+                     : opts_.queue_capacity * opts_.priority_levels / 2),
       ctl_(std::make_unique<Control>()) {}
 
 Core::~Core() = default;

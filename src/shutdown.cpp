@@ -188,7 +188,7 @@ void Core::drop_queue() {
   std::uint64_t unnamed = 0;
   Cell cell;
   while (queue_.try_pop(cell)) {
-    if (space_ec_.waiters() != 0) space_ec_.notify_one();
+    on_slot_freed();
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
       cell.destroy();

@@ -199,41 +199,73 @@ bool Core::attend(Worker& w, Exit& how) {
   }
 }
 
-// Polls the queue for opts_.spin. Always gives up the spinning token.
+namespace {
+
+// Workers spinning in all pools of the process, and how many may: about
+// half the hardware threads, so that several pools (crewd has three) never
+// spin more cores than one pool would, and the other half is left to the
+// threads that submit.
+std::atomic<int> g_spinners{0};
+int spinner_limit() noexcept {
+  static const int limit =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  return limit;
+}
+
+// A process-wide spinning slot, or false if every slot is taken.
+bool take_spinner_slot() noexcept {
+  int n = g_spinners.load(std::memory_order_relaxed);
+  while (n < spinner_limit()) {
+    if (g_spinners.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Polls the queues for opts_.spin. Always gives up the spinning token.
+//
+// The wake-up policy, after Go's scheduler: a submitter wakes a sleeper
+// only when no worker of the pool holds a spinning token (a spinner, or a
+// worker woken or started to become one); the last spinner to find work
+// wakes another if more is queued, before it runs its task. A spinner polls
+// without giving its core away (a yield could cost a whole time slice while
+// a task waits, and submitters do not wake anyone while it spins), and at
+// most spinner_limit() workers spin in the whole process; a worker that
+// finds every slot taken goes to sleep after one look at the queues.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
-  const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
+  const bool slot = opts_.spin.count() != 0 && take_spinner_slot();
+  const std::int64_t until = slot ? now_ns() + opts_.spin.count() : 0;
+  bool found = false;
   for (unsigned i = 0;; ++i) {
     if (queue_.try_pop(cell, w.pop)) {
-      // The last spinner to find work brings in help if more is queued (a
-      // sleeper, else a new worker): a burst ramps up with one wake-up per
-      // worker, and a submitter that saw this spinner is never left alone.
-      if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !queue_.empty()) {
-        if (sleepers_.load(std::memory_order_seq_cst) != 0) {
-          wake_sleeper();
-        } else if (live_workers_.load(std::memory_order_relaxed) <
-                       max_workers_.load(std::memory_order_relaxed) &&
-                   state_.load(std::memory_order_relaxed) == PoolState::running) {
-          grow();
-        }
-      }
-      return true;
+      found = true;
+      break;
     }
-    if (attention_.load(std::memory_order_relaxed) != w.seen_attention ||
+    if (!slot || attention_.load(std::memory_order_relaxed) != w.seen_attention ||
         state_.load(std::memory_order_relaxed) >= PoolState::stopping) {
       break;
     }
     if ((i & 15) == 15 && now_ns() >= until) break;
-    if (i < 32) {
-      for (int k = 0; k < 8; ++k) cpu_relax();
-    } else {
-      std::this_thread::yield();  // let a submitter sharing this core run
+    for (int k = 0; k < 8; ++k) cpu_relax();
+  }
+  if (slot) g_spinners.fetch_sub(1, std::memory_order_relaxed);
+  // The last spinner to find work brings in help if more is queued (a
+  // sleeper, else a new worker): a burst ramps up with one wake-up per
+  // worker, and a submitter that saw this spinner is never left alone.
+  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty()) {
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+      wake_sleeper();
+    } else if (live_workers_.load(std::memory_order_relaxed) <
+                   max_workers_.load(std::memory_order_relaxed) &&
+               state_.load(std::memory_order_relaxed) == PoolState::running) {
+      grow();
     }
   }
-  spinning_.fetch_sub(1, std::memory_order_seq_cst);
-  return false;
+  return found;
 }
 
 void Core::wake_sleeper() noexcept {
@@ -308,7 +340,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
 
 // Returns false if the worker was abandoned while running the cell.
 bool Core::handle_cell(Worker& w, Cell& cell) {
-  if (space_ec_.waiters() != 0) space_ec_.notify_one();  // a slot is free
+  on_slot_freed();
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(w, s);
   if (drop_queued_.load(std::memory_order_relaxed)) [[unlikely]] {
@@ -701,7 +733,7 @@ bool Core::help_once(bool own, bool foreign) {
     if (!foreign || !stack_allows_help() || !queue_.try_pop(cell)) return false;
     helped_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (space_ec_.waiters() != 0) space_ec_.notify_one();
+  on_slot_freed();
   settle_popped_here(cell);
   return true;
 }

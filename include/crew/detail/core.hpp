@@ -270,6 +270,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   alignas(kCacheLine) std::atomic<int> spinning_{0};
   std::atomic<int> sleepers_{0};
   EventCount space_ec_;  // submitters blocked on a full queue sleep here
+  const std::size_t low_water_;  // see on_slot_freed
+  std::atomic<std::uint64_t> freed_while_blocked_{0};
   EventCount sup_ec_;    // the supervisor sleeps here
   // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
   std::atomic<std::int64_t> sup_next_wake_{0};
@@ -511,6 +513,21 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     blocked_.fetch_sub(1, std::memory_order_relaxed);
     if (r == Route::queued) after_push();
     return r;
+  }
+
+  // A cell left the queue. Submitters blocked on a full queue are released
+  // in batches: all of them once the shared queue is down to half its
+  // capacity (and, so that none waits on a level that stays full, every
+  // kReleaseBatch cells), not one per freed slot.
+  void on_slot_freed() noexcept {
+    static constexpr std::uint64_t kReleaseBatch = 256;
+    if (space_ec_.waiters() == 0) [[likely]]
+      return;
+    if (queue_.shared_size() <= low_water_ ||
+        freed_while_blocked_.fetch_add(1, std::memory_order_relaxed) % kReleaseBatch ==
+            kReleaseBatch - 1) {
+      space_ec_.notify_all();
+    }
   }
 
   void after_push() noexcept {
