@@ -42,10 +42,9 @@ debian_mirror() {
 
 base_image() {
   engine image inspect debian:12 >/dev/null 2>&1 && return 0
-  # A registry, when this machine reaches one (bounded: a closed network
-  # fails at once, a slow one must not hang the build).
-  timeout 120 bash scripts/container.sh pull docker.io/library/debian:12 >"$state/pull.log" 2>&1 &&
-    engine tag docker.io/library/debian:12 debian:12 && return 0
+  # The engine's own registries, when this machine reaches one (bounded: a
+  # closed network fails at once, a slow one must not hang the build).
+  timeout 120 bash scripts/container.sh pull debian:12 >"$state/pull.log" 2>&1 && return 0
   local mirror
   mirror="$(debian_mirror | head -n 1)"
   if [[ -z "$mirror" ]]; then
