@@ -1,6 +1,6 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | bench | tsan | asan | fuzz | tidy-build | format | clean
+#   make run | test | image | bench | tsan | asan | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # All use build/ except the sanitizer and clang builds; only `make bench`
 # turns the benchmarks (and their extra libraries) on there.
@@ -11,7 +11,7 @@ JOBS ?=
 J := $(if $(JOBS),-j $(JOBS))
 FORMAT_DIRS := include src tests bench examples service tools
 
-.PHONY: all run test bench tsan asan fuzz tidy-build format clean
+.PHONY: all run test image bench tsan asan fuzz tidy-build format clean
 
 all: test
 
@@ -27,6 +27,14 @@ test:
 	cmake --preset default
 	cmake --build --preset default $(J)
 	ctest --preset default $(J)
+
+# crewd's container image from deploy/Dockerfile (CREWD_IMAGE, crewd:0.1.0 by
+# default) with docker, or podman when no docker daemon answers; the debian:12
+# base is made with debootstrap when no registry serves it. Quiet when nothing
+# changed (scripts/image.sh).
+image:
+	$(DEPS) image
+	bash scripts/image.sh
 
 bench:
 	$(DEPS) bench
@@ -68,4 +76,4 @@ format:
 	  -print0 2>/dev/null | xargs -0 -r clang-format -i
 
 clean:
-	rm -rf build build-tsan build-asan build-clang build-fuzz
+	rm -rf build build-tsan build-asan build-clang build-fuzz build-image

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian (12, bookworm) packages crew needs, if any are missing.
 #
-#   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format
+#   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format, image
 #
 #   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog
 #   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
 #   format  clang-format
+#   image   podman, runc, debootstrap (make image; a docker daemon, if one
+#           answers, is used instead), python3 + PyYAML, kubectl, promtool
 #
 # Idempotent and quiet when everything is installed; runs `apt-get update`
 # only when something is missing. Uses sudo when not run as root.
@@ -19,6 +21,11 @@ readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
 readonly format_pkgs=(clang-format)
+# The container image (make image, crewd_image_test): Debian's podman with
+# runc (not crun, which refuses hybrid cgroup hosts), debootstrap for the
+# debian:12 base when no registry serves it; the test reads the manifests
+# (kubectl, PyYAML) and checks /metrics with promtool (prometheus).
+readonly image_pkgs=(podman runc debootstrap python3 python3-yaml prometheus)
 # crewd (service/): its libraries for every build; for its tests the
 # Prometheus server and promtool, and PyYAML for the deploy/ manifest check;
 # wrk for its throughput figures. kubectl (Debian: kubernetes-client) renders
@@ -27,7 +34,7 @@ readonly service_pkgs=(libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev
   libspdlog-dev prometheus-cpp-dev)
 readonly service_test_pkgs=(prometheus python3 python3-yaml)
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
 
 wanted=()
 for group in "${@:-build}"; do
@@ -36,12 +43,13 @@ for group in "${@:-build}"; do
     test) wanted+=("${test_pkgs[@]}" "${service_pkgs[@]}" "${service_test_pkgs[@]}") ;;
     bench) wanted+=("${bench_pkgs[@]}" "${service_pkgs[@]}" wrk) ;;
     format) wanted+=("${format_pkgs[@]}") ;;
+    image) wanted+=("${image_pkgs[@]}") ;;
     -h | --help) usage; exit 0 ;;
     *) echo "deps.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
   esac
 done
 
-if [[ " ${*:-build} " == *" test "* ]] && ! command -v kubectl >/dev/null; then
+if [[ " ${*:-build} " =~ " "(test|image)" " ]] && ! command -v kubectl >/dev/null; then
   wanted+=(kubernetes-client)
 fi
 
