@@ -51,6 +51,14 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   Core& c = *self;
   name_this_thread(c.opts_.name, w->id);
   bool started = true;
+  if (spinning && c.opts_.on_worker_start) {
+    // The hook is user code and may take long: while this worker holds the
+    // spinning token no submission wakes or starts another, so hand it back
+    // first, and let whatever is queued bring in a worker now.
+    c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    spinning = false;
+    if (!c.queue_.empty()) c.after_push();
+  }
   if (c.opts_.on_worker_start) {
     try {
       c.opts_.on_worker_start(w->id);

@@ -540,5 +540,35 @@ TEST(PoolLifetime, AnIdlePoolSleeps) {
   EXPECT_LT(cpu_ms, 20.0) << "idle workers must block, not spin";
 }
 
+// A worker started for queued work used to hold the spinning token through
+// its start hook, and while any worker holds one no submission wakes or
+// starts another: one slow hook stalled every later task.
+TEST(PoolHooks, ASlowStartHookDoesNotStallOtherSubmissions) {
+  Watchdog dog;
+  Gate hook_release;
+  std::atomic<int> starts{0};
+  PoolOptions o;
+  o.name = "slow-hook";
+  o.min_workers = 1;
+  o.max_workers = 3;
+  o.on_worker_start = [&](std::uint64_t) {
+    if (starts.fetch_add(1) == 1) hook_release.wait();  // the second worker's hook
+  };
+  Pool pool(std::move(o));
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 1; }));
+  Gate busy_release;
+  ASSERT_EQ(pool.post([&] { busy_release.wait(); }), Admission::accepted);  // worker 1
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // starts worker 2, whose hook blocks
+  ASSERT_TRUE(eventually([&] { return starts.load() >= 2; }));
+  std::atomic<bool> ran{false};
+  ASSERT_EQ(pool.post([&] { ran = true; }), Admission::accepted);
+  EXPECT_TRUE(eventually([&] { return ran.load(); }, 2000ms))
+      << "a task waited for another worker's start hook";
+  hook_release.open();
+  busy_release.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
 }  // namespace
 }  // namespace crew
