@@ -18,7 +18,10 @@
 #include <crew/task.hpp>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "forkjoin.hpp"
@@ -111,7 +114,28 @@ class CrewTaskImpl final : public Impl {
     if (!is_fork_join(w)) fail("crew_task runs the fork-join workloads only");
     return run_crew<CrewTaskRuntime>(w);
   }
-  std::size_t executing_threads() override { return kWorkers; }  // the pool's workers
+  // Tasks that sleep long enough for every worker of the pool to take some.
+  std::size_t executing_threads() override {
+    constexpr std::uint64_t kTasks = 20 * kWorkers;
+    CrewTaskRuntime rt;
+    std::mutex mu;
+    std::set<std::thread::id> seen;
+    std::atomic<std::uint64_t> done{0};
+    for (std::uint64_t i = 0; i < kTasks; ++i) {
+      const crew::Admission a = rt.pool.post([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        {
+          const std::lock_guard lock(mu);
+          seen.insert(std::this_thread::get_id());
+        }
+        done.fetch_add(1, std::memory_order_release);
+      });
+      if (a != crew::Admission::accepted) fail("crew refused a task");
+    }
+    wait_for_value(done, kTasks);
+    const std::lock_guard lock(mu);
+    return seen.size();
+  }
 };
 
 }  // namespace
