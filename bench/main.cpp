@@ -340,7 +340,8 @@ void run_round(const std::vector<Impl*>& impls, const std::vector<Workload>& wor
 }
 
 // The highest rate at which crew's achieved rate is at least kSustained x
-// the target: doubling from kSearchStart, then three bisection steps.
+// the target: doubling from kSearchStart up to kSearchCap, then three
+// bisection steps. A result of kSearchCap means "at least".
 struct RateSearch {
   double max_rate = 0;                            // 0: not even kSearchStart
   std::vector<std::pair<double, double>> trials;  // target, achieved
@@ -356,7 +357,7 @@ RateSearch search_max_rate(Impl& crew, LatencyBuffers& buffers) {
     return s.achieved_rate >= kSustained * rate;
   };
   double good = 0, bad = 0;
-  for (double r = kSearchStart; r <= kSearchCap; r *= 2) {
+  for (double r = kSearchStart; good < kSearchCap; r = std::min(r * 2, kSearchCap)) {
     if (!sustained(r)) {
       bad = r;
       break;
@@ -702,7 +703,7 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
   std::printf("\ncrew_bench: %zu tasks per run, %zu rounds, %zu workers; medians over rounds\n",
               o.tasks, o.rounds, kWorkers);
   std::printf("crew/impl < 1 means crew is faster (median of per-round ratios)\n\n");
-  std::printf("%-15s %-16s %10s %10s %10s %12s %10s %8s\n", "workload", "impl", "ns/task", "min",
+  std::printf("%-15s %-18s %10s %10s %10s %12s %10s %8s\n", "workload", "impl", "ns/task", "min",
               "max", "allocs/task", "crew/impl", "threads");
   Workload last = rows.empty() ? Workload{} : rows.front().workload;
   for (const Summary& s : rows) {
@@ -714,11 +715,11 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
     if (is_fork_join(s.workload))
       workload += "(" + std::to_string(fork_join_size(s.workload)) + ")";
     if (s.measured()) {
-      std::printf("%-15s %-16s %10.1f %10.1f %10.1f %12.3f %10s %8zu", workload.c_str(),
+      std::printf("%-15s %-18s %10.1f %10.1f %10.1f %12.3f %10s %8zu", workload.c_str(),
                   s.impl.c_str(), s.ns_median, s.ns_min, s.ns_max, s.allocs_median, ratio,
                   s.executing_threads);
     } else {
-      std::printf("%-15s %-16s %10s %10s %10s %12s %10s %8zu", workload.c_str(), s.impl.c_str(),
+      std::printf("%-15s %-18s %10s %10s %10s %12s %10s %8zu", workload.c_str(), s.impl.c_str(),
                   "-", "-", "-", "-", ratio, s.executing_threads);
     }
     if (s.failed > 0)
