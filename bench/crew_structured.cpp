@@ -25,11 +25,13 @@
 namespace bench {
 namespace {
 
+// Default options, kWorkers workers (like every "crew" row).
 crew::PoolOptions structured_options() {
-  return {.name = "bench",
-          .min_workers = kWorkers,
-          .max_workers = kWorkers,
-          .queue_capacity = crew::kUnbounded};
+  crew::PoolOptions o;
+  o.name = "bench";
+  o.min_workers = kWorkers;
+  o.max_workers = kWorkers;
+  return o;
 }
 
 void prime_pool(crew::Pool& pool) {
@@ -103,13 +105,26 @@ Sample run_parallel_for(std::size_t tasks) {
 }  // namespace
 
 std::string_view structured_skip_reason(std::string_view impl, Workload w) {
+  if (is_fork_join(w)) {
+    return impl == "crew" || impl == "crew_task" || impl == "tbb_task_group"
+               ? ""
+               : "fork-join: crew (Group), crew_task and tbb_task_group";
+  }
+  if (impl == "crew_task") return "crew Task handles are measured on the fork-join workloads";
   switch (w) {
     case Workload::group_wait:
     case Workload::funcpool_invoke:
       return impl == "crew" ? "" : "a crew feature (crew::Group, crew::FuncPool)";
+    case Workload::three_pools:
+    case Workload::one_pool:
+      return impl == "crew" ? "" : "crew only (several pools in one process)";
     case Workload::parallel_for:
       return impl == "crew" || impl == "tbb_parallel_for" ? ""
                                                           : "compared with tbb::parallel_for only";
+    case Workload::long_deadline:
+      return impl == "crew_unbounded" ? "the unbounded queue is measured on the four flat workloads"
+             : impl == "tbb_parallel_for" ? "tbb::parallel_for runs loops, not tasks"
+                                          : "";
     default:
       return impl == "tbb_parallel_for" ? "tbb::parallel_for runs loops, not tasks" : "";
   }

@@ -50,12 +50,25 @@ enum class Workload {
   group_wait,       // crew_structured.cpp
   funcpool_invoke,  // crew_structured.cpp
   parallel_for,     // crew_structured.cpp, impl_tbb_parallel_for.cpp
+  fib,              // fork-join (forkjoin.hpp): crew, crew_task, tbb_task_group
+  skynet,
+  nqueens,
+  matmul,
+  three_pools,  // impl_crew.cpp: three crew pools, one producer each
+  one_pool,     // impl_crew.cpp: the same work on one pool, three producers
 };
 
-inline constexpr std::array kWorkloads = {Workload::short_detached,  Workload::short_future,
-                                          Workload::producers_4,     Workload::factorial,
-                                          Workload::long_deadline,   Workload::group_wait,
-                                          Workload::funcpool_invoke, Workload::parallel_for};
+inline constexpr std::array kWorkloads = {
+    Workload::short_detached,  Workload::short_future,  Workload::producers_4,
+    Workload::factorial,       Workload::long_deadline, Workload::group_wait,
+    Workload::funcpool_invoke, Workload::parallel_for,  Workload::fib,
+    Workload::skynet,          Workload::nqueens,       Workload::matmul,
+    Workload::three_pools,     Workload::one_pool};
+
+[[nodiscard]] constexpr bool is_fork_join(Workload w) {
+  return w == Workload::fib || w == Workload::skynet || w == Workload::nqueens ||
+         w == Workload::matmul;
+}
 
 // parallel_for runs over this many indices per --tasks (10,000,000 by
 // default); its figures are per index.
@@ -79,6 +92,18 @@ inline constexpr std::size_t kIndicesPerTask = 10;
       return "funcpool_invoke";
     case Workload::parallel_for:
       return "parallel_for";
+    case Workload::fib:
+      return "fib";
+    case Workload::skynet:
+      return "skynet";
+    case Workload::nqueens:
+      return "nqueens";
+    case Workload::matmul:
+      return "matmul";
+    case Workload::three_pools:
+      return "three_pools";
+    case Workload::one_pool:
+      return "one_pool";
   }
   return "?";
 }
@@ -86,6 +111,41 @@ inline constexpr std::size_t kIndicesPerTask = 10;
 struct Sample {
   double ns_per_task = 0;
   double allocs_per_task = 0;
+  // Fork-join runs with stack tracking on (forkjoin.hpp): the deepest stack
+  // any thread reached while running the workload's tasks, in KiB.
+  double stack_kib = 0;
+  // Empty when measured; otherwise why there is no figure ("SIGSEGV",
+  // "timeout after 60 s": a run in a child process that did not finish).
+  std::string failure;
+};
+
+// The latency workload: one producer posts tasks at intended times
+// t0 + i / rate; each task records its start time and adds to a counter.
+struct LatencySpec {
+  double rate = 0;     // target tasks per second
+  double seconds = 0;  // how long the producer sends
+};
+
+struct LatencySample {
+  double rate = 0;           // target
+  double achieved_rate = 0;  // tasks / (last task's start - t0)
+  // Task start minus its intended send time: a producer that falls behind
+  // (a blocking post, a full queue) is charged for it (coordinated omission).
+  double p50_us = 0, p99_us = 0, p999_us = 0;
+  // Task start minus the moment the producer called post(): the pool's share.
+  double sched_p50_us = 0, sched_p99_us = 0, sched_p999_us = 0;
+};
+
+// The timestamps of a latency run, in steady_clock nanoseconds. Allocated
+// and written once before the producer starts, so that neither allocation
+// nor first-touch page faults happen while it sends.
+struct LatencyBuffers {
+  std::vector<std::int64_t> post_ns;   // when the producer called post()
+  std::vector<std::int64_t> start_ns;  // when the task started
+  void prepare(std::size_t n) {
+    post_ns.assign(n, 0);
+    start_ns.assign(n, 0);
+  }
 };
 
 // One pool implementation as the driver in main.cpp sees it.
@@ -101,10 +161,15 @@ class Impl {
   virtual std::size_t executing_threads() = 0;
   // A caveat about the allocation counts of this implementation, if any.
   [[nodiscard]] virtual std::string_view alloc_note() const { return {}; }
+  // Whether it takes part in the latency workload, and one run of it.
+  [[nodiscard]] virtual bool runs_latency() const { return false; }
+  virtual LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers);
 };
 
 // Defined in the impl_*.cpp files.
 std::unique_ptr<Impl> make_crew_impl();
+std::unique_ptr<Impl> make_crew_unbounded_impl();
+std::unique_ptr<Impl> make_crew_task_impl();  // crew_forkjoin.cpp
 std::unique_ptr<Impl> make_crew_fifo_impl();
 std::unique_ptr<Impl> make_crew_priority_impl();
 std::unique_ptr<Impl> make_crew_metrics_impl();        // built with crew::metrics
@@ -113,15 +178,28 @@ std::unique_ptr<Impl> make_tbb_enqueue_impl();
 std::unique_ptr<Impl> make_tbb_task_group_impl();
 std::unique_ptr<Impl> make_tbb_parallel_for_impl();
 
-// crew_structured.cpp: which implementations run group_wait, funcpool_invoke
-// and parallel_for ("" if `impl` does), and crew's runs of them.
+// crew_structured.cpp: which implementations run group_wait, funcpool_invoke,
+// parallel_for, the crew-only workloads and the fork-join ones ("" if `impl`
+// does), and crew's runs of the structured ones.
 std::string_view structured_skip_reason(std::string_view impl, Workload w);
 Sample run_crew_structured(Workload w, std::size_t tasks);
+// crew_forkjoin.cpp: impl crew (a Group per node) on a fork-join workload.
+Sample run_crew_fork_join(Workload w);
 std::unique_ptr<Impl> make_asio_impl();
 std::unique_ptr<Impl> make_thread_pool_deb_impl();
 
+// Set in a child process of run_isolated() (isolate.hpp): fail() then exits
+// with kFailedCheckExit, which the parent turns into a failure of the run.
+inline bool g_in_isolated_child = false;
+inline constexpr int kFailedCheckExit = 86;
+
+// A wrong result or a refused task: the whole benchmark stops, loudly.
 [[noreturn]] inline void fail(const char* what) {
   std::fprintf(stderr, "crew_bench: %s\n", what);
+  if (g_in_isolated_child) {
+    std::fflush(stderr);
+    std::_Exit(kFailedCheckExit);
+  }
   std::abort();
 }
 
@@ -135,8 +213,10 @@ Sample timed(std::size_t tasks, Body&& body) {
   const auto stop = std::chrono::steady_clock::now();
   const std::uint64_t allocs_after = allocations();
   const auto n = static_cast<double>(std::max<std::size_t>(tasks, 1));
-  return {static_cast<double>(std::chrono::nanoseconds(stop - start).count()) / n,
-          static_cast<double>(allocs_after - allocs_before) / n};
+  Sample s;
+  s.ns_per_task = static_cast<double>(std::chrono::nanoseconds(stop - start).count()) / n;
+  s.allocs_per_task = static_cast<double>(allocs_after - allocs_before) / n;
+  return s;
 }
 
 // Waits until `value` equals `target`. Polls with short sleeps rather than
@@ -147,6 +227,18 @@ inline void wait_for_value(const std::atomic<std::uint64_t>& value, std::uint64_
   while (value.load(std::memory_order_acquire) != target) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+}
+
+[[nodiscard]] inline std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
 
 // ---- task bodies ----
@@ -303,6 +395,76 @@ std::size_t count_executing_threads() {
   return seen.size();
 }
 
+// ---- latency ----
+
+// q-quantile (0..1) of v, reordering v.
+inline double quantile_us(std::vector<std::int64_t>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k =
+      std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return static_cast<double>(v[k]) / 1000.0;
+}
+
+// The producer is the calling thread. It busy-waits until each task's
+// intended time (at 100k tasks/s the gap is 10 us, below what a sleep can
+// hit), records the time and posts. Latency is taken from the intended time,
+// so time the producer spends blocked in post() delays every later task and
+// is counted; the scheduling latency is taken from the post() call.
+template <class A>
+LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
+  const auto n = static_cast<std::size_t>(spec.rate * spec.seconds);
+  buffers.prepare(n);
+  A pool;
+  prime(pool);
+  std::int64_t* const post_at = buffers.post_ns.data();
+  std::int64_t* const start_at = buffers.start_ns.data();
+  std::atomic<std::uint64_t> done{0};
+  const double period_ns = 1e9 / spec.rate;
+  auto intended = [t0 = now_ns() + 1'000'000, period_ns](std::size_t i) {
+    return t0 + static_cast<std::int64_t>(static_cast<double>(i) * period_ns);
+  };
+  pool.produce([&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t due = intended(i);
+      std::int64_t t = now_ns();
+      while (t < due) {
+        cpu_relax();
+        t = now_ns();
+      }
+      post_at[i] = t;
+      pool.post([start_at, i, &done]() noexcept {
+        start_at[i] = now_ns();
+        done.fetch_add(1, std::memory_order_release);
+      });
+    }
+  });
+  wait_for_value(done, n);
+
+  std::int64_t last_start = intended(0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (start_at[i] == 0) fail("latency: a task did not record its start");
+    last_start = std::max(last_start, start_at[i]);
+    post_at[i] = start_at[i] - post_at[i];  // now: scheduling latency
+    start_at[i] -= intended(i);             // now: latency from the intended time
+  }
+  LatencySample s;
+  s.rate = spec.rate;
+  s.achieved_rate = static_cast<double>(n) /
+                    (static_cast<double>(last_start - intended(0)) * 1e-9 + period_ns * 1e-9);
+  s.p50_us = quantile_us(buffers.start_ns, 0.5);
+  s.p99_us = quantile_us(buffers.start_ns, 0.99);
+  s.p999_us = quantile_us(buffers.start_ns, 0.999);
+  s.sched_p50_us = quantile_us(buffers.post_ns, 0.5);
+  s.sched_p99_us = quantile_us(buffers.post_ns, 0.99);
+  s.sched_p999_us = quantile_us(buffers.post_ns, 0.999);
+  return s;
+}
+
+inline LatencySample Impl::run_latency(const LatencySpec&, LatencyBuffers&) {
+  fail("this implementation does not run the latency workload");
+}
+
 // The Impl for an adapter: dispatches the generic workloads above.
 template <class A>
 class AdapterImpl : public Impl {
@@ -314,6 +476,16 @@ class AdapterImpl : public Impl {
   }
   [[nodiscard]] std::string_view alloc_note() const override { return A::kAllocNote; }
   std::size_t executing_threads() override { return count_executing_threads<A>(); }
+  [[nodiscard]] bool runs_latency() const override {
+    if constexpr (requires { A::kLatency; }) {
+      return A::kLatency;
+    } else {
+      return false;
+    }
+  }
+  LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) override {
+    return bench::run_latency<A>(spec, buffers);
+  }
 
   Sample run(Workload w, std::size_t tasks) override {
     switch (w) {
@@ -326,10 +498,18 @@ class AdapterImpl : public Impl {
         return run_producers<A>(tasks);
       case Workload::factorial:
         return run_factorial<A>(tasks);
+      case Workload::fib:
+      case Workload::skynet:
+      case Workload::nqueens:
+      case Workload::matmul:
+        if constexpr (requires { A::run_fork_join(w); }) return A::run_fork_join(w);
+        break;
       case Workload::long_deadline:
       case Workload::group_wait:
       case Workload::funcpool_invoke:
       case Workload::parallel_for:
+      case Workload::three_pools:
+      case Workload::one_pool:
         break;
     }
     fail("workload not supported by this implementation");

@@ -15,6 +15,7 @@ namespace {
 struct Asio {
   static constexpr std::string_view kName = "asio";
   static constexpr std::string_view kAllocNote = "";
+  static constexpr bool kLatency = true;
 
   boost::asio::thread_pool pool{kWorkers};
 

@@ -1,13 +1,23 @@
-// bench/impl_crew.cpp: crew's adapter, its long_deadline workload, and the
-// crew-only measurements (idle CPU, queued memory, allocations per post).
+// bench/impl_crew.cpp: crew's adapter, its long_deadline, three_pools and
+// one_pool workloads, and the crew-only measurements (idle CPU, queued
+// memory, allocations per post).
+//
+// Every crew row runs a pool with default PoolOptions except kWorkers
+// workers (min and max, like the competitors' fixed 2 threads); the
+// variants change one thing each and are named for it: crew_unbounded
+// (queue_capacity = kUnbounded), crew_fifo (one queue shard), crew_priority
+// (4 priority levels).
 #include <malloc.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <crew/pool.hpp>
 #include <fstream>
+#include <latch>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -24,13 +34,15 @@ namespace {
 
 // Options are assigned field by field rather than with designated
 // initializers, which draw -Wmissing-field-initializers from g++ 12.
-crew::PoolOptions bench_options(std::size_t shards = 0, std::size_t levels = 1) {
-  return {.name = "bench",
-          .min_workers = kWorkers,
-          .max_workers = kWorkers,
-          .queue_capacity = crew::kUnbounded,
-          .queue_shards = shards,
-          .priority_levels = levels};
+crew::PoolOptions bench_options(std::size_t shards, std::size_t levels, bool unbounded) {
+  crew::PoolOptions o;
+  o.name = "bench";
+  o.min_workers = kWorkers;
+  o.max_workers = kWorkers;
+  if (unbounded) o.queue_capacity = crew::kUnbounded;
+  o.queue_shards = shards;
+  o.priority_levels = levels;
+  return o;
 }
 
 crew::PoolOptions idle_options(std::size_t min_workers) {
@@ -48,19 +60,23 @@ void expect_accepted(crew::Admission a) {
 // queue across producers ("crew_fifo"). kLevels > 1: a pool with that many
 // priority levels, every task posted at the top one ("crew_priority"; what
 // a pool with priorities costs against "crew", which has none).
-template <std::size_t kShards, std::size_t kLevels = 1>
+// kUnbounded: queue_capacity = kUnbounded instead of the default bound
+// ("crew_unbounded").
+template <std::size_t kShards, std::size_t kLevels = 1, bool kUnbounded = false>
 struct CrewAdapter {
-  static constexpr std::string_view kName = kLevels > 1    ? "crew_priority"
+  static constexpr std::string_view kName = kUnbounded     ? "crew_unbounded"
+                                            : kLevels > 1  ? "crew_priority"
                                             : kShards == 1 ? "crew_fifo"
                                                            : "crew";
   static constexpr std::string_view kAllocNote = "";
+  static constexpr bool kLatency = kName == "crew";
   static constexpr crew::TaskOptions options() {
     crew::TaskOptions o;
     o.priority = static_cast<std::uint8_t>(kLevels - 1);
     return o;
   }
 
-  crew::Pool pool{bench_options(kShards, kLevels)};
+  crew::Pool pool{bench_options(kShards, kLevels, kUnbounded)};
 
   template <class F>
   void post(F&& f) {
@@ -83,6 +99,7 @@ struct CrewAdapter {
 using Crew = CrewAdapter<0>;
 using CrewFifo = CrewAdapter<1>;
 using CrewPriority = CrewAdapter<0, 4>;
+using CrewUnbounded = CrewAdapter<0, 1, true>;
 
 // Long tasks take the slow path (a task state with a deadline); the 1 s
 // deadline is far beyond a task's run time, so none may expire.
@@ -106,11 +123,56 @@ Sample run_long_deadline(std::size_t tasks) {
   return s;
 }
 
+// kPools pools, one producer thread each, or (kPools == 1) one pool fed by
+// kProducers3 producers: the same tasks and threads submitting, once spread
+// over three pools as in a service with several (crewd has three). Tasks
+// of producer p count on their own cache line in both cases.
+constexpr std::size_t kProducers3 = 3;
+
+template <class C, std::size_t kPools>
+Sample run_pools(std::size_t tasks) {
+  std::array<C, kPools> pools;
+  for (C& c : pools) prime(c);
+  struct alignas(64) Counter {
+    std::atomic<std::uint64_t> done{0};
+  };
+  std::array<Counter, kProducers3> counters;
+  std::array<std::size_t, kProducers3> shares{};
+  for (std::size_t p = 0; p < kProducers3; ++p) {
+    shares[p] = tasks / kProducers3 + (p < tasks % kProducers3 ? 1 : 0);
+  }
+  std::latch ready(static_cast<std::ptrdiff_t>(kProducers3));
+  std::atomic<bool> go{false};
+  std::vector<std::jthread> producers;
+  for (std::size_t p = 0; p < kProducers3; ++p) {
+    producers.emplace_back([&, p] {
+      C& c = pools[p % kPools];
+      std::atomic<std::uint64_t>* done = &counters[p].done;
+      ready.count_down();
+      go.wait(false, std::memory_order_acquire);
+      for (std::size_t i = 0; i < shares[p]; ++i) {
+        c.post([done]() noexcept { done->fetch_add(1, std::memory_order_release); });
+      }
+    });
+  }
+  ready.wait();
+  const Sample s = timed(tasks, [&] {
+    go.store(true, std::memory_order_release);
+    go.notify_all();
+    for (std::size_t p = 0; p < kProducers3; ++p) wait_for_value(counters[p].done, shares[p]);
+  });
+  producers.clear();  // joins
+  return s;
+}
+
 template <class C>
 class CrewImpl final : public AdapterImpl<C> {
  public:
   Sample run(Workload w, std::size_t tasks) override {
     if (w == Workload::long_deadline) return run_long_deadline<C>(tasks);
+    if (is_fork_join(w)) return run_crew_fork_join(w);  // crew_forkjoin.cpp
+    if (w == Workload::three_pools) return run_pools<C, 3>(tasks);
+    if (w == Workload::one_pool) return run_pools<C, 1>(tasks);
     if (w == Workload::group_wait || w == Workload::funcpool_invoke ||
         w == Workload::parallel_for) {
       return run_crew_structured(w, tasks);  // crew_structured.cpp
@@ -163,6 +225,9 @@ std::unique_ptr<Impl> make_crew_fifo_impl() { return std::make_unique<CrewImpl<C
 std::unique_ptr<Impl> make_crew_priority_impl() {
   return std::make_unique<CrewImpl<CrewPriority>>();
 }
+std::unique_ptr<Impl> make_crew_unbounded_impl() {
+  return std::make_unique<CrewImpl<CrewUnbounded>>();
+}
 
 std::vector<IdleCpu> measure_idle_cpu(double seconds) {
   std::vector<IdleCpu> out;
@@ -171,8 +236,9 @@ std::vector<IdleCpu> measure_idle_cpu(double seconds) {
   return out;
 }
 
+// On an unbounded queue: a paused pool with a bounded one would block.
 QueuedMemory measure_queued_memory(std::size_t tasks) {
-  Crew c;
+  CrewUnbounded c;
   prime(c);
   crew::Pool& pool = c.pool;
   pool.pause();
@@ -194,10 +260,11 @@ QueuedMemory measure_queued_memory(std::size_t tasks) {
 
 // Posts in batches the workers drain before the next one, so the queue stays
 // within its preallocated lock-free ring (beyond 65,536 queued tasks crew
-// spills to a growing deque, which is not the steady state).
+// spills to a growing deque, which is not the steady state). Unbounded, so
+// that a batch never blocks on a full queue.
 PostAllocs measure_post_allocs(std::size_t tasks) {
   constexpr std::size_t kBatch = 4096;
-  Crew c;
+  CrewUnbounded c;
   std::atomic<std::uint64_t> done{0};
   std::uint64_t a = 1, b = 2, d = 3, e = 4, f = 5;
   auto task = [counter = &done, a, b, d, e, f]() noexcept {

@@ -40,12 +40,12 @@ class NullObserver final : public crew::Observer {
   std::uint32_t events_;
 };
 
+// As impl "crew" (default options but for kWorkers workers), plus the observer.
 crew::PoolOptions observed_options(std::shared_ptr<crew::Observer> observer) {
   crew::PoolOptions o;
   o.name = "bench";
   o.min_workers = kWorkers;
   o.max_workers = kWorkers;
-  o.queue_capacity = crew::kUnbounded;
   o.observers.push_back(std::move(observer));
   return o;
 }

@@ -7,7 +7,10 @@
 //                 task_group::wait, during which the producer runs tasks
 //                 too. This is TBB's best case for one producer; it has no
 //                 per-task handle and no multi-producer arena entry, hence the
-//                 skips.
+//                 skips. On the fork-join workloads (forkjoin.hpp): a
+//                 task_group per inner node, run() per child, then wait(),
+//                 inside a task_arena of kWorkers slots (one TBB worker and
+//                 the main thread, which enters it with execute()).
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
@@ -18,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "forkjoin.hpp"
 #include "harness.hpp"
 
 namespace bench {
@@ -54,6 +58,7 @@ struct PromiseTask {
 struct TbbEnqueue {
   static constexpr std::string_view kName = "tbb_enqueue";
   static constexpr std::string_view kAllocNote = kTbbAllocNote;
+  static constexpr bool kLatency = true;
 
   // No slot reserved for an external thread: both slots are for workers.
   tbb::task_arena arena{static_cast<int>(kWorkers), /*reserved_for_masters=*/0};
@@ -84,6 +89,40 @@ struct TbbEnqueue {
   }
 };
 
+// The fork-join runtime of forkjoin.hpp. The arena has kWorkers slots, one
+// of them reserved for the thread that calls execute(): the same number of
+// threads running tasks as crew's kWorkers workers.
+struct TbbForkJoin {
+  tbb::task_arena arena{static_cast<int>(kWorkers), /*reserved_for_masters=*/1};
+
+  TbbForkJoin() {
+    allow_two_tbb_workers();
+    arena.initialize();
+  }
+
+  class Scope {
+   public:
+    explicit Scope(TbbForkJoin& /*rt*/) {}
+    template <class F>
+    void spawn(F&& f) {
+      group_.run(std::forward<F>(f));
+    }
+    void wait() { group_.wait(); }
+
+   private:
+    tbb::task_group group_;
+  };
+
+  template <class F>
+  void run_root(F&& f) {
+    arena.execute([&] {
+      Scope scope(*this);
+      scope.spawn(std::forward<F>(f));
+      scope.wait();
+    });
+  }
+};
+
 struct TbbTaskGroup {
   static constexpr std::string_view kName = "tbb_task_group";
   static constexpr std::string_view kAllocNote = kTbbAllocNote;
@@ -108,6 +147,10 @@ struct TbbTaskGroup {
       fn();
       group.wait();
     });
+  }
+  static Sample run_fork_join(Workload w) {
+    TbbForkJoin rt;
+    return measure_fork_join(rt, w);
   }
   static std::string_view skip_reason(Workload w) {
     switch (w) {

@@ -15,6 +15,7 @@ namespace {
 struct ThreadPoolDeb {
   static constexpr std::string_view kName = "thread_pool_deb";
   static constexpr std::string_view kAllocNote = "";
+  static constexpr bool kLatency = true;
 
   thread_pool::ThreadPool pool{kWorkers};
 

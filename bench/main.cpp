@@ -25,16 +25,45 @@
 //    region divided by the number of tasks give allocs/task. Counting costs
 //    a few ns per allocation in every implementation. TBB's allocations
 //    through libtbbmalloc cannot be seen (noted in the output).
+//  * Configuration. Every crew row is a pool with default PoolOptions but
+//    for kWorkers workers (min and max), so the default bounded queue is
+//    what the table shows; variants are extra rows named for what they
+//    change (crew_unbounded: queue_capacity = kUnbounded).
+//
+// Workloads (harness.hpp and the files named there): short_detached,
+// short_future, producers_4, factorial (1,000,000 tiny tasks by default,
+// fire-and-forget or with handles); long_deadline, group_wait,
+// funcpool_invoke, parallel_for (crew's other entry points); three_pools
+// and one_pool (three pools of one process fed by a producer each, against
+// one pool fed by three producers: the same work); and
+//  * fork-join (forkjoin.hpp): fib, skynet, nqueens, matmul, one task per
+//    call of the recursion, for crew (a Group per node), crew_task (Task
+//    handles) and tbb_task_group; sizes by --fj-size. Each measurement runs
+//    the workload once untimed, then timed, and checks both results;
+//    ns/task is time x threads / tasks. crew's measurements run in a child
+//    process (isolate.hpp), so a crash (a worker overflowing its stack) is
+//    reported in the row and the benchmark goes on. After the rounds, one
+//    more run per pair measures the deepest stack a thread reached
+//    (stack_kib).
+//  * latency (harness.hpp, run_latency): one producer posts tasks at
+//    intended times for --latency-seconds at each target rate; each task
+//    records its start time. Percentiles of the start minus the intended
+//    time (a producer that falls behind is charged: coordinated omission)
+//    and minus the post() call (the pool's share). Before the rounds a
+//    search finds the highest rate crew sustains (achieved >= 0.95 x
+//    target over 1 s runs), which joins the rates of the rounds.
 //
 // Google Benchmark is not used: it runs each benchmark to completion before
 // starting the next, so it cannot interleave rounds across implementations,
 // and its iteration-count heuristics would make every run a different size.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +75,7 @@
 #include <vector>
 
 #include "crew_extras.hpp"
+#include "forkjoin.hpp"
 #include "harness.hpp"
 
 namespace bench {
@@ -57,20 +87,41 @@ struct Options {
   double idle_seconds = 5;
   std::string json_path;
   std::vector<std::string> impls;      // empty: all
-  std::vector<std::string> workloads;  // empty: all
+  std::vector<std::string> workloads;  // empty: all ("latency" included)
+  bool fj_stack = true;
+  std::vector<double> latency_rates = {100'000, 500'000, 1'000'000};
+  double latency_seconds = 2;
+  bool latency_search = true;
 };
+
+constexpr double kSearchSeconds = 1;      // per trial of the max-rate search
+constexpr double kSustained = 0.95;       // achieved / target
+constexpr double kSearchStart = 100'000;  // tasks/s, doubled until it fails
+constexpr double kSearchCap = 8'000'000;
 
 constexpr std::string_view kUsage =
     "usage: crew_bench [--tasks N] [--rounds R] [--json PATH] [--idle-seconds S]\n"
-    "                  [--impl a,b,...] [--workload a,b,...]\n"
-    "  --tasks N         tasks per measurement (default 1000000)\n"
-    "  --rounds R        interleaved rounds; medians are over these (default 9)\n"
-    "  --json PATH       also write the results as a JSON array\n"
-    "  --idle-seconds S  idle-CPU window per configuration; 0 skips it (default 5)\n"
-    "  --impl LIST       crew,crew_fifo,crew_priority,crew_metrics,crew_null_observer,\n"
-    "                    tbb_enqueue,tbb_task_group,tbb_parallel_for,asio,thread_pool_deb\n"
-    "  --workload LIST   short_detached,short_future,producers_4,factorial,long_deadline,\n"
-    "                    group_wait,funcpool_invoke,parallel_for\n";
+    "                  [--impl a,b,...] [--workload a,b,...] [--fj-size w=n,...]\n"
+    "                  [--fj-stack 0|1] [--fj-isolate 0|1] [--fj-timeout S]\n"
+    "                  [--latency-rates r,...] [--latency-seconds S] [--latency-search 0|1]\n"
+    "  --tasks N          tasks per measurement (default 1000000)\n"
+    "  --rounds R         interleaved rounds; medians are over these (default 9)\n"
+    "  --json PATH        also write the results as a JSON array\n"
+    "  --idle-seconds S   idle-CPU window per configuration; 0 skips it (default 5)\n"
+    "  --impl LIST        crew,crew_unbounded,crew_fifo,crew_priority,crew_metrics,\n"
+    "                     crew_null_observer,crew_task,tbb_enqueue,tbb_task_group,\n"
+    "                     tbb_parallel_for,asio,thread_pool_deb\n"
+    "  --workload LIST    short_detached,short_future,producers_4,factorial,long_deadline,\n"
+    "                     group_wait,funcpool_invoke,parallel_for,fib,skynet,nqueens,\n"
+    "                     matmul,three_pools,one_pool,latency\n"
+    "  --fj-size LIST     fork-join sizes (default fib=30,skynet=6,nqueens=11,matmul=1024)\n"
+    "  --fj-stack 0|1     one more run per fork-join pair measuring stack depth (default 1)\n"
+    "  --fj-isolate 0|1   crew's fork-join runs in a child process (default 1)\n"
+    "  --fj-timeout S     an isolated run still going after S seconds fails (default 60)\n"
+    "  --latency-rates L  target tasks/s of the latency workload (default\n"
+    "                     100000,500000,1000000)\n"
+    "  --latency-seconds S  how long the producer sends per run (default 2)\n"
+    "  --latency-search 0|1 find the highest rate crew sustains first (default 1)\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "crew_bench: " << why << "\n" << kUsage;
@@ -94,6 +145,50 @@ std::size_t parse_count(const std::string& flag, const std::string& value, std::
   } catch (const std::exception&) {
   }
   usage_error(flag + " needs an integer >= " + std::to_string(min));
+}
+
+bool parse_bool(const std::string& flag, const std::string& value) {
+  if (value == "0" || value == "1") return value == "1";
+  usage_error(flag + " needs 0 or 1");
+}
+
+double parse_positive(const std::string& flag, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(value, &used);
+    if (used == value.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  usage_error(flag + " needs a number > 0");
+}
+
+void parse_fj_sizes(const std::string& value) {
+  ForkJoinConfig& c = fork_join_config();
+  for (const std::string& item : split_list(value)) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) usage_error("--fj-size needs NAME=N items");
+    const std::string name = item.substr(0, eq);
+    const auto n = static_cast<unsigned>(parse_count("--fj-size " + name, item.substr(eq + 1), 0));
+    Workload w{};
+    if (name == "fib") {
+      w = Workload::fib;
+      c.fib = n;
+    } else if (name == "skynet") {
+      w = Workload::skynet;
+      c.skynet = n;
+    } else if (name == "nqueens") {
+      w = Workload::nqueens;
+      c.nqueens = n;
+    } else if (name == "matmul") {
+      w = Workload::matmul;
+      c.matmul = n;
+    } else {
+      usage_error("--fj-size: not a fork-join workload: " + name);
+    }
+    if (const std::string why = fork_join_size_error(w, n); !why.empty()) {
+      usage_error("--fj-size " + why);
+    }
+  }
 }
 
 Options parse_args(int argc, char** argv) {
@@ -123,6 +218,23 @@ Options parse_args(int argc, char** argv) {
       o.impls = split_list(value);
     } else if (arg == "--workload") {
       o.workloads = split_list(value);
+    } else if (arg == "--fj-size") {
+      parse_fj_sizes(value);
+    } else if (arg == "--fj-stack") {
+      o.fj_stack = parse_bool(arg, value);
+    } else if (arg == "--fj-isolate") {
+      fork_join_config().isolate = parse_bool(arg, value);
+    } else if (arg == "--fj-timeout") {
+      fork_join_config().timeout_seconds = static_cast<int>(parse_count(arg, value, 1));
+    } else if (arg == "--latency-rates") {
+      o.latency_rates.clear();
+      for (const std::string& r : split_list(value)) {
+        o.latency_rates.push_back(parse_positive(arg, r));
+      }
+    } else if (arg == "--latency-seconds") {
+      o.latency_seconds = parse_positive(arg, value);
+    } else if (arg == "--latency-search") {
+      o.latency_search = parse_bool(arg, value);
     } else {
       usage_error("unknown option: " + arg);
     }
@@ -137,12 +249,14 @@ bool selected(const std::vector<std::string>& filter, std::string_view name) {
 std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   std::vector<std::unique_ptr<Impl>> all;
   all.push_back(make_crew_impl());
+  all.push_back(make_crew_unbounded_impl());
   all.push_back(make_crew_fifo_impl());
   all.push_back(make_crew_priority_impl());
 #ifdef CREW_BENCH_METRICS
   all.push_back(make_crew_metrics_impl());
   all.push_back(make_crew_null_observer_impl());
 #endif
+  all.push_back(make_crew_task_impl());
   all.push_back(make_tbb_enqueue_impl());
   all.push_back(make_tbb_task_group_impl());
   all.push_back(make_tbb_parallel_for_impl());
@@ -157,10 +271,12 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   return all;
 }
 
+constexpr std::string_view kLatency = "latency";
+
 std::vector<Workload> make_workloads(const Options& o) {
   for (const std::string& want : o.workloads) {
-    if (std::none_of(kWorkloads.begin(), kWorkloads.end(),
-                     [&](Workload w) { return name_of(w) == want; })) {
+    if (want != kLatency && std::none_of(kWorkloads.begin(), kWorkloads.end(),
+                                         [&](Workload w) { return name_of(w) == want; })) {
       usage_error("unknown workload: " + want);
     }
   }
@@ -190,18 +306,23 @@ std::vector<T> rotated(std::vector<T> v, std::size_t by) {
 struct Series {
   Impl* impl = nullptr;
   Workload workload{};
-  std::vector<Sample> rounds;  // in round order
+  std::vector<Sample> rounds;  // in round order, failed runs included
 };
 
 using SeriesKey = std::pair<std::string_view, Workload>;
+using LatencyKey = std::pair<std::string_view, double>;  // impl, target rate
+using LatencySeries = std::map<LatencyKey, std::vector<LatencySample>>;
 
-// One pass over every supported pair, in this round's rotated order.
+// One pass over every supported pair, in this round's rotated order, then
+// the latency runs (rates rotated, implementations rotated within a rate).
 void run_round(const std::vector<Impl*>& impls, const std::vector<Workload>& workloads,
-               std::size_t round, std::size_t tasks, std::map<SeriesKey, Series>* record) {
+               const std::vector<Impl*>& latency_impls, const std::vector<double>& rates,
+               const Options& o, std::size_t round, std::map<SeriesKey, Series>* record,
+               LatencySeries* latency, LatencyBuffers& buffers) {
   for (Workload w : rotated(workloads, round)) {
     for (Impl* impl : rotated(impls, round)) {
       if (!impl->skip_reason(w).empty()) continue;
-      const Sample s = impl->run(w, tasks);
+      const Sample s = impl->run(w, o.tasks);
       if (record != nullptr) {
         Series& series = (*record)[{impl->name(), w}];
         series.impl = impl;
@@ -210,43 +331,112 @@ void run_round(const std::vector<Impl*>& impls, const std::vector<Workload>& wor
       }
     }
   }
+  for (double rate : rotated(rates, round)) {
+    for (Impl* impl : rotated(latency_impls, round)) {
+      const LatencySample s = impl->run_latency({rate, o.latency_seconds}, buffers);
+      if (latency != nullptr) (*latency)[{impl->name(), rate}].push_back(s);
+    }
+  }
+}
+
+// The highest rate at which crew's achieved rate is at least kSustained x
+// the target: doubling from kSearchStart up to kSearchCap, then three
+// bisection steps. A result of kSearchCap means "at least".
+struct RateSearch {
+  double max_rate = 0;                            // 0: not even kSearchStart
+  std::vector<std::pair<double, double>> trials;  // target, achieved
+};
+
+RateSearch search_max_rate(Impl& crew, LatencyBuffers& buffers) {
+  RateSearch out;
+  auto sustained = [&](double rate) {
+    const LatencySample s = crew.run_latency({rate, kSearchSeconds}, buffers);
+    out.trials.emplace_back(rate, s.achieved_rate);
+    std::fprintf(stderr, "crew_bench: latency search: %.0f tasks/s -> achieved %.0f\n", rate,
+                 s.achieved_rate);
+    return s.achieved_rate >= kSustained * rate;
+  };
+  double good = 0, bad = 0;
+  for (double r = kSearchStart; good < kSearchCap; r = std::min(r * 2, kSearchCap)) {
+    if (!sustained(r)) {
+      bad = r;
+      break;
+    }
+    good = r;
+  }
+  for (int step = 0; step < 3 && bad > 0; ++step) {
+    const double mid = good > 0 ? (good + bad) / 2 : bad / 2;
+    (sustained(mid) ? good : bad) = mid;
+  }
+  out.max_rate = std::floor(good / 10'000) * 10'000;  // a round figure, still sustained
+  return out;
 }
 
 struct Summary {
   std::string impl;
   Workload workload{};
-  std::vector<double> ns;  // per round
+  std::vector<double> ns;  // per round; NaN for a failed run
   double ns_median = 0, ns_min = 0, ns_max = 0, allocs_median = 0;
-  std::vector<double> crew_ratios;  // per round: crew ns / this ns
+  std::vector<double> crew_ratios;  // per round both ran: crew ns / this ns
   std::optional<double> crew_ratio_median;
   std::size_t executing_threads = 0;
   std::string alloc_note;
+  std::size_t failed = 0;       // rounds without a figure
+  std::string failure;          // their reasons
+  std::optional<Sample> stack;  // the stack-tracking run (fork-join)
+  [[nodiscard]] bool measured() const { return failed < ns.size(); }
 };
 
+std::string join(const std::set<std::string>& items) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
 std::vector<Summary> summarize(const std::map<SeriesKey, Series>& all,
-                               const std::map<std::string_view, std::size_t>& threads) {
+                               const std::map<std::string_view, std::size_t>& threads,
+                               const std::map<SeriesKey, Sample>& stacks) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   std::vector<Summary> out;
   for (const auto& [key, series] : all) {
     Summary s;
     s.impl = std::string(key.first);
     s.workload = key.second;
-    std::vector<double> allocs;
+    std::vector<double> ok, allocs;
+    std::set<std::string> reasons;
     for (const Sample& r : series.rounds) {
+      if (!r.failure.empty()) {
+        ++s.failed;
+        reasons.insert(r.failure);
+        s.ns.push_back(kNaN);
+        continue;
+      }
       s.ns.push_back(r.ns_per_task);
+      ok.push_back(r.ns_per_task);
       allocs.push_back(r.allocs_per_task);
     }
-    s.ns_median = median(s.ns);
-    s.ns_min = *std::min_element(s.ns.begin(), s.ns.end());
-    s.ns_max = *std::max_element(s.ns.begin(), s.ns.end());
-    s.allocs_median = median(allocs);
-    s.executing_threads = threads.at(key.first);
+    s.failure = join(reasons);
+    if (!ok.empty()) {
+      s.ns_median = median(ok);
+      s.ns_min = *std::min_element(ok.begin(), ok.end());
+      s.ns_max = *std::max_element(ok.begin(), ok.end());
+      s.allocs_median = median(allocs);
+    }
+    // Fork-join runs on kWorkers threads everywhere (tbb_task_group's arena
+    // included); the count measured per impl is for the flat workloads.
+    s.executing_threads = is_fork_join(key.second) ? kWorkers : threads.at(key.first);
     s.alloc_note = std::string(series.impl->alloc_note());
+    if (const auto st = stacks.find(key); st != stacks.end()) s.stack = st->second;
     const auto crew = all.find({"crew", key.second});
     if (key.first != "crew" && crew != all.end()) {
       for (std::size_t r = 0; r < series.rounds.size(); ++r) {
-        s.crew_ratios.push_back(crew->second.rounds[r].ns_per_task / series.rounds[r].ns_per_task);
+        const Sample& c = crew->second.rounds[r];
+        const Sample& x = series.rounds[r];
+        if (c.failure.empty() && x.failure.empty()) {
+          s.crew_ratios.push_back(c.ns_per_task / x.ns_per_task);
+        }
       }
-      s.crew_ratio_median = median(s.crew_ratios);
+      if (!s.crew_ratios.empty()) s.crew_ratio_median = median(s.crew_ratios);
     }
     out.push_back(std::move(s));
   }
@@ -258,9 +448,59 @@ std::vector<Summary> summarize(const std::map<SeriesKey, Series>& all,
   return out;
 }
 
+struct LatencySummary {
+  std::string impl;
+  double rate = 0;
+  LatencySample median;  // field by field over rounds
+  std::vector<double> sched_p99_rounds;
+  std::vector<double> crew_sched_p99_ratios;  // crew's / this, per round
+  std::optional<double> crew_sched_p99_ratio_median;
+};
+
+std::vector<LatencySummary> summarize_latency(const LatencySeries& all) {
+  std::vector<LatencySummary> out;
+  for (const auto& [key, runs] : all) {
+    LatencySummary s;
+    s.impl = std::string(key.first);
+    s.rate = key.second;
+    auto med = [&runs](double LatencySample::*field) {
+      std::vector<double> v;
+      for (const LatencySample& r : runs) v.push_back(r.*field);
+      return median(v);
+    };
+    s.median.rate = key.second;
+    s.median.achieved_rate = med(&LatencySample::achieved_rate);
+    s.median.p50_us = med(&LatencySample::p50_us);
+    s.median.p99_us = med(&LatencySample::p99_us);
+    s.median.p999_us = med(&LatencySample::p999_us);
+    s.median.sched_p50_us = med(&LatencySample::sched_p50_us);
+    s.median.sched_p99_us = med(&LatencySample::sched_p99_us);
+    s.median.sched_p999_us = med(&LatencySample::sched_p999_us);
+    for (const LatencySample& r : runs) s.sched_p99_rounds.push_back(r.sched_p99_us);
+    const auto crew = all.find({"crew", key.second});
+    if (key.first != "crew" && crew != all.end()) {
+      for (std::size_t r = 0; r < runs.size() && r < crew->second.size(); ++r) {
+        if (runs[r].sched_p99_us > 0) {
+          s.crew_sched_p99_ratios.push_back(crew->second[r].sched_p99_us / runs[r].sched_p99_us);
+        }
+      }
+      if (!s.crew_sched_p99_ratios.empty()) {
+        s.crew_sched_p99_ratio_median = median(s.crew_sched_p99_ratios);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const LatencySummary& a, const LatencySummary& b) {
+    if (a.rate != b.rate) return a.rate < b.rate;
+    return (a.impl == "crew") > (b.impl == "crew");
+  });
+  return out;
+}
+
 // ---- output ----
 
 std::string number(double v) {
+  if (std::isnan(v)) return "null";  // a failed run
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
@@ -298,6 +538,9 @@ JsonObject base_entry(std::string_view impl, std::string_view workload, std::siz
   JsonObject o;
   o.str("impl", impl).str("workload", workload).num("threads", kWorkers);
   if (workload == name_of(Workload::producers_4)) o.num("producers", kProducers);
+  if (workload == name_of(Workload::three_pools) || workload == name_of(Workload::one_pool)) {
+    o.num("producers", 3).num("pools", workload == name_of(Workload::three_pools) ? 3 : 1);
+  }
   if (workload == name_of(Workload::parallel_for)) {
     o.num("indices", static_cast<double>(kIndicesPerTask * tasks));
   }
@@ -305,7 +548,16 @@ JsonObject base_entry(std::string_view impl, std::string_view workload, std::siz
   return o;
 }
 
+// Fork-join rows: the workload's size and the tasks of one run.
+JsonObject workload_entry(std::string_view impl, Workload w, const Options& o) {
+  if (!is_fork_join(w)) return base_entry(impl, name_of(w), o.tasks, o.rounds);
+  const unsigned size = fork_join_size(w);
+  JsonObject e = base_entry(impl, name_of(w), fork_join_tasks(w, size), o.rounds);
+  return e.num("size", size);
+}
+
 struct Extras {
+  std::optional<RateSearch> rate_search;
   std::vector<IdleCpu> idle;
   std::optional<QueuedMemory> queued;
   std::optional<PostAllocs> post;
@@ -320,22 +572,71 @@ struct Skip {
 };
 
 void write_json(const std::string& path, const Options& o, const std::vector<Summary>& rows,
-                const std::vector<Skip>& skips, const Extras& extras) {
+                const std::vector<LatencySummary>& latency, const std::vector<Skip>& skips,
+                const Extras& extras) {
   std::vector<std::string> entries;
   for (const Summary& s : rows) {
-    JsonObject e = base_entry(s.impl, name_of(s.workload), o.tasks, o.rounds);
-    e.num("ns_per_task", s.ns_median).num("ns_per_task_min", s.ns_min);
-    e.num("ns_per_task_max", s.ns_max).nums("ns_per_task_rounds", s.ns);
-    e.num("allocs_per_task", s.allocs_median);
+    JsonObject e = workload_entry(s.impl, s.workload, o);
+    if (s.measured()) {
+      e.num("ns_per_task", s.ns_median).num("ns_per_task_min", s.ns_min);
+      e.num("ns_per_task_max", s.ns_max);
+      e.num("allocs_per_task", s.allocs_median);
+    }
+    e.nums("ns_per_task_rounds", s.ns);
+    if (is_fork_join(s.workload) && s.measured()) {
+      // ns_per_task is thread time: wall time x threads / tasks.
+      const double tasks =
+          static_cast<double>(fork_join_tasks(s.workload, fork_join_size(s.workload)));
+      e.num("ms_per_run", s.ns_median * tasks / static_cast<double>(kWorkers) / 1e6);
+    }
+    if (s.failed > 0)
+      e.num("failed_rounds", static_cast<double>(s.failed)).str("failure", s.failure);
+    if (s.stack) {
+      if (s.stack->failure.empty()) {
+        e.num("stack_kib", s.stack->stack_kib);
+      } else {
+        e.str("stack_failure", s.stack->failure);
+      }
+    }
     if (s.crew_ratio_median) e.num("crew_ratio_median", *s.crew_ratio_median);
     if (!s.crew_ratios.empty()) e.nums("crew_ratios", s.crew_ratios);
     e.num("executing_threads", static_cast<double>(s.executing_threads));
     if (!s.alloc_note.empty()) e.str("alloc_note", s.alloc_note);
     entries.push_back(e.text());
   }
+  for (const LatencySummary& l : latency) {
+    JsonObject e;
+    e.str("impl", l.impl).str("workload", kLatency).num("threads", kWorkers);
+    e.num("rate", l.rate)
+        .num("seconds", o.latency_seconds)
+        .num("rounds", static_cast<double>(o.rounds));
+    e.num("achieved_rate", l.median.achieved_rate);
+    e.num("p50_us", l.median.p50_us)
+        .num("p99_us", l.median.p99_us)
+        .num("p999_us", l.median.p999_us);
+    e.num("sched_p50_us", l.median.sched_p50_us).num("sched_p99_us", l.median.sched_p99_us);
+    e.num("sched_p999_us", l.median.sched_p999_us).nums("sched_p99_us_rounds", l.sched_p99_rounds);
+    if (extras.rate_search && l.rate == extras.rate_search->max_rate) e.num("max_rate_found", 1);
+    if (l.crew_sched_p99_ratio_median) {
+      e.num("crew_sched_p99_ratio_median", *l.crew_sched_p99_ratio_median);
+      e.nums("crew_sched_p99_ratios", l.crew_sched_p99_ratios);
+    }
+    entries.push_back(e.text());
+  }
+  if (const auto& r = extras.rate_search) {
+    std::vector<double> targets, achieved;
+    for (const auto& [t, a] : r->trials) {
+      targets.push_back(t);
+      achieved.push_back(a);
+    }
+    JsonObject e;
+    e.str("impl", "crew").str("workload", "latency_max_rate").num("threads", kWorkers);
+    e.num("rate", r->max_rate).num("seconds", kSearchSeconds).num("sustained_fraction", kSustained);
+    e.nums("trial_rates", targets).nums("trial_achieved", achieved);
+    entries.push_back(e.text());
+  }
   for (const Skip& s : skips) {
-    entries.push_back(
-        base_entry(s.impl, name_of(s.workload), o.tasks, o.rounds).str("skipped", s.reason).text());
+    entries.push_back(workload_entry(s.impl, s.workload, o).str("skipped", s.reason).text());
   }
   for (const IdleCpu& i : extras.idle) {
     entries.push_back(base_entry("crew", "idle_cpu", 0, 1)
@@ -396,12 +697,13 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
   if (!out) fail("cannot write the JSON file");
 }
 
-void print_table(const Options& o, const std::vector<Summary>& rows, const std::vector<Skip>& skips,
+void print_table(const Options& o, const std::vector<Summary>& rows,
+                 const std::vector<LatencySummary>& latency, const std::vector<Skip>& skips,
                  const Extras& extras) {
   std::printf("\ncrew_bench: %zu tasks per run, %zu rounds, %zu workers; medians over rounds\n",
               o.tasks, o.rounds, kWorkers);
   std::printf("crew/impl < 1 means crew is faster (median of per-round ratios)\n\n");
-  std::printf("%-15s %-16s %10s %10s %10s %12s %10s %8s\n", "workload", "impl", "ns/task", "min",
+  std::printf("%-15s %-18s %10s %10s %10s %12s %10s %8s\n", "workload", "impl", "ns/task", "min",
               "max", "allocs/task", "crew/impl", "threads");
   Workload last = rows.empty() ? Workload{} : rows.front().workload;
   for (const Summary& s : rows) {
@@ -409,9 +711,49 @@ void print_table(const Options& o, const std::vector<Summary>& rows, const std::
     last = s.workload;
     char ratio[32] = "-";
     if (s.crew_ratio_median) std::snprintf(ratio, sizeof ratio, "%.3f", *s.crew_ratio_median);
-    std::printf("%-15s %-16s %10.1f %10.1f %10.1f %12.3f %10s %8zu\n",
-                std::string(name_of(s.workload)).c_str(), s.impl.c_str(), s.ns_median, s.ns_min,
-                s.ns_max, s.allocs_median, ratio, s.executing_threads);
+    std::string workload(name_of(s.workload));
+    if (is_fork_join(s.workload))
+      workload += "(" + std::to_string(fork_join_size(s.workload)) + ")";
+    if (s.measured()) {
+      std::printf("%-15s %-18s %10.1f %10.1f %10.1f %12.3f %10s %8zu", workload.c_str(),
+                  s.impl.c_str(), s.ns_median, s.ns_min, s.ns_max, s.allocs_median, ratio,
+                  s.executing_threads);
+    } else {
+      std::printf("%-15s %-18s %10s %10s %10s %12s %10s %8zu", workload.c_str(), s.impl.c_str(),
+                  "-", "-", "-", "-", ratio, s.executing_threads);
+    }
+    if (s.failed > 0)
+      std::printf("  failed %zu of %zu: %s", s.failed, s.ns.size(), s.failure.c_str());
+    if (s.stack) {
+      if (s.stack->failure.empty()) {
+        std::printf("  stack %.0f KiB", s.stack->stack_kib);
+      } else {
+        std::printf("  stack run: %s", s.stack->failure.c_str());
+      }
+    }
+    std::printf("\n");
+  }
+  if (!latency.empty()) {
+    std::printf(
+        "\nlatency: one producer, %.1f s per run; us from the intended time / from post()\n",
+        o.latency_seconds);
+    std::printf("%-10s %-16s %10s %9s %9s %9s %9s %9s %9s %10s\n", "rate", "impl", "achieved",
+                "p50", "p99", "p99.9", "sched50", "sched99", "sched99.9", "crew/impl");
+    for (const LatencySummary& l : latency) {
+      char ratio[32] = "-";
+      if (l.crew_sched_p99_ratio_median) {
+        std::snprintf(ratio, sizeof ratio, "%.3f", *l.crew_sched_p99_ratio_median);
+      }
+      const LatencySample& m = l.median;
+      std::printf("%-10.0f %-16s %10.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10s\n", l.rate,
+                  l.impl.c_str(), m.achieved_rate, m.p50_us, m.p99_us, m.p999_us, m.sched_p50_us,
+                  m.sched_p99_us, m.sched_p999_us, ratio);
+    }
+  }
+  if (const auto& r = extras.rate_search) {
+    std::printf(
+        "\nhighest rate crew sustains (achieved >= %.2f x target, %.0f s runs): %.0f tasks/s\n",
+        kSustained, kSearchSeconds, r->max_rate);
   }
   if (!skips.empty()) std::printf("\nskipped:\n");
   for (const Skip& s : skips) {
@@ -471,6 +813,14 @@ int run(const Options& o) {
   for (const auto& i : owned) impls.push_back(i.get());
   const std::vector<Workload> workloads = make_workloads(o);
   const bool with_crew = selected(o.impls, "crew");
+  std::vector<Impl*> latency_impls;
+  if (selected(o.workloads, kLatency)) {
+    for (Impl* i : impls) {
+      if (i->runs_latency()) latency_impls.push_back(i);
+    }
+  }
+  std::vector<double> rates = latency_impls.empty() ? std::vector<double>{} : o.latency_rates;
+  LatencyBuffers buffers;
 
   Extras extras;
   if (with_crew) {
@@ -493,15 +843,40 @@ int run(const Options& o) {
     }
   }
 
+  // The warm-up round leaves the latency runs out: each builds its own pool,
+  // and the rate search below warms crew's.
   auto start = std::chrono::steady_clock::now();
-  run_round(impls, workloads, 0, o.tasks, nullptr);
+  run_round(impls, workloads, {}, {}, o, 0, nullptr, nullptr, buffers);
   std::fprintf(stderr, "crew_bench: warm-up round took %.1f s\n", seconds_since(start));
+  const auto crew = std::find_if(latency_impls.begin(), latency_impls.end(),
+                                 [](Impl* i) { return i->name() == "crew"; });
+  if (o.latency_search && crew != latency_impls.end()) {
+    extras.rate_search = search_max_rate(**crew, buffers);
+    const double max_rate = extras.rate_search->max_rate;
+    if (max_rate > 0 && std::find(rates.begin(), rates.end(), max_rate) == rates.end()) {
+      rates.push_back(max_rate);
+    }
+  }
   std::map<SeriesKey, Series> series;
+  LatencySeries latency;
   for (std::size_t r = 0; r < o.rounds; ++r) {
     start = std::chrono::steady_clock::now();
-    run_round(impls, workloads, r, o.tasks, &series);
+    run_round(impls, workloads, latency_impls, rates, o, r, &series, &latency, buffers);
     std::fprintf(stderr, "crew_bench: round %zu/%zu took %.1f s\n", r + 1, o.rounds,
                  seconds_since(start));
+  }
+  // One more run per fork-join pair, with each task noting its stack depth
+  // (a branch and a thread-local compare per task, kept out of the rounds).
+  std::map<SeriesKey, Sample> stacks;
+  if (o.fj_stack) {
+    fork_join_config().track_stack = true;
+    for (Workload w : workloads) {
+      if (!is_fork_join(w)) continue;
+      for (Impl* i : impls) {
+        if (i->skip_reason(w).empty()) stacks[{i->name(), w}] = i->run(w, o.tasks);
+      }
+    }
+    fork_join_config().track_stack = false;
   }
   if (with_crew) {
     extras.post = measure_post_allocs(o.tasks);
@@ -511,9 +886,10 @@ int run(const Options& o) {
   if (selected(o.impls, "crew_metrics")) extras.scrape = measure_metrics_scrape(15);
 #endif
 
-  const std::vector<Summary> rows = summarize(series, threads);
-  print_table(o, rows, skips, extras);
-  if (!o.json_path.empty()) write_json(o.json_path, o, rows, skips, extras);
+  const std::vector<Summary> rows = summarize(series, threads, stacks);
+  const std::vector<LatencySummary> latency_rows = summarize_latency(latency);
+  print_table(o, rows, latency_rows, skips, extras);
+  if (!o.json_path.empty()) write_json(o.json_path, o, rows, latency_rows, skips, extras);
   return 0;
 }
 
