@@ -271,7 +271,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::atomic<int> sleepers_{0};
   EventCount space_ec_;  // submitters blocked on a full queue sleep here
   const std::size_t low_water_;  // see on_slot_freed
-  std::atomic<std::uint64_t> freed_while_blocked_{0};
   EventCount sup_ec_;    // the supervisor sleeps here
   // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
   std::atomic<std::int64_t> sup_next_wake_{0};
@@ -501,14 +500,14 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         cpu_relax();
         continue;
       }
-      // Sleep until a worker frees a slot (it notifies after each pop while
-      // someone waits) or a shutdown starts.
+      // Sleep until workers have freed a batch of slots (on_slot_freed) or
+      // a shutdown starts; at most a millisecond, then look again.
       const EventCount::Key key = space_ec_.prepare_wait();
       if (!queue_.full(level) || state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
         space_ec_.cancel_wait();
         continue;
       }
-      space_ec_.wait(key);
+      (void)space_ec_.wait(key, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
     }
     blocked_.fetch_sub(1, std::memory_order_relaxed);
     if (r == Route::queued) after_push();
@@ -519,13 +518,19 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // in batches: all of them once the shared queue is down to half its
   // capacity (and, so that none waits on a level that stays full, every
   // kReleaseBatch cells), not one per freed slot.
+  // In large queues the size is looked at every kCheckEvery cells a thread
+  // frees (it reads every shard's indices), so consumers do not pay for it
+  // on every pop; a blocked submitter also looks again every millisecond,
+  // which bounds the cost of a release this sampling misses.
   void on_slot_freed() noexcept {
-    static constexpr std::uint64_t kReleaseBatch = 256;
+    static constexpr std::uint32_t kCheckEvery = 16;
+    static constexpr std::uint32_t kReleaseBatch = 256;
     if (space_ec_.waiters() == 0) [[likely]]
       return;
-    if (queue_.shared_size() <= low_water_ ||
-        freed_while_blocked_.fetch_add(1, std::memory_order_relaxed) % kReleaseBatch ==
-            kReleaseBatch - 1) {
+    static thread_local std::uint32_t freed = 0;
+    ++freed;
+    if (low_water_ >= 1024 && freed % kCheckEvery != 0) return;
+    if (freed % kReleaseBatch == 0 || queue_.shared_size() <= low_water_) {
       space_ec_.notify_all();
     }
   }
