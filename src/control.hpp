@@ -70,6 +70,7 @@ struct Worker final : Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_counted(CountedCall call, void* fn) noexcept override { counts.add(call(fn)); }
 
   const std::uint64_t id;
   OsThread thread;  // guarded by Control::mu

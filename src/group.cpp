@@ -14,11 +14,12 @@
 #include "crew/group.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <string>
 
+#include "crew/detail/futex.hpp"
 #include "crew/detail/spin_lock.hpp"
+#include "crew/detail/task_state.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew {
@@ -218,10 +219,14 @@ class GroupState {
   bool wait_until(Clock::time_point deadline) {
     const bool help = t_running_pool == &pool_;
     for (;;) {
+      if (!wait_counted(deadline, help)) return false;
       Span r;
       {
         SpinLockGuard lock(mu_);
-        if (settled_ == size_) return true;
+        if (settled_ == size_) {
+          if (counted_pending_.load(std::memory_order_acquire) == 0) return true;
+          continue;  // a task submitted more meanwhile
+        }
         r = begin_read_locked();
       }
       OutcomeCounts tally;
@@ -251,11 +256,34 @@ class GroupState {
     (void)end_read(r, r.lo, OutcomeCounts{});
   }
 
+  // ---- tasks without handles (GroupCell) ----
+  void counted_begin() noexcept {
+    retain();
+    counted_submitted_.fetch_add(1, std::memory_order_relaxed);
+    counted_pending_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  void counted_end(TaskStatus outcome) noexcept {
+    {
+      SpinLockGuard lock(mu_);
+      add(counted_counts_, outcome);
+    }
+    // The count drops after the outcome is recorded (stats() sees either a
+    // pending task or its outcome), and the wake-up reads the waiters after
+    // it (seq_cst, against wait_counted's announce-then-check).
+    if (counted_pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        counted_waiters_.load(std::memory_order_seq_cst) != 0) {
+      futex_wake(counted_pending_, INT32_MAX);
+    }
+    release();
+  }
+
   GroupStats stats() const {
     SpinLockGuard lock(mu_);
     GroupStats s;
-    s.submitted = submitted_;
+    s.submitted = submitted_ + counted_submitted_.load(std::memory_order_relaxed);
     s.outcomes = counts_;
+    add(s.outcomes, counted_counts_);
+    s.pending = counted_pending_.load(std::memory_order_acquire);
     s.cancelled = cancelled_;
     // Handles at or above settled_ are released only after a reader moves
     // settled_ past them, which needs the mutex held here.
@@ -296,7 +324,8 @@ class GroupState {
   // cancel, wait for or close.
   bool settled() const {
     SpinLockGuard lock(mu_);
-    return settled_ == size_ && readers_ == 0;
+    return settled_ == size_ && readers_ == 0 &&
+           counted_pending_.load(std::memory_order_acquire) == 0;
   }
 
   std::exception_ptr first_exception() const {
@@ -407,8 +436,39 @@ class GroupState {
     prune_at_ = std::max(kPruneMin, 2 * (size_ - settled_));
   }
 
+  // Until the tasks without handles have ended: on a worker of the pool (or
+  // a thread running one of its tasks, `help`) it runs queued tasks of the
+  // pool meanwhile, own ones first; otherwise it sleeps on the count.
+  bool wait_counted(Clock::time_point deadline, bool help) {
+    Clock::duration nap = std::chrono::microseconds(50);
+    for (;;) {
+      const std::uint32_t n = counted_pending_.load(std::memory_order_acquire);
+      if (n == 0) return true;
+      if ((help || on_worker_of_pool()) && pool_.run_pending_task()) {
+        nap = std::chrono::microseconds(50);
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) return false;
+      Clock::time_point until = deadline;
+      if (help || on_worker_of_pool()) {
+        until = deadline - now > nap ? now + nap : deadline;
+        nap = std::min<Clock::duration>(nap * 2, std::chrono::milliseconds(1));
+      }
+      counted_waiters_.fetch_add(1, std::memory_order_seq_cst);
+      if (counted_pending_.load(std::memory_order_seq_cst) == n) {
+        futex_wait(counted_pending_, n, until);
+      }
+      counted_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  bool on_worker_of_pool() const noexcept { return t_current.core == pool_.core_.get(); }
+
   std::atomic<std::uint32_t> refs_{1};
   Pool& pool_;
+  std::atomic<std::uint32_t> counted_pending_{0};
+  std::atomic<std::uint32_t> counted_waiters_{0};
+  std::atomic<std::uint64_t> counted_submitted_{0};
   const GroupOptions opts_;
   const Clock::time_point deadline_;
   std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
@@ -427,6 +487,7 @@ class GroupState {
   std::uint64_t prune_at_ CREW_GUARDED_BY(mu_) = kPruneMin;
   std::uint64_t submitted_ CREW_GUARDED_BY(mu_) = 0;
   OutcomeCounts counts_ CREW_GUARDED_BY(mu_);  // settled handles and refusals
+  OutcomeCounts counted_counts_ CREW_GUARDED_BY(mu_);  // ended tasks without handles
   std::exception_ptr first_error_ CREW_GUARDED_BY(mu_);
   bool cancelled_ CREW_GUARDED_BY(mu_) = false;
   bool closing_ CREW_GUARDED_BY(mu_) = false;
@@ -439,6 +500,9 @@ Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long) {
   return g->prepare(opts, is_long);
 }
 Admission group_adopt(GroupState* g, Task<void>&& task) { return g->adopt(std::move(task)); }
+void group_counted_begin(GroupState* g) noexcept { g->counted_begin(); }
+void group_counted_end(GroupState* g, TaskStatus outcome) noexcept { g->counted_end(outcome); }
+bool group_cancelled(const GroupState* g) noexcept { return g->cancelled(); }
 
 }  // namespace detail
 

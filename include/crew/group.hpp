@@ -127,6 +127,11 @@ void group_task_failed(GroupState* g, std::exception_ptr e) noexcept;
 Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long);
 // Takes the pool's handle into the group; returns the pool's admission.
 Admission group_adopt(GroupState* g, Task<void>&& task);
+// A short task submitted without a handle (GroupCell): counted as pending
+// from begin to end; `end` records its outcome and drops its reference.
+void group_counted_begin(GroupState* g) noexcept;
+void group_counted_end(GroupState* g, TaskStatus outcome) noexcept;
+bool group_cancelled(const GroupState* g) noexcept;
 
 // One reference to a group's state, held by each of its tasks so that a
 // task the pool abandoned (it outlives its handle) never touches freed
@@ -187,6 +192,53 @@ class GroupTask {
 
  private:
   GroupRef ref_;
+  const Pool* pool_;
+  F f_;
+};
+
+// A short task of a group that has no name and no deadline, in a pool
+// without task observers: queued as a plain cell (no task state, no
+// allocation when it fits) that reports its own outcome to the pool and to
+// the group. Queued when the group is cancelled, it ends cancelled without
+// running; destroyed without running (refused, dropped by a shutdown), it
+// ends rejected. An exception is the group's (first_exception), as with a
+// handle.
+template <class F>
+class GroupCell {
+ public:
+  template <class G>
+  GroupCell(GroupState* g, const Pool* pool, G&& f) : g_(g), pool_(pool), f_(std::forward<G>(f)) {
+    group_counted_begin(g_);
+  }
+  GroupCell(GroupCell&& o) noexcept
+      : g_(std::exchange(o.g_, nullptr)), pool_(o.pool_), f_(std::move(o.f_)) {}
+  GroupCell(const GroupCell&) = delete;
+  GroupCell& operator=(const GroupCell&) = delete;
+  GroupCell& operator=(GroupCell&&) = delete;
+  ~GroupCell() {
+    if (g_ != nullptr) group_counted_end(g_, TaskStatus::rejected);
+  }
+
+  TaskStatus run_counted() noexcept {
+    GroupState* g = std::exchange(g_, nullptr);
+    TaskStatus outcome = TaskStatus::succeeded;
+    if (group_cancelled(g)) {
+      outcome = TaskStatus::cancelled;
+    } else {
+      const RunningOn mark(pool_);
+      try {
+        (void)f_();
+      } catch (...) {
+        group_task_failed(g, std::current_exception());
+        outcome = TaskStatus::failed;
+      }
+    }
+    group_counted_end(g, outcome);
+    return outcome;
+  }
+
+ private:
+  GroupState* g_;
   const Pool* pool_;
   F f_;
 };
@@ -265,6 +317,14 @@ class Group {
     using D = std::decay_t<F>;
     const Admission pre = detail::group_prepare(state_, opts, is_long_task_v<D>);
     if (pre != Admission::accepted) return pre;
+    if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
+      if (opts.name.empty() && opts.queue_timeout.count() == 0 &&
+          pool_->core_->counted_ok()) {
+        const std::size_t level = pool_->core_->level_of(opts);
+        detail::GroupCell<D> cell(state_, pool_, std::forward<F>(f));
+        return pool_->core_->post_counted(std::move(cell), level, may_block);
+      }
+    }
     detail::GroupTask<D> task(state_, pool_, std::forward<F>(f));
     Task<void> handle = may_block ? pool_->submit(std::move(task), std::move(opts))
                                   : pool_->try_submit(std::move(task), std::move(opts));

@@ -56,6 +56,11 @@ class PoolStatsHandle {
   std::string name_;
 };
 
+class Group;
+namespace detail {
+class GroupState;
+}
+
 class Pool {
  public:
   // Throws crew::Error(Errc::invalid_options) naming the bad field.
@@ -157,6 +162,8 @@ class Pool {
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:
+  friend class Group;  // submits its short tasks without a task state
+  friend class detail::GroupState;  // helps only from the pool's own workers
   std::shared_ptr<detail::Core> core_;
 };
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -61,11 +62,16 @@ inline thread_local CurrentWorker t_current{};
 // its top-level tasks; the pool itself (Core) for any other thread.
 using LongCall = void (*)(void* fn, const TaskContext& ctx);
 using PlainCall = void (*)(void* fn);
+// Runs a task that decides its own outcome (a group's short task: it may end
+// cancelled without running, or failed with the exception kept by its
+// group); the runner counts what it returns.
+using CountedCall = TaskStatus (*)(void* fn) noexcept;
 class Runner {
  public:
   virtual void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                         void* fn) noexcept = 0;
   virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
+  virtual void run_counted(CountedCall call, void* fn) noexcept = 0;
 
  protected:
   Runner() = default;
@@ -88,6 +94,28 @@ template <class D>
 void call_plain(void* fn) {
   (void)(*static_cast<D*>(fn))();
 }
+
+// A callable with `TaskStatus run_counted() noexcept`, which runs it and
+// says how it ended. Destroyed without having run (refused, or dropped by a
+// shutdown), it must record that itself.
+template <class D>
+concept CountedTask = requires(D& d) {
+  { d.run_counted() } noexcept -> std::same_as<TaskStatus>;
+};
+
+template <class D>
+TaskStatus call_counted(void* fn) noexcept {
+  return static_cast<D*>(fn)->run_counted();
+}
+
+// The cell content of a counted task.
+template <class D>
+struct CountedFn {
+  D fn;
+  void run_with(void* runner) {
+    static_cast<Runner*>(runner)->run_counted(&call_counted<D>, &fn);
+  }
+};
 
 // The cell content of an unnamed long task posted fire-and-forget.
 template <class D>
@@ -158,6 +186,28 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     }
   }
 
+  // Submits a counted task (see CountedTask) without a task state: no
+  // allocation when it fits a cell. For a pool without task observers only
+  // (observers need the task's own events); see counted_ok().
+  template <CountedTask F>
+  Admission post_counted(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    static_assert(std::is_nothrow_move_constructible_v<D>);
+    Admission why = Admission::accepted;
+    auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
+    switch (route(fill, level, may_block, why)) {
+      case Route::queued:
+        return Admission::accepted;
+      case Route::run_here:
+        count_here(f.run_counted());
+        return Admission::accepted;
+      case Route::refused:
+        break;  // f records its refusal when the caller destroys it
+    }
+    return why;
+  }
+  [[nodiscard]] bool counted_ok() const noexcept { return !observes(kTaskEvents); }
+
   // The queue level of a submission; throws for a priority the pool lacks.
   std::size_t level_of(const TaskOptions& o) const {
     if (o.priority >= queue_.levels()) [[unlikely]]
@@ -220,6 +270,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_counted(CountedCall call, void* fn) noexcept override { count_here(call(fn)); }
 
   // ---- observers (src/observe.cpp) ----
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
