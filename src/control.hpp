@@ -151,6 +151,9 @@ struct Control {
   std::condition_variable shutdown_done;
   ShutdownReport* report CREW_GUARDED_BY(mu) = nullptr;  // the one being built
   std::optional<ShutdownReport> last_report CREW_GUARDED_BY(mu);
+  // Submitters sweeping the queue after the last shutdown ended
+  // (on_push_after_close); restart() waits until there are none.
+  int sweepers CREW_GUARDED_BY(mu) = 0;
   OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
 
   // Idle stack (LIFO: the most recently idle worker is woken first, so the

@@ -127,6 +127,9 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
 bool Core::restart() {
   {
     MutexLock lock(ctl_->mu);
+    // A submitter that raced the last shutdown may still be sweeping what it
+    // left in the queue; tasks submitted after this returns must not meet it.
+    while (ctl_->sweepers != 0) ctl_->shutdown_done.wait(lock.native());
     const PoolState st = state();
     if (ctl_->shutting_down || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
@@ -152,6 +155,7 @@ void Core::on_push_after_close() noexcept {
     if (ctl_->shutting_down || state() < PoolState::stopping) return;
     run = ctl_->last_report && ctl_->last_report->mode == ShutdownMode::drain &&
           !ctl_->last_report->escalated;
+    ++ctl_->sweepers;  // restart() waits for this sweep
   }
   // The shutdown has finished: this submitter handles what it left behind
   // (drop_queue adds the rejections to the last report).
@@ -159,6 +163,12 @@ void Core::on_push_after_close() noexcept {
     sweep_queue(run);
   } catch (...) {  // out of memory for the report lists: the counts still hold
   }
+  bool last = false;
+  {
+    MutexLock lock(ctl_->mu);
+    last = --ctl_->sweepers == 0;
+  }
+  if (last) ctl_->shutdown_done.notify_all();
 }
 
 void Core::wake_everyone() noexcept {

@@ -360,6 +360,49 @@ TEST(Restart, AStoppedPoolRunsAgain) {
   EXPECT_EQ(second.mode, ShutdownMode::soft);  // a new shutdown, a new report
 }
 
+// A task whose every move takes a while: submitters that race a shutdown
+// push it slowly, and a sweep of the queue (which moves each cell out) is
+// slow, so a restart() can land while a sweep is still going.
+struct SlowMove {
+  std::atomic<int>* ran;
+  SlowMove(std::atomic<int>* r) noexcept : ran(r) {}
+  SlowMove(SlowMove&& o) noexcept : ran(o.ran) { std::this_thread::sleep_for(20us); }
+  void operator()() const { ran->fetch_add(1, std::memory_order_relaxed); }
+};
+
+// Shutdowns and restarts while three threads flood the queue: a task
+// submitted after restart() returned runs on a worker. Two ways to lose it
+// are covered: a submitter that raced the previous shutdown sweeping the
+// queue past the restart (restart() now waits for such sweeps), and a
+// worker that stays on the shard a flooding producer keeps fed (it hung
+// here for good; the shared queue now rotates its starting shard).
+TEST(Restart, ATaskSubmittedAfterRestartRunsWhileOthersFloodTheQueue) {
+  Watchdog dog(90s);
+  Pool pool({.name = "restart-race", .min_workers = 1, .max_workers = 1});
+  std::atomic<int> ran{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> posters;
+  for (int t = 0; t < 3; ++t) {
+    posters.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) (void)pool.try_post(SlowMove(&ran));
+    });
+  }
+  const int rounds = test::kSlowdown > 1 ? 100 : 400;
+  int dropped = 0;
+  for (int i = 0; i < rounds; ++i) {
+    (void)pool.shutdown(i % 2 == 0 ? ShutdownMode::soft : ShutdownMode::drain, 0s);
+    ASSERT_TRUE(pool.restart());
+    const std::thread::id here = std::this_thread::get_id();
+    Task<bool> marker =
+        pool.submit([here] { return std::this_thread::get_id() != here; }, {.name = "marker"});
+    ASSERT_TRUE(marker.wait_for(20s));
+    if (marker.status() != TaskStatus::succeeded || !marker.get()) ++dropped;
+  }
+  stop = true;
+  for (std::thread& t : posters) t.join();
+  EXPECT_EQ(dropped, 0) << "tasks submitted after restart() were swept by the previous shutdown";
+}
+
 TEST(RootStopToken, StoppingItShutsThePoolDownHard) {
   Watchdog dog;
   std::stop_source root;

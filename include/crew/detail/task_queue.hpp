@@ -367,12 +367,20 @@ class TaskQueue {
     return false;
   }
 
-  // `hint`: the consumer's shard of last success (updated).
+  // `hint`: the consumer's shard of last success in its low kShardBits, and
+  // its pops so far above them (updated). A consumer stays on the shard that
+  // last had work (locality), but every kRotate-th pop starts at the next
+  // shard: a producer that keeps its shard fed cannot starve the others.
   bool try_pop(Cell& out, std::size_t& hint) noexcept {
+    static constexpr unsigned kShardBits = 8;
+    static constexpr std::size_t kRotate = 16;
+    const std::size_t pops = hint >> kShardBits;
+    const std::size_t first = (hint & ((std::size_t{1} << kShardBits) - 1)) +
+                              (pops % kRotate == kRotate - 1 ? 1 : 0);
     for (std::size_t i = 0; i <= mask_; ++i) {
-      const std::size_t k = (hint + i) & mask_;
+      const std::size_t k = (first + i) & mask_;
       if (shards_[k]->try_pop(out)) {
-        hint = k;
+        hint = ((pops + 1) << kShardBits) | k;
         return true;
       }
     }
