@@ -124,8 +124,7 @@ using Clock = std::chrono::steady_clock;
 using Method = void (Resource::*)(const ResourceCall&);
 
 Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcept {
-  if (d >= Clock::time_point::max() - t) return Clock::time_point::max();
-  return t + std::chrono::duration_cast<Clock::duration>(d);
+  return saturating_deadline(t, d);
 }
 
 long long ms_since(Clock::time_point t) noexcept {

@@ -469,13 +469,7 @@ std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
 std::string_view Pool::name() const noexcept { return core_->opts_.name; }
 bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto left = std::chrono::steady_clock::time_point::max() - now;
-  const auto deadline =
-      timeout >= left
-          ? std::chrono::steady_clock::time_point::max()
-          : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  return core_->wait_idle(deadline);
+  return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
 }
 
 }  // namespace crew

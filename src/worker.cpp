@@ -187,7 +187,8 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
-  const std::int64_t until = opts_.spin.count() == 0 ? 0 : now_ns() + opts_.spin.count();
+  const std::int64_t until =
+      opts_.spin.count() == 0 ? 0 : saturating_add(now_ns(), opts_.spin.count());
   for (unsigned i = 0;; ++i) {
     if (queue_.try_pop(cell, w.pop)) {
       // The last spinner to find work brings in help if more is queued (a
@@ -277,7 +278,8 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
-    const std::int64_t deadline = may_expire ? now_ns() + opts_.idle_timeout.count() : 0;
+    const std::int64_t deadline =
+        may_expire ? saturating_add(now_ns(), opts_.idle_timeout.count()) : 0;
     futex_wait(w.wake_word, key, time_point_of(deadline));
     if (w.wake_word.load(std::memory_order_acquire) != key) return Slept::woken_spinning;
     if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
@@ -399,7 +401,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
       ready_source(*frame);
     } catch (...) {  // out of memory for the stop state: run without one
     }
-    if (s->timeout.count() > 0) deadline = start + s->timeout.count();
+    if (s->timeout.count() > 0) deadline = saturating_add(start, s->timeout.count());
   }
   if (watched) {
     w->cur_mu.lock();
@@ -479,7 +481,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   } catch (...) {
   }
   const std::int64_t start = start_time(*this);
-  const std::int64_t deadline = timeout.count() > 0 ? start + timeout.count() : 0;
+  const std::int64_t deadline = timeout.count() > 0 ? saturating_add(start, timeout.count()) : 0;
   cur_mu.lock();
   cur_long = true;
   cur_started_ns = start;

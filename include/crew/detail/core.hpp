@@ -20,6 +20,7 @@
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/detail/deadline.hpp"
 #include "crew/detail/event_count.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -360,9 +361,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->level = o.priority;
     if (s->is_long) s->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
     if (o.queue_timeout.count() != 0) {
-      s->queue_deadline =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(o.queue_timeout);
+      s->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
     }
     return s;
   }
