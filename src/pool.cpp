@@ -349,9 +349,12 @@ PoolStats Core::stats() const {
   }
   s.queued = queue_.size();
   s.blocked_submitters = blocked_.load(std::memory_order_relaxed);
+  // Outcomes first: each one is counted after its submission, so read in
+  // this order every outcome in the snapshot belongs to a counted
+  // submission, and outcomes >= submitted (wait_idle) proves they all ended.
+  s.outcomes = totals_locked();
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
-  s.outcomes = totals_locked();
   s.abandoned = ctl_->tasks_abandoned;
   s.workers_replaced = ctl_->workers_replaced;
   s.helped = helped_.load(std::memory_order_relaxed);

@@ -309,6 +309,67 @@ TEST(PoolNested, RunPendingTaskRunsQueuedWorkOnTheCaller) {
   EXPECT_EQ(s.helped, 1u);  // the one the caller ran; the worker's own are not counted
 }
 
+// Submits trivial tasks one at a time until stopped: outcomes keep being
+// counted while another thread reads stats().
+class Churn {
+ public:
+  explicit Churn(Pool& pool)
+      : thread_([this, &pool] {
+          while (!stop_.load()) pool.submit([] {}).wait();
+        }) {}
+  Churn(const Churn&) = delete;
+  Churn& operator=(const Churn&) = delete;
+  ~Churn() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// One snapshot: every outcome it counts belongs to a submission it counts.
+TEST(PoolStats, ASnapshotNeverCountsMoreOutcomesThanSubmissions) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  Churn churn(pool);
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  std::uint64_t snapshots = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    const PoolStats s = pool.stats();
+    ++snapshots;
+    ASSERT_LE(s.outcomes.total(), s.submitted) << "after " << snapshots << " snapshots";
+  }
+}
+
+TEST(PoolIdle, WaitIdleNeverReturnsTrueWhileAnEarlierTaskStillRuns) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  std::atomic<bool> running{false};
+  std::atomic<bool> release{false};
+  ASSERT_EQ(pool.post([&] {
+    running = true;
+    while (!release.load()) std::this_thread::sleep_for(100us);
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return running.load(); }));
+  {
+    Churn churn(pool);  // later tasks end while the first one runs
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    std::uint64_t calls = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      ++calls;
+      if (pool.wait_idle(0ns)) {
+        release = true;
+        FAIL() << "wait_idle returned true while the first task still ran (call " << calls << ")";
+      }
+    }
+  }
+  release = true;
+  EXPECT_TRUE(pool.wait_idle(10s));
+}
+
 TEST(PoolWorkers, WorkersStartOnDemandUpToMax) {
   Watchdog dog;
   Pool pool({.max_workers = 3});

@@ -137,6 +137,8 @@ class Pool {
   bool stop_worker(std::uint64_t worker_id, WorkerStop how);
 
   [[nodiscard]] PoolState state() const noexcept;
+  // One snapshot: every outcome it counts belongs to a submission it counts
+  // (outcomes.total() <= submitted), so equality means all of those ended.
   [[nodiscard]] PoolStats stats() const;
   [[nodiscard]] PoolStatsHandle stats_handle() const;
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
