@@ -314,6 +314,14 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   return true;
 }
 
+bool Core::in_own_task() const noexcept {
+  if (t_current.core == this) return true;
+  for (const InlineRun* r = t_inline_run; r != nullptr; r = r->outer) {
+    if (r->core == this) return true;
+  }
+  return false;
+}
+
 bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
@@ -430,6 +438,19 @@ void Core::log(LogLevel level, const LogContext& context, std::string_view messa
 
 // ---- Pool ----
 
+namespace {
+
+// wait_idle() and shutdown() wait for the pool's tasks: from one of them,
+// for itself.
+void refuse_self_wait(const detail::Core& core, const char* call) {
+  if (!core.in_own_task()) return;
+  throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call +
+                                        " called from a task of pool '" + core.opts_.name +
+                                        "': it would wait for itself");
+}
+
+}  // namespace
+
 Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
   core_->start();
 }
@@ -446,9 +467,11 @@ Pool::~Pool() {
 }
 
 ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  refuse_self_wait(*core_, "shutdown()");
   return core_->shutdown(mode, timeout);
 }
 ShutdownReport Pool::shutdown() {
+  refuse_self_wait(*core_, "shutdown()");
   return core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
 }
 bool Pool::restart() { return core_->restart(); }
@@ -472,6 +495,7 @@ std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
 std::string_view Pool::name() const noexcept { return core_->opts_.name; }
 bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
+  refuse_self_wait(*core_, "wait_idle()");
   return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
 }
 

@@ -380,6 +380,7 @@ TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, st
 }  // namespace
 
 void Core::run_claimed_here(TaskStateBase* s) noexcept {
+  const InlineRun here(this);
   (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false);
 }
 
@@ -584,6 +585,7 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
 }
 
 void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(this);
   const std::int64_t start = now_ns();
   if (observes(Observer::task_started)) emit_started(plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <latch>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -367,6 +368,81 @@ TEST(PoolIdle, WaitIdleNeverReturnsTrueWhileAnEarlierTaskStillRuns) {
     }
   }
   release = true;
+  EXPECT_TRUE(pool.wait_idle(10s));
+}
+
+// The crew::Error code `f` throws, or nothing if it returns.
+template <class F>
+std::optional<Errc> error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return std::nullopt;
+}
+
+// wait_idle() counts every task submitted so far, the caller's own included:
+// from a task of the same pool it would wait for itself, so it throws.
+TEST(PoolSelfCalls, WaitIdleFromATaskOfTheSamePoolThrowsAtOnce) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2});
+  auto plain = pool.submit([&pool] { return error_of([&] { (void)pool.wait_idle(); }); });
+  auto timed = pool.submit([&pool] { return error_of([&] { (void)pool.wait_idle(1h); }); });
+  // Nested: run inline by the outer task's wait, on the same worker.
+  auto nested = pool.submit([&pool] {
+    return pool.submit([&pool] { return error_of([&] { (void)pool.wait_idle(); }); }).get();
+  });
+  for (auto* t : {&plain, &timed, &nested}) {
+    ASSERT_TRUE(t->wait_for(5s * test::kSlowdown)) << "wait_idle() waited for its own task";
+    EXPECT_EQ(t->get(), Errc::would_deadlock);
+  }
+  EXPECT_TRUE(pool.wait_idle(10s));  // from outside the pool it works as before
+}
+
+// A task the pool runs on a thread that is not one of its workers
+// (caller_runs here) is one of its tasks just the same.
+TEST(PoolSelfCalls, WaitIdleFromATaskRunOnTheSubmittersThreadThrowsAtOnce) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .overflow = Overflow::caller_runs});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // the queue is full now
+  std::optional<Errc> seen;
+  std::thread::id ran_on;
+  ASSERT_EQ(pool.post([&] {
+    ran_on = std::this_thread::get_id();
+    seen = error_of([&] { (void)pool.wait_idle(); });
+  }),
+            Admission::accepted);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(seen, Errc::would_deadlock);
+  pool.resume();
+  EXPECT_TRUE(pool.wait_idle(10s));
+}
+
+// run_pending_task() on an outside thread runs a queued task there.
+TEST(PoolSelfCalls, WaitIdleFromATaskRunByRunPendingTaskThrowsAtOnce) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Gate gate;
+  std::atomic<bool> blocking{false};
+  ASSERT_EQ(pool.post([&] {
+    blocking = true;
+    gate.wait();
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return blocking.load(); }));  // the only worker is busy
+  std::optional<Errc> seen;
+  std::thread::id ran_on;
+  ASSERT_EQ(pool.post([&] {
+    ran_on = std::this_thread::get_id();
+    seen = error_of([&] { (void)pool.wait_idle(); });
+  }),
+            Admission::accepted);
+  ASSERT_TRUE(pool.run_pending_task());
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(seen, Errc::would_deadlock);
+  gate.open();
   EXPECT_TRUE(pool.wait_idle(10s));
 }
 

@@ -175,6 +175,30 @@ TEST(ShardedPool, ShardsShutDownTogetherUnderOneTimeout) {
   EXPECT_EQ(sp.stats().state, PoolState::stopped_timeout);
 }
 
+// As on a Pool: from a task of one of its shards, wait_idle() and
+// shutdown() would wait for that task.
+TEST(ShardedPool, WaitIdleAndShutdownFromAShardsTaskThrowAtOnce) {
+  Watchdog dog;
+  ShardedPool sp(shards(2, 1));
+  auto code_of = [](auto&& call) -> int {
+    try {
+      call();
+    } catch (const Error& e) {
+      return static_cast<int>(e.code());
+    }
+    return -1;
+  };
+  auto idle = sp.submit([&] { return code_of([&] { (void)sp.wait_idle(); }); });
+  auto drain =
+      sp.submit([&] { return code_of([&] { (void)sp.shutdown(ShutdownMode::drain, 0s); }); });
+  for (auto* t : {&idle, &drain}) {
+    ASSERT_TRUE(t->wait_for(5s * test::kSlowdown)) << "a shard's task waited for itself";
+    EXPECT_EQ(t->get(), static_cast<int>(Errc::would_deadlock));
+  }
+  EXPECT_TRUE(sp.wait_idle(10s));
+  EXPECT_EQ(sp.shutdown(ShutdownMode::drain, 0s).final_state, PoolState::stopped);
+}
+
 TEST(ShardedPool, ATaskSubmittingFromInsideAShardStaysOnItAndNeverDeadlocks) {
   Watchdog dog;
   ShardedPool sp(shards(4, 1, Placement::least_loaded));

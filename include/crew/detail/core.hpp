@@ -44,6 +44,20 @@ struct CurrentWorker {
 };
 inline thread_local CurrentWorker t_current{};
 
+// Marks a task of `core` running on a thread that may not be one of its
+// workers (caller_runs, run_pending_task, a wait running a queued task), for
+// the length of the run; nested runs chain through `outer`.
+struct InlineRun;
+inline thread_local const InlineRun* t_inline_run = nullptr;
+struct InlineRun {
+  explicit InlineRun(const Core* c) noexcept : core(c), outer(t_inline_run) { t_inline_run = this; }
+  ~InlineRun() { t_inline_run = outer; }
+  InlineRun(const InlineRun&) = delete;
+  InlineRun& operator=(const InlineRun&) = delete;
+  const Core* core;
+  const InlineRun* outer;
+};
+
 // Runs what a cell cannot run by itself, given as a type-erased call: a
 // long task posted without a task state (it needs a stop token and a
 // deadline watch), and a plain task in a pool with task observers (it is
@@ -180,6 +194,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
   [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
+  // True on a thread inside one of this pool's tasks (on a worker, or run
+  // inline elsewhere): a wait for the pool's tasks would wait for itself.
+  [[nodiscard]] bool in_own_task() const noexcept;
 
   // Pops one cell and runs (or, while dropping, rejects) it on this thread.
   bool run_pending();
@@ -488,6 +505,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   template <class G>
   void run_plain_here(G&& g) noexcept {
+    const InlineRun here(this);
     try {
       g();
       count_here(TaskStatus::succeeded);
@@ -500,6 +518,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Runs a popped plain cell on this thread (shutdown sweeps); long and
   // observed cells go through this pool's Runner side.
   void run_cell_here(Cell& cell) noexcept {
+    const InlineRun here(this);
     try {
       if (!cell.invoke_and_destroy(static_cast<Runner*>(this))) count_here(TaskStatus::succeeded);
     } catch (...) {
