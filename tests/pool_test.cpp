@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -670,11 +671,21 @@ TEST(PoolLifetime, AnIdlePoolSleeps) {
   Watchdog dog;
   Pool pool({.min_workers = 2, .max_workers = 2});
   ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
-  std::this_thread::sleep_for(20ms);  // past the spin phase
-  const std::clock_t before = std::clock();
-  std::this_thread::sleep_for(200ms);
-  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC;
-  EXPECT_LT(cpu_ms, 20.0) << "idle workers must block, not spin";
+  // Process CPU time over a 200 ms window, up to five windows: workers that
+  // spin burn it in every one of them, while one window is enough for
+  // sleeping workers (a busy machine may delay their last spin past the
+  // first window).
+  std::vector<double> windows_ms;
+  for (int i = 0; i < 5; ++i) {
+    const std::clock_t before = std::clock();
+    std::this_thread::sleep_for(200ms);
+    windows_ms.push_back(1000.0 * static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC);
+    if (windows_ms.back() < 20.0) break;
+  }
+  std::string seen;
+  for (const double ms : windows_ms) seen += std::to_string(ms) + " ms ";
+  EXPECT_LT(*std::min_element(windows_ms.begin(), windows_ms.end()), 20.0)
+      << "idle workers must block, not spin; CPU per 200 ms window: " << seen;
 }
 
 }  // namespace
