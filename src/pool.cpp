@@ -168,6 +168,9 @@ Core::Core(PoolOptions options)
 Core::~Core() = default;
 
 void Core::start() {
+  // The supervisor first: the only step that can throw, so a constructor
+  // that fails leaves no worker behind (it would idle forever).
+  ctl_->supervisor = std::thread([this] { supervise(); });
   {
     MutexLock lock(ctl_->mu);
     set_state(PoolState::running);
@@ -176,15 +179,12 @@ void Core::start() {
       spawn_worker_locked(false);
     }
   }
-  ctl_->supervisor = std::thread([this] { supervise(); });
-  if (opts_.stop_token.stop_possible()) {
-    // Runs on the thread that requests the stop (or here, if it already was):
-    // it only hands the work to the supervisor.
-    ctl_->root_stop.emplace(opts_.stop_token, std::function<void()>([this] {
-                              ctl_->root_stop_pending.store(true, std::memory_order_release);
-                              wake_supervisor();
-                            }));
-  }
+  if (opts_.stop_token.stop_possible()) ctl_->root_stop.emplace(opts_.stop_token, RootStop{this});
+}
+
+void RootStop::operator()() const noexcept {
+  core->ctl_->root_stop_pending.store(true, std::memory_order_release);
+  core->wake_supervisor();
 }
 
 void Core::throw_bad_priority(unsigned priority) const {

@@ -59,7 +59,10 @@ class PoolStatsHandle {
 
 class Pool {
  public:
-  // Throws crew::Error(Errc::invalid_options) naming the bad field.
+  // Throws crew::Error(Errc::invalid_options) naming the bad field, and
+  // std::system_error when the pool's supervisor thread cannot be started;
+  // no thread of the pool is left running then. A worker thread that cannot
+  // be started is logged, and started again when work or min_workers needs it.
   explicit Pool(PoolOptions options = {});
   // Performs shutdown(options.shutdown_mode, options.shutdown_timeout).
   ~Pool();
