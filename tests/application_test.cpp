@@ -781,6 +781,7 @@ TEST(AppChild, TerminationTimeoutTakesTheHardPath) {
   Watchdog dog;
   auto child = start_child("termination_timeout");
   ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
   child->signal(SIGTERM);
   const int status = child->wait_exit(5000ms);
   const auto ev = events(*child);
@@ -801,6 +802,8 @@ TEST(AppChild, ASecondSignalForcesTheHardPathAtOnce) {
   Watchdog dog;
   auto child = start_child("second_signal");  // termination_timeout 10 s
   ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  // Running, not queued: the hard path would drop a queued task instead.
+  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
   child->signal(SIGTERM);
   ASSERT_TRUE(child->wait_for_line("halt token", 5000ms));
   child->signal(SIGINT);
