@@ -1,7 +1,10 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | image | bench | tsan | asan | fuzz | tidy-build | format | clean
+#   make run | test | image | bench | tsan | asan | stress | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
+# make stress runs the concurrency tests many times in a row (each case x20
+# in build/, x3 under TSan in build-tsan/); SINCE=<git ref> limits it to the
+# test files changed since that ref (scripts/stress.sh).
 # All use build/ except the sanitizer and clang builds; only `make bench`
 # turns the benchmarks (and their extra libraries) on there.
 
@@ -11,7 +14,7 @@ JOBS ?=
 J := $(if $(JOBS),-j $(JOBS))
 FORMAT_DIRS := include src tests bench examples service tools
 
-.PHONY: all run test image bench tsan asan fuzz tidy-build format clean
+.PHONY: all run test image bench tsan asan stress fuzz tidy-build format clean
 
 all: test
 
@@ -50,6 +53,13 @@ tsan asan:
 	cmake --preset $@
 	cmake --build --preset $@ $(J)
 	ctest --preset $@ $(J)
+
+# The concurrency tests, each case 20 times in build/ and 3 times under TSan
+# (RELEASE_REPEAT, TSAN_REPEAT override); SINCE=<git ref>: only the test
+# files changed since then.
+stress:
+	$(DEPS) test
+	$(if $(JOBS),JOBS=$(JOBS)) bash scripts/stress.sh $(if $(SINCE),--since $(SINCE))
 
 # libFuzzer on crewd's request layer (service/fuzz/), clang++ with ASan and
 # UBSan in build-fuzz/, for FUZZ_SECONDS; new inputs go to build-fuzz/corpus.

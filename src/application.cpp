@@ -124,8 +124,7 @@ using Clock = std::chrono::steady_clock;
 using Method = void (Resource::*)(const ResourceCall&);
 
 Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcept {
-  if (d >= Clock::time_point::max() - t) return Clock::time_point::max();
-  return t + std::chrono::duration_cast<Clock::duration>(d);
+  return saturating_deadline(t, d);
 }
 
 long long ms_since(Clock::time_point t) noexcept {
@@ -313,10 +312,11 @@ struct AppCore {
     if (count == 1) {
       log(LogLevel::info, "received " + signal_name(signo) + ": halting");
     } else if (st == AppState::shutdown || st == AppState::off) {
-      // Pools and closes are bounded already; only a wait for a main that
-      // ignores the cancellation is cut short.
+      // Pools still shutting down go hard; a wait for a main that ignores
+      // the cancellation is cut short. Closes are bounded already.
       log(LogLevel::warning, "received " + signal_name(signo) +
-                                 " again during shutdown: main is no longer waited for");
+                                 " again during shutdown: pools go hard, main is no longer "
+                                 "waited for");
     } else {
       log(LogLevel::warning, "received " + signal_name(signo) + " again: forcing the hard path");
     }
@@ -655,9 +655,8 @@ class Controller {
       MutexLock lock(c_.mu);
       forced = c_.forced;
     }
+    cancel_context();
     shut_down_pools(forced);
-    c_.log(LogLevel::info, "cancelling the context");
-    c_.cancel_source.request_stop();
     close_resources();
     transition(AppState::off);
     signals_.stop();
@@ -773,9 +772,8 @@ class Controller {
   }
 
   void shutdown(bool hard) {
+    cancel_context();
     shut_down_pools(hard);
-    c_.log(LogLevel::info, "cancelling the context");
-    c_.cancel_source.request_stop();
     {
       MutexLock lock(c_.mu);
       c_.keeper_stop = true;
@@ -786,32 +784,73 @@ class Controller {
     close_resources();
   }
 
+  // First in the shutdown, before the pools: long tasks that watch the
+  // context's token end, so a drain never waits for them to end by
+  // themselves (which they would not).
+  void cancel_context() {
+    c_.log(LogLevel::info, "cancelling the context");
+    c_.cancel_source.request_stop();
+  }
+
   void shut_down_pools(bool hard) {
     const std::size_t n = c_.pools.size();
     if (n == 0) return;
     std::vector<std::optional<ShutdownReport>> reports(n);
     std::vector<std::string> errors(n);
-    auto one = [&](std::size_t i) {
+    std::size_t finished = 0;  // under c_.mu
+    auto one = [&](std::size_t i, bool hard_now) {
       Pool& pool = *c_.pools[i];
+      const PoolOptions& o = pool.options();
+      // A pool without a limit of its own gets the application's.
+      const std::chrono::nanoseconds timeout =
+          o.shutdown_timeout.count() != 0 ? o.shutdown_timeout : c_.opts.pool_shutdown_timeout;
+      std::optional<ShutdownReport> report;
+      std::string error;
       try {
-        reports[i] =
-            hard ? pool.shutdown(ShutdownMode::hard, std::chrono::nanoseconds{0})
-                 : pool.shutdown(pool.options().shutdown_mode, pool.options().shutdown_timeout);
+        report = hard_now ? pool.shutdown(ShutdownMode::hard, std::chrono::nanoseconds{0})
+                          : pool.shutdown(o.shutdown_mode, timeout);
       } catch (const std::exception& e) {
-        errors[i] = e.what();
+        error = e.what();
       }
+      if (hard_now && !hard) return;  // an escalation: the first call reports
+      {
+        MutexLock lock(c_.mu);
+        reports[i] = std::move(report);
+        errors[i] = std::move(error);
+        ++finished;
+      }
+      c_.changed.notify_all();
     };
-    // In parallel: each pool's own timeout bounds its shutdown, so the
-    // slowest one decides, not their sum.
+    // In parallel, each on a thread of its own: each pool's timeout bounds
+    // its shutdown, so the slowest one decides, not their sum; and this
+    // thread stays free to escalate them on a second signal.
     std::vector<std::thread> threads;
-    for (std::size_t i = 1; i < n; ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       try {
-        threads.emplace_back([&one, i] { one(i); });
+        threads.emplace_back([&one, i, hard] { one(i, hard); });
       } catch (...) {
-        one(i);
+        one(i, hard);
       }
     }
-    one(0);
+    bool escalate = false;
+    {
+      MutexLock lock(c_.mu);
+      while (finished < n && !(c_.forced && !hard)) c_.changed.wait(lock.native());
+      escalate = finished < n;
+    }
+    if (escalate) {
+      // A second signal: a concurrent hard shutdown makes a running one
+      // escalate at once (Pool::shutdown); the first call still reports.
+      c_.record({FailureKind::forced, "signals",
+                 "a second signal arrived while the pools were shutting down", nullptr});
+      for (std::size_t i = 0; i < n; ++i) {
+        try {
+          threads.emplace_back([&one, i] { one(i, true); });
+        } catch (...) {
+          one(i, true);
+        }
+      }
+    }
     for (auto& t : threads) t.join();
 
     for (std::size_t i = 0; i < n; ++i) {
@@ -1003,6 +1042,9 @@ Application::Application(ApplicationOptions options) {
     if (d <= nanoseconds{0}) {
       detail::invalid(std::string("ApplicationOptions.") + field, "must be positive");
     }
+  }
+  if (options.pool_shutdown_timeout < nanoseconds{0}) {
+    detail::invalid("ApplicationOptions.pool_shutdown_timeout", "must not be negative");
   }
   std::set<int> seen;
   for (int s : options.signals) {

@@ -25,9 +25,7 @@ void OutcomeBase::check() const {
 std::chrono::steady_clock::time_point batch_deadline(std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;
   if (timeout.count() <= 0) return Clock::time_point::max();
-  const Clock::time_point now = Clock::now();
-  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
-  return now + std::chrono::duration_cast<Clock::duration>(timeout);
+  return detail::saturating_deadline(Clock::now(), timeout);
 }
 
 void count_outcome(OutcomeCounts& counts, TaskStatus status) noexcept {

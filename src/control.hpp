@@ -13,6 +13,7 @@
 #include <optional>
 #include <stop_token>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "crew/detail/assert.hpp"
@@ -126,6 +127,18 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
   }
 }
 
+// The root stop token's callback. Runs on the thread that stops
+// PoolOptions::stop_token (or in Core::start, if it already was): it only
+// hands the hard shutdown to the supervisor.
+struct RootStop {
+  Core* core;
+  void operator()() const noexcept;
+};
+// Core::start registers it last, after the threads: registering must not be
+// able to throw, or a failed constructor would leave them running.
+static_assert(std::is_nothrow_constructible_v<std::stop_callback<RootStop>, const std::stop_token&,
+                                              RootStop>);
+
 struct Control {
   mutable Mutex mu;
   std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
@@ -165,7 +178,7 @@ struct Control {
   std::thread supervisor;
   std::atomic<bool> supervisor_exit{false};
   std::atomic<bool> root_stop_pending{false};
-  std::optional<std::stop_callback<std::function<void()>>> root_stop;
+  std::optional<std::stop_callback<RootStop>> root_stop;
 
   // Long tasks running outside a worker's top level (nested in a wait on a
   // worker, or on a submitting thread): a hard shutdown stops them too.

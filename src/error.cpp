@@ -34,6 +34,8 @@ std::string_view to_string(Errc e) noexcept {
       return "abandoned after its deadline";
     case Errc::empty_handle:
       return "empty handle";
+    case Errc::would_deadlock:
+      return "called from a task it would wait for";
   }
   return "unknown";
 }

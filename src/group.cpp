@@ -121,9 +121,7 @@ struct Detached {
 
 Clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
   if (timeout.count() == 0) return Clock::time_point::max();
-  const Clock::time_point now = Clock::now();
-  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
-  return now + std::chrono::duration_cast<Clock::duration>(timeout);
+  return saturating_deadline(Clock::now(), timeout);
 }
 
 GroupOptions validated(GroupOptions o) {

@@ -177,6 +177,9 @@ Core::Core(PoolOptions options)
 Core::~Core() = default;
 
 void Core::start() {
+  // The supervisor first: the only step that can throw, so a constructor
+  // that fails leaves no worker behind (it would idle forever).
+  ctl_->supervisor = std::thread([this] { supervise(); });
   {
     MutexLock lock(ctl_->mu);
     set_state(PoolState::running);
@@ -185,15 +188,12 @@ void Core::start() {
       spawn_worker_locked(false);
     }
   }
-  ctl_->supervisor = std::thread([this] { supervise(); });
-  if (opts_.stop_token.stop_possible()) {
-    // Runs on the thread that requests the stop (or here, if it already was):
-    // it only hands the work to the supervisor.
-    ctl_->root_stop.emplace(opts_.stop_token, std::function<void()>([this] {
-                              ctl_->root_stop_pending.store(true, std::memory_order_release);
-                              wake_supervisor();
-                            }));
-  }
+  if (opts_.stop_token.stop_possible()) ctl_->root_stop.emplace(opts_.stop_token, RootStop{this});
+}
+
+void RootStop::operator()() const noexcept {
+  core->ctl_->root_stop_pending.store(true, std::memory_order_release);
+  core->wake_supervisor();
 }
 
 void Core::throw_bad_priority(unsigned priority) const {
@@ -325,6 +325,14 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   return true;
 }
 
+bool Core::in_own_task() const noexcept {
+  if (t_current.core == this) return true;
+  for (const InlineRun* r = t_inline_run; r != nullptr; r = r->outer) {
+    if (r->core == this) return true;
+  }
+  return false;
+}
+
 bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
@@ -360,9 +368,12 @@ PoolStats Core::stats() const {
   }
   s.queued = queue_.size();
   s.blocked_submitters = blocked_.load(std::memory_order_relaxed);
+  // Outcomes first: each one is counted after its submission, so read in
+  // this order every outcome in the snapshot belongs to a counted
+  // submission, and outcomes >= submitted (wait_idle) proves they all ended.
+  s.outcomes = totals_locked();
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
-  s.outcomes = totals_locked();
   s.abandoned = ctl_->tasks_abandoned;
   s.workers_replaced = ctl_->workers_replaced;
   s.helped = helped_.load(std::memory_order_relaxed) + ctl_->retired_helped;
@@ -439,6 +450,19 @@ void Core::log(LogLevel level, const LogContext& context, std::string_view messa
 
 // ---- Pool ----
 
+namespace {
+
+// wait_idle() and shutdown() wait for the pool's tasks: from one of them,
+// for itself.
+void refuse_self_wait(const detail::Core& core, const char* call) {
+  if (!core.in_own_task()) return;
+  throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call +
+                                        " called from a task of pool '" + core.opts_.name +
+                                        "': it would wait for itself");
+}
+
+}  // namespace
+
 Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
   core_->start();
 }
@@ -455,9 +479,11 @@ Pool::~Pool() {
 }
 
 ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  refuse_self_wait(*core_, "shutdown()");
   return core_->shutdown(mode, timeout);
 }
 ShutdownReport Pool::shutdown() {
+  refuse_self_wait(*core_, "shutdown()");
   return core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
 }
 bool Pool::restart() { return core_->restart(); }
@@ -481,13 +507,8 @@ std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
 std::string_view Pool::name() const noexcept { return core_->opts_.name; }
 bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto left = std::chrono::steady_clock::time_point::max() - now;
-  const auto deadline =
-      timeout >= left
-          ? std::chrono::steady_clock::time_point::max()
-          : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  return core_->wait_idle(deadline);
+  refuse_self_wait(*core_, "wait_idle()");
+  return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
 }
 
 }  // namespace crew

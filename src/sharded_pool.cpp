@@ -181,7 +181,18 @@ std::size_t ShardedPool::load(std::size_t i) const noexcept {
   return placed > 1 ? static_cast<std::size_t>(placed - 1) : 0;
 }
 
+void ShardedPool::refuse_self_wait(const char* call) const {
+  const detail::ShardSlot* first = slot_at(0);
+  const detail::ShardSlot* cur = detail::t_shard;
+  const std::less<const detail::ShardSlot*> before;
+  if (cur == nullptr || before(cur, first) || !before(cur, first + pools_.size())) return;
+  throw Error(Errc::would_deadlock, std::string("crew::ShardedPool::") + call +
+                                        " called from a task of one of its shards: it would "
+                                        "wait for itself");
+}
+
 ShutdownReport ShardedPool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  refuse_self_wait("shutdown()");
   std::vector<ShutdownReport> reports(pools_.size());
   on_every_shard(pools_.size(),
                  [&](std::size_t i) { reports[i] = pools_[i]->shutdown(mode, timeout); });
@@ -189,6 +200,7 @@ ShutdownReport ShardedPool::shutdown(ShutdownMode mode, std::chrono::nanoseconds
 }
 
 ShutdownReport ShardedPool::shutdown() {
+  refuse_self_wait("shutdown()");
   std::vector<ShutdownReport> reports(pools_.size());
   on_every_shard(pools_.size(), [&](std::size_t i) { reports[i] = pools_[i]->shutdown(); });
   return merge(reports);
@@ -209,6 +221,7 @@ void ShardedPool::resume() {
 }
 
 bool ShardedPool::wait_idle(std::chrono::nanoseconds timeout) {
+  refuse_self_wait("wait_idle()");
   std::vector<char> idle(pools_.size(), 0);
   on_every_shard(pools_.size(),
                  [&](std::size_t i) { idle[i] = pools_[i]->wait_idle(timeout) ? 1 : 0; });

@@ -11,8 +11,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 Clock::time_point after(Clock::time_point t, std::chrono::nanoseconds d) noexcept {
-  if (d >= Clock::time_point::max() - t) return Clock::time_point::max();
-  return t + std::chrono::duration_cast<Clock::duration>(d);
+  return saturating_deadline(t, d);
 }
 
 std::string summary_of(const ShutdownReport& r) {

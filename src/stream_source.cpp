@@ -496,7 +496,7 @@ void StreamSource::stop() noexcept {
 bool StreamSource::wait_idle(std::chrono::milliseconds timeout) {
   StreamSourceState& s = *state_;
   detail::MutexLock lock(s.mu);
-  const auto until = Clock::now() + timeout;
+  const auto until = detail::saturating_deadline(Clock::now(), timeout);
   while (s.in_flight != 0) {
     if (s.cv.wait_until(lock.native(), until) == std::cv_status::timeout) return s.in_flight == 0;
   }

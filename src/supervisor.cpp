@@ -205,16 +205,16 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t stop_at = w->frame.stop_at_ns.load(std::memory_order_acquire);
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
-          if (now >= stop_at + grace) {
+          if (now >= saturating_add(stop_at, grace)) {
             if (write_off_run_locked(*w, ctl.report)) hung.push_back(w);
           } else {
-            next = std::min(next, stop_at + grace);
+            next = std::min(next, saturating_add(stop_at, grace));
           }
         } else if (deadline != 0) {
           if (now >= deadline) {
             StopTarget t;
             if (prepare_stop_locked(*w, StopReason::timed_out, t)) to_stop.push_back(std::move(t));
-            next = std::min(next, now + grace);
+            next = std::min(next, saturating_add(now, grace));
           } else {
             next = std::min(next, deadline);
           }

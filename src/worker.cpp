@@ -246,7 +246,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const bool slot = opts_.spin.count() != 0 && take_spinner_slot();
-  const std::int64_t until = slot ? now_ns() + opts_.spin.count() : 0;
+  const std::int64_t until = slot ? saturating_add(now_ns(), opts_.spin.count()) : 0;
   bool found = false;
   for (unsigned i = 0;; ++i) {
     if (queue_.try_pop(cell, w.pop)) {
@@ -334,7 +334,8 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
-    const std::int64_t deadline = may_expire ? now_ns() + opts_.idle_timeout.count() : 0;
+    const std::int64_t deadline =
+        may_expire ? saturating_add(now_ns(), opts_.idle_timeout.count()) : 0;
     futex_wait(w.wake_word, key, time_point_of(deadline));
     if (w.wake_word.load(std::memory_order_acquire) != key) return Slept::woken_spinning;
     if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
@@ -435,6 +436,7 @@ TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, st
 }  // namespace
 
 void Core::run_claimed_here(TaskStateBase* s) noexcept {
+  const InlineRun here(this);
   (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false);
 }
 
@@ -456,7 +458,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
       ready_source(*frame);
     } catch (...) {  // out of memory for the stop state: run without one
     }
-    if (s->timeout.count() > 0) deadline = start + s->timeout.count();
+    if (s->timeout.count() > 0) deadline = saturating_add(start, s->timeout.count());
   }
   if (watched) {
     w->cur_mu.lock();
@@ -536,7 +538,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   } catch (...) {
   }
   const std::int64_t start = start_time(*this);
-  const std::int64_t deadline = timeout.count() > 0 ? start + timeout.count() : 0;
+  const std::int64_t deadline = timeout.count() > 0 ? saturating_add(start, timeout.count()) : 0;
   cur_mu.lock();
   cur_long = true;
   cur_started_ns = start;
@@ -639,6 +641,7 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
 }
 
 void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(this);
   const std::int64_t start = now_ns();
   if (observes(Observer::task_started)) emit_started(plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;

@@ -514,7 +514,7 @@ TEST(AppRun, HaltDuringInitAbandonsStartupWithoutRunningMain) {
   EXPECT_EQ(journal->get(), (std::vector<std::string>{"init db", "init stopped", "close db"}));
 }
 
-TEST(AppPools, RegisteredPoolsAreShutDownInTheirModeBeforeTheContextIsCancelled) {
+TEST(AppPools, TheContextIsCancelledThenRegisteredPoolsAreShutDownInTheirMode) {
   Watchdog dog;
   Pool drain_pool({.name = "drainer",
                    .max_workers = 1,
@@ -532,10 +532,15 @@ TEST(AppPools, RegisteredPoolsAreShutDownInTheirModeBeforeTheContextIsCancelled)
   std::atomic<int> soft_ran{0};
   std::atomic<bool> soft_started{false};
   std::atomic<int> ran_after_cancel{0};
+  std::atomic<bool> blocker_cancelled{false};
   const Context ctx = app.context();
   test::Gate gate;
   std::thread opener;
   const int code = app.run([&](const Context&) {
+    // Holds the only worker until the context is cancelled: the five behind
+    // it can only run once it was.
+    ASSERT_EQ(drain_pool.post([&] { blocker_cancelled = wait_for_stop(ctx.stop_token(), 10s); }),
+              Admission::accepted);
     for (int i = 0; i < 5; ++i) {
       ASSERT_EQ(drain_pool.post([&] {
         std::this_thread::sleep_for(10ms);
@@ -564,11 +569,58 @@ TEST(AppPools, RegisteredPoolsAreShutDownInTheirModeBeforeTheContextIsCancelled)
   });
   opener.join();
   EXPECT_EQ(code, 0);
+  EXPECT_TRUE(blocker_cancelled.load());
   EXPECT_EQ(drained.load(), 5);           // drain: everything queued ran
-  EXPECT_EQ(ran_after_cancel.load(), 0);  // ... before the context was cancelled
+  EXPECT_EQ(ran_after_cancel.load(), 5);  // ... after the context was cancelled
   EXPECT_EQ(soft_ran.load(), 1);          // soft: the running one finished, queued ones dropped
   EXPECT_EQ(drain_pool.state(), PoolState::stopped);
   EXPECT_EQ(soft_pool.state(), PoolState::stopped);
+}
+
+// Context::stop_token() is the cancellation source long tasks are told to
+// watch: a drain must not wait for such a task to end by itself.
+TEST(AppPools, ATaskWaitingForTheContextsStopTokenDoesNotHoldUpTheDrain) {
+  Watchdog dog;
+  Pool pool({.name = "consumer", .max_workers = 1});  // drain without a timeout
+  Application app(quiet());
+  app.add_pool(pool);
+  std::atomic<bool> saw_cancel{false};
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context& ctx) {
+    ASSERT_EQ(pool.post([&saw_cancel, token = ctx.stop_token()] {
+      saw_cancel = wait_for_stop(token, 20s);
+    }),
+              Admission::accepted);
+  });
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown) << "the drain waited for the task's own 20 s";
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(saw_cancel.load());
+  EXPECT_EQ(pool.state(), PoolState::stopped);
+}
+
+// A registered pool with no shutdown timeout of its own (the pool default)
+// gets the application's pool_shutdown_timeout, then goes hard.
+TEST(AppPools, AnUnboundedDrainIsCutAtThePoolShutdownTimeout) {
+  Watchdog dog;
+  EXPECT_EQ(ApplicationOptions{}.pool_shutdown_timeout, 10s);  // bounded by default
+  Pool pool({.name = "stubborn", .max_workers = 1, .abandon_grace = 100ms});
+  Application app(quiet({.pool_shutdown_timeout = 200ms}));
+  app.add_pool(pool);
+  std::atomic<bool> stopped{false};
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context&) {
+    // Ignores the context: only its own token, stopped by the hard phase, ends it.
+    ASSERT_EQ(pool.post([&stopped](std::stop_token st) { stopped = wait_for_stop(st, 20s); }),
+              Admission::accepted);
+  });
+  const auto took = Clock::now() - t0;
+  EXPECT_GE(took, 200ms);
+  EXPECT_LT(took, 5s * kSlowdown);
+  EXPECT_TRUE(stopped.load());
+  EXPECT_EQ(code, static_cast<int>(ExitCode::shutdown_failure));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::pool_shutdown);
+  EXPECT_EQ(pool.state(), PoolState::stopped_timeout);
 }
 
 TEST(AppPools, AFailedStartupStillShutsRegisteredPoolsDown) {
@@ -679,7 +731,7 @@ TEST_P(AppClean, SignalHaltsMainFinishesPoolDrainsResourcesCloseExitZero) {
   expect_order(ev,
                {"init db", "init cache", "state running", "main start", "log received",
                 "state halting", "halt token", "main halt seen", "main return", "state shutdown",
-                "task 1 done", "log pool work: drain", "context cancelled", "close cache done",
+                "context cancelled", "task 1 done", "log pool work: drain", "close cache done",
                 "close db", "state off", "exit 0"},
                child->output());
   EXPECT_EQ(count(ev, "task 2 done"), 1);
@@ -729,15 +781,17 @@ TEST(AppChild, TerminationTimeoutTakesTheHardPath) {
   Watchdog dog;
   auto child = start_child("termination_timeout");
   ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
   child->signal(SIGTERM);
   const int status = child->wait_exit(5000ms);
   const auto ev = events(*child);
   EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::termination_timeout)) << child->output();
   expect_order(ev,
                {"state halting", "halt token", "log failure: termination_timeout", "state shutdown",
-                "task 1 stopped", "log pool work: hard", "context cancelled", "main cancelled",
-                "close cache done", "close db done", "state off"},
+                "context cancelled", "task 1 stopped", "log pool work: hard", "close cache done",
+                "close db done", "state off"},
                child->output());
+  EXPECT_GT(find(ev, "main cancelled"), find(ev, "context cancelled")) << child->output();
   EXPECT_EQ(find(ev, "main halt seen"), -1);
   // 300 ms termination timeout, then a hard shutdown.
   EXPECT_GE(child->since_signal(), 300ms);
@@ -748,16 +802,40 @@ TEST(AppChild, ASecondSignalForcesTheHardPathAtOnce) {
   Watchdog dog;
   auto child = start_child("second_signal");  // termination_timeout 10 s
   ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  // Running, not queued: the hard path would drop a queued task instead.
+  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
   child->signal(SIGTERM);
   ASSERT_TRUE(child->wait_for_line("halt token", 5000ms));
   child->signal(SIGINT);
   const int status = child->wait_exit(5000ms);
   const auto ev = events(*child);
   EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::forced)) << child->output();
+  expect_order(
+      ev,
+      {"log received SIGTERM", "state halting", "log received SIGINT again", "log failure: forced",
+       "state shutdown", "context cancelled", "task 1 stopped", "close db done", "state off"},
+      child->output());
+  EXPECT_GT(find(ev, "main cancelled"), find(ev, "context cancelled")) << child->output();
+  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
+}
+
+// The drain has no bound here (pool and application); the second signal is
+// what ends it.
+TEST(AppChild, ASecondSignalDuringTheDrainShutsThePoolsDownHard) {
+  Watchdog dog;
+  auto child = start_child("second_signal_in_drain");
+  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
+  child->signal(SIGTERM);
+  // Main returns right after handing task 3 over; then the drain waits for it.
+  ASSERT_TRUE(child->wait_for_line("task 3 started", 5000ms));
+  std::this_thread::sleep_for(200ms);
+  child->signal(SIGTERM);
+  const int status = child->wait_exit(5000ms);
+  const auto ev = events(*child);
+  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::forced)) << child->output();
   expect_order(ev,
-               {"log received SIGTERM", "state halting", "log received SIGINT again",
-                "log failure: forced", "state shutdown", "task 1 stopped", "context cancelled",
-                "main cancelled", "close db done", "state off"},
+               {"state halting", "main return", "state shutdown", "log received SIGTERM again",
+                "task 3 stopped", "state off"},
                child->output());
   EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
 }

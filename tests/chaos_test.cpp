@@ -182,13 +182,26 @@ void run_chaos(std::uint64_t seed) {
   EXPECT_EQ(s.outcomes.total() - handled, accepted_posts + refused_posts);
   // Posted failures went to the handler, once each.
   EXPECT_EQ(handler_calls.load(), s.outcomes.failed - seen.failed);
-  EXPECT_EQ(report.lifetime.total() + (s.outcomes.total() - report.lifetime.total()),
-            s.outcomes.total());
+  // The report is a snapshot taken as the shutdown returned. Later outcomes
+  // are only what raced its end: refusals, and late submissions swept by
+  // their submitter, which rejects them, or runs them after a drain that did
+  // not escalate. Nothing else runs once every worker has left.
+  EXPECT_LE(report.during.total(), report.lifetime.total());
+  EXPECT_LE(report.lifetime.total(), s.outcomes.total());
+  if (mode != ShutdownMode::drain || report.escalated) {
+    const auto ran = [](const OutcomeCounts& c) { return c.total() - c.rejected; };
+    EXPECT_EQ(ran(s.outcomes), ran(report.lifetime))
+        << "a task ended other than rejected after a " << to_string(mode) << " shutdown returned";
+  }
   EXPECT_TRUE(report.abandoned.empty());
 }
 
 TEST(Chaos, AccountingIsExactUnderRandomShutdowns) {
-  Watchdog dog(std::chrono::seconds(600));
+  // 100 s (x5 under sanitizers; the run takes ~4 s in release on 2 cores):
+  // below ctest's TIMEOUT (CREW_TEST_TIMEOUT in tests/CMakeLists.txt), so a
+  // hang is reported by the watchdog, with the test's name, before ctest
+  // kills the process.
+  Watchdog dog(std::chrono::seconds(100));
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     run_chaos(seed);
     if (HasFatalFailure()) return;

@@ -316,6 +316,22 @@ TEST(GroupDeadline, TheGroupDeadlineIsAnUpperBoundOfATasksOwnTimeout) {
   EXPECT_EQ(g.stats().outcomes.timed_out, 1u);
 }
 
+TEST(GroupDeadline, WaitForTheLargestDurationWaitsForEveryTask) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Group group(pool);
+  Gate gate;
+  ASSERT_EQ(group.submit([&gate] { gate.wait(); }), Admission::accepted);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.open();
+  });
+  // now + max overflows without saturation: a deadline in the past.
+  EXPECT_TRUE(group.wait_for(std::chrono::nanoseconds::max()));
+  opener.join();
+  EXPECT_EQ(group.stats().outcomes.succeeded, 1u);
+}
+
 TEST(GroupOptions, ANegativeTimeoutIsRejectedWithTheFieldsName) {
   Pool pool(workers(1));
   try {

@@ -155,24 +155,57 @@ TEST(ShardedPool, ShardsShutDownTogetherUnderOneTimeout) {
   Watchdog dog;
   ShardedPool sp(shards(4, 1));
   std::atomic<int> started{0};
+  // Shards still running when a task's token was stopped by its shard's
+  // escalation: none if the shutdowns run in parallel (every one began
+  // before any timed out); shutdowns one after the other leave the later
+  // shards running through the first one's whole timeout.
+  std::atomic<int> running_at_stop{0};
   for (int i = 0; i < 4; ++i) {
-    ASSERT_EQ(sp.post([&started](std::stop_token s) {
+    ASSERT_EQ(sp.post([&](std::stop_token s) {
       started.fetch_add(1);
       until_stopped(s);
+      for (const PoolStats& shard : sp.shard_stats()) {
+        if (shard.state == PoolState::running) running_at_stop.fetch_add(1);
+      }
     }),
               Admission::accepted);
   }
   ASSERT_TRUE(eventually([&] { return started.load() == 4; }));
+  const auto timeout = 200ms * test::kSlowdown;  // far beyond starting four threads
   const auto t0 = std::chrono::steady_clock::now();
-  const ShutdownReport r = sp.shutdown(ShutdownMode::drain, 100ms);
+  const ShutdownReport r = sp.shutdown(ShutdownMode::drain, timeout);
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_TRUE(r.escalated);
   EXPECT_EQ(r.final_state, PoolState::stopped_timeout);
   EXPECT_EQ(r.during.cancelled, 4u);
-  EXPECT_GE(took, 100ms);
+  EXPECT_GE(took, timeout);
   // In parallel: one timeout, not one per shard.
-  EXPECT_LT(took, 380ms * test::kSlowdown);
+  EXPECT_EQ(running_at_stop.load(), 0);
   EXPECT_EQ(sp.stats().state, PoolState::stopped_timeout);
+}
+
+// As on a Pool: from a task of one of its shards, wait_idle() and
+// shutdown() would wait for that task.
+TEST(ShardedPool, WaitIdleAndShutdownFromAShardsTaskThrowAtOnce) {
+  Watchdog dog;
+  ShardedPool sp(shards(2, 1));
+  auto code_of = [](auto&& call) -> int {
+    try {
+      call();
+    } catch (const Error& e) {
+      return static_cast<int>(e.code());
+    }
+    return -1;
+  };
+  auto idle = sp.submit([&] { return code_of([&] { (void)sp.wait_idle(); }); });
+  auto drain =
+      sp.submit([&] { return code_of([&] { (void)sp.shutdown(ShutdownMode::drain, 0s); }); });
+  for (auto* t : {&idle, &drain}) {
+    ASSERT_TRUE(t->wait_for(5s * test::kSlowdown)) << "a shard's task waited for itself";
+    EXPECT_EQ(t->get(), static_cast<int>(Errc::would_deadlock));
+  }
+  EXPECT_TRUE(sp.wait_idle(10s));
+  EXPECT_EQ(sp.shutdown(ShutdownMode::drain, 0s).final_state, PoolState::stopped);
 }
 
 TEST(ShardedPool, ATaskSubmittingFromInsideAShardStaysOnItAndNeverDeadlocks) {

@@ -8,6 +8,7 @@
 #include <latch>
 #include <memory>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -346,6 +347,43 @@ INSTANTIATE_TEST_SUITE_P(AllModes, ShutdownRace,
                          testing::Values(ShutdownMode::drain, ShutdownMode::soft,
                                          ShutdownMode::hard),
                          [](const auto& p) { return std::string(to_string(p.param)); });
+
+// shutdown() waits for the pool's workers to leave: from one of the pool's
+// tasks it would wait for itself (drain, soft), or write its own worker off
+// after the timeout or grace (hard, escalation). It throws instead.
+TEST(ShutdownSelfCalls, ShutdownFromATaskOfThePoolThrowsAtOnceInEveryMode) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2, .abandon_grace = 100ms});
+  struct Case {
+    ShutdownMode mode;
+    std::chrono::nanoseconds timeout;
+  };
+  for (const Case c :
+       {Case{ShutdownMode::soft, 50ms}, Case{ShutdownMode::hard, 0s}, Case{ShutdownMode::drain, 1h},
+        Case{ShutdownMode::drain, 0s}, Case{ShutdownMode::soft, 0s}}) {
+    SCOPED_TRACE(std::string(to_string(c.mode)) + " " + std::to_string(c.timeout.count()) + " ns");
+    auto t = pool.submit([&pool, c]() -> int {
+      try {
+        (void)pool.shutdown(c.mode, c.timeout);
+      } catch (const Error& e) {
+        return static_cast<int>(e.code());
+      }
+      return -1;
+    });
+    ASSERT_TRUE(t.wait_for(5s * test::kSlowdown)) << "shutdown() waited for its own task";
+    EXPECT_EQ(t.get(), static_cast<int>(Errc::would_deadlock));
+    EXPECT_EQ(pool.state(), PoolState::running);
+  }
+  auto defaults = pool.submit([&pool] { (void)pool.shutdown(); });
+  defaults.wait();
+  EXPECT_EQ(defaults.status(), TaskStatus::failed);
+  // From outside the pool it works as before, and nothing was written off.
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 0s);
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  EXPECT_TRUE(r.abandoned.empty());
+  EXPECT_EQ(r.abandoned_unnamed, 0u);
+  EXPECT_EQ(pool.stats().workers_replaced, 0u);
+}
 
 TEST(Restart, AStoppedPoolRunsAgain) {
   Watchdog dog;

@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <latch>
 #include <stop_token>
 #include <thread>
 #include <vector>
 
+#include "crew/detail/deadline.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
 
@@ -301,6 +303,99 @@ TEST(Outcome, LegalTaskTransitionsAreExactlyTheDocumentedOnes) {
   EXPECT_FALSE(is_legal_transition(S::running, S::rejected));
   EXPECT_FALSE(is_legal_transition(S::succeeded, S::failed));
   for (S s : all) EXPECT_FALSE(to_string(s).empty());
+}
+
+// Deadlines are "now + timeout": the largest timeouts must mean "no deadline",
+// not an overflowed sum (undefined behaviour, caught by UBSan; in practice a
+// deadline in the past).
+TEST(Deadlines, WaitForTheLargestDurationsWaitsForTheOutcome) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Gate gate;
+  auto t = pool.submit([&gate] {
+    gate.wait();
+    return 7;
+  });
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(30ms);
+    gate.open();
+  });
+  EXPECT_TRUE(t.wait_for(std::chrono::nanoseconds::max()));
+  EXPECT_TRUE(t.wait_for(std::chrono::hours::max()));  // does not even fit in nanoseconds
+  opener.join();
+  EXPECT_EQ(t.get(), 7);
+}
+
+TEST(Deadlines, ATaskTimeoutAtTheMaximumNeverExpires) {
+  Watchdog dog;
+  Pool pool({.max_workers = 2, .task_timeout = std::chrono::nanoseconds::max()});
+  auto long_running = [](std::stop_token stop) {
+    std::this_thread::sleep_for(30ms);
+    return !stop.stop_requested();
+  };
+  // A task state (handle), and an inline fire-and-forget long task: two paths.
+  auto handle = pool.submit(long_running);
+  std::atomic<int> inline_result{-1};
+  ASSERT_EQ(pool.post([&](std::stop_token stop) { inline_result = long_running(stop) ? 1 : 0; }),
+            Admission::accepted);
+  auto own = pool.submit(long_running, {.timeout = std::chrono::nanoseconds::max() - 1ns});
+  EXPECT_TRUE(handle.get());
+  EXPECT_TRUE(own.get());
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(inline_result.load(), 1);
+  EXPECT_EQ(pool.stats().outcomes.timed_out, 0u);
+}
+
+TEST(Deadlines, AQueueTimeoutAtTheMaximumNeverExpires) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  pool.pause();
+  auto t = pool.submit([] { return 1; }, {.queue_timeout = std::chrono::nanoseconds::max()});
+  std::this_thread::sleep_for(30ms);  // the supervisor would have fired a wrapped deadline
+  EXPECT_EQ(t.status(), TaskStatus::queued);
+  pool.resume();
+  EXPECT_EQ(t.get(), 1);
+}
+
+TEST(Deadlines, AnAbandonGraceAtTheMaximumNeverWritesATaskOff) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .abandon_grace = std::chrono::nanoseconds::max()});
+  // Ignores its stop token for a while after its deadline, then returns.
+  auto t = pool.submit(
+      [](std::stop_token stop) {
+        while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+        std::this_thread::sleep_for(50ms);
+        return 0;
+      },
+      {.timeout = 10ms});
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  EXPECT_EQ(t.reason(), Errc::timed_out);  // not abandoned
+  EXPECT_EQ(pool.stats().abandoned, 0u);
+}
+
+TEST(Deadlines, AnIdleTimeoutAtTheMaximumKeepsIdleWorkers) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .idle_timeout = std::chrono::nanoseconds::max()});
+  ASSERT_EQ(pool.submit([] { return 0; }).get(), 0);
+  ASSERT_TRUE(eventually([&pool] { return pool.stats().idle == 1; }));
+  std::this_thread::sleep_for(50ms);  // past the spin phase, asleep
+  EXPECT_EQ(pool.stats().workers, 1u);
+}
+
+TEST(Deadlines, SaturatingDeadlinesClampToTheClocksRange) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  EXPECT_EQ(detail::saturating_deadline(now, std::chrono::nanoseconds::max()),
+            Clock::time_point::max());
+  EXPECT_EQ(detail::saturating_deadline(now, std::chrono::hours::max()), Clock::time_point::max());
+  EXPECT_EQ(detail::saturating_deadline(Clock::time_point::min() + 1ns, -5ms),
+            Clock::time_point::min());
+  EXPECT_EQ(detail::saturating_deadline(now, 5ms), now + 5ms);
+  EXPECT_EQ(detail::saturating_deadline(now, -5ms), now - 5ms);
+  EXPECT_EQ(detail::saturating_add(INT64_MAX - 1, 2), INT64_MAX);
+  EXPECT_EQ(detail::saturating_add(INT64_MIN + 1, -2), INT64_MIN);
+  EXPECT_EQ(detail::saturating_add(40, 2), 42);
 }
 
 }  // namespace

@@ -10,11 +10,13 @@
 //   halting   a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT by default), halt()
 //             or a failure stopped the halt token: main stops taking new work
 //             and has termination_timeout to return;
-//   shutdown  registered pools are shut down (in their configured mode, or
-//             hard when main did not return in time or a second signal came),
-//             the context's stop token is stopped, resources are closed in
-//             parallel, dependents before their dependencies, under
-//             shutdown_timeout;
+//   shutdown  the context's stop token is stopped; registered pools are shut
+//             down in parallel (in their configured mode, bounded by
+//             pool_shutdown_timeout when they have no timeout of their own;
+//             hard when main did not return in time or a second signal came,
+//             and a second signal during this step makes them go hard);
+//             resources are closed in parallel, dependents before their
+//             dependencies, under shutdown_timeout;
 //   off       run() returns the exit code.
 //
 // The first failure (main threw, an init / ping / close failed or timed out,
@@ -88,7 +90,7 @@ enum class ExitCode : int {
   runtime_failure = 1,      // main threw, a ping failed or timed out, Context::fail()
   startup_failure = 3,      // a resource's init failed or timed out; run() misused
   termination_timeout = 4,  // main did not return within termination_timeout of the halt
-  forced = 5,               // a second signal during halting forced the hard path
+  forced = 5,               // a second signal while halting or shutting pools down
   shutdown_failure = 6,     // a close failed or timed out; a pool had to escalate
 };
 
@@ -103,7 +105,7 @@ enum class FailureKind : std::uint8_t {
   ping_failed,          // Resource::ping threw
   ping_timed_out,       // ping did not return within ping_timeout
   termination_timeout,  // main still ran termination_timeout after the halt
-  forced,               // a second signal arrived while halting
+  forced,               // a second signal arrived while halting or while pools shut down
   pool_shutdown,        // a registered pool escalated or abandoned tasks on the graceful path
   close_failed,         // Resource::close threw
   close_timed_out,      // close did not finish (or start) before the shutdown deadline
@@ -130,10 +132,13 @@ class Context {
   // halt(), a failure, main returned, start-up abandoned): stop taking new
   // work, finish what was accepted.
   [[nodiscard]] std::stop_token halt_token() const noexcept;
-  // Stopped during shutdown, after the registered pools were shut down: the
-  // cancellation source for anything still running. Give it to pools
-  // (PoolOptions::stop_token) and long tasks that must not outlive the
-  // application.
+  // Stopped as shutdown begins, before the registered pools are shut down:
+  // the cancellation source for anything still running. Watch it in long
+  // tasks that must not outlive the application (a drain then does not wait
+  // for them forever), and give it as PoolOptions::stop_token to pools that
+  // are not registered with add_pool() (they then shut down hard by
+  // themselves). A registered pool given it goes hard at that moment too,
+  // instead of in its own mode.
   [[nodiscard]] std::stop_token stop_token() const noexcept;
   [[nodiscard]] bool halting() const noexcept { return halt_token().stop_requested(); }
   [[nodiscard]] AppState state() const noexcept;
@@ -207,9 +212,16 @@ struct ApplicationOptions {
   // For closing all resources together; also how long main still has to
   // return once the context's stop token was stopped.
   std::chrono::nanoseconds shutdown_timeout = std::chrono::seconds(10);
+  // Bounds the graceful shutdown of each registered pool that has no
+  // shutdown_timeout of its own (PoolOptions' default: drain, no limit):
+  // such a pool is shut down in its mode with this timeout, then goes hard.
+  // A pool's own non-zero shutdown_timeout is kept. 0 leaves those pools
+  // unbounded (only a second signal then cuts their drain short).
+  std::chrono::nanoseconds pool_shutdown_timeout = std::chrono::seconds(10);
   std::chrono::nanoseconds ping_period = std::chrono::seconds(5);
   std::chrono::nanoseconds ping_timeout = std::chrono::milliseconds(1500);
-  // Signals that halt the application (a second one forces the hard path).
+  // Signals that halt the application (a second one forces the hard path;
+  // during the pools' shutdown it makes them go hard).
   // Empty: the application installs no handler and leaves signals alone.
   // SIGKILL, SIGSTOP and the synchronous fault signals are refused.
   std::vector<int> signals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
@@ -244,9 +256,12 @@ class Application {
   // Throws crew::Error(Errc::invalid_options) for a null resource, a bad
   // name or dependency, or when called after run() started.
   void add_resource(std::shared_ptr<Resource> resource, ResourceOptions options);
-  // The application shuts the pool down during its shutdown: with
-  // pool.options().shutdown_mode and shutdown_timeout, or hard on the hard
-  // path. Throws crew::Error(Errc::invalid_options) after run() started.
+  // The application shuts the pool down during its shutdown, on a thread of
+  // its own, after the context's stop token was stopped: with
+  // pool.options().shutdown_mode and its shutdown_timeout (or, if that is 0,
+  // ApplicationOptions::pool_shutdown_timeout), or hard on the hard path or
+  // at a second signal. Throws crew::Error(Errc::invalid_options) after
+  // run() started.
   void add_pool(Pool& pool);
 
   // Runs the whole lifecycle on the calling thread (main itself runs on a

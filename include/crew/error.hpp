@@ -3,7 +3,8 @@
 // Failures a caller must handle on submission (pool closed, queue full) are
 // returned as an `Admission` value, never thrown. `crew::Error` is thrown only
 // by `Task<T>::get()` for a task that produced no value of its own (it was
-// rejected, cancelled or timed out) and by constructors given invalid options.
+// rejected, cancelled or timed out), by constructors given invalid options,
+// and by a blocking call made from a task it would wait for (would_deadlock).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ enum class Errc : std::uint8_t {
   timed_out,         // ran past its execution deadline
   abandoned,         // still running past deadline plus grace; its worker was written off
   empty_handle,      // get()/wait() on a default-constructed Task
+  // A call that waits for a pool's tasks (Pool::wait_idle, Pool::shutdown)
+  // made from one of those tasks: it would wait for itself. Thrown at once.
+  would_deadlock,
 };
 
 [[nodiscard]] std::string_view to_string(Admission a) noexcept;

@@ -95,7 +95,8 @@ class FuncPool {
     return post_(pool_, handler_.get(), std::move(arg), &opts, /*may_block=*/true);
   }
 
-  // The pool's controls, as on crew::Pool.
+  // The pool's controls, as on crew::Pool (shutdown and wait_idle throw
+  // Error(Errc::would_deadlock) from a call of the handler).
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
     return pool_.shutdown(mode, timeout);
   }

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "crew/detail/deadline.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
 #include "crew/pool_types.hpp"
@@ -286,11 +287,11 @@ class Group {
   // (a worker of the pool still runs a queued task of the group itself).
   // A task must not wait for its own group: it would wait for itself.
   void wait();
-  // As wait(), giving up at the timeout; true if every task has ended.
+  // As wait(), giving up at the timeout; true if every task has ended. A
+  // timeout too large to add to the clock means no deadline.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
-    return wait_until(std::chrono::steady_clock::now() +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
+    return wait_until(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
   }
   bool wait_until(std::chrono::steady_clock::time_point deadline);
 

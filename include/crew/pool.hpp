@@ -15,7 +15,8 @@
 // run. The destructor performs the default shutdown (options.shutdown_mode).
 //
 // Thread safety: all member functions are thread-safe. Do not destroy a pool
-// from one of its own workers.
+// from one of its own workers. wait_idle() and shutdown() throw
+// Error(Errc::would_deadlock) when called from one of the pool's own tasks.
 #pragma once
 
 #include <chrono>
@@ -63,7 +64,10 @@ class GroupState;
 
 class Pool {
  public:
-  // Throws crew::Error(Errc::invalid_options) naming the bad field.
+  // Throws crew::Error(Errc::invalid_options) naming the bad field, and
+  // std::system_error when the pool's supervisor thread cannot be started;
+  // no thread of the pool is left running then. A worker thread that cannot
+  // be started is logged, and started again when work or min_workers needs it.
   explicit Pool(PoolOptions options = {});
   // Performs shutdown(options.shutdown_mode, options.shutdown_timeout).
   ~Pool();
@@ -121,7 +125,14 @@ class Pool {
   // later and concurrent calls wait for the first one and return its report;
   // a concurrent call with a harder mode (soft over drain, hard over either)
   // makes the running shutdown escalate to hard at once. timeout 0 = no limit
-  // before escalating to hard.
+  // before escalating to hard. Blocks until every worker has left (or was
+  // written off); so from a task of this pool (on one of its workers, or run
+  // by the pool on another thread: caller_runs, run_pending_task, a wait
+  // running a queued task) it would wait for itself, or write its own worker
+  // off: there it throws Error(Errc::would_deadlock) at once, whatever the
+  // mode and timeout, and the pool keeps running. To stop a pool from one of
+  // its tasks, stop its PoolOptions::stop_token (the supervisor then shuts it
+  // down hard) or call shutdown() from another thread.
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.
   ShutdownReport shutdown();
@@ -142,6 +153,8 @@ class Pool {
   bool stop_worker(std::uint64_t worker_id, WorkerStop how);
 
   [[nodiscard]] PoolState state() const noexcept;
+  // One snapshot: every outcome it counts belongs to a submission it counts
+  // (outcomes.total() <= submitted), so equality means all of those ended.
   [[nodiscard]] PoolStats stats() const;
   [[nodiscard]] PoolStatsHandle stats_handle() const;
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
@@ -158,7 +171,10 @@ class Pool {
 
   // Blocks until every task submitted so far has an outcome, or the timeout
   // passes; returns true in the first case, and then everything those tasks
-  // did happens-before the return (like joining them).
+  // did happens-before the return (like joining them). Polls stats(); tasks
+  // submitted while it waits are waited for too. From a task of this pool
+  // (see shutdown()) it would wait for itself: it throws
+  // Error(Errc::would_deadlock) at once instead.
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:

@@ -109,6 +109,8 @@ struct TaskRef {
   friend bool operator==(const TaskRef&, const TaskRef&) = default;
 };
 
+// Durations here and in TaskOptions may be as large as nanoseconds::max():
+// a deadline past the clock's range means "never", it does not wrap.
 struct PoolOptions {
   // Shown in thread names ("<name>-<worker id>", cut to 15 bytes), logs, metrics.
   std::string name = "crew";

@@ -187,6 +187,8 @@ class ShardedPool {
   // mode and timeout, and merges the reports: counts and task lists added
   // up, `escalated` if any shard escalated, `final_state` stopped_timeout if
   // any shard's is, `elapsed` the longest. Idempotent like Pool::shutdown.
+  // Like wait_idle(), throws Error(Errc::would_deadlock) at once when called
+  // from a task placed on one of the shards (it would wait for itself).
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the shards' default mode and timeout.
   ShutdownReport shutdown();
@@ -194,7 +196,8 @@ class ShardedPool {
   bool restart();
   void pause();
   void resume();
-  // Blocks until every shard is idle or the timeout passes.
+  // Blocks until every shard is idle or the timeout passes. Throws
+  // Error(Errc::would_deadlock) from a task of a shard (see shutdown()).
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
   // The shards' stats added up. `state` is the shards' common state; while
@@ -221,6 +224,8 @@ class ShardedPool {
   }
 
   std::size_t pick() noexcept;
+  // Throws Error(would_deadlock) on a thread running a task of a shard.
+  void refuse_self_wait(const char* call) const;
   detail::ShardSlot* slot_at(std::size_t i) const noexcept;
 
   const Placement placement_;

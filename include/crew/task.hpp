@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "crew/detail/deadline.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/task_status.hpp"
@@ -127,10 +128,11 @@ class [[nodiscard]] Task {
   // proportion to the depth of the recursion, not to the number of tasks
   // (docs/api.md, "Fork-join"). From any other thread it sleeps.
   void wait() const { (void)wait_until(std::chrono::steady_clock::time_point::max()); }
+  // Any duration: one too large to add to the clock (nanoseconds::max(),
+  // hours::max()) means no deadline.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
-    return wait_until(std::chrono::steady_clock::now() +
-                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(d));
+    return wait_until(detail::saturating_deadline(std::chrono::steady_clock::now(), d));
   }
   // As wait(), giving up at the deadline; true if the task has ended.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const {

@@ -128,6 +128,7 @@ class Probe final : public crew::Resource {
 
 enum class Main {
   wait_halt,      // waits for the halt, hands two tasks to the pool, returns
+  leave_long,     // waits for the halt, hands the pool a 30 s task, returns
   ignore_halt,    // waits for the context's stop token only
   stuck,          // ignores both tokens
   throws,         // throws 100 ms after it started
@@ -139,6 +140,7 @@ struct Scenario {
   Behavior db;
   Behavior cache;
   Main main = Main::wait_halt;
+  std::chrono::nanoseconds pool_timeout = 2s;  // the pool's shutdown_timeout
 };
 
 crew::ApplicationOptions base_options() {
@@ -164,6 +166,12 @@ bool make_scenario(const std::string& name, Scenario& s) {
   if (name == "termination_timeout") {
     s.opts.termination_timeout = 300ms;
     s.main = Main::ignore_halt;
+    return true;
+  }
+  if (name == "second_signal_in_drain") {
+    s.opts.pool_shutdown_timeout = 0s;  // the drain is bounded by nothing
+    s.pool_timeout = 0s;
+    s.main = Main::leave_long;
     return true;
   }
   if (name == "second_signal") {
@@ -223,6 +231,7 @@ bool make_scenario(const std::string& name, Scenario& s) {
 // A long pool task: finishes after `ms`, or earlier when its token stops.
 void pool_task(crew::Pool& pool, int id, int ms) {
   const crew::Admission a = pool.post([id, ms](std::stop_token st) {
+    event("task " + std::to_string(id) + " started");
     const bool stopped = sleep_unless_stopped(st, std::chrono::milliseconds(ms));
     event("task " + std::to_string(id) + (stopped ? " stopped" : " done"));
   });
@@ -246,7 +255,7 @@ int main(int argc, char** argv) {
   crew::Pool pool({.name = "work",
                    .max_workers = 2,
                    .shutdown_mode = crew::ShutdownMode::drain,
-                   .shutdown_timeout = 2s,
+                   .shutdown_timeout = s.pool_timeout,
                    .abandon_grace = 200ms,
                    .logger = logger});
   crew::Application app(s.opts);
@@ -268,6 +277,10 @@ int main(int argc, char** argv) {
         // Work accepted just before the halt: the pool must finish it.
         pool_task(pool, 1, 150);
         pool_task(pool, 2, 150);
+        break;
+      case Main::leave_long:
+        (void)sleep_unless_stopped(c.halt_token(), 30000ms);
+        pool_task(pool, 3, 30000);
         break;
       case Main::ignore_halt:
         pool_task(pool, 1, 30000);

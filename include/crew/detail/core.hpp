@@ -21,6 +21,7 @@
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/detail/deadline.hpp"
 #include "crew/detail/event_count.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -54,6 +55,20 @@ struct CurrentWorker {
   std::uint64_t end_id = 0;
 };
 inline thread_local CurrentWorker t_current{};
+
+// Marks a task of `core` running on a thread that may not be one of its
+// workers (caller_runs, run_pending_task, a wait running a queued task), for
+// the length of the run; nested runs chain through `outer`.
+struct InlineRun;
+inline thread_local const InlineRun* t_inline_run = nullptr;
+struct InlineRun {
+  explicit InlineRun(const Core* c) noexcept : core(c), outer(t_inline_run) { t_inline_run = this; }
+  ~InlineRun() { t_inline_run = outer; }
+  InlineRun(const InlineRun&) = delete;
+  InlineRun& operator=(const InlineRun&) = delete;
+  const Core* core;
+  const InlineRun* outer;
+};
 
 // Runs what a cell cannot run by itself, given as a type-erased call: a
 // long task posted without a task state (it needs a stop token and a
@@ -198,9 +213,11 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     switch (route(fill, level, may_block, why)) {
       case Route::queued:
         return Admission::accepted;
-      case Route::run_here:
+      case Route::run_here: {
+        const InlineRun here(this);
         count_here(f.run_counted());
         return Admission::accepted;
+      }
       case Route::refused:
         break;  // f records its refusal when the caller destroys it
     }
@@ -240,6 +257,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
   [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
+  // True on a thread inside one of this pool's tasks (on a worker, or run
+  // inline elsewhere): a wait for the pool's tasks would wait for itself.
+  [[nodiscard]] bool in_own_task() const noexcept;
 
   // Runs (or, while dropping, rejects) one queued cell on this thread. On a
   // worker of this pool: its own local queue first, newest first; then, if
@@ -435,9 +455,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->level = o.priority;
     if (s->is_long) s->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
     if (o.queue_timeout.count() != 0) {
-      s->queue_deadline =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(o.queue_timeout);
+      s->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
     }
     return s;
   }
@@ -607,6 +625,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   template <class G>
   void run_plain_here(G&& g) noexcept {
+    const InlineRun here(this);
     try {
       g();
       count_here(TaskStatus::succeeded);
@@ -619,6 +638,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Runs a popped plain cell on this thread (shutdown sweeps); long and
   // observed cells go through this pool's Runner side.
   void run_cell_here(Cell& cell) noexcept {
+    const InlineRun here(this);
     try {
       if (!cell.invoke_and_destroy(static_cast<Runner*>(this))) count_here(TaskStatus::succeeded);
     } catch (...) {

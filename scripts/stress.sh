@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs crew's concurrency tests many times in a row, so that a race that
+# fails one run in a hundred shows up before it reaches a user:
+#
+#   scripts/stress.sh [--since REF]
+#
+# Every test case of the selected binaries runs RELEASE_REPEAT times
+# (default 20) in the RelWithDebInfo build (build/), then TSAN_REPEAT times
+# (default 3) under ThreadSanitizer (build-tsan/); a case stops at its first
+# failure (ctest --repeat until-fail), and the script fails if any case did.
+# Builds only the selected binaries. JOBS (default 2) sets -j for both.
+#
+# --since REF: only the binaries whose test files changed between the git
+# ref REF and the working tree (tests/<name>.cpp; tests/app/ counts for
+# application_test); a change to tests/test_util.hpp or tests/CMakeLists.txt
+# selects them all. Nothing selected: says so and succeeds.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The binaries whose tests run threads against each other. Optional ones
+# (metrics, Redis) are skipped when their target is not configured.
+readonly concurrency_tests=(pool_test task_test shutdown_test group_test batch_test
+  func_pool_test sharded_pool_test pool_start_test priority_test chaos_test application_test
+  metrics_test stream_source_test)
+
+release_repeat="${RELEASE_REPEAT:-20}"
+tsan_repeat="${TSAN_REPEAT:-3}"
+jobs="${JOBS:-2}"
+since=""
+
+while (($#)); do
+  case "$1" in
+    --since) since="${2:?--since needs a git ref}"; shift 2 ;;
+    -h | --help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "stress.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+selected=()
+if [[ -z "$since" ]]; then
+  selected=("${concurrency_tests[@]}")
+else
+  git rev-parse --verify --quiet "$since^{commit}" >/dev/null ||
+    { echo "stress.sh: '$since' is not a git ref here" >&2; exit 2; }
+  changed="$(git diff --name-only "$since" -- tests/)"
+  if grep -qxE 'tests/(test_util\.hpp|CMakeLists\.txt)' <<<"$changed"; then
+    selected=("${concurrency_tests[@]}")
+  else
+    for t in "${concurrency_tests[@]}"; do
+      if grep -qx "tests/$t.cpp" <<<"$changed" ||
+        { [[ "$t" == application_test ]] && grep -q '^tests/app/' <<<"$changed"; }; then
+        selected+=("$t")
+      fi
+    done
+  fi
+  if ((${#selected[@]} == 0)); then
+    echo "stress: no concurrency test file changed since $since; nothing to run"
+    exit 0
+  fi
+fi
+
+run_preset() { # preset build-dir repeat
+  local preset="$1" dir="$2" repeat="$3"
+  cmake --preset "$preset" >/dev/null
+  local available present=()
+  available="$(cmake --build "$dir" --target help)"
+  for t in "${selected[@]}"; do
+    if grep -qE "^\.\.\. $t\$" <<<"$available"; then present+=("$t"); fi
+  done
+  if ((${#present[@]} == 0)); then
+    echo "stress: none of ${selected[*]} is configured in $dir" >&2
+    return 1
+  fi
+  local labels
+  labels="^($(
+    IFS='|'
+    echo "${present[*]}"
+  ))\$"
+  printf '\n==== stress (%s): %s, each case x%s ====\n' "$preset" "${present[*]}" "$repeat"
+  cmake --build "$dir" -j "$jobs" --target "${present[@]}"
+  local t0=$SECONDS
+  # Every repetition prints a line; keep the failures, the progress lines of
+  # each finished case and the summary.
+  ctest --preset "$preset" -j "$jobs" -L "$labels" --repeat "until-fail:$repeat" |
+    grep -vE '^ +(Start +[0-9]+:|Test +#[0-9]+: .* Passed)'
+  echo "stress ($preset): passed in $((SECONDS - t0)) s"
+}
+
+run_preset default build "$release_repeat"
+run_preset tsan build-tsan "$tsan_repeat"

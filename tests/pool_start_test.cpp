@@ -1,0 +1,101 @@
+// Pool start-up when a thread cannot be created: a constructor that throws
+// leaves no thread of its pool behind (one would hold the pool's state and
+// idle forever), and one that returns gives a working pool.
+//
+// Thread creation is made to fail by interposing pthread_create, which is why
+// this is a binary of its own: the interposer forwards every other call to
+// the next definition (libc's, or a sanitizer's interceptor).
+#include <dirent.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <stop_token>
+#include <string>
+#include <system_error>
+
+#include "crew/log.hpp"
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+// 0: off; n > 0: the n-th pthread_create from this thread on fails.
+thread_local int t_fail_at = 0;
+
+}  // namespace
+
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*),
+                              void* arg) {
+  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (t_fail_at > 0 && --t_fail_at == 0) return EAGAIN;
+  return real(thread, attr, start, arg);
+}
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Watchdog;
+
+std::size_t thread_count() {
+  std::size_t n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+struct Quiet final : Logger {
+  [[nodiscard]] LogLevel level() const noexcept override { return LogLevel::error; }
+  void log(LogLevel, const LogContext&, std::string_view) noexcept override {}
+};
+
+// A pool starts its supervisor and min_workers threads: fail each creation in
+// turn (and, last, none).
+void fail_each_thread_creation(const PoolOptions& options) {
+  const std::size_t before = thread_count();
+  for (int k = 1; k <= 4; ++k) {
+    SCOPED_TRACE("thread creation #" + std::to_string(k) + " fails");
+    bool threw = false;
+    t_fail_at = k;
+    try {
+      Pool pool(options);
+      t_fail_at = 0;
+      // A worker that could not start is started again on demand.
+      EXPECT_EQ(pool.submit([] { return 7; }).get(), 7);
+    } catch (const std::system_error&) {
+      threw = true;
+    }
+    t_fail_at = 0;
+    EXPECT_TRUE(eventually([&] { return thread_count() == before; }))
+        << thread_count() << " threads left, " << before << " before"
+        << (threw ? "; the constructor threw" : "");
+  }
+}
+
+TEST(PoolStart, AConstructorThatCannotStartAThreadLeavesNoneBehind) {
+  Watchdog dog;
+  fail_each_thread_creation(
+      {.name = "start", .min_workers = 2, .max_workers = 2, .logger = std::make_shared<Quiet>()});
+}
+
+TEST(PoolStart, WithARootStopTokenToo) {
+  Watchdog dog;
+  std::stop_source root;
+  fail_each_thread_creation({.name = "start",
+                             .min_workers = 1,
+                             .max_workers = 2,
+                             .stop_token = root.get_token(),
+                             .logger = std::make_shared<Quiet>()});
+}
+
+}  // namespace
+}  // namespace crew
