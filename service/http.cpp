@@ -422,10 +422,12 @@ void Worker::unlink(Connection* c) noexcept {
 }
 
 void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
+  const bool refuse = at_limit &&
+                      state.open.load(std::memory_order_relaxed) >= state.max_connections &&
+                      !evict_one();
   auto c = std::make_shared<Connection>(*this, std::move(socket), counted);
   link(c.get());
-  if (at_limit && state.open.load(std::memory_order_relaxed) >= state.max_connections &&
-      !evict_one()) {
+  if (refuse) {
     c->refuse();
     return;
   }
@@ -898,7 +900,8 @@ void Connection::refuse() {
   error_code ec;
   socket_.non_blocking(true, ec);
   s_.requests->connection_opened();
-  open_ = true;  // for the gauge; not in State::open
+  s_.open.fetch_add(1, std::memory_order_relaxed);
+  open_ = true;
   stop_serving(CloseReason::refused);
   Response r = error_response(
       503, "too many connections (http.max_connections " + std::to_string(s_.max_connections) + ")");
