@@ -295,6 +295,7 @@ struct Worker {
   bool stopping = false;
   Clock::time_point force_close_at = Clock::time_point::max();
   bool forced = false;
+  bool sweeping = false;          // the sweep timer is armed
   std::atomic<bool> done{false};  // run() returned
 
   net::io_context ioc{1};
@@ -427,6 +428,7 @@ void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
                       !evict_one();
   auto c = std::make_shared<Connection>(*this, std::move(socket), counted);
   link(c.get());
+  arm_sweep();  // it may have stopped: stopping, with no connection left
   if (refuse) {
     c->refuse();
     return;
@@ -446,8 +448,11 @@ bool Worker::evict_one() {
 }
 
 void Worker::arm_sweep() {
+  if (sweeping) return;
+  sweeping = true;
   sweep_timer.expires_after(kSweepInterval);
   sweep_timer.async_wait([this](const error_code& ec) {
+    sweeping = false;
     if (!ec) sweep();
   });
 }
