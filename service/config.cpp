@@ -658,6 +658,13 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
                        s.help + " (default " + s.show(defaults) + ", env " + env_name(s.key) + ")");
     flags[i]->type_name("VALUE");
   }
+  // Removed settings: not in --help, but named in the error if given.
+  std::vector<std::string> removed_values(std::size(kRemoved));
+  std::vector<CLI::Option*> removed_flags;
+  for (std::size_t i = 0; i < std::size(kRemoved); ++i) {
+    removed_flags.push_back(
+        cli.add_option(flag_name(kRemoved[i].key), removed_values[i])->group(""));
+  }
 
   std::vector<const char*> argv;
   argv.reserve(args.size() + 1);
@@ -765,6 +772,12 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
     }
   }
   // 3. The flags.
+  for (std::size_t i = 0; i < removed_flags.size(); ++i) {
+    if (removed_flags[i]->count() == 0) continue;
+    return fail("crewd: configuration error: " + std::string(kRemoved[i].key) + " = " +
+                shown_value(removed_values[i]) + " (from flag " + flag_name(kRemoved[i].key) +
+                "): " + std::string(kRemoved[i].why) + "\n");
+  }
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Setting& s = all[i];
     if (flags[i]->count() == 0) continue;

@@ -236,6 +236,18 @@ TEST(CrewdConfig, ListenTakesIpv6InBrackets) {
   EXPECT_NE(printed.out.find("listen = \"[::1]:8081\""), std::string::npos) << printed.out;
 }
 
+TEST(CrewdConfig, ARemovedSettingSaysWhatReplacedIt) {
+  const LoadResult r = load_config({"--http-workers", "512"}, env_of({}));
+  EXPECT_FALSE(r.run);
+  EXPECT_EQ(r.exit_code, kConfigErrorExit);
+  EXPECT_NE(r.err.find("http.workers = \"512\" (from flag --http-workers): removed: connections "
+                       "no longer take a thread each"),
+            std::string::npos)
+      << r.err;
+  const LoadResult help = load_config({"--help"}, env_of({}));
+  EXPECT_EQ(help.out.find("--http-workers"), std::string::npos) << "not offered in --help";
+}
+
 TEST(CrewdConfig, AnUnknownFlagIsAUsageError) {
   const LoadResult r = load_config({"--no-such-flag"}, env_of({}));
   EXPECT_FALSE(r.run);
