@@ -4,8 +4,8 @@ against GET /api/v1/factorial/20 with factorials on the compute pool (the
 default: the I/O thread hands each one to the pool and resumes when it is
 done) and on the connection's I/O thread (compute.inline_factorial=true),
 interleaved over rounds because the cost of crossing cores on a shared VM
-drifts over minutes; then the default at -c1000 (socket errors, throughput
-against -c64). With --baseline, another crewd binary (say the one before a
+drifts over minutes; then the default at -c64 and -c1000 back to back on
+one crewd (socket errors, the throughput ratio). With --baseline, another crewd binary (say the one before a
 change) is measured in the same rounds, for a before/after beside each
 other. Prints each run, the medians as a Markdown table and the median of
 the per-round ratios (README.md and docs/crewd.md, "Figures").
@@ -115,14 +115,20 @@ def main():
             print(f"round {r + 1} {tag or 'crewd':6} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
                   f"  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
         if a.many:
+            # -c64 and -c1000 back to back on one crewd (the order alternating),
+            # so that their ratio does not see the machine drift between rounds.
             proc, port = port_of(a.crewd, MODES["pool"])
+            pair = {}
             try:
-                rps, p50, p99, errs = run_wrk(port, a, a.many)
+                for c in ([a.connections, a.many] if r % 2 == 0 else [a.many, a.connections]):
+                    pair[c] = run_wrk(port, a, c)
             finally:
                 stop(proc)
-            many.append((rps, p50, p99, errs))
-            print(f"round {r + 1} crewd  pool  -c{a.many}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
-                  f"  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
+            many.append(pair[a.many] + (pair[a.many][0] / pair[a.connections][0],))
+            for c in (a.connections, a.many):
+                rps, p50, p99, errs = pair[c]
+                print(f"round {r + 1} crewd  pool  -c{c} (pair): {rps:10.0f} req/s  p50 {p50:.3f}"
+                      f" ms  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
 
     med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
            for k, v in results.items()}
@@ -143,14 +149,13 @@ def main():
               f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} |")
     if many:
         rps = statistics.median(x[0] for x in many)
-        c64 = [results[("", "pool")][r][0] for r in range(a.rounds)]
         print()
         print(f"-c{a.many} (pool): {rps:,.0f} req/s median, p50 "
               f"{statistics.median(x[1] for x in many):.2f} ms, p99 "
               f"{statistics.median(x[2] for x in many):.2f} ms, socket errors "
-              f"{[x[3] for x in many]}; / -c{a.connections}: "
-              f"{statistics.median(m[0] / c for m, c in zip(many, c64)):.3f} "
-              f"(median of per-round ratios)")
+              f"{[x[3] for x in many]}; / -c{a.connections} on the same crewd just before or "
+              f"after: {statistics.median(x[4] for x in many):.3f} (median of "
+              f"{[round(x[4], 3) for x in many]})")
 
 
 if __name__ == "__main__":
