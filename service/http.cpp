@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -361,7 +362,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_written(const error_code& ec, After after);
   Read read_available();
   void wait_readable();
-  void on_readable(const error_code& ec);
+  void on_read(const error_code& ec, std::size_t n);
+  // The most a connection buffers: a head at its limit plus one read.
+  [[nodiscard]] std::size_t read_cap() const noexcept { return s_.limits.header_bytes + kReadChunk; }
   void enter_idle();
   void graceful_close(CloseReason why);
   void drain();
@@ -395,11 +398,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool refused_ = false;       // by the gate: 503
   bool close_after_ = false;   // the response being written says Connection: close
   bool peer_eof_ = false;      // the client shut its sending side
-  bool waiting_read_ = false;  // an async_wait for readability is pending
+  bool waiting_read_ = false;  // an asynchronous read is pending (into landing_)
+  bool more_ = false;          // the socket may hold more: read before waiting
   bool open_ = false;          // counted in State::open and the connections gauge
   bool counted_;               // Gate: first request pending
   bool admitted_open_ = false;
   CloseReason close_reason_ = CloseReason::client;
+  std::array<char, 512> landing_;  // where a pending read lands
 };
 
 // ---- Worker ----
@@ -552,6 +557,11 @@ void Connection::advance() {
       close_now(CloseReason::client);
       return;
     }
+    if (!more_) {
+      wait_readable();  // reads what is there at once, or waits
+      return;
+    }
+    more_ = false;
     switch (read_available()) {
       case Read::data:
         continue;
@@ -572,7 +582,7 @@ void Connection::advance() {
 }
 
 Connection::Read Connection::read_available() {
-  const std::size_t cap = s_.limits.header_bytes + kReadChunk;
+  const std::size_t cap = read_cap();
   std::size_t got = 0;
   for (;;) {
     const std::span<char> space = in_.prepare(kReadChunk, cap);
@@ -592,32 +602,49 @@ Connection::Read Connection::read_available() {
     if (ec) return got > 0 ? Read::data : Read::error;
     in_.commit(n);
     got += n;
-    // Read on until the socket says it is empty: the readiness wait below
-    // is edge-triggered and would not fire for bytes already there. (Each
-    // I/O thread runs its own io_context alone, so nothing can be missed
-    // between that last read and the wait.)
+    if (n < space.size()) return Read::data;  // probably all there is; the next read says
   }
 }
 
+// Waits for the client's next bytes with an asynchronous read into the
+// connection's small landing buffer, not a readiness wait: Asio re-arms
+// epoll (an epoll_ctl call) for every readiness wait, but not for a read
+// that finds the socket empty; and the landing buffer is small, so that a
+// connection waiting for a request holds no read buffer of its own.
 void Connection::wait_readable() {
   if (waiting_read_) return;
   waiting_read_ = true;
-  socket_.async_wait(tcp::socket::wait_read,
-                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+  socket_.async_read_some(net::buffer(landing_),
+                          [self = shared_from_this()](const error_code& ec, std::size_t n) {
+                            self->on_read(ec, n);
+                          });
 }
 
-void Connection::on_readable(const error_code& ec) {
+void Connection::on_read(const error_code& ec, std::size_t n) {
   waiting_read_ = false;
   if (phase_ == Phase::closed) return;
   if (phase_ == Phase::closing) {
-    drain();
+    if (ec) {
+      close_now(close_reason_);  // the client closed (or reset): done
+    } else {
+      drain();
+    }
     return;
   }
-  if (ec && ec != net::error::operation_aborted) {
+  if (ec == net::error::eof) {
+    peer_eof_ = true;
+  } else if (ec && ec != net::error::operation_aborted) {
     close_now(CloseReason::client);
     return;
   }
-  advance();
+  if (n > 0) {
+    const std::size_t cap = std::max(read_cap(), in_.size() + n);
+    const std::span<char> space = in_.prepare(n, cap);
+    std::memcpy(space.data(), landing_.data(), n);
+    in_.commit(n);
+    more_ = n == landing_.size();  // there may be more: read it at once
+  }
+  if (phase_ == Phase::idle || phase_ == Phase::head || phase_ == Phase::body) advance();
 }
 
 Connection::Step Connection::parse() {
