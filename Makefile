@@ -61,17 +61,18 @@ stress:
 	$(DEPS) test
 	$(if $(JOBS),JOBS=$(JOBS)) bash scripts/stress.sh $(if $(SINCE),--since $(SINCE))
 
-# libFuzzer on crewd's request layer (service/fuzz/), clang++ with ASan and
+# libFuzzer on crewd's request layer (service/fuzz/: raw bytes through the
+# HTTP parser, the router and the job parser), clang++ with ASan and
 # UBSan in build-fuzz/, for FUZZ_SECONDS; new inputs go to build-fuzz/corpus.
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(DEPS) test
 	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCREWD_FUZZ=ON -DCREW_BUILD_TESTS=OFF -DCREW_BUILD_BENCH=OFF -DCREW_BUILD_EXAMPLES=OFF
-	cmake --build build-fuzz $(or $(J),-j 2) --target crewd_jobs_fuzzer
+	cmake --build build-fuzz $(or $(J),-j 2) --target crewd_request_fuzzer
 	mkdir -p build-fuzz/corpus
-	./build-fuzz/service/fuzz/crewd_jobs_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/jobs.dict \
+	./build-fuzz/service/fuzz/crewd_request_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/request.dict \
 	  build-fuzz/corpus service/fuzz/corpus
 
 # clang++ build with -Wthread-safety (from crew's warning flags) and -Werror.

@@ -3,7 +3,7 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format, image
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog
+#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
 #   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
@@ -16,7 +16,7 @@
 set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
-  prometheus-cpp-dev libspdlog-dev libhiredis-dev)
+  prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev)
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
@@ -26,11 +26,12 @@ readonly format_pkgs=(clang-format)
 # debian:12 base when no registry serves it; the test reads the manifests
 # (kubectl, PyYAML) and checks /metrics with promtool (prometheus).
 readonly image_pkgs=(podman runc debootstrap python3 python3-yaml prometheus)
-# crewd (service/): its libraries for every build; for its tests the
-# Prometheus server and promtool, and PyYAML for the deploy/ manifest check;
-# wrk for its throughput figures. kubectl (Debian: kubernetes-client) renders
-# the manifests; one installed from elsewhere is used as it is.
-readonly service_pkgs=(libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+# crewd (service/): its libraries for every build (Boost.Asio and Beast are
+# header-only in libboost-dev, which also gives crew::asio); for its tests
+# the Prometheus server and promtool, and PyYAML for the deploy/ manifest
+# check; wrk for its throughput figures. kubectl (Debian: kubernetes-client)
+# renders the manifests; one installed from elsewhere is used as it is.
+readonly service_pkgs=(libboost-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libspdlog-dev prometheus-cpp-dev)
 readonly service_test_pkgs=(prometheus python3 python3-yaml)
 

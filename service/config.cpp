@@ -2,11 +2,17 @@
 
 #include <toml++/toml.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <sstream>
@@ -211,23 +217,66 @@ std::optional<std::string> check_redis_address(std::string_view v) {
   return "must be HOST:PORT with a port in 1..65535, or empty (no Redis)";
 }
 
-// "HOST:PORT"; the host is an IPv4 address or a name cpp-httplib resolves.
+// "HOST:PORT" or "[IPV6]:PORT". The host is an IPv4 address, a name, or
+// (in brackets) an IPv6 address; load_config resolves it at the end.
 std::optional<std::string> set_listen(Config& c, std::string_view text) {
-  static const std::string must = "must be HOST:PORT with a port in 0..65535 (0: any free port)";
+  static const std::string must =
+      "must be HOST:PORT or [IPV6]:PORT with a port in 0..65535 (0: any free port)";
   const auto colon = text.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return must;
-  const std::string_view host = text.substr(0, colon);
+  std::string_view host = text.substr(0, colon);
   const auto port = parse_uint(text.substr(colon + 1));
   if (!port || *port > 65535) return must;
-  if (!std::all_of(host.begin(), host.end(), [](char ch) {
-        return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '-' ||
-               ch == '_';
-      })) {
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return must;
+    host = host.substr(1, host.size() - 2);
+    if (!std::all_of(host.begin(), host.end(), [](char ch) {
+          return std::isxdigit(static_cast<unsigned char>(ch)) != 0 || ch == ':' || ch == '.' ||
+                 ch == '%' || std::isalnum(static_cast<unsigned char>(ch)) != 0;
+        }) ||
+        host.find(':') == std::string_view::npos) {
+      return must;
+    }
+  } else if (!std::all_of(host.begin(), host.end(), [](char ch) {
+               return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' ||
+                      ch == '-' || ch == '_';
+             })) {
     return must;
   }
   c.host = std::string(host);
   c.port = static_cast<std::uint16_t>(*port);
   return std::nullopt;
+}
+
+std::string listen_text(const Config& c) {
+  const bool v6 = c.host.find(':') != std::string::npos;
+  return (v6 ? "[" + c.host + "]" : c.host) + ":" + std::to_string(c.port);
+}
+
+// Settings that existed and went: a file, variable or flag naming one gets
+// this instead of "unknown setting".
+struct Removed {
+  std::string_view key;
+  std::string_view why;
+};
+constexpr Removed kRemoved[] = {
+    {"http.workers",
+     "removed: connections no longer take a thread each (see http.io_threads, "
+     "http.max_connections)"},
+    {"http.queue", "removed: connections no longer wait for a thread (see http.max_connections)"},
+    {"http.read_timeout_ms",
+     "removed: replaced by http.head_timeout_ms and http.body_timeout_ms (deadlines for the "
+     "whole head and body)"},
+    {"compute.help",
+     "removed: no handler waits for its factorial any more, so none can run the queue while "
+     "it waits (docs/crewd.md, \"Figures\")"},
+};
+
+const Removed* removed_setting(std::string_view key) {
+  for (const Removed& r : kRemoved) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
 }
 
 const std::vector<Setting>& settings() {
@@ -243,7 +292,7 @@ const std::vector<Setting>& settings() {
           if (!v) return "must be a string HOST:PORT";
           return set_listen(c, *v);
         },
-        [](const Config& c) { return toml_string(c.host + ":" + std::to_string(c.port)); }});
+        [](const Config& c) { return toml_string(listen_text(c)); }});
     s.push_back(choice<LogLevel>("log_level", "least severe log level written",
                                  +[](Config& c) -> LogLevel& { return c.log_level; },
                                  {{"debug", LogLevel::debug},
@@ -252,29 +301,41 @@ const std::vector<Setting>& settings() {
                                   {"error", LogLevel::error}}));
 
     s.push_back(integer(
-        "http.workers", "connections served at once (workers of pool http)",
-        +[](Config& c) -> std::size_t& { return c.http.workers; }, 1, 10'000));
+        "http.io_threads", "I/O threads serving every connection (0: one per hardware thread)",
+        +[](Config& c) -> std::size_t& { return c.http.io_threads; }, 0, 256));
     s.push_back(integer(
-        "http.queue", "accepted connections waiting for a worker",
-        +[](Config& c) -> std::size_t& { return c.http.queue; }, 1, 1'000'000));
+        "http.max_connections",
+        "open connections at most; then the oldest idle one is closed, or the new one gets 503",
+        +[](Config& c) -> std::size_t& { return c.http.max_connections; }, 1, 1'000'000));
     s.push_back(integer(
         "http.backlog", "listen(2) backlog of the listening socket",
         +[](Config& c) -> std::size_t& { return c.http.backlog; }, 1, 65'535));
     s.push_back(integer(
+        "http.header_limit", "largest request line + header fields in bytes (larger: 431, 414)",
+        +[](Config& c) -> std::size_t& { return c.http.header_limit; }, 256, 1u << 20));
+    s.push_back(integer(
+        "http.header_count_limit", "most header fields in a request (more: 431)",
+        +[](Config& c) -> std::size_t& { return c.http.header_count_limit; }, 1, 10'000));
+    s.push_back(integer(
         "http.body_limit", "largest request body in bytes (larger: 413)",
         +[](Config& c) -> std::size_t& { return c.http.body_limit; }, 1, 64ull << 20));
     s.push_back(integer(
+        "http.head_timeout_ms",
+        "from a request's first byte to its complete head (later: 408, connection closed)",
+        +[](Config& c) -> Millis& { return c.http.head_timeout; }, 1, kDay));
+    s.push_back(integer(
+        "http.body_timeout_ms",
+        "from a request's head to its complete body (later: 408, connection closed)",
+        +[](Config& c) -> Millis& { return c.http.body_timeout; }, 1, kDay));
+    s.push_back(integer(
         "http.keep_alive_timeout_s",
-        "idle keep-alive connections are closed after this many seconds",
+        "connections without a request in progress are closed after this many seconds",
         +[](Config& c) -> std::chrono::seconds& { return c.http.keep_alive_timeout; }, 1, 3600));
     s.push_back(integer(
         "http.keep_alive_max", "requests served on one connection",
         +[](Config& c) -> std::size_t& { return c.http.keep_alive_max; }, 1, 1'000'000));
     s.push_back(integer(
-        "http.read_timeout_ms", "bound of one read from a client",
-        +[](Config& c) -> Millis& { return c.http.read_timeout; }, 1, kDay));
-    s.push_back(integer(
-        "http.write_timeout_ms", "bound of one write to a client",
+        "http.write_timeout_ms", "bound of writing one response (later: connection closed)",
         +[](Config& c) -> Millis& { return c.http.write_timeout; }, 1, kDay));
 
     s.push_back(integer(
@@ -287,13 +348,8 @@ const std::vector<Setting>& settings() {
         "compute.queue_timeout_ms", "a factorial task not started by then: 503",
         +[](Config& c) -> Millis& { return c.compute.queue_timeout; }, 1, kDay));
     s.push_back(boolean(
-        "compute.help",
-        "a waiting handler runs queued factorial tasks itself, at most compute.workers at once "
-        "(false: every factorial crosses to a compute worker)",
-        +[](Config& c) -> bool& { return c.compute.help; }));
-    s.push_back(boolean(
         "compute.inline_factorial",
-        "compute factorials on the connection's thread, not the pool (to measure the pool)",
+        "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",
         +[](Config& c) -> bool& { return c.compute.inline_factorial; }));
 
     s.push_back(integer(
@@ -442,6 +498,84 @@ std::string source_name(Source s, const std::string& file) {
   return "?";
 }
 
+// A TOML value as it was written (strings quoted), short and printable.
+std::string shown_node(const toml::node& node) {
+  if (node.is_table()) return "(a table)";
+  if (node.is_array()) return "(an array)";
+  if (const auto str = node.value_exact<std::string>()) return shown_value(*str);
+  std::ostringstream os;
+  node.visit([&os](const auto& v) { os << v; });
+  const std::string quoted = shown_value(os.str());
+  return quoted.substr(1, quoted.size() - 2);  // not a string: no quotes
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean X?)" for the closest of `names`, if it is close.
+std::string suggestion(std::string_view name, const std::vector<std::string>& names) {
+  std::size_t best = 4;
+  std::string found;
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(name, n);
+    if (d < best) {
+      best = d;
+      found = n;
+    }
+  }
+  return found.empty() ? "" : " (did you mean " + found + "?)";
+}
+
+// Kubernetes' service links for a Service named crewd: CREWD_SERVICE_HOST,
+// CREWD_SERVICE_PORT[_NAME], CREWD_PORT, CREWD_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR].
+bool kubernetes_service_link(std::string_view name) {
+  name.remove_prefix(std::string_view("CREWD_").size());
+  if (name == "SERVICE_HOST" || name == "SERVICE_PORT" || name.starts_with("SERVICE_PORT_") ||
+      name == "PORT") {
+    return true;
+  }
+  if (!name.starts_with("PORT_")) return false;
+  name.remove_prefix(5);
+  const auto digits = name.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string_view::npos) return false;
+  name.remove_prefix(digits);
+  for (const std::string_view proto : {"_TCP", "_UDP", "_SCTP"}) {
+    if (name.starts_with(proto)) {
+      const std::string_view rest = name.substr(proto.size());
+      return rest.empty() || rest == "_PROTO" || rest == "_PORT" || rest == "_ADDR";
+    }
+  }
+  return false;
+}
+
+// Resolves the listen host as the server will (passive, TCP): an empty
+// string, or the resolver's reason.
+std::string resolve_error(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc == 0) {
+    ::freeaddrinfo(found);
+    return {};
+  }
+  return rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+}
+
 std::string toml_of(const Config& config, const std::vector<std::string>& sources) {
   std::string out = "# crewd configuration: defaults < TOML file < CREWD_* environment < flags\n";
   std::string section;
@@ -466,14 +600,17 @@ std::string toml_of(const Config& config, const std::vector<std::string>& source
 
 }  // namespace
 
-EnvLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    // getenv is safe here: crewd reads its environment once, at start-up,
-    // before it starts any thread.
-    const char* v = std::getenv(name.c_str());  // NOLINT(concurrency-mt-unsafe)
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
+Environment process_environment() {
+  // Read once, at start-up, before crewd starts any thread.
+  Environment env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (!entry.starts_with("CREWD_")) continue;
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
 }
 
 std::string env_name(std::string_view key) {
@@ -494,7 +631,7 @@ std::string to_toml(const Config& config, const std::vector<std::string>& source
   return toml_of(config, sources);
 }
 
-LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& env) {
+LoadResult load_config(const std::vector<std::string>& args, const Environment& env) {
   LoadResult result;
   const auto& all = settings();
   std::vector<std::string> sources(all.size(), source_name(Source::defaults, ""));
@@ -520,6 +657,13 @@ LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& en
         cli.add_option(flag_name(s.key), flag_values[i],
                        s.help + " (default " + s.show(defaults) + ", env " + env_name(s.key) + ")");
     flags[i]->type_name("VALUE");
+  }
+  // Removed settings: not in --help, but named in the error if given.
+  std::vector<std::string> removed_values(std::size(kRemoved));
+  std::vector<CLI::Option*> removed_flags;
+  for (std::size_t i = 0; i < std::size(kRemoved); ++i) {
+    removed_flags.push_back(
+        cli.add_option(flag_name(kRemoved[i].key), removed_values[i])->group(""));
   }
 
   std::vector<const char*> argv;
@@ -547,7 +691,7 @@ LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& en
 
   // 1. The file.
   if (config_file.empty()) {
-    if (auto v = env("CREWD_CONFIG")) config_file = *v;
+    if (const auto it = env.find("CREWD_CONFIG"); it != env.end()) config_file = it->second;
   }
   if (!config_file.empty()) {
     toml::table doc;
@@ -564,14 +708,22 @@ LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& en
     const auto visit = [&](const std::string& key, const toml::node& node) {
       const auto it =
           std::find_if(all.begin(), all.end(), [&](const Setting& s) { return s.key == key; });
+      const std::string line = std::to_string(node.source().begin.line);
       if (it == all.end()) {
+        if (const Removed* r = removed_setting(key)) {
+          problem = "crewd: configuration error: " + key + " in " + config_file + " (line " +
+                    line + "): " + std::string(r->why) + "\n";
+          return;
+        }
+        std::vector<std::string> keys;
+        for (const Setting& st : all) keys.push_back(st.key);
         problem = "crewd: configuration error: unknown setting " + key + " in " + config_file +
-                  " (line " + std::to_string(node.source().begin.line) + ")\n";
+                  " (line " + line + ")" + suggestion(key, keys) + "\n";
         return;
       }
       if (auto err = it->from_toml(config, node)) {
-        problem = error_line(key, "(line " + std::to_string(node.source().begin.line) + ")",
-                             "from file " + config_file, *err);
+        problem = error_line(key, shown_node(node), "from file " + config_file + ", line " + line,
+                             *err);
         return;
       }
       sources[static_cast<std::size_t>(it - all.begin())] = source_name(Source::file, config_file);
@@ -590,16 +742,41 @@ LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& en
     result.config_file = config_file;
   }
 
-  // 2. The environment, 3. the flags.
+  // 2. The environment: every CREWD_* variable must name a setting.
+  std::vector<std::string> env_names{"CREWD_CONFIG"};
+  for (const Setting& st : all) env_names.push_back(env_name(st.key));
+  for (const auto& [name, value] : env) {
+    if (!name.starts_with("CREWD_") ||
+        std::find(env_names.begin(), env_names.end(), name) != env_names.end() ||
+        kubernetes_service_link(name)) {
+      continue;
+    }
+    for (const Removed& r : kRemoved) {
+      if (env_name(r.key) == name) {
+        return fail("crewd: configuration error: " + name + "=" + shown_value(value) + " (env): " +
+                    std::string(r.key) + " " + std::string(r.why) + "\n");
+      }
+    }
+    return fail("crewd: configuration error: unknown environment variable " + name + "=" +
+                shown_value(value) + ": no such setting" + suggestion(name, env_names) +
+                " (crewd --help lists them)\n");
+  }
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Setting& s = all[i];
     const std::string name = env_name(s.key);
-    if (auto v = env(name)) {
-      if (auto err = s.from_text(config, *v)) {
-        return fail(error_line(s.key, shown_value(*v), "from env " + name, *err));
+    if (const auto it = env.find(name); it != env.end()) {
+      if (auto err = s.from_text(config, it->second)) {
+        return fail(error_line(s.key, shown_value(it->second), "from env " + name, *err));
       }
       sources[i] = source_name(Source::env, "");
     }
+  }
+  // 3. The flags.
+  for (std::size_t i = 0; i < removed_flags.size(); ++i) {
+    if (removed_flags[i]->count() == 0) continue;
+    return fail("crewd: configuration error: " + std::string(kRemoved[i].key) + " = " +
+                shown_value(removed_values[i]) + " (from flag " + flag_name(kRemoved[i].key) +
+                "): " + std::string(kRemoved[i].why) + "\n");
   }
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Setting& s = all[i];
@@ -612,6 +789,18 @@ LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& en
   }
 
   if (auto err = cross_check(config)) return fail("crewd: configuration error: " + *err + "\n");
+  if (const std::string why = resolve_error(config.host); !why.empty()) {
+    const auto listen = static_cast<std::size_t>(
+        std::find_if(all.begin(), all.end(), [](const Setting& st) { return st.key == "listen"; }) -
+        all.begin());
+    const std::string& src = sources[listen];
+    const std::string from = src == "flag"  ? "from flag --listen"
+                             : src == "env" ? "from env CREWD_LISTEN"
+                             : src == "default" ? "default"
+                                                : "from " + src;
+    return fail(error_line("listen", shown_value(listen_text(config)), from,
+                           "cannot resolve host " + shown_value(config.host) + ": " + why));
+  }
 
   result.config = config;
   if (print_config) {

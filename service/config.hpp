@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,23 +37,30 @@ inline constexpr int kConfigErrorExit = 78;  // a bad setting (sysexits.h EX_CON
 using Millis = std::chrono::milliseconds;
 
 struct Config {
-  // listen = "HOST:PORT"; port 0 picks a free port (logged at start-up).
+  // listen = "HOST:PORT" or "[IPv6]:PORT"; port 0 picks a free port (logged
+  // at start-up). host is kept without brackets.
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;
   crew::LogLevel log_level = crew::LogLevel::info;
 
-  // Connections: each one is served by a worker of the "http" pool for its
-  // whole life (cpp-httplib does blocking I/O), so workers bound the
-  // connections served at once; the rest wait in the pool's queue.
+  // The HTTP front door (service/http.hpp): a few I/O threads serve every
+  // connection; a connection costs no thread. Each limit answers a client
+  // that oversteps it at once (docs/crewd.md, "Limits").
   struct Http {
-    std::size_t workers = 256;
-    std::size_t queue = 4096;
-    std::size_t backlog = 1024;          // listen(2) backlog
-    std::size_t body_limit = 64 * 1024;  // bytes; larger bodies get 413
-    std::chrono::seconds keep_alive_timeout{5};
-    std::size_t keep_alive_max = 1000;  // requests per connection
-    Millis read_timeout{5000};
-    Millis write_timeout{5000};
+    std::size_t io_threads = 0;  // 0: one per hardware thread
+    // Open connections at most. At the limit the oldest idle connection of
+    // the I/O thread taking the new one is closed; with none idle, the new
+    // connection gets 503 and is closed.
+    std::size_t max_connections = 16'384;
+    std::size_t backlog = 1024;              // listen(2) backlog
+    std::size_t header_limit = 16 * 1024;    // request line + header fields, bytes (431, 414)
+    std::size_t header_count_limit = 100;    // header fields (431)
+    std::size_t body_limit = 64 * 1024;      // bytes; larger bodies get 413
+    Millis head_timeout{10'000};             // from a request's first byte to its complete head (408)
+    Millis body_timeout{10'000};             // from the head to the complete body (408)
+    std::chrono::seconds keep_alive_timeout{5};  // idle between requests, or before the first
+    std::size_t keep_alive_max = 1000;           // requests per connection
+    Millis write_timeout{5000};                  // writing one response
   } http;
 
   // GET /api/v1/factorial/{n}: short tasks.
@@ -60,11 +68,7 @@ struct Config {
     std::size_t workers = 0;  // 0: one per hardware thread
     std::size_t queue = 10'000;
     Millis queue_timeout{1000};  // a task not started by then: 503
-    // A handler waiting for its factorial runs queued compute tasks itself
-    // (at most `workers` handlers at once) instead of sleeping until a
-    // compute worker has run it (docs/crewd.md, "Figures").
-    bool help = true;
-    // Compute on the connection's thread instead of the pool: only for
+    // Compute on the connection's I/O thread instead of the pool: only for
     // measuring what the pool costs (README, "crewd figures").
     bool inline_factorial = false;
   } compute;
@@ -109,9 +113,12 @@ struct Config {
   } redis;
 };
 
-// Where the environment comes from (tests pass a map).
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-[[nodiscard]] EnvLookup process_environment();
+// The environment: every variable whose name starts with CREWD_ (tests pass
+// a map). An unknown CREWD_* name is an error, like an unknown key in the
+// file, except Kubernetes' service links of a Service named crewd
+// (CREWD_SERVICE_HOST, CREWD_PORT_8080_TCP, ...), which are ignored.
+using Environment = std::map<std::string, std::string>;
+[[nodiscard]] Environment process_environment();
 
 // What start-up should do after reading the command line.
 struct LoadResult {
@@ -125,7 +132,9 @@ struct LoadResult {
 
 // Parses the command line, reads the file and the environment, validates.
 // Never throws for bad input: errors come back as exit_code + err.
-[[nodiscard]] LoadResult load_config(const std::vector<std::string>& args, const EnvLookup& env);
+// The listen host is resolved here (getaddrinfo), so that a bad address is a
+// configuration error with the resolver's reason.
+[[nodiscard]] LoadResult load_config(const std::vector<std::string>& args, const Environment& env);
 
 // The effective configuration as a TOML file (what --print-config writes),
 // each line commented with where its value came from.

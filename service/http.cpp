@@ -1,111 +1,119 @@
 #include "http.hpp"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <httplib.h>
 #include <linux/filter.h>
-#include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
-#include <cerrno>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 #include <charconv>
-#include <crew/detail/mutex.hpp>
-#include <crew/error.hpp>
 #include <cstring>
-#include <mutex>
+#include <crew/asio.hpp>
+#include <crew/error.hpp>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <variant>
 
 #include "job_runner.hpp"
 #include "jobs.hpp"
+#include "request.hpp"
 
 namespace crewd {
 namespace {
 
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
+using boost::system::error_code;
 using namespace std::chrono_literals;
 
-// One client connection. Created by the accept loop, then owned by the http
-// worker that serves it; the fields without atomics are touched only by the
-// thread that owns it at the time (the hand-over is the pool's post).
-struct Connection {
-  Clock::time_point accepted;
-  // Counted in Gate::first_pending_ until its first request is seen.
-  bool counted = false;
-  // An admitted request whose response is not written yet.
-  bool admitted_open = false;
-  // From a request's parsed headers to its response written. stop() ends
-  // only connections that are not busy.
-  std::atomic<bool> busy{false};
-  Clock::time_point request_start{};
-  // The client's address, known from the first request on; stop() finds
-  // the connection's socket by it.
-  std::string peer;
-  bool tracked = false;
-};
+// Bytes asked of the socket per read.
+constexpr std::size_t kReadChunk = 8192;
+// How often each I/O thread looks at its connections' deadlines: the
+// deadlines are this precise.
+constexpr auto kSweepInterval = 100ms;
+// A connection crewd closes first shuts its sending side and then reads
+// (and drops) what the client still sends, for at most this long, before it
+// closes the socket: closing with unread bytes would send a reset, which can
+// destroy the last response before the client has read it.
+constexpr auto kLinger = 1s;
+// Of the time stop() is given, the last part (at most this) is for the
+// completions of tasks still running once every connection has been
+// closed; past the deadline the I/O threads give up on them (the tasks keep
+// the server's state alive; their completions are dropped).
+constexpr auto kAbandonSlack = 1s;
 
-std::string peer_key(const std::string& addr, int port) {
-  return addr + " " + std::to_string(port);
+double millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
-// An address as cpp-httplib writes Request::remote_addr (numeric), and its port.
-std::pair<std::string, int> address_of(const sockaddr_storage& a) {
-  char host[INET6_ADDRSTRLEN] = "";
-  int port = 0;
-  if (a.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-  } else if (a.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-  }
-  return {host, port};
+std::string dump(const Json& j) {
+  // replace: a string holding invalid UTF-8 must not turn into an exception.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// The connection served by this thread (an http worker), set for the
-// duration of the connection: cpp-httplib's callbacks do not say which
-// connection a request came on.
-thread_local Connection* t_connection = nullptr;
+Response json_response(int status, const Json& body) {
+  Response r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+// Client bytes in a log line: printable, short.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char ch : s.substr(0, 128)) out += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+  if (s.size() > 128) out += "...";
+  return out;
+}
 
 // Which requests still start work while crewd stops. The counters are
 // sequentially consistent so that the cut (main's thread) and an admission
-// (a connection's thread) cannot miss each other: each side writes its own
-// variable, then reads the other's.
+// (an I/O thread) cannot miss each other: each side writes its own
+// variable, then reads the other's. The per-connection flags are touched
+// only by the connection's I/O thread.
 class Gate {
  public:
-  void on_accept(Connection& c) noexcept {
+  // Whether the connection is counted until its first request.
+  bool on_accept() noexcept {
     first_pending_.fetch_add(1);
     if (cut_.load()) {
       first_pending_.fetch_sub(1);
-    } else {
-      c.counted = true;
+      return false;
     }
+    return true;
   }
 
-  // A request arrived on c; `work` says whether it would start work. Returns
-  // whether it may. The first request of a connection accepted before the
-  // cut is always admitted: the client sent it before it could know.
-  bool on_request(Connection& c, bool work) noexcept {
-    const bool first = c.counted;
+  // A request's head arrived; `work` says whether it would start work.
+  // Returns whether it may. The first request of a connection accepted
+  // before the cut is always admitted: the client sent it before it could know.
+  bool on_request(bool& counted, bool& admitted_open, bool work) noexcept {
+    const bool first = counted;
     if (work) admitted_open_.fetch_add(1);  // before the first is uncounted
     if (first) {
-      c.counted = false;
+      counted = false;
       first_pending_.fetch_sub(1);
     }
     if (!work) return true;
@@ -113,28 +121,29 @@ class Gate {
       admitted_open_.fetch_sub(1);
       return false;
     }
-    c.admitted_open = true;
+    admitted_open = true;
     return true;
   }
 
-  void on_response_done(Connection& c) noexcept {
-    if (c.admitted_open) {
-      c.admitted_open = false;
+  void on_response_done(bool& admitted_open) noexcept {
+    if (admitted_open) {
+      admitted_open = false;
       admitted_open_.fetch_sub(1);
     }
   }
 
-  void on_close(Connection& c) noexcept {
-    if (c.counted) {
-      c.counted = false;
+  void on_close(bool& counted, bool& admitted_open) noexcept {
+    if (counted) {
+      counted = false;
       first_pending_.fetch_sub(1);
     }
-    on_response_done(c);
+    on_response_done(admitted_open);
   }
 
   void halt() noexcept { halting_.store(true); }
   void cut() noexcept { cut_.store(true); }
   [[nodiscard]] bool halting() const noexcept { return halting_.load(std::memory_order_relaxed); }
+  [[nodiscard]] bool is_cut() const noexcept { return cut_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::size_t first_pending() const noexcept { return first_pending_.load(); }
   [[nodiscard]] std::size_t admitted_open() const noexcept { return admitted_open_.load(); }
 
@@ -157,575 +166,834 @@ bool poll_until(const std::function<bool()>& done, Clock::time_point deadline,
   return true;
 }
 
-std::string dump(const Json& j) {
-  // replace: a string holding invalid UTF-8 must not turn into an exception.
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+// What a connection has received and not yet parsed. Allocated while
+// needed; an idle connection holds none (released by the sweep).
+class InBuffer {
+ public:
+  [[nodiscard]] std::string_view data() const noexcept {
+    return {buf_.get() + begin_, end_ - begin_};
+  }
+  [[nodiscard]] bool empty() const noexcept { return begin_ == end_; }
+  [[nodiscard]] std::size_t size() const noexcept { return end_ - begin_; }
+  void consume(std::size_t n) noexcept {
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+  void clear() noexcept { begin_ = end_ = 0; }
+  // Room for up to `want` more bytes with at most `cap` held in all; empty
+  // when `cap` is reached.
+  std::span<char> prepare(std::size_t want, std::size_t cap) {
+    const std::size_t have = size();
+    if (have >= cap) return {};
+    want = std::min(want, cap - have);
+    if (cap_ - end_ < want) {
+      if (cap_ - have >= want) {
+        std::memmove(buf_.get(), buf_.get() + begin_, have);
+      } else {
+        const std::size_t size = std::min(std::max(have + want, cap_ * 2), cap);
+        auto fresh = std::make_unique_for_overwrite<char[]>(size);
+        if (have > 0) std::memcpy(fresh.get(), buf_.get() + begin_, have);
+        buf_ = std::move(fresh);
+        cap_ = size;
+      }
+      begin_ = 0;
+      end_ = have;
+    }
+    return {buf_.get() + end_, want};
+  }
+  void commit(std::size_t n) noexcept { end_ += n; }
+  void release() noexcept {
+    if (empty()) {
+      buf_.reset();
+      cap_ = begin_ = end_ = 0;
+    }
+  }
 
-void send_json(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
-}
-
-void send_error(httplib::Response& res, int status, std::string_view message) {
-  send_json(res, status, Json{{"error", std::string(message)}, {"status", status}});
-}
-
-struct RouteMatch {
-  Route route = Route::unmatched;
-  bool method_allowed = false;
-  std::string_view arg;    // {n} of the factorial route
-  const char* allow = "";  // for 405
+ private:
+  std::unique_ptr<char[]> buf_;
+  std::size_t cap_ = 0;
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
 };
 
-RouteMatch match_route(std::string_view method, std::string_view path) {
-  const bool get = method == "GET" || method == "HEAD";
-  constexpr std::string_view kFactorial = "/api/v1/factorial/";
-  if (path.starts_with(kFactorial)) {
-    const std::string_view arg = path.substr(kFactorial.size());
-    if (arg.empty() || arg.find('/') != std::string_view::npos) return {};
-    return {Route::factorial, get, arg, "GET, HEAD"};
-  }
-  if (path == "/api/v1/jobs") return {Route::jobs, method == "POST", {}, "POST"};
-  static constexpr std::pair<std::string_view, Route> kGets[] = {{"/api/v1/pools", Route::pools},
-                                                                 {"/metrics", Route::metrics},
-                                                                 {"/healthz", Route::healthz},
-                                                                 {"/readyz", Route::readyz}};
-  for (const auto& [p, r] : kGets) {
-    if (path == p) return {r, get, {}, "GET, HEAD"};
-  }
-  return {};
-}
-
-std::string status_message(int status, std::size_t body_limit) {
-  switch (status) {
-    case 400:
-      return "malformed request";
-    case 404:
-      return "no such route";
-    case 413:
-      return "request body larger than http.body_limit (" + std::to_string(body_limit) + " bytes)";
-    case 414:
-      return "request target too long";
-    case 500:
-      return "internal error";
-    default:
-      return "HTTP " + std::to_string(status);
-  }
-}
-
-double millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// A job's clock, shared between the task (which may end without a value:
-// timed out, cancelled) and the handler.
+// A job's clock and id, shared between the task (which may end without a
+// value: timed out, cancelled) and the handler.
 struct JobTimes {
   std::atomic<std::int64_t> started_ns{0};
   std::atomic<std::int64_t> ended_ns{0};
+  std::atomic<std::uint64_t> id{0};
 };
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-// One factorial handed to the compute pool, shared by the handler and the
-// task. The handler sleeps on `state` (a futex) instead of a crew::Task
-// handle: Task::wait polls with sched_yield() before it parks, and with one
-// http worker per connection (64 under wrk) those yields were a fifth of the
-// CPU time and a quarter of the throughput (docs/crewd.md, "Figures").
-struct FactorialCall {
-  static constexpr std::uint32_t kPending = 0;
-  static constexpr std::uint32_t kDone = 1;
-  static constexpr std::uint32_t kDropped = 2;  // the pool destroyed the task unrun
-  static constexpr std::uint32_t kWaiter = 4;   // the handler sleeps on the futex
-  std::atomic<std::uint32_t> state{kPending};
-  std::uint64_t value = 0;  // written before kDone is published
-
-  void finish(std::uint32_t outcome) noexcept {
-    if ((state.exchange(outcome, std::memory_order_acq_rel) & kWaiter) != 0) {
-      ::syscall(SYS_futex, &state, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-    }
-  }
-
-  // kDone, kDropped, or kPending if `deadline` passed first.
-  std::uint32_t wait_until(Clock::time_point deadline) noexcept {
-    std::uint32_t cur = state.load(std::memory_order_acquire);
-    while ((cur & ~kWaiter) == kPending) {
-      if ((cur & kWaiter) == 0 &&
-          !state.compare_exchange_weak(cur, cur | kWaiter, std::memory_order_acq_rel)) {
-        continue;
-      }
-      const auto left = deadline - Clock::now();
-      if (left <= Clock::duration::zero()) return kPending;
-      const auto s = std::chrono::duration_cast<std::chrono::seconds>(left);
-      const timespec ts{static_cast<time_t>(s.count()),
-                        static_cast<long>(std::chrono::nanoseconds(left - s).count())};
-      ::syscall(SYS_futex, &state, FUTEX_WAIT_PRIVATE, kPending | kWaiter, &ts, nullptr, 0);
-      cur = state.load(std::memory_order_acquire);
-    }
-    return cur & ~kWaiter;
-  }
-};
-
-// What the compute pool runs. Destroyed without having run (the queue
-// deadline passed, or a shutdown dropped it), it tells the handler so.
-class FactorialTask {
- public:
-  FactorialTask(std::shared_ptr<FactorialCall> call, unsigned n) noexcept
-      : call_(std::move(call)), n_(n) {}
-  FactorialTask(FactorialTask&&) noexcept = default;
-  FactorialTask& operator=(FactorialTask&&) = delete;
-  FactorialTask(const FactorialTask&) = delete;
-  FactorialTask& operator=(const FactorialTask&) = delete;
-  ~FactorialTask() {
-    if (call_) call_->finish(FactorialCall::kDropped);
-  }
-  void operator()() {
-    call_->value = crewd::factorial(n_);
-    std::exchange(call_, nullptr)->finish(FactorialCall::kDone);
-  }
-
- private:
-  std::shared_ptr<FactorialCall> call_;
-  unsigned n_;
-};
-
-// The status code and message for a task that ended without a value.
-std::pair<int, std::string> refusal(std::string_view pool, crew::TaskStatus status,
-                                    crew::Errc reason) {
-  const std::string why(crew::to_string(reason));
-  switch (status) {
-    case crew::TaskStatus::rejected:
-      return {503, "pool " + std::string(pool) + " refused the task (" + why + ")"};
-    case crew::TaskStatus::cancelled:
-      return {503, "the task was cancelled (" + why + "): crewd is shutting down"};
-    case crew::TaskStatus::timed_out:
-      return {504, "the task ran past its deadline"};
-    default:
-      return {500, "the task failed"};
-  }
-}
+class Connection;
+struct Worker;
+Response factorial_response(unsigned n, std::uint64_t value);
 
 }  // namespace
 
-class HttpServer::Impl {
- public:
-  Impl(const Config& config, ServicePools pools, std::shared_ptr<spdlog::logger> log,
-       RequestMetrics& requests, std::vector<std::shared_ptr<prometheus::Collectable>> exposed)
-      : config_(config),
-        pools_(pools),
-        help_limit_(config.compute.help ? pools.compute.options().max_workers : 0),
-        log_(std::move(log)),
-        requests_(requests),
-        exposed_(std::move(exposed)) {
-    setup();
-  }
+// Shared by the server, its I/O threads and the tasks it submits.
+struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
+  State(const Config& c, ServicePools p, std::shared_ptr<spdlog::logger> l,
+        std::shared_ptr<RequestMetrics> r, std::vector<std::shared_ptr<prometheus::Collectable>> e)
+      : config(c),
+        limits{c.http.header_limit, c.http.header_count_limit, c.http.body_limit},
+        pools(p),
+        log(std::move(l)),
+        requests(std::move(r)),
+        exposed(std::move(e)) {}
 
-  int bind();
-  void serve() {
-    // stop() ends the loop by making accept() fail, which cpp-httplib
-    // reports as an error.
-    if (!listener_.listen_after_bind() && !stopping_.load()) {
-      log_->error("the accept loop ended with an error");
-    }
-  }
-  void stop();
+  void accept_next();
+  void on_accept(const error_code& ec, tcp::socket socket, std::size_t worker);
+  void close_listener();
+  Response pools_json() const;
+  Response metrics_text() const;
+  Response readiness() const;
 
-  Gate& gate() noexcept { return gate_; }
-  void add_readiness_check(std::function<std::string()> check) {
-    readiness_checks_.push_back(std::move(check));
-  }
+  const Config config;
+  const HttpLimits limits;
+  ServicePools pools;
+  std::shared_ptr<spdlog::logger> log;
+  std::shared_ptr<RequestMetrics> requests;
+  std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
+  std::vector<std::function<std::string()>> readiness_checks;
+  Gate gate;
+  std::size_t max_connections = 0;
+  // Connections served now (not closing): what max_connections bounds.
+  std::atomic<std::size_t> open{0};
+  std::atomic<int> listen_fd{-1};
+  std::atomic<Clock::time_point> stop_deadline{Clock::time_point::max()};
+  std::size_t next_worker = 0;  // worker 0's thread
+  Clock::time_point last_accept_warning{};
 
- private:
-  // What the http pool runs for one connection. If the pool refuses it (it
-  // has stopped) or drops it unrun (its shutdown escalated), the destructor
-  // still runs cpp-httplib's task, which then sees the closed listener and
-  // only closes the socket: cpp-httplib left that to the task.
-  class ConnectionTask {
-   public:
-    ConnectionTask(Impl* impl, std::unique_ptr<Connection> c, std::function<void()> fn) noexcept
-        : impl_(impl), c_(std::move(c)), fn_(std::move(fn)) {}
-    ConnectionTask(ConnectionTask&&) noexcept = default;
-    ConnectionTask& operator=(ConnectionTask&&) = delete;
-    ConnectionTask(const ConnectionTask&) = delete;
-    ConnectionTask& operator=(const ConnectionTask&) = delete;
-    ~ConnectionTask() {
-      if (c_) impl_->run_connection(std::move(c_), fn_);
-    }
-    void operator()() { impl_->run_connection(std::move(c_), fn_); }
-
-   private:
-    Impl* impl_;
-    std::unique_ptr<Connection> c_;
-    std::function<void()> fn_;
-  };
-
-  // Plugged into cpp-httplib's new_task_queue: connections go to the http
-  // pool instead of cpp-httplib's own thread pool.
-  class PoolTaskQueue final : public httplib::TaskQueue {
-   public:
-    explicit PoolTaskQueue(Impl& impl) : impl_(impl) {}
-    void enqueue(std::function<void()> fn) override { impl_.accept(std::move(fn)); }
-    // The accept loop has ended (stop()): wait for the connections to end.
-    void shutdown() override {
-      (void)impl_.pools_.http.shutdown(crew::ShutdownMode::drain, impl_.config_.shutdown.timeout);
-    }
-
-   private:
-    Impl& impl_;
-  };
-
-  void setup();
-  void accept(std::function<void()> fn);
-  void run_connection(std::unique_ptr<Connection> c, const std::function<void()>& fn);
-  void track(Connection& c, const httplib::Request& req);
-  void end_idle_connections();
-
-  httplib::Server::HandlerResponse route(const httplib::Request& req, httplib::Response& res);
-  void finished(const httplib::Request& req, const httplib::Response& res);
-  void factorial(std::string_view arg, httplib::Response& res);
-  void help_compute(const FactorialCall& call);
-  bool read_body(const httplib::ContentReader& read, httplib::Response& res, std::string& body);
-  void job(const std::string& body, httplib::Response& res);
-  void pools(httplib::Response& res);
-  void metrics(httplib::Response& res);
-
-  const Config config_;
-  ServicePools pools_;
-  const std::size_t help_limit_;         // handlers running compute tasks at once, at most
-  std::atomic<std::size_t> helpers_{0};  // handlers running compute tasks now
-  std::shared_ptr<spdlog::logger> log_;
-  RequestMetrics& requests_;
-  const std::vector<std::shared_ptr<prometheus::Collectable>> exposed_;
-  // Added before serve(), read by handlers only.
-  std::vector<std::function<std::string()>> readiness_checks_;
-  Gate gate_;
-  std::atomic<int> listen_fd_{-1};
-  std::atomic<bool> stopping_{false};
-  int bound_port_ = 0;  // written by bind(), before serve()
-
-  // Connections that have sent a request, by client address.
-  crew::detail::Mutex connections_mu_;
-  std::unordered_map<std::string, Connection*> connections_ CREW_GUARDED_BY(connections_mu_);
-
-  httplib::Server listener_;  // last: its threads call into the members above
+  // Last: destroyed first, while the members above are still there for the
+  // connections they destroy.
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::optional<tcp::acceptor> acceptor;  // on workers[0]'s io_context
+  std::optional<net::steady_timer> accept_retry;
 };
 
-void HttpServer::Impl::setup() {
-  listener_.new_task_queue = [this] { return new PoolTaskQueue(*this); };
-  listener_.set_payload_max_length(config_.http.body_limit);
-  listener_.set_keep_alive_max_count(config_.http.keep_alive_max);
-  listener_.set_keep_alive_timeout(config_.http.keep_alive_timeout.count());
-  listener_.set_read_timeout(config_.http.read_timeout);
-  listener_.set_write_timeout(config_.http.write_timeout);
-  listener_.set_socket_options([this](socket_t sock) {
-    const int one = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    // Inherited by accepted sockets: a response's header and body are two
-    // writes, and Nagle would hold the second one for the client's ACK.
-    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    listen_fd_.store(sock);
-  });
-  listener_.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { return route(req, res); });
-  listener_.Post("/api/v1/jobs", [this](const httplib::Request&, httplib::Response& res,
-                                        const httplib::ContentReader& read) {
-    std::string body;
-    if (read_body(read, res, body)) job(body, res);
-  });
-  listener_.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, res.status, status_message(res.status, config_.http.body_limit));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  listener_.set_exception_handler(
-      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        log_->error("{} {}: {}", req.method, req.path, what);
-        send_error(res, 500, "internal error");
-      });
-  listener_.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
-    // While halting, keep-alive clients are told to reconnect, so that their
-    // next request meets the closed admission (503) or the closed listener.
-    if (gate_.halting()) res.set_header("Connection", "close");
-  });
-  listener_.set_logger(
-      [this](const httplib::Request& req, const httplib::Response& res) { finished(req, res); });
-}
+namespace {
 
-int HttpServer::Impl::bind() {
-  int port = config_.port;
-  if (port == 0) {
-    port = listener_.bind_to_any_port(config_.host);
-    if (port <= 0) port = -1;
-  } else if (!listener_.bind_to_port(config_.host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
-    throw std::runtime_error("cannot listen on " + config_.host + ":" +
-                             std::to_string(config_.port) + ": " + std::strerror(errno));
-  }
-  bound_port_ = port;
-  // cpp-httplib listens with a backlog of 5 (compiled into the library); a
-  // burst of connections beyond it would have SYNs dropped and retried a
-  // second later. listen(2) again only changes the backlog.
-  if (::listen(listen_fd_.load(), static_cast<int>(config_.http.backlog)) != 0) {
-    log_->warn("listen backlog {} not set: {}", config_.http.backlog, std::strerror(errno));
-  }
-  return port;
-}
+using State = HttpServer::State;
 
-void HttpServer::Impl::accept(std::function<void()> fn) {
-  auto c = std::make_unique<Connection>();
-  c->accepted = Clock::now();
-  gate_.on_accept(*c);
-  requests_.connection_opened();
-  // Blocks while the http pool's queue is full (overflow block): the accept
-  // loop stops accepting, and the kernel's backlog holds new connections.
-  const crew::Admission a =
-      pools_.http.post(ConnectionTask(this, std::move(c), std::move(fn)), {.name = "connection"});
-  if (a != crew::Admission::accepted) {
-    log_->debug("connection refused by pool http: {}", crew::to_string(a));
+// One I/O thread: its io_context and the connections it serves.
+struct Worker {
+  Worker(State& s, std::size_t i) : state(s), index(i) {}
+
+  void adopt(tcp::socket socket, bool counted, bool at_limit);
+  void sweep();
+  void arm_sweep();
+  void cut();
+  void begin_stop(Clock::time_point force_at);
+  bool evict_one();
+  void link(Connection* c) noexcept;
+  void unlink(Connection* c) noexcept;
+
+  State& state;
+  const std::size_t index;
+  // This thread's connections (a list threaded through them).
+  Connection* first = nullptr;
+  std::size_t count = 0;
+  bool stopping = false;
+  Clock::time_point force_close_at = Clock::time_point::max();
+  bool forced = false;
+  bool sweeping = false;          // the sweep timer is armed
+  std::atomic<bool> done{false};  // run() returned
+
+  net::io_context ioc{1};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work{ioc.get_executor()};
+  net::steady_timer sweep_timer{ioc};
+  std::thread thread;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Worker& w, tcp::socket socket, bool counted)
+      : w_(w), s_(w.state), socket_(std::move(socket)), counted_(counted) {
+    accepted_ = Clock::now();
   }
-}
-
-void HttpServer::Impl::run_connection(std::unique_ptr<Connection> c,
-                                      const std::function<void()>& fn) {
-  t_connection = c.get();
-  fn();  // cpp-httplib's task: serve the connection, then close its socket
-  t_connection = nullptr;
-  if (c->tracked) {
-    crew::detail::MutexLock lock(connections_mu_);
-    connections_.erase(c->peer);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    if (linked_) w_.unlink(this);
   }
-  gate_.on_close(*c);
-  requests_.connection_closed();
-}
 
-void HttpServer::Impl::track(Connection& c, const httplib::Request& req) {
-  c.peer = peer_key(req.remote_addr, req.remote_port);
-  crew::detail::MutexLock lock(connections_mu_);
-  connections_[c.peer] = &c;
-  c.tracked = true;
-}
+  void start();
+  void refuse();
+  void on_deadline(Clock::time_point now);
+  void on_cut();
+  void on_stop();
+  void force_close() { close_now(CloseReason::shutdown); }
+  void trim() noexcept {
+    if (phase_ == Phase::idle && in_.empty()) {
+      in_.release();
+      std::string().swap(out_);
+    }
+  }
+  [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
+  [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle; }
+  [[nodiscard]] Clock::time_point idle_since() const noexcept { return idle_since_; }
+  void evict() { graceful_close(CloseReason::evicted); }
 
-void HttpServer::Impl::stop() {
-  // Not listener_.stop(): cpp-httplib would then close, unread, the
-  // connections already accepted and still queued in the http pool (it
-  // checks its listening socket before it reads a request), and their
-  // clients would see a reset. Shutting the socket down makes accept() fail,
-  // which ends the accept loop (cpp-httplib closes the socket itself), while
-  // the queued connections are still served: 503 and Connection: close.
-  stopping_.store(true);
-  const int fd = listen_fd_.load();
-  // Closing a listening socket resets the connections still in its accept
-  // queue, and a burst of clients keeps that queue filled. So first drop
-  // every new client's SYN (it is retransmitted a second later and then
-  // meets the closed port: connection refused), let the handshakes already
-  // answered complete (their ACKs pass: dropping those too left clients
-  // that believed themselves connected, and were reset when their request
-  // was retransmitted to the closed port), let the accept loop take what is
-  // queued (bounded), then close. Accepted connections inherit the filter;
-  // it drops nothing they receive.
-  static sock_filter drop_syn[] = {
-      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),           // the TCP header's flags
-      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),        // SYN and ACK
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),  // a SYN alone:
-      BPF_STMT(BPF_RET | BPF_K, 0),                     //   dropped
-      BPF_STMT(BPF_RET | BPF_K, 0xffffffff),            // anything else passes
+  Connection* prev = nullptr;
+  Connection* next = nullptr;
+  bool linked_ = false;
+
+ private:
+  enum class Phase : std::uint8_t {
+    idle,      // waiting for a request's first byte
+    head,      // reading a request's head
+    body,      // reading its body
+    handling,  // the request is complete; its response is being made
+    writing,   // writing (the socket took part of it)
+    closing,   // sending side shut; reading what the client still sends
+    closed,
   };
-  const sock_fprog drop{static_cast<unsigned short>(std::size(drop_syn)), drop_syn};
-  if (::setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof(drop)) == 0) {
-    // A handshake answered just before the filter completes within a round
-    // trip: on loopback or in a data centre, well within the settle time.
-    const auto attached = Clock::now();
-    const auto settled = attached + 20ms;
-    const auto deadline = attached + 200ms;
-    tcp_info info{};
-    socklen_t len = sizeof(info);
-    // For a listening socket tcpi_unacked is the accept queue's length.
-    for (;;) {
-      const auto now = Clock::now();
-      if (now >= deadline) break;
-      len = sizeof(info);
-      if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) break;
-      if (info.tcpi_unacked == 0 && now >= settled) break;
-      std::this_thread::sleep_for(1ms);
-    }
-  }
-  ::shutdown(fd, SHUT_RDWR);
-  end_idle_connections();
+  enum class Step : std::uint8_t { more, waiting };
+  enum class After : std::uint8_t { response, interim };
+  enum class Read : std::uint8_t { data, would_block, full, eof, error };
+
+  void advance();
+  Step parse();
+  Step on_head();
+  Step on_request();
+  Step respond(Response r);
+  Step write_out(After after);
+  Step after_write(After after);
+  void on_written(const error_code& ec, After after);
+  Read read_available();
+  void wait_readable();
+  void on_read(const error_code& ec, std::size_t n);
+  // The most a connection buffers: a head at its limit plus one read.
+  [[nodiscard]] std::size_t read_cap() const noexcept { return s_.limits.header_bytes + kReadChunk; }
+  void enter_idle();
+  void graceful_close(CloseReason why);
+  void drain();
+  void close_now(CloseReason why);
+  void stop_serving(CloseReason why);
+  Step fail_request(int status, std::string message, CloseReason why);
+
+  Step factorial(std::string_view arg);
+  void on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value);
+  Step job();
+  void on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
+              Clock::time_point submitted, std::exception_ptr e);
+  void resume(Response r);
+
+  Worker& w_;
+  State& s_;
+  tcp::socket socket_;
+  Phase phase_ = Phase::idle;
+  Clock::time_point accepted_;
+  Clock::time_point idle_since_{};
+  Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point body_deadline_{};
+  Clock::time_point head_at_{};  // latency is measured from here
+  InBuffer in_;
+  std::optional<RequestParser> parser_;
+  RouteMatch match_;
+  std::string out_;
+  std::size_t served_ = 0;
+  bool head_seen_ = false;
+  bool head_only_ = false;
+  bool refused_ = false;       // by the gate: 503
+  bool close_after_ = false;   // the response being written says Connection: close
+  bool peer_eof_ = false;      // the client shut its sending side
+  bool waiting_read_ = false;  // an asynchronous read is pending (into landing_)
+  bool more_ = false;          // the socket may hold more: read before waiting
+  bool open_ = false;          // counted in State::open and the connections gauge
+  bool counted_;               // Gate: first request pending
+  bool admitted_open_ = false;
+  CloseReason close_reason_ = CloseReason::client;
+  std::array<char, 512> landing_;  // where a pending read lands
+};
+
+// ---- Worker ----
+
+void Worker::link(Connection* c) noexcept {
+  c->next = first;
+  c->prev = nullptr;
+  if (first != nullptr) first->prev = c;
+  first = c;
+  c->linked_ = true;
+  ++count;
 }
 
-// A connection idle between requests waits in cpp-httplib for its next
-// request for up to the keep-alive timeout, and cpp-httplib does not say
-// which socket a connection has. So: find crewd's client sockets among the
-// process's descriptors (local port = the listening port), and shut down
-// those whose client has no request in progress; that ends the wait at
-// once. Busy ones finish their response, which says Connection: close
-// (crewd is halting), and end. No socket is accepted any more, so a
-// descriptor number cannot be reused by a new connection meanwhile.
-void HttpServer::Impl::end_idle_connections() {
-  std::size_t ended = 0;
-  if (DIR* dir = ::opendir("/proc/self/fd")) {
-    crew::detail::MutexLock lock(connections_mu_);
-    while (const dirent* e = ::readdir(dir)) {
-      int fd = -1;
-      const std::string_view name(e->d_name);
-      if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc{}) continue;
-      sockaddr_storage local{};
-      sockaddr_storage peer{};
-      socklen_t local_len = sizeof(local);
-      socklen_t peer_len = sizeof(peer);
-      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-          ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
-        continue;  // not a connected socket
+void Worker::unlink(Connection* c) noexcept {
+  if (c->prev != nullptr) c->prev->next = c->next;
+  if (c->next != nullptr) c->next->prev = c->prev;
+  if (first == c) first = c->next;
+  c->prev = c->next = nullptr;
+  c->linked_ = false;
+  --count;
+}
+
+void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
+  const bool refuse = at_limit &&
+                      state.open.load(std::memory_order_relaxed) >= state.max_connections &&
+                      !evict_one();
+  auto c = std::make_shared<Connection>(*this, std::move(socket), counted);
+  link(c.get());
+  arm_sweep();  // it may have stopped: stopping, with no connection left
+  if (refuse) {
+    c->refuse();
+    return;
+  }
+  c->start();
+}
+
+// The oldest idle connection of this thread makes room for a new one.
+bool Worker::evict_one() {
+  Connection* oldest = nullptr;
+  for (Connection* c = first; c != nullptr; c = c->next) {
+    if (c->idle() && (oldest == nullptr || c->idle_since() < oldest->idle_since())) oldest = c;
+  }
+  if (oldest == nullptr) return false;
+  oldest->evict();
+  return true;
+}
+
+void Worker::arm_sweep() {
+  if (sweeping) return;
+  sweeping = true;
+  sweep_timer.expires_after(kSweepInterval);
+  sweep_timer.async_wait([this](const error_code& ec) {
+    sweeping = false;
+    if (!ec) sweep();
+  });
+}
+
+void Worker::sweep() {
+  const auto now = Clock::now();
+  if (stopping && now >= force_close_at && !forced) {
+    forced = true;
+    std::size_t cut = 0;
+    for (Connection* c = first; c != nullptr;) {
+      Connection* next = c->next;  // c unlinks itself
+      c->force_close();
+      ++cut;
+      c = next;
+    }
+    if (cut > 0) state.log->warn("stop deadline: closed {} connections still open", cut);
+  }
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;  // c may unlink itself
+    if (c->deadline() <= now) {
+      c->on_deadline(now);
+    } else {
+      c->trim();
+    }
+    c = next;
+  }
+  // Stopping with no connection left: no more sweeps, so that run()
+  // returns once the last task's completion has run.
+  if (stopping && count == 0) return;
+  arm_sweep();
+}
+
+void Worker::cut() {
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;
+    c->on_cut();
+    c = next;
+  }
+}
+
+void Worker::begin_stop(Clock::time_point force_at) {
+  stopping = true;
+  force_close_at = force_at;
+  work.reset();
+  for (Connection* c = first; c != nullptr;) {
+    Connection* next = c->next;
+    c->on_stop();
+    c = next;
+  }
+}
+
+// ---- Connection: reading ----
+
+void Connection::start() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  socket_.set_option(tcp::no_delay(true), ec);
+  open_ = true;
+  s_.open.fetch_add(1, std::memory_order_relaxed);
+  s_.requests->connection_opened();
+  enter_idle();
+  advance();
+}
+
+void Connection::enter_idle() {
+  phase_ = Phase::idle;
+  idle_since_ = Clock::now();
+  auto wait = std::chrono::duration_cast<Clock::duration>(s_.config.http.keep_alive_timeout);
+  // After the cut a connection is given only the admit grace to start a
+  // request: whatever was sent before the signal has arrived by then.
+  if (s_.gate.is_cut()) {
+    wait = std::min(wait, std::chrono::duration_cast<Clock::duration>(
+                              std::max<Clock::duration>(s_.config.shutdown.admit_grace, 10ms)));
+  }
+  deadline_ = idle_since_ + wait;
+}
+
+void Connection::advance() {
+  bool full = false;
+  for (;;) {
+    if (phase_ != Phase::idle && phase_ != Phase::head && phase_ != Phase::body) return;
+    if (!in_.empty()) {
+      const std::size_t before = in_.size();
+      const Phase phase = phase_;
+      if (parse() == Step::waiting) return;
+      if (in_.size() != before || phase_ != phase) {  // progress
+        full = false;
+        continue;
       }
-      const auto [local_addr, local_port] = address_of(local);
-      if (local_port != bound_port_) continue;
-      const auto [peer_addr, peer_port] = address_of(peer);
-      const auto it = connections_.find(peer_key(peer_addr, peer_port));
-      // Not tracked yet: no request read so far; it is served (503 and
-      // Connection: close) rather than cut, or ends at its keep-alive timeout.
-      if (it == connections_.end() || it->second->busy.load()) continue;
-      ::shutdown(fd, SHUT_RDWR);
-      ++ended;
+      if (full) {  // cannot happen with the parser's own limits; never spin
+        if (fail_request(431, "request too large", CloseReason::bad_request) == Step::more) continue;
+        return;
+      }
     }
-    ::closedir(dir);
+    if (peer_eof_) {
+      // Nothing more will come: what is half read is dropped.
+      close_now(CloseReason::client);
+      return;
+    }
+    if (!more_) {
+      wait_readable();  // reads what is there at once, or waits
+      return;
+    }
+    more_ = false;
+    switch (read_available()) {
+      case Read::data:
+        continue;
+      case Read::full:
+        full = true;
+        continue;  // parse() reports the limit
+      case Read::would_block:
+        wait_readable();
+        return;
+      case Read::eof:
+        peer_eof_ = true;
+        continue;
+      case Read::error:
+        close_now(CloseReason::client);
+        return;
+    }
   }
-  log_->info("listener closed; {} idle client connections ended", ended);
 }
 
-httplib::Server::HandlerResponse HttpServer::Impl::route(const httplib::Request& req,
-                                                         httplib::Response& res) {
-  using R = httplib::Server::HandlerResponse;
-  Connection* c = t_connection;
-  if (c != nullptr) {
-    gate_.on_response_done(*c);
-    c->request_start = Clock::now();
-    c->busy.store(true);
-    if (!c->tracked) track(*c, req);
+Connection::Read Connection::read_available() {
+  const std::size_t cap = read_cap();
+  std::size_t got = 0;
+  for (;;) {
+    const std::span<char> space = in_.prepare(kReadChunk, cap);
+    if (space.empty()) return got > 0 ? Read::data : Read::full;
+    error_code ec;
+    const std::size_t n = socket_.read_some(net::buffer(space.data(), space.size()), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) {
+      return got > 0 ? Read::data : Read::would_block;
+    }
+    if (ec == net::error::eof) {
+      if (got > 0) {
+        peer_eof_ = true;
+        return Read::data;
+      }
+      return Read::eof;
+    }
+    if (ec) return got > 0 ? Read::data : Read::error;
+    in_.commit(n);
+    got += n;
+    if (n < space.size()) return Read::data;  // probably all there is; the next read says
   }
-  const RouteMatch m = match_route(req.method, req.path);
-  if (m.route == Route::unmatched) {
-    send_error(res, 404, "no such route");
-    return R::Handled;
+}
+
+// Waits for the client's next bytes with an asynchronous read into the
+// connection's small landing buffer, not a readiness wait: Asio re-arms
+// epoll (an epoll_ctl call) for every readiness wait, but not for a read
+// that finds the socket empty; and the landing buffer is small, so that a
+// connection waiting for a request holds no read buffer of its own.
+void Connection::wait_readable() {
+  if (waiting_read_) return;
+  waiting_read_ = true;
+  socket_.async_read_some(net::buffer(landing_),
+                          [self = shared_from_this()](const error_code& ec, std::size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void Connection::on_read(const error_code& ec, std::size_t n) {
+  waiting_read_ = false;
+  if (phase_ == Phase::closed) return;
+  if (phase_ == Phase::closing) {
+    if (ec) {
+      close_now(close_reason_);  // the client closed (or reset): done
+    } else {
+      drain();
+    }
+    return;
   }
-  if (!m.method_allowed) {
-    res.set_header("Allow", m.allow);
-    send_error(res, 405, std::string("method not allowed; allowed: ") + m.allow);
-    return R::Handled;
+  if (ec == net::error::eof) {
+    peer_eof_ = true;
+  } else if (ec && ec != net::error::operation_aborted) {
+    close_now(CloseReason::client);
+    return;
   }
-  const bool work = m.route == Route::factorial || m.route == Route::jobs;
-  if (c != nullptr && !gate_.on_request(*c, work)) {
-    send_error(res, 503, "crewd is shutting down");
-    return R::Handled;
+  if (n > 0) {
+    const std::size_t cap = std::max(read_cap(), in_.size() + n);
+    const std::span<char> space = in_.prepare(n, cap);
+    std::memcpy(space.data(), landing_.data(), n);
+    in_.commit(n);
+    more_ = n == landing_.size();  // there may be more: read it at once
   }
-  switch (m.route) {
+  if (phase_ == Phase::idle || phase_ == Phase::head || phase_ == Phase::body) advance();
+}
+
+Connection::Step Connection::parse() {
+  const auto now = Clock::now();
+  if (!parser_) {
+    parser_.emplace(s_.limits);
+    head_seen_ = false;
+    refused_ = false;
+    phase_ = Phase::head;
+    deadline_ = now + s_.config.http.head_timeout;
+  }
+  const std::size_t n = parser_->feed(in_.data());
+  in_.consume(n);
+  if (parser_->failed()) {
+    const RequestError& e = parser_->error();
+    return fail_request(e.status, e.message, CloseReason::bad_request);
+  }
+  if (parser_->header_done() && !head_seen_) {
+    head_seen_ = true;
+    const Step step = on_head();
+    // Answered already (an error, or no body wanted), or waiting.
+    if (step == Step::waiting || !parser_) return step;
+  }
+  if (parser_->done()) return on_request();
+  return Step::more;
+}
+
+Connection::Step Connection::on_head() {
+  const auto now = Clock::now();
+  head_at_ = now;
+  Request& req = parser_->request();
+  match_ = match_route(req.method, req.path());
+  const bool work = match_.route != Route::unmatched && match_.method_allowed && match_.work();
+  refused_ = !s_.gate.on_request(counted_, admitted_open_, work);
+  if (!parser_->done()) {
+    phase_ = Phase::body;
+    body_deadline_ = deadline_ = now + s_.config.http.body_timeout;
+  }
+  const bool expect = req.version >= 11;
+  if (expect && req.expect_other) {
+    return fail_request(417, "only Expect: 100-continue is supported", CloseReason::bad_request);
+  }
+  if (expect && req.expect_continue && req.has_body && !parser_->done()) {
+    const bool wants_body = match_.route == Route::jobs && match_.method_allowed && !refused_;
+    if (!wants_body) {
+      // Answer without the body; the client must not send it, so the
+      // connection cannot be trusted past this response.
+      parser_->request().keep_alive = false;
+      return on_request();
+    }
+    out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+    return write_out(After::interim);
+  }
+  return Step::more;
+}
+
+// ---- Connection: requests ----
+
+Connection::Step Connection::on_request() {
+  phase_ = Phase::handling;
+  deadline_ = Clock::time_point::max();
+  const Request& req = parser_->request();
+  head_only_ = req.method == "HEAD";
+  if (refused_) return respond(error_response(503, "crewd is shutting down"));
+  if (match_.route == Route::unmatched) return respond(error_response(404, "no such route"));
+  if (!match_.method_allowed) {
+    Response r =
+        error_response(405, std::string("method not allowed; allowed: ") + match_.allow);
+    r.allow = match_.allow;
+    return respond(std::move(r));
+  }
+  switch (match_.route) {
     case Route::factorial:
-      factorial(m.arg, res);
-      return R::Handled;
+      return factorial(match_.arg);
     case Route::jobs:
-      return R::Unhandled;  // cpp-httplib reads the body, then calls job()
+      return job();
     case Route::pools:
-      pools(res);
-      return R::Handled;
+      return respond(s_.pools_json());
     case Route::metrics:
-      metrics(res);
-      return R::Handled;
+      return respond(s_.metrics_text());
     case Route::healthz:
-      send_json(res, 200, Json{{"status", "ok"}});
-      return R::Handled;
+      return respond(json_response(200, Json{{"status", "ok"}}));
     case Route::readyz:
-      if (gate_.halting()) {
-        send_json(res, 503, Json{{"status", "halting"}});
-        return R::Handled;
-      }
-      for (const auto& check : readiness_checks_) {
-        if (std::string why = check(); !why.empty()) {
-          send_json(res, 503, Json{{"status", "not ready"}, {"reason", why}});
-          return R::Handled;
-        }
-      }
-      send_json(res, 200, Json{{"status", "ready"}});
-      return R::Handled;
+      return respond(s_.readiness());
     case Route::unmatched:
       break;
   }
-  return R::Unhandled;
+  return respond(error_response(404, "no such route"));
 }
 
-void HttpServer::Impl::finished(const httplib::Request& req, const httplib::Response& res) {
-  Connection* c = t_connection;
-  Clock::duration latency{0};
-  if (c != nullptr && c->busy.load()) latency = Clock::now() - c->request_start;
-  requests_.observe(match_route(req.method, req.path).route, res.status, latency);
-  if (log_->should_log(spdlog::level::debug)) {
-    log_->debug("{} {} {} {:.3f} ms", req.method, req.path, res.status, millis(latency));
+Connection::Step Connection::fail_request(int status, std::string message, CloseReason why) {
+  close_reason_ = why;
+  if (!head_seen_) {
+    match_ = RouteMatch{};
+    head_at_ = Clock::now();
   }
-  if (c != nullptr) {
-    gate_.on_response_done(*c);
-    c->busy.store(false);
+  phase_ = Phase::handling;
+  deadline_ = Clock::time_point::max();
+  head_only_ = false;
+  Response r = error_response(status, message);
+  r.close = true;
+  return respond(std::move(r));
+}
+
+Connection::Step Connection::respond(Response r) {
+  if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
+  const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
+  if (!keep || peer_eof_ || s_.gate.halting() || served_ + 1 >= s_.config.http.keep_alive_max) {
+    r.close = true;
+  }
+  if (r.close && close_reason_ == CloseReason::client) close_reason_ = CloseReason::server;
+  // Counted before it is sent: a client that has read the response finds
+  // it counted.
+  const auto latency = Clock::now() - head_at_;
+  s_.requests->observe(match_.route, r.status, latency);
+  if (s_.log->should_log(spdlog::level::debug)) {
+    const Request* req = parser_ ? &parser_->request() : nullptr;
+    s_.log->debug("{} {} {} {:.3f} ms", req ? printable(req->method) : "-",
+                  req ? printable(req->target) : "-", r.status, millis(latency));
+  }
+  out_.clear();
+  append_response(out_, r, head_only_);
+  ++served_;
+  close_after_ = r.close;
+  parser_.reset();
+  head_seen_ = false;
+  return write_out(After::response);
+}
+
+// ---- Connection: writing ----
+
+Connection::Step Connection::write_out(After after) {
+  error_code ec;
+  const std::size_t n = socket_.write_some(net::buffer(out_), ec);
+  if (!ec && n == out_.size()) return after_write(after);
+  if (ec && ec != net::error::would_block && ec != net::error::try_again) {
+    close_now(CloseReason::client);
+    return Step::waiting;
+  }
+  const std::size_t done = ec ? 0 : n;
+  phase_ = Phase::writing;
+  deadline_ = Clock::now() + s_.config.http.write_timeout;
+  net::async_write(socket_, net::buffer(out_.data() + done, out_.size() - done),
+                   [self = shared_from_this(), after](const error_code& e, std::size_t) {
+                     self->on_written(e, after);
+                   });
+  return Step::waiting;
+}
+
+void Connection::on_written(const error_code& ec, After after) {
+  if (phase_ == Phase::closed) return;
+  if (ec) {
+    close_now(CloseReason::client);
+    return;
+  }
+  if (after_write(after) == Step::more) advance();
+}
+
+Connection::Step Connection::after_write(After after) {
+  if (after == After::interim) {
+    phase_ = Phase::body;
+    deadline_ = body_deadline_;
+    return Step::more;
+  }
+  s_.gate.on_response_done(admitted_open_);
+  if (close_after_) {
+    if (peer_eof_) {
+      close_now(close_reason_);
+    } else {
+      graceful_close(close_reason_);
+    }
+    return Step::waiting;
+  }
+  enter_idle();
+  return Step::more;
+}
+
+// ---- Connection: closing ----
+
+void Connection::stop_serving(CloseReason why) {
+  if (!open_) return;
+  open_ = false;
+  s_.open.fetch_sub(1, std::memory_order_relaxed);
+  s_.requests->connection_closed(why);
+}
+
+void Connection::graceful_close(CloseReason why) {
+  if (phase_ == Phase::closing || phase_ == Phase::closed) return;
+  stop_serving(why);
+  s_.gate.on_close(counted_, admitted_open_);
+  phase_ = Phase::closing;
+  deadline_ = Clock::now() + kLinger;
+  parser_.reset();
+  in_.clear();
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    close_now(why);
+    return;
+  }
+  drain();
+}
+
+// Reads and drops what the client still sends, until it closes (or the
+// linger deadline: the sweep closes the socket then).
+void Connection::drain() {
+  char sink[4096];
+  for (;;) {
+    error_code ec;
+    (void)socket_.read_some(net::buffer(sink), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) {
+      wait_readable();
+      return;
+    }
+    if (ec) {
+      close_now(close_reason_);
+      return;
+    }
   }
 }
 
-// While its factorial is queued, the handler runs the compute pool's queued
-// tasks (in queue order: its own, or one ahead of it) on its own thread, as
-// crew::Group::wait does: it would otherwise sleep while a compute worker
-// wakes, runs a 20 ns task and wakes it again, two thread hand-offs that cost
-// a quarter of the route's throughput on two CPUs (docs/crewd.md, "Figures").
-// The tasks keep the pool's admission, queue deadline, accounting and
-// shutdown. At most help_limit_ handlers help at once, so no more than twice
-// compute.workers factorials run at the same time.
-void HttpServer::Impl::help_compute(const FactorialCall& call) {
-  while (call.state.load(std::memory_order_acquire) == FactorialCall::kPending) {
-    std::size_t h = helpers_.load(std::memory_order_relaxed);
-    do {
-      if (h >= help_limit_) return;
-    } while (!helpers_.compare_exchange_weak(h, h + 1, std::memory_order_relaxed));
-    const bool ran = pools_.compute.run_pending_task();
-    helpers_.fetch_sub(1, std::memory_order_relaxed);
-    if (!ran) return;  // a compute worker has it
+void Connection::close_now(CloseReason why) {
+  if (phase_ == Phase::closed) return;
+  stop_serving(why);
+  s_.gate.on_close(counted_, admitted_open_);
+  phase_ = Phase::closed;
+  deadline_ = Clock::time_point::max();
+  error_code ec;
+  socket_.close(ec);  // pending operations end with operation_aborted
+  parser_.reset();
+  in_.release();
+  if (linked_) w_.unlink(this);
+}
+
+void Connection::on_deadline(Clock::time_point) {
+  switch (phase_) {
+    case Phase::idle:
+      graceful_close(s_.gate.is_cut() ? CloseReason::shutdown : CloseReason::idle_timeout);
+      return;
+    case Phase::head:
+      if (fail_request(408,
+                       "the request head did not arrive within http.head_timeout_ms (" +
+                           std::to_string(s_.config.http.head_timeout.count()) + " ms)",
+                       CloseReason::head_timeout) == Step::more) {
+        advance();
+      }
+      return;
+    case Phase::body:
+      if (fail_request(408,
+                       "the request body did not arrive within http.body_timeout_ms (" +
+                           std::to_string(s_.config.http.body_timeout.count()) + " ms)",
+                       CloseReason::body_timeout) == Step::more) {
+        advance();
+      }
+      return;
+    case Phase::writing:
+      close_now(CloseReason::write_timeout);
+      return;
+    case Phase::closing:
+      close_now(close_reason_);
+      return;
+    case Phase::handling:
+    case Phase::closed:
+      return;
   }
 }
 
-void HttpServer::Impl::factorial(std::string_view arg, httplib::Response& res) {
+// The cut: idle keep-alive connections are closed at once; one that has
+// not sent a byte yet gets the admit grace from its accept.
+void Connection::on_cut() {
+  if (phase_ != Phase::idle) return;
+  if (served_ > 0) {
+    graceful_close(CloseReason::shutdown);
+    return;
+  }
+  deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
+}
+
+void Connection::on_stop() {
+  if (phase_ == Phase::idle) graceful_close(CloseReason::shutdown);
+}
+
+// At http.max_connections with nothing idle to close: 503, then close.
+void Connection::refuse() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  s_.requests->connection_opened();
+  s_.open.fetch_add(1, std::memory_order_relaxed);
+  open_ = true;
+  stop_serving(CloseReason::refused);
+  Response r = error_response(
+      503, "too many connections (http.max_connections " + std::to_string(s_.max_connections) + ")");
+  r.close = true;
+  r.retry_after = true;
+  out_.clear();
+  append_response(out_, r, false);
+  (void)socket_.write_some(net::buffer(out_), ec);  // best effort: a fresh socket takes it all
+  close_reason_ = CloseReason::refused;
+  phase_ = Phase::handling;
+  graceful_close(CloseReason::refused);
+}
+
+// ---- Connection: routes that do work ----
+
+Connection::Step Connection::factorial(std::string_view arg) {
   const auto parsed = parse_factorial_n(arg);
-  if (const auto* e = std::get_if<ParseError>(&parsed)) return send_error(res, 400, e->message);
+  if (const auto* e = std::get_if<ParseError>(&parsed)) return respond(error_response(400, e->message));
   const unsigned n = std::get<unsigned>(parsed);
-  std::uint64_t value = 0;
-  if (config_.compute.inline_factorial) {
-    value = crewd::factorial(n);
-  } else {
-    auto call = std::make_shared<FactorialCall>();
-    const crew::Admission a =
-        pools_.compute.post(FactorialTask(call, n),
-                            {.name = "factorial", .queue_timeout = config_.compute.queue_timeout});
-    if (a != crew::Admission::accepted) {
-      return send_error(res, 503,
-                        "pool compute refused the task (" + std::string(crew::to_string(a)) + ")");
+  if (s_.config.compute.inline_factorial) return respond(factorial_response(n, crewd::factorial(n)));
+  crew::asio::async_try_submit(
+      s_.pools.compute, w_.ioc.get_executor(),
+      [n, keep = s_.shared_from_this()] { return crewd::factorial(n); },
+      {.name = "factorial", .queue_timeout = s_.config.compute.queue_timeout},
+      [self = shared_from_this(), n](std::exception_ptr e, std::uint64_t value) {
+        self->on_factorial(n, std::move(e), value);
+      });
+  return Step::waiting;
+}
+
+void Connection::resume(Response r) {
+  if (respond(std::move(r)) == Step::more) advance();
+}
+
+void Connection::on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value) {
+  if (e) {
+    std::string message = "pool compute did not run the task";
+    try {
+      std::rethrow_exception(e);
+    } catch (const crew::Error& err) {
+      if (err.code() == crew::Errc::rejected) {
+        message = "pool compute refused the task (" + std::string(crew::to_string(err.admission())) +
+                  ")";
+      } else {
+        message += " (" + std::string(crew::to_string(err.code())) + ")";
+      }
+    } catch (const std::exception& err) {
+      s_.log->error("factorial {}: {}", n, err.what());
+      resume(error_response(500, "internal error"));
+      return;
     }
-    help_compute(*call);
-    // The queue timeout bounds the wait; the margin covers the run itself.
-    switch (call->wait_until(Clock::now() + config_.compute.queue_timeout + 5s)) {
-      case FactorialCall::kDone:
-        value = call->value;
-        break;
-      case FactorialCall::kDropped:
-        return send_error(res, 503,
-                          "pool compute did not run the task (queue deadline or shutdown)");
-      default:
-        return send_error(res, 503, "pool compute did not run the task in time");
-    }
+    resume(error_response(503, message));
+    return;
   }
-  // By hand: this is the route the throughput figures measure.
+  resume(factorial_response(n, value));
+}
+
+// By hand: this is the route the throughput figures measure.
+Response factorial_response(unsigned n, std::uint64_t value) {
+  Response r;
   char buf[64] = "{\"n\":";
   char* p = buf + 5;
   p = std::to_chars(p, buf + sizeof(buf), n).ptr;
@@ -733,63 +1001,84 @@ void HttpServer::Impl::factorial(std::string_view arg, httplib::Response& res) {
   p = std::copy(kResult.begin(), kResult.end(), p);
   p = std::to_chars(p, buf + sizeof(buf), value).ptr;
   *p++ = '}';
-  res.status = 200;
-  res.set_content(buf, static_cast<std::size_t>(p - buf), "application/json");
+  r.body.assign(buf, static_cast<std::size_t>(p - buf));
+  return r;
 }
 
-// cpp-httplib enforces the body limit for a Content-Length body (413, the
-// body skipped) but reads a chunked one without bound, so the limit is
-// enforced here too. Past the limit the rest is read and dropped, up to a
-// cap, so that the client can read the 413 instead of meeting a reset.
-bool HttpServer::Impl::read_body(const httplib::ContentReader& read, httplib::Response& res,
-                                 std::string& body) {
-  const std::size_t limit = config_.http.body_limit;
-  const std::size_t drain_cap = std::max<std::size_t>(limit * 16, 1u << 20);
-  std::size_t seen = 0;
-  const bool complete = read([&](const char* data, std::size_t len) {
-    seen += len;
-    if (seen <= limit) body.append(data, len);
-    return seen <= drain_cap;
-  });
-  if (res.status == 413 || seen > limit) {
-    if (!complete) res.set_header("Connection", "close");  // the rest is still unread
-    send_error(res, 413, status_message(413, limit));
-    return false;
-  }
-  if (!complete) {
-    res.set_header("Connection", "close");
-    send_error(res, 400, "the request body could not be read");
-    return false;
-  }
-  return true;
-}
-
-void HttpServer::Impl::job(const std::string& request_body, httplib::Response& res) {
-  const auto parsed = parse_job_request(request_body, config_.jobs.limits);
-  if (const auto* e = std::get_if<ParseError>(&parsed)) return send_error(res, 400, e->message);
+Connection::Step Connection::job() {
+  const auto parsed = parse_job_request(parser_->request().body, s_.config.jobs.limits);
+  if (const auto* e = std::get_if<ParseError>(&parsed)) return respond(error_response(400, e->message));
   const JobRequest job = std::get<JobRequest>(parsed);
-  const auto timeout = std::chrono::milliseconds(job.timeout_ms);
   auto times = std::make_shared<JobTimes>();
   const auto submitted = Clock::now();
-  crew::Task<void> t = pools_.jobs.submit(
-      [job, times](const crew::TaskContext& ctx) {
+  crew::asio::async_try_submit(
+      s_.pools.jobs, w_.ioc.get_executor(),
+      [job, times, keep = s_.shared_from_this()](const crew::TaskContext& ctx) {
+        times->id.store(ctx.id);
         times->started_ns.store(now_ns());
         (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
         times->ended_ns.store(now_ns());
       },
-      {.name = job.name, .timeout = timeout, .queue_timeout = config_.jobs.queue_timeout});
-  // Bounded by the pool: the queue deadline, the run deadline, then the
-  // abandon grace, after which the task has an outcome whatever it does.
-  const auto bound =
-      config_.jobs.queue_timeout + timeout + pools_.jobs.options().abandon_grace + 5s;
-  if (!t.wait_for(bound)) {
-    (void)t.cancel();
-    return send_error(res, 504, "the job did not finish in time");
+      {.name = job.name,
+       .timeout = std::chrono::milliseconds(job.timeout_ms),
+       .queue_timeout = s_.config.jobs.queue_timeout},
+      [self = shared_from_this(), job, times, submitted](std::exception_ptr e) {
+        self->on_job(job, times, submitted, std::move(e));
+      });
+  return Step::waiting;
+}
+
+void Connection::on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
+                        Clock::time_point submitted, std::exception_ptr e) {
+  std::string outcome = "succeeded";
+  int code = 200;
+  std::string message;
+  std::optional<crew::Errc> reason;
+  bool retry_after = false;
+  if (e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const crew::Error& err) {
+      reason = err.code();
+      switch (err.code()) {
+        case crew::Errc::timed_out:
+        case crew::Errc::abandoned:
+          outcome = "timed_out";
+          code = 504;
+          message = "the task ran past its deadline";
+          break;
+        case crew::Errc::cancelled:
+          outcome = "cancelled";
+          code = 503;
+          message = "the task was cancelled (cancelled): crewd is shutting down";
+          break;
+        case crew::Errc::rejected:
+          outcome = "rejected";
+          code = 503;
+          message =
+              "pool jobs refused the task (" + std::string(crew::to_string(err.admission())) + ")";
+          retry_after = true;
+          break;
+        default:  // shutdown_dropped, expired
+          outcome = "rejected";
+          code = 503;
+          message = "pool jobs did not run the task (" + std::string(crew::to_string(err.code())) +
+                    ")";
+          break;
+      }
+    } catch (const std::exception& err) {
+      outcome = "failed";
+      code = 500;
+      message = "the task failed";
+      s_.log->error("job {}: {}", job.name, err.what());
+    }
   }
-  const crew::TaskStatus status = t.status();
-  Json body{{"name", job.name},  {"kind", std::string(to_string(job.kind))},
-            {"ms", job.ms},      {"timeout_ms", job.timeout_ms},
-            {"task_id", t.id()}, {"outcome", std::string(crew::to_string(status))}};
+  Json body{{"name", job.name},
+            {"kind", std::string(to_string(job.kind))},
+            {"ms", job.ms},
+            {"timeout_ms", job.timeout_ms},
+            {"task_id", times->id.load()},
+            {"outcome", outcome}};
   const std::int64_t started = times->started_ns.load();
   const std::int64_t ended = times->ended_ns.load();
   const std::int64_t submitted_ns =
@@ -799,20 +1088,73 @@ void HttpServer::Impl::job(const std::string& request_body, httplib::Response& r
     if (ended != 0) body["run_ms"] = static_cast<double>(ended - started) / 1e6;
   }
   body["total_ms"] = millis(Clock::now() - submitted);
-  if (status == crew::TaskStatus::succeeded) return send_json(res, 200, body);
-  const auto [code, message] = refusal("jobs", status, t.reason());
-  body["error"] = message;
-  body["reason"] = std::string(crew::to_string(t.reason()));
-  body["status"] = code;
-  if (code == 503 && t.reason() == crew::Errc::rejected) res.set_header("Retry-After", "1");
-  send_json(res, code, body);
+  if (code != 200) {
+    body["error"] = message;
+    body["reason"] = reason ? std::string(crew::to_string(*reason)) : "failed";
+    body["status"] = code;
+  }
+  Response r = json_response(code, body);
+  r.retry_after = retry_after;
+  resume(std::move(r));
 }
 
-void HttpServer::Impl::pools(httplib::Response& res) {
+}  // namespace
+
+// ---- State ----
+
+void State::accept_next() {
+  if (!acceptor || !acceptor->is_open()) return;
+  const std::size_t i = next_worker++ % workers.size();
+  acceptor->async_accept(workers[i]->ioc, [this, i](const error_code& ec, tcp::socket socket) {
+    on_accept(ec, std::move(socket), i);
+  });
+}
+
+void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t worker) {
+  if (!acceptor || !acceptor->is_open()) return;  // closed: stop()
+  if (ec) {
+    if (ec == net::error::operation_aborted) return;
+    // Out of descriptors or memory: the pending connections wait in the
+    // kernel's queue; try again shortly instead of spinning.
+    const bool exhausted = ec == net::error::no_descriptors || ec.value() == ENFILE ||
+                           ec == net::error::no_buffer_space || ec == net::error::no_memory;
+    const auto now = Clock::now();
+    if (now - last_accept_warning > 10s) {
+      last_accept_warning = now;
+      log->warn("accept: {} ({} connections open)", ec.message(), open.load());
+    }
+    if (exhausted) {
+      accept_retry->expires_after(100ms);
+      accept_retry->async_wait([this](const error_code& e) {
+        if (!e) accept_next();
+      });
+      return;
+    }
+    accept_next();
+    return;
+  }
+  const bool counted = gate.on_accept();
+  const bool at_limit = open.load(std::memory_order_relaxed) >= max_connections;
+  net::post(workers[worker]->ioc,
+            [w = workers[worker].get(), s = std::move(socket), counted, at_limit]() mutable {
+              w->adopt(std::move(s), counted, at_limit);
+            });
+  accept_next();
+}
+
+void State::close_listener() {
+  if (acceptor && acceptor->is_open()) {
+    error_code ec;
+    acceptor->close(ec);
+  }
+  if (accept_retry) accept_retry->cancel();
+}
+
+Response State::pools_json() const {
   Json list = Json::array();
-  for (const crew::Pool* p : {&pools_.http, &pools_.compute, &pools_.jobs}) {
+  for (const crew::Pool* p : {&pools.compute, &pools.jobs}) {
     const crew::PoolStats s = p->stats();
-    Json workers = Json::array();
+    Json worker_list = Json::array();
     for (const crew::WorkerInfo& w : p->workers()) {
       Json worker{{"id", w.id},
                   {"state", std::string(crew::to_string(w.state))},
@@ -820,7 +1162,7 @@ void HttpServer::Impl::pools(httplib::Response& res) {
       if (w.task.id != 0 || !w.task.name.empty()) {
         worker["task"] = Json{{"id", w.task.id}, {"name", w.task.name}};
       }
-      workers.push_back(std::move(worker));
+      worker_list.push_back(std::move(worker));
     }
     list.push_back(Json{{"name", std::string(p->name())},
                         {"state", std::string(crew::to_string(s.state))},
@@ -840,52 +1182,231 @@ void HttpServer::Impl::pools(httplib::Response& res) {
                         {"abandoned", s.abandoned},
                         {"workers_replaced", s.workers_replaced},
                         {"helped", s.helped},
-                        {"worker_list", std::move(workers)}});
+                        {"worker_list", std::move(worker_list)}});
   }
-  send_json(res, 200, Json{{"halting", gate_.halting()}, {"pools", std::move(list)}});
+  const Json http{{"io_threads", workers.size()},
+                  {"connections", open.load(std::memory_order_relaxed)},
+                  {"max_connections", max_connections}};
+  return json_response(200, Json{{"halting", gate.halting()},
+                                 {"http", http},
+                                 {"pools", std::move(list)}});
 }
 
-void HttpServer::Impl::metrics(httplib::Response& res) {
+Response State::metrics_text() const {
   std::vector<prometheus::MetricFamily> families;
-  for (const auto& c : exposed_) {
+  for (const auto& c : exposed) {
     auto f = c->Collect();
     families.insert(families.end(), std::make_move_iterator(f.begin()),
                     std::make_move_iterator(f.end()));
   }
-  res.status = 200;
-  res.set_content(prometheus::TextSerializer().Serialize(families),
-                  "text/plain; version=0.0.4; charset=utf-8");
+  Response r;
+  r.body = prometheus::TextSerializer().Serialize(families);
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
 }
+
+Response State::readiness() const {
+  if (gate.halting()) return json_response(503, Json{{"status", "halting"}});
+  for (const auto& check : readiness_checks) {
+    if (std::string why = check(); !why.empty()) {
+      return json_response(503, Json{{"status", "not ready"}, {"reason", why}});
+    }
+  }
+  return json_response(200, Json{{"status", "ready"}});
+}
+
+// ---- HttpServer ----
 
 HttpServer::HttpServer(const Config& config, ServicePools pools,
-                       std::shared_ptr<spdlog::logger> log, RequestMetrics& requests,
+                       std::shared_ptr<spdlog::logger> log,
+                       std::shared_ptr<RequestMetrics> requests,
                        std::vector<std::shared_ptr<prometheus::Collectable>> exposed)
-    : impl_(std::make_unique<Impl>(config, pools, std::move(log), requests, std::move(exposed))) {}
+    : state_(std::make_shared<State>(config, pools, std::move(log), std::move(requests),
+                                     std::move(exposed))) {
+  std::size_t threads = config.http.io_threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  for (std::size_t i = 0; i < threads; ++i) {
+    state_->workers.push_back(std::make_unique<Worker>(*state_, i));
+  }
+  // Every connection is a descriptor: the limit fits what the process may
+  // open (raised to its hard limit), with room for everything else.
+  rlimit nofile{};
+  std::size_t limit = config.http.max_connections;
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    if (nofile.rlim_cur < nofile.rlim_max) {
+      rlimit raised = nofile;
+      raised.rlim_cur = nofile.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile = raised;
+    }
+    constexpr rlim_t kReserve = 128;  // log, /proc reads, Redis, pools' eventfds...
+    if (nofile.rlim_cur != RLIM_INFINITY) {
+      const auto fit = static_cast<std::size_t>(nofile.rlim_cur > 2 * kReserve
+                                                    ? nofile.rlim_cur - kReserve
+                                                    : nofile.rlim_cur / 2);
+      if (fit < limit) {
+        state_->log->warn(
+            "http.max_connections {} lowered to {}: the process may open {} descriptors "
+            "(ulimit -n)",
+            limit, fit, static_cast<std::uint64_t>(nofile.rlim_cur));
+        limit = fit;
+      }
+    }
+  }
+  state_->max_connections = std::max<std::size_t>(limit, 1);
+}
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+  // serve() has returned (main joins it first); whatever still refers to
+  // the state (a task of a pool that outlives the server) keeps it alive.
+  for (auto& w : state_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
 
-int HttpServer::bind() { return impl_->bind(); }
-void HttpServer::serve() { impl_->serve(); }
-void HttpServer::halt() noexcept { impl_->gate().halt(); }
-void HttpServer::close_admission() noexcept { impl_->gate().cut(); }
+int HttpServer::bind() {
+  State& s = *state_;
+  const std::string where = s.config.host + ":" + std::to_string(s.config.port);
+  try {
+    net::io_context& ioc = s.workers[0]->ioc;
+    tcp::resolver resolver(ioc);
+    const auto found = resolver.resolve(s.config.host, std::to_string(s.config.port),
+                                        tcp::resolver::passive | tcp::resolver::numeric_service);
+    if (found.empty()) throw std::runtime_error("no address");
+    const tcp::endpoint endpoint = found.begin()->endpoint();
+    s.acceptor.emplace(ioc);
+    s.acceptor->open(endpoint.protocol());
+    s.acceptor->set_option(net::socket_base::reuse_address(true));
+    s.acceptor->bind(endpoint);
+    s.acceptor->listen(static_cast<int>(s.config.http.backlog));
+    s.accept_retry.emplace(ioc);
+    s.listen_fd.store(s.acceptor->native_handle());
+    return s.acceptor->local_endpoint().port();
+  } catch (const boost::system::system_error& e) {
+    s.acceptor.reset();
+    throw std::runtime_error("cannot listen on " + where + ": " + e.code().message());
+  } catch (const std::exception& e) {
+    s.acceptor.reset();
+    throw std::runtime_error("cannot listen on " + where + ": " + e.what());
+  }
+}
+
+void HttpServer::serve() {
+  State& s = *state_;
+  for (auto& w : s.workers) {
+    Worker* worker = w.get();
+    worker->arm_sweep();
+    worker->thread = std::thread([worker, log = s.log] {
+      const std::string name = "crewd-io-" + std::to_string(worker->index);
+      ::pthread_setname_np(::pthread_self(), name.c_str());
+      for (;;) {
+        try {
+          worker->ioc.run();
+          break;
+        } catch (const std::exception& e) {
+          log->error("I/O thread {}: {}", worker->index, e.what());
+        }
+      }
+      worker->done.store(true);
+    });
+  }
+  net::post(s.workers[0]->ioc, [&s] { s.accept_next(); });
+  // Until every I/O thread has run out of work; past stop()'s deadline,
+  // completions of tasks that still run are given up.
+  for (;;) {
+    const bool all_done = std::all_of(s.workers.begin(), s.workers.end(),
+                                      [](const auto& w) { return w->done.load(); });
+    if (all_done) break;
+    const auto deadline = s.stop_deadline.load();
+    if (deadline != Clock::time_point::max() && Clock::now() >= deadline) {
+      s.log->warn("stop deadline: giving up on completions of tasks still running");
+      for (auto& w : s.workers) w->ioc.stop();
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  for (auto& w : s.workers) w->thread.join();
+}
+
+void HttpServer::halt() noexcept { state_->gate.halt(); }
+
+void HttpServer::close_admission() noexcept {
+  state_->gate.cut();
+  for (auto& w : state_->workers) net::post(w->ioc, [worker = w.get()] { worker->cut(); });
+}
+
 bool HttpServer::wait_first_requests(Clock::time_point deadline, std::stop_token stop) const {
-  Gate& g = impl_->gate();
+  const Gate& g = state_->gate;
   return poll_until([&g] { return g.first_pending() == 0; }, deadline, stop);
 }
+
 bool HttpServer::wait_admitted(Clock::time_point deadline, std::stop_token stop) const {
-  Gate& g = impl_->gate();
+  const Gate& g = state_->gate;
   return poll_until([&g] { return g.admitted_open() == 0; }, deadline, stop);
 }
-void HttpServer::stop() { impl_->stop(); }
-void HttpServer::add_readiness_check(std::function<std::string()> check) {
-  impl_->add_readiness_check(std::move(check));
+
+void HttpServer::stop(Clock::time_point deadline) {
+  State& s = *state_;
+  s.stop_deadline.store(deadline);
+  const auto slack = std::min<Clock::duration>(
+      kAbandonSlack, std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero()) / 2);
+  const auto force_at = deadline - slack;
+  const int fd = s.listen_fd.load();
+  if (fd >= 0) {
+    // Closing a listening socket resets the connections still in its
+    // accept queue, and a burst of clients keeps that queue filled. So
+    // first drop every new client's SYN (it is retransmitted a second
+    // later and then meets the closed port: connection refused), let the
+    // handshakes already answered complete (their ACKs pass), let the
+    // accept loop take what is queued (bounded), then close. Accepted
+    // connections inherit the filter; it drops nothing they receive.
+    static sock_filter drop_syn[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 13),           // the TCP header's flags
+        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),        // SYN and ACK
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),  // a SYN alone:
+        BPF_STMT(BPF_RET | BPF_K, 0),                     //   dropped
+        BPF_STMT(BPF_RET | BPF_K, 0xffffffff),            // anything else passes
+    };
+    const sock_fprog drop{static_cast<unsigned short>(std::size(drop_syn)), drop_syn};
+    if (::setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &drop, sizeof(drop)) == 0) {
+      // A handshake answered just before the filter completes within a
+      // round trip: on loopback or in a data centre, well within the settle time.
+      const auto attached = Clock::now();
+      const auto settled = attached + 20ms;
+      const auto bound = attached + 200ms;
+      for (;;) {
+        const auto now = Clock::now();
+        if (now >= bound) break;
+        tcp_info info{};
+        socklen_t len = sizeof(info);
+        // For a listening socket tcpi_unacked is the accept queue's length.
+        if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) break;
+        if (info.tcpi_unacked == 0 && now >= settled) break;
+        std::this_thread::sleep_for(1ms);
+      }
+    }
+  }
+  // The listener goes first (on its own thread), then each I/O thread
+  // closes its idle connections and winds down once it has none.
+  net::post(s.workers[0]->ioc, [&s] { s.close_listener(); });
+  const std::size_t open = s.open.load();
+  for (auto& w : s.workers) {
+    net::post(w->ioc, [worker = w.get(), force_at] { worker->begin_stop(force_at); });
+  }
+  s.log->info("listener closed; {} client connections open, idle ones closed", open);
 }
-bool HttpServer::halting() const noexcept { return impl_->gate().halting(); }
+
+void HttpServer::add_readiness_check(std::function<std::string()> check) {
+  state_->readiness_checks.push_back(std::move(check));
+}
+
+bool HttpServer::halting() const noexcept { return state_->gate.halting(); }
 std::size_t HttpServer::first_requests_pending() const noexcept {
-  return impl_->gate().first_pending();
+  return state_->gate.first_pending();
 }
 std::size_t HttpServer::admitted_in_flight() const noexcept {
-  return impl_->gate().admitted_open();
+  return state_->gate.admitted_open();
 }
+std::size_t HttpServer::io_threads() const noexcept { return state_->workers.size(); }
+std::size_t HttpServer::max_connections() const noexcept { return state_->max_connections; }
 
 }  // namespace crewd

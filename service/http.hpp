@@ -1,30 +1,44 @@
-// service/http.hpp: crewd's HTTP front end (cpp-httplib) and the admission
-// rules that make a SIGTERM safe.
+// service/http.hpp: crewd's HTTP/1.1 front door (Boost.Asio, Boost.Beast's
+// parser) and the admission rules that make a SIGTERM safe.
 //
-// Every client connection is served by one worker of the "http" pool: the
-// cpp-httplib accept loop hands each accepted socket to a crew-backed
-// httplib::TaskQueue. Handlers put work on the "compute" pool (factorials,
-// short tasks) and the "jobs" pool (long tasks with a deadline) and wait for
-// the outcome. docs/crewd.md lists the routes and status codes.
+// A few I/O threads (http.io_threads) serve every connection; each runs an
+// io_context of its own, and a connection lives on one of them for its
+// whole life, so a connection costs memory and a socket, never a thread: a
+// slow, idle or hostile client holds nothing another client needs. Requests
+// are read through RequestParser (service/request.hpp) under the limits of
+// [http]; each phase of a connection has a deadline (waiting for a request,
+// its head, its body, writing the response, lingering while it closes).
+// Requests that do work go to the "compute" pool (factorials) and the
+// "jobs" pool (long tasks with a deadline) through crew::asio: no thread
+// waits for them, the connection resumes on its I/O thread when the task
+// has an outcome. Pipelined requests are answered in order, one at a time.
+// docs/crewd.md lists the routes, status codes and limits.
 //
 // Stopping (driven by main.cpp, docs/crewd.md "Lifecycle"):
 //   halt()             /readyz answers 503; responses say Connection: close.
 //   close_admission()  the cut: from now on a request for work (factorial,
 //                      jobs) gets 503, except the first request of a
 //                      connection accepted before the cut; /healthz,
-//                      /metrics and /api/v1/pools keep answering.
+//                      /metrics and /api/v1/pools keep answering. Idle
+//                      keep-alive connections are closed at once.
 //   wait_first_requests()  every connection accepted before the cut has had
-//                      its first request admitted (or closed without one).
+//                      its first request admitted (or was closed without one:
+//                      a half-sent request is cut at its deadline).
 //   wait_admitted()    every admitted request has its response written.
-//   stop()             closes the listener (new connections are refused) and
-//                      ends idle keep-alive connections; serve() returns once
-//                      the http pool has drained.
+//   stop(deadline)     closes the listener (new connections are refused) and
+//                      idle connections; connections still reading a request
+//                      keep their deadlines; at `deadline` whatever is left is
+//                      closed. serve() returns once no connection is left.
 // Nothing is closed under a request that was admitted, so such a request
 // never sees a reset connection.
 //
+// Lifetimes: the server's state is shared with the tasks it submits, so a
+// task that outlives the server (a pool destroyed after it) never touches
+// freed memory.
+//
 // Thread safety: halt(), close_admission(), the waits, stop() and the
 // accessors may be called from any thread, concurrently with serve().
-// bind() is called once, before serve().
+// bind() and add_readiness_check() are called before serve().
 #pragma once
 
 #include <chrono>
@@ -49,7 +63,6 @@ class Collectable;
 namespace crewd {
 
 struct ServicePools {
-  crew::Pool& http;
   crew::Pool& compute;
   crew::Pool& jobs;
 };
@@ -57,19 +70,21 @@ struct ServicePools {
 class HttpServer {
  public:
   // /metrics serves `exposed` (each collectable's families, in this order);
-  // `requests` is told about every response. Both must outlive the server.
+  // `requests` is told about every response and connection.
   HttpServer(const Config& config, ServicePools pools, std::shared_ptr<spdlog::logger> log,
-             RequestMetrics& requests,
+             std::shared_ptr<RequestMetrics> requests,
              std::vector<std::shared_ptr<prometheus::Collectable>> exposed);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens on config.host:config.port; returns the port (the one
-  // picked for port 0). Throws std::runtime_error saying why it could not.
+  // Binds and listens on config.host:config.port (IPv4 or IPv6); returns
+  // the port (the one picked for port 0). Throws std::runtime_error saying
+  // why it could not.
   int bind();
-  // Accepts and serves connections until stop(); blocks. Returns once every
-  // connection has ended and the http pool has drained.
+  // Runs the I/O threads and accepts connections until stop(); blocks.
+  // Returns once every connection has ended and every task submitted for a
+  // request has completed (or, past stop()'s deadline, been abandoned).
   void serve();
 
   void halt() noexcept;
@@ -79,10 +94,10 @@ class HttpServer {
                                          std::stop_token stop) const;
   [[nodiscard]] bool wait_admitted(std::chrono::steady_clock::time_point deadline,
                                    std::stop_token stop) const;
-  void stop();
+  void stop(std::chrono::steady_clock::time_point deadline);
   // /readyz also answers 503 while `check` returns a reason (non-empty),
-  // e.g. a lost connection to a dependency. Called before serve();
-  // `check` then runs on connection threads.
+  // e.g. a lost connection to a dependency. Called before serve(); `check`
+  // then runs on the I/O threads, so it must be quick.
   void add_readiness_check(std::function<std::string()> check);
 
   [[nodiscard]] bool halting() const noexcept;
@@ -90,11 +105,15 @@ class HttpServer {
   // admitted; admitted requests without a written response.
   [[nodiscard]] std::size_t first_requests_pending() const noexcept;
   [[nodiscard]] std::size_t admitted_in_flight() const noexcept;
+  // What serve() runs with: I/O threads, and the effective connection limit
+  // (http.max_connections, lowered to fit the process's descriptor limit).
+  [[nodiscard]] std::size_t io_threads() const noexcept;
+  [[nodiscard]] std::size_t max_connections() const noexcept;
 
-  class Impl;
+  struct State;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace crewd

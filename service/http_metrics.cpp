@@ -25,6 +25,32 @@ std::string_view route_pattern(Route r) noexcept {
   return "unmatched";
 }
 
+std::string_view to_string(CloseReason r) noexcept {
+  switch (r) {
+    case CloseReason::client:
+      return "client";
+    case CloseReason::server:
+      return "server";
+    case CloseReason::bad_request:
+      return "bad_request";
+    case CloseReason::idle_timeout:
+      return "idle_timeout";
+    case CloseReason::head_timeout:
+      return "head_timeout";
+    case CloseReason::body_timeout:
+      return "body_timeout";
+    case CloseReason::write_timeout:
+      return "write_timeout";
+    case CloseReason::evicted:
+      return "evicted";
+    case CloseReason::refused:
+      return "refused";
+    case CloseReason::shutdown:
+      return "shutdown";
+  }
+  return "client";
+}
+
 RequestMetrics::RequestMetrics() = default;
 
 RequestMetrics::~RequestMetrics() {
@@ -62,8 +88,9 @@ void RequestMetrics::connection_opened() noexcept {
   open_connections_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RequestMetrics::connection_closed() noexcept {
+void RequestMetrics::connection_closed(CloseReason why) noexcept {
   open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  closed_[static_cast<std::size_t>(why)].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::vector<prometheus::MetricFamily> RequestMetrics::Collect() const {
@@ -73,7 +100,8 @@ std::vector<prometheus::MetricFamily> RequestMetrics::Collect() const {
                                     {}};
   prometheus::MetricFamily durations{
       "crewd_http_request_duration_seconds",
-      "Time from a request's parsed headers to its response written, by route and status",
+      "Time from a request's parsed head to its response handed to the socket, by route and "
+      "status",
       prometheus::MetricType::Histogram,
       {}};
   for (std::size_t r = 0; r < kRouteCount; ++r) {
@@ -118,11 +146,23 @@ std::vector<prometheus::MetricFamily> RequestMetrics::Collect() const {
   a.counter.value = static_cast<double>(accepted_connections_.load(std::memory_order_relaxed));
   accepted.metric.push_back(std::move(a));
 
+  prometheus::MetricFamily closed{"crewd_http_connections_closed_total",
+                                  "Client connections crewd stopped serving, by reason",
+                                  prometheus::MetricType::Counter,
+                                  {}};
+  for (std::size_t r = 0; r < kCloseReasonCount; ++r) {
+    prometheus::ClientMetric c;
+    c.label = {{"reason", std::string(to_string(static_cast<CloseReason>(r)))}};
+    c.counter.value = static_cast<double>(closed_[r].load(std::memory_order_relaxed));
+    closed.metric.push_back(std::move(c));
+  }
+
   std::vector<prometheus::MetricFamily> out;
   out.push_back(std::move(requests));
   out.push_back(std::move(durations));
   out.push_back(std::move(open));
   out.push_back(std::move(accepted));
+  out.push_back(std::move(closed));
   return out;
 }
 

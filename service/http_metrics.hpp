@@ -4,6 +4,8 @@
 //   crewd_http_request_duration_seconds{route,status}  histogram
 //   crewd_http_connections                              gauge (open now)
 //   crewd_http_connections_total                        counter (accepted)
+//   crewd_http_connections_closed_total{reason}         counter (why crewd closed or
+//                                                       stopped serving a connection)
 //
 // `route` is the route's pattern ("/api/v1/factorial/{n}"), or "unmatched"
 // for a 404, so the label set stays bounded whatever clients send.
@@ -39,6 +41,23 @@ enum class Route : std::uint8_t {
 };
 inline constexpr std::size_t kRouteCount = 7;
 
+// Why a connection ended (the `reason` label of crewd_http_connections_closed_total).
+enum class CloseReason : std::uint8_t {
+  client,         // the client closed it, or it failed (reset, I/O error)
+  server,         // after a response with Connection: close (asked for, HTTP/1.0,
+                  // http.keep_alive_max, or crewd is halting)
+  bad_request,    // after the error response to a request that could not be read
+  idle_timeout,   // no request within http.keep_alive_timeout_s
+  head_timeout,   // request head not complete within http.head_timeout_ms (408)
+  body_timeout,   // request body not complete within http.body_timeout_ms (408)
+  write_timeout,  // the client did not take the response within http.write_timeout_ms
+  evicted,        // idle, closed to make room at http.max_connections
+  refused,        // accepted at http.max_connections with nothing idle to evict (503)
+  shutdown,       // idle when crewd stopped, or cut at the end of the stop
+};
+inline constexpr std::size_t kCloseReasonCount = 10;
+[[nodiscard]] std::string_view to_string(CloseReason r) noexcept;
+
 // The pattern of a route, as in docs/crewd.md and the `route` label.
 [[nodiscard]] std::string_view route_pattern(Route r) noexcept;
 
@@ -49,10 +68,17 @@ class RequestMetrics final : public prometheus::Collectable {
   RequestMetrics(const RequestMetrics&) = delete;
   RequestMetrics& operator=(const RequestMetrics&) = delete;
 
-  // A response was written. Statuses outside 100..599 count as 500.
+  // A response is about to be written (counted before it is sent, so that a
+  // client that has read it finds it counted). Statuses outside 100..599
+  // count as 500.
   void observe(Route route, int status, std::chrono::nanoseconds latency) noexcept;
   void connection_opened() noexcept;
-  void connection_closed() noexcept;
+  // The connection stopped being served (it may linger a moment, draining,
+  // before its socket is closed).
+  void connection_closed(CloseReason why) noexcept;
+  [[nodiscard]] std::int64_t open_connections() const noexcept {
+    return open_connections_.load(std::memory_order_relaxed);
+  }
 
   [[nodiscard]] std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -75,6 +101,7 @@ class RequestMetrics final : public prometheus::Collectable {
   std::array<std::array<std::atomic<Series*>, kMaxStatus - kMinStatus + 1>, kRouteCount> table_{};
   std::atomic<std::int64_t> open_connections_{0};
   std::atomic<std::uint64_t> accepted_connections_{0};
+  std::array<std::atomic<std::uint64_t>, kCloseReasonCount> closed_{};
 };
 
 }  // namespace crewd

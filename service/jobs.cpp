@@ -60,11 +60,14 @@ std::variant<unsigned, ParseError> parse_factorial_n(std::string_view segment) {
     return ParseError{range_message("n", 0, kMaxFactorialN) + " (larger ones overflow uint64)"};
   };
   // from_chars alone would accept a leading '-' for signed types and stop at
-  // the first non-digit; demand digits from start to end.
-  if (segment.empty() || segment.size() > 10 ||
+  // the first non-digit; demand digits from start to end. Leading zeros are
+  // fine, however many (the segment's length is bounded by http.header_limit).
+  if (segment.empty() ||
       !std::all_of(segment.begin(), segment.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return bad();
   }
+  segment.remove_prefix(std::min(segment.find_first_not_of('0'), segment.size() - 1));
+  if (segment.size() > 2) return bad();  // > 99
   std::uint64_t n = 0;
   const auto [end, ec] = std::from_chars(segment.data(), segment.data() + segment.size(), n);
   if (ec != std::errc{} || end != segment.data() + segment.size() || n > kMaxFactorialN) {

@@ -30,7 +30,8 @@ inline constexpr unsigned kMaxFactorialN = 20;
   return r;
 }
 
-// The {n} path segment: decimal digits only (no sign, no spaces), 0..20.
+// The {n} path segment: decimal digits only (no sign, no spaces), 0..20;
+// any number of leading zeros ("0000000005" is 5).
 [[nodiscard]] std::variant<unsigned, ParseError> parse_factorial_n(std::string_view segment);
 
 enum class JobKind : std::uint8_t {

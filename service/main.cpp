@@ -3,17 +3,19 @@
 //   crewd [--config FILE] [--listen HOST:PORT] [--<setting> VALUE ...]
 //   crewd --help | --print-config
 //
-// Three pools: "http" serves client connections (one worker per connection,
-// plugged into cpp-httplib), "compute" runs factorials (short tasks),
-// "jobs" runs jobs (long tasks with a deadline). crew::Application owns the
-// lifecycle: the listening socket is its resource (a port in use fails
-// start-up, exit 3), SIGTERM halts it, and the main function below stops
-// serving in the order docs/crewd.md ("Lifecycle") describes.
+// A few I/O threads serve every client connection (service/http.hpp, on
+// Boost.Asio); two pools do the work: "compute" runs factorials (short
+// tasks), "jobs" runs jobs (long tasks with a deadline). crew::Application
+// owns the lifecycle: the listening socket is its resource (a port in use
+// fails start-up, exit 3), SIGTERM halts it, and the main function below
+// stops serving in the order docs/crewd.md ("Lifecycle") describes.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <crew/application.hpp>
 #include <crew/pool.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -48,7 +50,8 @@ class ListenSocket final : public crew::Resource {
       : server_(server), config_(config), log_(log) {}
   void init(const crew::ResourceCall&) override {
     const int port = server_.bind();
-    log_.info("listening on http://{}:{}", config_.host, port);
+    const bool v6 = config_.host.find(':') != std::string::npos;
+    log_.info("listening on http://{}:{}", v6 ? "[" + config_.host + "]" : config_.host, port);
   }
   void close(const crew::ResourceCall&) override {}  // main's stop sequence closed it
 
@@ -64,6 +67,20 @@ std::int64_t monotonic_ns(Clock::time_point t) {
 
 double millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// What a pool ran in its whole life and during its stop: the pool's own
+// report line counts only the outcomes decided while the shutdown ran.
+void log_pool_report(spdlog::logger& log, const crew::Pool& pool, const crew::ShutdownReport& r) {
+  const crew::OutcomeCounts& l = r.lifetime;
+  const crew::OutcomeCounts& d = r.during;
+  log.info(
+      "pool {} stopped ({}{}, {:.1f} ms): in its life succeeded {}, failed {}, cancelled {}, "
+      "timed out {}, rejected {}; during the stop succeeded {}, cancelled {}, timed out {}, "
+      "rejected {}",
+      pool.name(), crew::to_string(r.mode), r.escalated ? ", escalated to hard" : "",
+      millis(r.elapsed), l.succeeded, l.failed, l.cancelled, l.timed_out, l.rejected, d.succeeded,
+      d.cancelled, d.timed_out, d.rejected);
+}
+
 // Sleeps until `deadline` or until `stop` is requested.
 void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
   std::mutex mu;
@@ -78,28 +95,16 @@ int run(const Config& config) {
 
   auto request_metrics = std::make_shared<RequestMetrics>();
   std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
-  std::vector<std::shared_ptr<crew::Observer>> http_observers, compute_observers, jobs_observers;
+  std::vector<std::shared_ptr<crew::Observer>> compute_observers, jobs_observers;
 #if CREWD_CREW_METRICS
   auto pool_metrics = std::make_shared<crew::PrometheusMetrics>();
   exposed.push_back(pool_metrics);
-  http_observers.push_back(pool_metrics->observer("http"));
   compute_observers.push_back(pool_metrics->observer("compute"));
   jobs_observers.push_back(pool_metrics->observer("jobs"));
 #endif
   exposed.push_back(request_metrics);
   exposed.push_back(std::make_shared<ProcessMetrics>());
 
-  // Connections: blocking when full, so that a burst waits in the kernel's
-  // backlog instead of being dropped. Always drained: a connection in the
-  // pool is a client waiting for an answer.
-  crew::Pool http({.name = "http",
-                   .max_workers = config.http.workers,
-                   .queue_capacity = config.http.queue,
-                   .overflow = crew::Overflow::block,
-                   .shutdown_mode = crew::ShutdownMode::drain,
-                   .shutdown_timeout = config.shutdown.timeout,
-                   .observers = http_observers,
-                   .logger = crew_log});
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
   crew::Pool compute({.name = "compute",
@@ -122,7 +127,7 @@ int run(const Config& config) {
                    .observers = jobs_observers,
                    .logger = crew_log});
 #if CREWD_CREW_METRICS
-  for (const crew::Pool* p : {&http, &compute, &jobs}) pool_metrics->watch(*p);
+  for (const crew::Pool* p : {&compute, &jobs}) pool_metrics->watch(*p);
 #endif
 #if CREWD_REDIS
   // Jobs from a Redis stream, on the jobs pool ([redis]; off without an address).
@@ -133,7 +138,7 @@ int run(const Config& config) {
   }
 #endif
 
-  HttpServer server(config, {http, compute, jobs}, log, *request_metrics, std::move(exposed));
+  HttpServer server(config, {compute, jobs}, log, request_metrics, std::move(exposed));
 #if CREWD_REDIS
   if (redis) {
     server.add_readiness_check(
@@ -148,16 +153,25 @@ int run(const Config& config) {
   app.add_resource(std::make_shared<ListenSocket>(server, config, *log), {.name = "listener"});
   app.add_pool(compute);
   app.add_pool(jobs);
-  // Not the http pool: the accept loop drains it once the listener is
-  // closed. Shut down hard from outside, it would drop connections whose
-  // sockets the listener still serves.
 
-  return app.run([&](const crew::Context& ctx) {
-    std::jthread accept_loop([&server] { server.serve(); });
+  // Set when the main function below has returned. If the Application gave
+  // up on it (termination timeout, a second signal), it may still be
+  // running, with the I/O threads and the pools in use: then the process
+  // ends without destroying anything they refer to.
+  std::atomic<bool> main_started{false};
+  std::atomic<bool> main_returned{false};
+  const int code = app.run([&](const crew::Context& ctx) {
+    main_started.store(true);
+    struct Returned {
+      std::atomic<bool>& flag;
+      ~Returned() { flag.store(true); }
+    } returned{main_returned};
+    std::jthread io([&server] { server.serve(); });
     log->info(
-        "ready: pools http (max {} workers), compute (max {}), jobs (max {}); shutdown mode {}",
-        http.stats().max_workers, compute.stats().max_workers, jobs.stats().max_workers,
-        crew::to_string(config.shutdown.mode));
+        "ready: {} I/O threads (at most {} connections), pools compute (max {} workers), jobs "
+        "(max {}); shutdown mode {}",
+        server.io_threads(), server.max_connections(), compute.stats().max_workers,
+        jobs.stats().max_workers, crew::to_string(config.shutdown.mode));
 #if CREWD_REDIS
     if (redis) redis->start();
 #endif
@@ -198,17 +212,31 @@ int run(const Config& config) {
     // its task's outcome (drain: all run; soft: queued ones get 503; hard:
     // running jobs are cancelled too). Each pool logs its report.
     {
-      std::jthread jobs_stop([&jobs] { (void)jobs.shutdown(); });
-      (void)compute.shutdown();
+      crew::ShutdownReport jobs_report;
+      std::jthread jobs_stop([&jobs, &jobs_report] { jobs_report = jobs.shutdown(); });
+      const crew::ShutdownReport compute_report = compute.shutdown();
+      jobs_stop.join();
+      log_pool_report(*log, compute, compute_report);
+      log_pool_report(*log, jobs, jobs_report);
     }
 
     if (!server.wait_admitted(deadline, ctx.stop_token())) {
       log->warn("{} admitted requests still unanswered", server.admitted_in_flight());
     }
-    server.stop();
-    accept_loop.join();
+    // Connections still reading a request keep their deadlines; whatever is
+    // left just before the termination timeout is closed.
+    const auto margin = std::min<Clock::duration>(
+        500ms, std::chrono::duration_cast<Clock::duration>(config.shutdown.termination_timeout) / 10);
+    server.stop(deadline - margin);
+    io.join();
     log->info("stopped serving {:.1f} ms after the halt", millis(Clock::now() - halted));
   });
+  if (main_started.load() && !main_returned.load()) {
+    log->flush();
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
+  return code;
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""What the compute pool costs crewd: wrk against GET /api/v1/factorial/20 with
-factorials on the pool as configured by default (a waiting handler helps run
-the pool's queue), on the pool with every factorial crossing to a compute
-worker (compute.help=false), and on the connection's thread
-(compute.inline_factorial=true). The three are interleaved over rounds
-because the cost of crossing cores on a shared VM drifts over minutes. Prints
-each run, the medians as a Markdown table and the median of the per-round
-ratios (README.md and docs/crewd.md, "Figures").
+"""What the compute pool costs crewd, and what the front door holds: wrk
+against GET /api/v1/factorial/20 with factorials on the compute pool (the
+default: the I/O thread hands each one to the pool and resumes when it is
+done) and on the connection's I/O thread (compute.inline_factorial=true),
+interleaved over rounds because the cost of crossing cores on a shared VM
+drifts over minutes; then the default at -c64 and -c1000 back to back on
+one crewd (socket errors, the throughput ratio). With --baseline, another crewd binary (say the one before a
+change) is measured in the same rounds, for a before/after beside each
+other. Prints each run, the medians as a Markdown table and the median of
+the per-round ratios (README.md and docs/crewd.md, "Figures").
 
-  python3 service/bench/wrk.py [--crewd build/service/crewd] [--rounds 3]
-                               [--threads 2] [--connections 64] [--duration 10]
+  python3 service/bench/wrk.py [--crewd build/service/crewd] [--baseline OTHER_CREWD]
+                               [--rounds 3] [--threads 2] [--connections 64]
+                               [--many 1000] [--duration 10]
 
 Each run starts a fresh crewd on a free loopback port and stops it with
 SIGTERM. Needs wrk (Debian package wrk; scripts/deps.sh bench).
@@ -26,13 +29,11 @@ import time
 # mode -> crewd flags
 MODES = {
     "pool": [],
-    "hop": ["--compute-help", "false"],
     "inline": ["--compute-inline-factorial", "true"],
 }
 LABELS = {
-    "pool": "compute pool (default: waiting handlers help)",
-    "hop": "compute pool, every task on a compute worker (`compute.help=false`)",
-    "inline": "connection's thread (`compute.inline_factorial=true`)",
+    "pool": "compute pool (default)",
+    "inline": "connection's I/O thread (`compute.inline_factorial=true`)",
 }
 
 
@@ -68,8 +69,8 @@ def to_ms(text):
     return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 
 
-def run_wrk(port, a):
-    cmd = ["wrk", f"-t{a.threads}", f"-c{a.connections}", f"-d{a.duration}s", "--latency",
+def run_wrk(port, a, connections):
+    cmd = ["wrk", f"-t{a.threads}", f"-c{connections}", f"-d{a.duration}s", "--latency",
            f"http://127.0.0.1:{port}/api/v1/factorial/20"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.duration + 60,
                          check=True).stdout
@@ -79,51 +80,82 @@ def run_wrk(port, a):
     errors = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
     if errors:
         sys.exit(f"wrk saw {errors.group(1)} non-2xx responses:\n{out}")
-    return rps, p50, p99
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    socket_errors = sum(int(x) for x in sock.groups()) if sock else 0
+    return rps, p50, p99, socket_errors
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--crewd", default="build/service/crewd")
+    ap.add_argument("--baseline", help="another crewd binary, measured in the same rounds")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--many", type=int, default=1000, help="connections of the extra run (0: none)")
     ap.add_argument("--duration", type=int, default=10)
     a = ap.parse_args()
 
-    results = {m: [] for m in MODES}
+    runs = [("", m) for m in MODES]
+    if a.baseline:
+        runs += [("before", m) for m in MODES]
+    results = {r: [] for r in runs}
+    many = []
     for r in range(a.rounds):
-        # Alternate which mode goes first, so neither always runs warm.
-        order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
-        for mode in order:
-            proc, port = port_of(a.crewd, MODES[mode])
+        # Alternate the order, so that none always runs warm.
+        order = runs if r % 2 == 0 else list(reversed(runs))
+        for tag, mode in order:
+            binary = a.baseline if tag else a.crewd
+            proc, port = port_of(binary, MODES[mode])
             try:
-                rps, p50, p99 = run_wrk(port, a)
+                rps, p50, p99, errs = run_wrk(port, a, a.connections)
             finally:
                 stop(proc)
-            results[mode].append((rps, p50, p99))
-            print(f"round {r + 1} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms",
-                  flush=True)
+            results[(tag, mode)].append((rps, p50, p99))
+            print(f"round {r + 1} {tag or 'crewd':6} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
+                  f"  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
+        if a.many:
+            # -c64 and -c1000 back to back on one crewd (the order alternating),
+            # so that their ratio does not see the machine drift between rounds.
+            proc, port = port_of(a.crewd, MODES["pool"])
+            pair = {}
+            try:
+                for c in ([a.connections, a.many] if r % 2 == 0 else [a.many, a.connections]):
+                    pair[c] = run_wrk(port, a, c)
+            finally:
+                stop(proc)
+            many.append(pair[a.many] + (pair[a.many][0] / pair[a.connections][0],))
+            for c in (a.connections, a.many):
+                rps, p50, p99, errs = pair[c]
+                print(f"round {r + 1} crewd  pool  -c{c} (pair): {rps:10.0f} req/s  p50 {p50:.3f}"
+                      f" ms  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
 
-    med = {m: tuple(statistics.median(x[i] for x in results[m]) for i in range(3))
-           for m in MODES}
-    ratio = {m: statistics.median(results[m][r][0] / results["inline"][r][0]
-                                  for r in range(a.rounds)) for m in ("pool", "hop")}
+    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
+           for k, v in results.items()}
+    ratio = {k: statistics.median(results[k][r][0] / results[(k[0], "inline")][r][0]
+                                  for r in range(a.rounds)) for k in results}
+    p99_ratio = {k: statistics.median(results[k][r][2] / results[(k[0], "inline")][r][2]
+                                      for r in range(a.rounds)) for k in results}
     print()
     print(f"wrk -t{a.threads} -c{a.connections} -d{a.duration}s --latency, "
           f"GET /api/v1/factorial/20, {a.rounds} interleaved rounds, medians "
           f"({os.cpu_count()} CPUs):")
     print()
-    print("| factorial on | requests/s | p50 | p99 | / inline |")
-    print("|---|--:|--:|--:|--:|")
-    for m in MODES:
-        rps, p50, p99 = med[m]
-        r = f"{ratio[m]:.3f}" if m in ratio else "1"
-        print(f"| {LABELS[m]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {r} |")
-    print()
-    for m in ("pool", "hop"):
-        print(f"{m} / inline throughput, median of per-round ratios: {ratio[m]:.3f} "
-              f"(costs {100 * (1 - ratio[m]):.1f} %)")
+    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline |")
+    print("|---|---|--:|--:|--:|--:|--:|")
+    for k in runs:
+        rps, p50, p99 = med[k]
+        print(f"| {k[0] or 'this'} | {LABELS[k[1]]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | "
+              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} |")
+    if many:
+        rps = statistics.median(x[0] for x in many)
+        print()
+        print(f"-c{a.many} (pool): {rps:,.0f} req/s median, p50 "
+              f"{statistics.median(x[1] for x in many):.2f} ms, p99 "
+              f"{statistics.median(x[2] for x in many):.2f} ms, socket errors "
+              f"{[x[3] for x in many]}; / -c{a.connections} on the same crewd just before or "
+              f"after: {statistics.median(x[4] for x in many):.3f} (median of "
+              f"{[round(x[4], 3) for x in many]})")
 
 
 if __name__ == "__main__":

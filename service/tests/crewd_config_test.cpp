@@ -17,13 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+Environment env_of(std::map<std::string, std::string> vars) { return vars; }
 
 // A TOML file that removes itself.
 class TomlFile {
@@ -58,17 +52,17 @@ TEST(CrewdConfig, FlagsOverrideEnvironmentWhichOverridesTheFile) {
 listen = "127.0.0.1:9000"
 log_level = "warning"
 [http]
-workers = 10
+max_connections = 10
 body_limit = 1000
 [shutdown]
 mode = "soft"
 timeout_ms = 3000
 )");
   const LoadResult r =
-      load_config({"--config", file.path(), "--http-workers", "30"},
-                  env_of({{"CREWD_HTTP_WORKERS", "20"}, {"CREWD_LISTEN", "0.0.0.0:9001"}}));
+      load_config({"--config", file.path(), "--http-max-connections", "30"},
+                  env_of({{"CREWD_HTTP_MAX_CONNECTIONS", "20"}, {"CREWD_LISTEN", "0.0.0.0:9001"}}));
   ASSERT_TRUE(r.run) << r.err;
-  EXPECT_EQ(r.config.http.workers, 30u);  // flag over env over file
+  EXPECT_EQ(r.config.http.max_connections, 30u);  // flag over env over file
   EXPECT_EQ(r.config.host, "0.0.0.0");    // env over file
   EXPECT_EQ(r.config.port, 9001);
   EXPECT_EQ(r.config.http.body_limit, 1000u);  // file over default
@@ -93,19 +87,34 @@ TEST(CrewdConfig, ABadValueNamesTheSettingAndWhereItCameFrom) {
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {{"--http-workers", "0"},
+      {{"--http-max-connections", "0"},
        {},
-       "http.workers = \"0\" (from flag --http-workers): must be an integer in 1..10000"},
-      {{"--http-workers", "-3"},
+       "http.max_connections = \"0\" (from flag --http-max-connections): must be an integer in "
+       "1..1000000"},
+      {{"--http-max-connections", "-3"},
        {},
-       "http.workers = \"-3\" (from flag --http-workers): must be an integer"},
+       "http.max_connections = \"-3\" (from flag --http-max-connections): must be an integer"},
+      {{"--http-head-timeout-ms", "soon"},
+       {},
+       "http.head_timeout_ms = \"soon\" (from flag --http-head-timeout-ms): must be an integer"},
       {{},
        {{"CREWD_JOBS_QUEUE", "many"}},
        "jobs.queue = \"many\" (from env CREWD_JOBS_QUEUE): must be an integer"},
       {{"--listen", "localhost"},
        {},
        "listen = \"localhost\" (from flag --listen): must be HOST:PORT"},
-      {{"--listen", "127.0.0.1:70000"}, {}, "must be HOST:PORT with a port in 0..65535"},
+      {{"--listen", "127.0.0.1:70000"},
+       {},
+       "listen = \"127.0.0.1:70000\" (from flag --listen): must be HOST:PORT or [IPV6]:PORT with "
+       "a port in 0..65535"},
+      {{"--listen", "[::1:8080"}, {}, "listen = \"[::1:8080\" (from flag --listen): must be"},
+      {{"--listen", "[nothex]:8080"}, {}, "must be HOST:PORT or [IPV6]:PORT"},
+      {{"--listen", "300.1.1.1:8080"},
+       {},
+       "listen = \"300.1.1.1:8080\" (from flag --listen): cannot resolve host \"300.1.1.1\": "},
+      {{},
+       {{"CREWD_LISTEN", "no-such-host.invalid:80"}},
+       "listen = \"no-such-host.invalid:80\" (from env CREWD_LISTEN): cannot resolve host"},
       {{},
        {{"CREWD_SHUTDOWN_MODE", "gentle"}},
        "shutdown.mode = \"gentle\" (from env CREWD_SHUTDOWN_MODE): must be one of drain, soft, "
@@ -134,19 +143,38 @@ TEST(CrewdConfig, ABadValueNamesTheSettingAndWhereItCameFrom) {
 
 TEST(CrewdConfig, TheFileIsCheckedForTypesTyposAndSyntax) {
   {
-    const TomlFile file("[http]\nworkers = \"ten\"\n");
+    // The offending value is shown as written.
+    const TomlFile file("[http]\nmax_connections = \"ten\"\n");
     const LoadResult r = load_config({"--config", file.path()}, env_of({}));
     EXPECT_EQ(r.exit_code, kConfigErrorExit);
-    EXPECT_NE(r.err.find("http.workers = (line 2) (from file " + file.path() +
-                         "): must be an integer in 1..10000"),
+    EXPECT_NE(r.err.find("http.max_connections = \"ten\" (from file " + file.path() +
+                         ", line 2): must be an integer in 1..1000000"),
               std::string::npos)
         << r.err;
   }
   {
-    const TomlFile file("[http]\nworker = 10\n");
+    const TomlFile file("[jobs]\nworkers = 2.5\n[shutdown]\nmode = 3\n");
     const LoadResult r = load_config({"--config", file.path()}, env_of({}));
     EXPECT_EQ(r.exit_code, kConfigErrorExit);
-    EXPECT_NE(r.err.find("unknown setting http.worker in " + file.path() + " (line 2)"),
+    EXPECT_NE(r.err.find("jobs.workers = 2.5 (from file " + file.path() + ", line 2)"),
+              std::string::npos)
+        << r.err;
+  }
+  {
+    const TomlFile file("[http]\nmax_conections = 10\n");
+    const LoadResult r = load_config({"--config", file.path()}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("unknown setting http.max_conections in " + file.path() +
+                         " (line 2) (did you mean http.max_connections?)"),
+              std::string::npos)
+        << r.err;
+  }
+  {
+    // A setting that was removed says so, and what replaced it.
+    const TomlFile file("[http]\nworkers = 10\n");
+    const LoadResult r = load_config({"--config", file.path()}, env_of({}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("http.workers in " + file.path() + " (line 2): removed"),
               std::string::npos)
         << r.err;
   }
@@ -163,6 +191,63 @@ TEST(CrewdConfig, TheFileIsCheckedForTypesTyposAndSyntax) {
   }
 }
 
+TEST(CrewdConfig, AnUnknownCrewdVariableIsAnErrorNamingIt) {
+  {
+    const LoadResult r = load_config({}, env_of({{"CREWD_HTTP_WORKERZ", "5"}}));
+    EXPECT_FALSE(r.run);
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("unknown environment variable CREWD_HTTP_WORKERZ=\"5\""),
+              std::string::npos)
+        << r.err;
+  }
+  {
+    const LoadResult r = load_config({}, env_of({{"CREWD_JOBS_WORKER", "5"}}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("(did you mean CREWD_JOBS_WORKERS?)"), std::string::npos) << r.err;
+  }
+  {
+    const LoadResult r = load_config({}, env_of({{"CREWD_COMPUTE_HELP", "false"}}));
+    EXPECT_EQ(r.exit_code, kConfigErrorExit);
+    EXPECT_NE(r.err.find("CREWD_COMPUTE_HELP=\"false\" (env): compute.help removed"),
+              std::string::npos)
+        << r.err;
+  }
+  // Not CREWD_*: none of crewd's business. Kubernetes' service links for a
+  // Service named crewd: ignored.
+  const LoadResult ok =
+      load_config({}, env_of({{"CREWDX", "1"},
+                              {"CREWD_SERVICE_HOST", "10.0.0.1"},
+                              {"CREWD_SERVICE_PORT", "80"},
+                              {"CREWD_SERVICE_PORT_HTTP", "80"},
+                              {"CREWD_PORT", "tcp://10.0.0.1:80"},
+                              {"CREWD_PORT_80_TCP", "tcp://10.0.0.1:80"},
+                              {"CREWD_PORT_80_TCP_PROTO", "tcp"},
+                              {"CREWD_PORT_80_TCP_PORT", "80"},
+                              {"CREWD_PORT_80_TCP_ADDR", "10.0.0.1"}}));
+  EXPECT_TRUE(ok.run) << ok.err;
+}
+
+TEST(CrewdConfig, ListenTakesIpv6InBrackets) {
+  const LoadResult r = load_config({"--listen", "[::1]:8081"}, env_of({}));
+  ASSERT_TRUE(r.run) << r.err;
+  EXPECT_EQ(r.config.host, "::1");
+  EXPECT_EQ(r.config.port, 8081);
+  const LoadResult printed = load_config({"--listen", "[::1]:8081", "--print-config"}, env_of({}));
+  EXPECT_NE(printed.out.find("listen = \"[::1]:8081\""), std::string::npos) << printed.out;
+}
+
+TEST(CrewdConfig, ARemovedSettingSaysWhatReplacedIt) {
+  const LoadResult r = load_config({"--http-workers", "512"}, env_of({}));
+  EXPECT_FALSE(r.run);
+  EXPECT_EQ(r.exit_code, kConfigErrorExit);
+  EXPECT_NE(r.err.find("http.workers = \"512\" (from flag --http-workers): removed: connections "
+                       "no longer take a thread each"),
+            std::string::npos)
+      << r.err;
+  const LoadResult help = load_config({"--help"}, env_of({}));
+  EXPECT_EQ(help.out.find("--http-workers"), std::string::npos) << "not offered in --help";
+}
+
 TEST(CrewdConfig, AnUnknownFlagIsAUsageError) {
   const LoadResult r = load_config({"--no-such-flag"}, env_of({}));
   EXPECT_FALSE(r.run);
@@ -173,7 +258,8 @@ TEST(CrewdConfig, AnUnknownFlagIsAUsageError) {
 TEST(CrewdConfig, PrintedConfigurationReadsBackAsTheSameConfiguration) {
   const LoadResult first =
       load_config({"--print-config", "--jobs-workers", "7", "--shutdown-mode", "hard",
-                   "--compute-inline-factorial", "true", "--http-keep-alive-timeout-s", "9"},
+                   "--compute-inline-factorial", "true", "--http-keep-alive-timeout-s", "9",
+                   "--http-header-limit", "4096"},
                   env_of({}));
   ASSERT_FALSE(first.run);
   ASSERT_EQ(first.exit_code, 0);
@@ -186,6 +272,7 @@ TEST(CrewdConfig, PrintedConfigurationReadsBackAsTheSameConfiguration) {
   EXPECT_EQ(second.config.shutdown.mode, crew::ShutdownMode::hard);
   EXPECT_TRUE(second.config.compute.inline_factorial);
   EXPECT_EQ(second.config.http.keep_alive_timeout, 9s);
+  EXPECT_EQ(second.config.http.header_limit, 4096u);
   EXPECT_EQ(to_toml(second.config), to_toml(first.config));
 }
 
@@ -216,6 +303,44 @@ TEST(CrewdBinary, ABadValueStopsStartUpWithTheConfigurationExitCode) {
   const auto [code, out] = test::run_crewd({"--jobs-max-ms", "soon"});
   EXPECT_EQ(code, kConfigErrorExit);
   EXPECT_NE(out.find("jobs.max_ms = \"soon\" (from flag --jobs-max-ms)"), std::string::npos) << out;
+}
+
+TEST(CrewdBinary, AnUnresolvableListenAddressIsAConfigurationError) {
+  const auto [code, out] = test::run_crewd({"--listen", "300.1.1.1:8080"});
+  EXPECT_EQ(code, kConfigErrorExit) << out;
+  EXPECT_NE(out.find("listen = \"300.1.1.1:8080\" (from flag --listen): cannot resolve host "
+                     "\"300.1.1.1\": "),
+            std::string::npos)
+      << out;
+}
+
+TEST(CrewdBinary, AnUnknownVariableStopsStartUp) {
+  const auto [code, out] = test::run_crewd({"--print-config"}, {{"CREWD_HTTP_WORKERZ", "5"}});
+  EXPECT_EQ(code, kConfigErrorExit) << out;
+  EXPECT_NE(out.find("CREWD_HTTP_WORKERZ"), std::string::npos) << out;
+}
+
+TEST(CrewdBinary, ListensOnIpv6Loopback) {
+  test::Crewd crewd({"--listen", "[::1]:0"});
+  std::smatch m;
+  const std::string line =
+      crewd.wait_log(std::regex("listening on http://\\[::1\\]:([0-9]+)"), 10'000ms, &m);
+  if (line.empty() && crewd.log().find("cannot listen") != std::string::npos) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << crewd.log();
+  }
+  ASSERT_FALSE(line.empty()) << crewd.log();
+  const int port = std::stoi(m[1].str());
+  test::Socket s(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin6_addr = in6addr_loopback;
+  ASSERT_EQ(::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  int err = 0;
+  ASSERT_TRUE(test::write_all(s.fd(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", err));
+  test::Exchange ex;
+  test::read_response(s.fd(), ex, test::Clock::now() + 5s * test::kSlowdown);
+  EXPECT_EQ(ex.status, 200);
 }
 
 TEST(CrewdBinary, APortInUseFailsStartUp) {

@@ -36,8 +36,11 @@ TEST(CrewdFactorial, ParsesOnlyDecimalDigitsInRange) {
   EXPECT_EQ(std::get<unsigned>(parse_factorial_n("0")), 0u);
   EXPECT_EQ(std::get<unsigned>(parse_factorial_n("20")), 20u);
   EXPECT_EQ(std::get<unsigned>(parse_factorial_n("007")), 7u);
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n("0000000005")), 5u);  // no length cap
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n(std::string(100, '0') + "20")), 20u);
+  EXPECT_EQ(std::get<unsigned>(parse_factorial_n("0000")), 0u);
   for (const char* bad : {"21", "-1", "+1", "1.0", "abc", "", " 1", "1 ", "0x10", "99999999999",
-                          "18446744073709551617", "1e1"}) {
+                          "18446744073709551617", "1e1", "0021", "100"}) {
     const auto r = parse_factorial_n(bad);
     ASSERT_TRUE(std::holds_alternative<ParseError>(r)) << "'" << bad << "'";
     EXPECT_EQ(std::get<ParseError>(r).message,

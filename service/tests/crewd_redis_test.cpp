@@ -38,7 +38,7 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 
 // ---- the settings and the entry parser ----
 
-std::optional<std::string> no_env(const std::string&) { return std::nullopt; }
+const Environment no_env;
 
 TEST(CrewdRedisConfig, IsOffByDefaultAndReadFromFileEnvAndFlags) {
   const LoadResult defaults = load_config({}, no_env);
@@ -48,17 +48,12 @@ TEST(CrewdRedisConfig, IsOffByDefaultAndReadFromFileEnvAndFlags) {
   EXPECT_EQ(defaults.config.redis.group, "crew");
   EXPECT_TRUE(defaults.config.redis.consumer.empty());
 
-  const std::map<std::string, std::string> env = {{"CREWD_REDIS_ADDRESS", "redis.svc:6379"},
-                                                  {"CREWD_REDIS_CLAIM_IDLE_MS", "1500"},
-                                                  {"CREWD_REDIS_PASSWORD", "s3cret"}};
-  const EnvLookup lookup = [&](const std::string& name) -> std::optional<std::string> {
-    const auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
+  const Environment env = {{"CREWD_REDIS_ADDRESS", "redis.svc:6379"},
+                           {"CREWD_REDIS_CLAIM_IDLE_MS", "1500"},
+                           {"CREWD_REDIS_PASSWORD", "s3cret"}};
   const LoadResult r = load_config(
       {"--redis-consumer", "crewd-0", "--redis-max-attempts", "5", "--redis-claim-idle-ms", "900"},
-      lookup);
+      env);
   ASSERT_TRUE(r.run) << r.err;
   EXPECT_EQ(r.config.redis.address, "redis.svc:6379");
   EXPECT_EQ(r.config.redis.password, "s3cret");

@@ -174,5 +174,88 @@ TEST_P(CrewdSigterm, RequestsSentBeforeTheSignalAreAnsweredAndCrewdExitsZero) {
 INSTANTIATE_TEST_SUITE_P(Modes, CrewdSigterm, ::testing::Values("drain", "soft"),
                          [](const auto& p) { return std::string(p.param); });
 
+// Whether `fd` sees the peer close within `bound`; appends what it reads.
+bool peer_closed(int fd, std::string& got, std::chrono::milliseconds bound) {
+  const auto deadline = Clock::now() + bound;
+  char buf[4096];
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+  }
+  return false;
+}
+
+// Clients that hold connections without finishing a request cannot hold
+// the stop: idle keep-alive connections are closed at the cut, connections
+// that never sent a byte shortly after, and half-sent requests get 408 at
+// their head deadline; crewd exits 0 within its termination timeout.
+TEST(CrewdSigtermHostile, IdleAndSlowConnectionsDoNotHoldTheStop) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-head-timeout-ms", "1500",
+               "--shutdown-termination-timeout-ms", "8000", "--shutdown-timeout-ms", "4000"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  constexpr int kIdle = 400;    // served one request, then idle (keep-alive)
+  constexpr int kSilent = 100;  // connected, never sent a byte
+  constexpr int kSlow = 200;    // trickling a request head
+  std::vector<Socket> idle, silent, slow;
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(connect_to(port));
+    int err = 0;
+    ASSERT_TRUE(write_all(idle.back().fd(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", err));
+    Exchange ex;
+    read_response(idle.back().fd(), ex, Clock::now() + 5s * kSlowdown);
+    ASSERT_EQ(ex.status, 200);
+  }
+  for (int i = 0; i < kSilent; ++i) silent.push_back(connect_to(port));
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(connect_to(port));
+    int err = 0;
+    ASSERT_TRUE(write_all(slow.back().fd(), "GET /healthz HTTP/1.1\r\nX-Slow: ", err));
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (auto& s : slow) (void)::send(s.fd(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+
+  const auto signal = Clock::now();
+  crewd.signal(SIGTERM);
+  // Idle keep-alive connections: closed at the cut (admit grace, 100 ms).
+  std::size_t idle_closed = 0;
+  std::string ignored;
+  for (auto& s : idle) {
+    if (peer_closed(s.fd(), ignored, 2'000ms * kSlowdown)) ++idle_closed;
+  }
+  const auto idle_done = Clock::now();
+  const auto status = crewd.wait_exit(20s * kSlowdown);
+  stop = true;
+  trickle.join();
+  ASSERT_TRUE(status.has_value()) << "crewd did not exit\n" << crewd.log();
+  const double to_exit_ms =
+      std::chrono::duration<double, std::milli>(crewd.exit_time() - signal).count();
+  std::printf("[ crewd    ] %d idle, %d silent, %d slow connections: idle ones closed %.0f ms "
+              "after SIGTERM, exit after %.0f ms\n",
+              kIdle, kSilent, kSlow,
+              std::chrono::duration<double, std::milli>(idle_done - signal).count(), to_exit_ms);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd.log();
+  EXPECT_EQ(idle_closed, static_cast<std::size_t>(kIdle));
+  EXPECT_LT(idle_done - signal, 1'000ms * kSlowdown);
+  EXPECT_LT(crewd.exit_time() - signal, 8'000ms * kSlowdown);
+  // The half-sent requests were answered 408, not reset.
+  std::size_t answered_408 = 0;
+  for (auto& s : slow) {
+    std::string got;
+    (void)peer_closed(s.fd(), got, 100ms);
+    if (got.rfind("HTTP/1.1 408 ", 0) == 0) ++answered_408;
+  }
+  EXPECT_EQ(answered_408, static_cast<std::size_t>(kSlow));
+}
+
 }  // namespace
 }  // namespace crewd::test

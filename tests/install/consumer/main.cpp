@@ -7,6 +7,10 @@
 #ifdef CONSUMER_WITH_METRICS
 #include <crew/metrics.hpp>
 #endif
+#ifdef CONSUMER_WITH_ASIO
+#include <boost/asio/io_context.hpp>
+#include <crew/asio.hpp>
+#endif
 
 int main() {
 #ifdef CONSUMER_WITH_METRICS
@@ -30,6 +34,18 @@ int main() {
     return 1;
   }
   std::puts("consumer: metrics ok");
+#endif
+#ifdef CONSUMER_WITH_ASIO
+  boost::asio::io_context ioc;
+  int from_asio = 0;
+  crew::asio::async_submit(pool, ioc.get_executor(), [] { return 7; },
+                           [&from_asio](std::exception_ptr e, int v) { from_asio = e ? -1 : v; });
+  ioc.run();  // returns once the completion has run
+  if (from_asio != 7) {
+    std::fprintf(stderr, "consumer: crew::asio gave %d\n", from_asio);
+    return 1;
+  }
+  std::puts("consumer: asio ok");
 #endif
   std::puts("consumer: ok");
   return 0;

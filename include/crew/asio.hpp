@@ -1,0 +1,341 @@
+// crew/asio.hpp: crew pools from Boost.Asio. A submission whose completion
+// is delivered to an Asio completion token, so that an Asio program (an HTTP
+// server on its I/O threads, a coroutine) hands work to a crew::Pool and
+// resumes when the task has ended, with no thread parked waiting for it:
+//
+//   // a callback, run on `ex` (or on the handler's associated executor)
+//   crew::asio::async_submit(pool, ex, [] { return 6 * 7; },
+//                            [](std::exception_ptr e, int v) { ... });
+//   // a C++20 coroutine
+//   int v = co_await crew::asio::async_submit(pool, ex, [] { return 6 * 7; },
+//                                             boost::asio::use_awaitable);
+//
+// Optional and header-only: target crew::asio (CMake), which adds Boost's
+// headers to crew::crew; the core library needs only the standard library.
+// Built on the pool's public API (Pool::submit / try_submit) alone.
+//
+// The completion signature is void(std::exception_ptr, R) for a task
+// returning R, void(std::exception_ptr) for one returning void; with
+// use_awaitable the exception is thrown from co_await, as usual in Asio.
+// Exactly one completion per submission, never run inside the initiating
+// call, always through the handler's associated executor (default: `ex`),
+// whose execution context is kept busy (outstanding work) until then:
+//
+//   the task ran           its value, or the exception it threw. A long task
+//                          (taking std::stop_token or const TaskContext&)
+//                          whose token was stopped ends as the pool counts
+//                          it, however it returned: crew::Error(timed_out)
+//                          once its deadline has passed, else
+//                          crew::Error(cancelled) (a hard shutdown);
+//   refused at admission   crew::Error(Errc::rejected), admission() saying
+//                          why (closed, full, too_many_blocked), at once;
+//   dropped unrun          crew::Error(Errc::expired) if its queue deadline
+//                          had passed, else Errc::shutdown_dropped (a soft or
+//                          hard shutdown took it from the queue).
+//
+// In each error case the value argument is R{} (R must be default
+// constructible; wrap it in std::optional otherwise).
+//
+// The task is an ordinary pool task: it has an outcome in stats(), metrics
+// and shutdown reports like any other (an exception counts as failed).
+// async_submit blocks while the queue is full if the pool's overflow policy
+// is block; from an event loop use async_try_submit, or a pool whose policy
+// is reject. Under caller_runs a refused-for-room task runs on the caller
+// (its completion is still posted). Cancellation slots are not supported:
+// the pool's own deadlines (TaskOptions::timeout, queue_timeout) bound a task.
+//
+// Thread safety: as Pool::submit. Completions run on the handler's executor.
+// Lifetimes: the executor's execution context must outlive every completion
+// (the tracked work keeps io_context::run() from returning before them).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/execution/executor.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "crew/error.hpp"
+#include "crew/pool.hpp"
+#include "crew/task.hpp"
+
+namespace crew::asio {
+
+namespace detail {
+
+template <class R>
+struct Signature {
+  using type = void(std::exception_ptr, R);
+};
+template <>
+struct Signature<void> {
+  using type = void(std::exception_ptr);
+};
+
+}  // namespace detail
+
+// The completion signature of a submission of F.
+template <class F>
+using completion_signature_t =
+    typename detail::Signature<task_result_t<std::decay_t<F>>>::type;
+
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+// Outstanding work on an executor, standard (execution::) or Networking TS
+// style, until reset().
+template <class Executor, class = void>
+class TrackedWork {
+ public:
+  explicit TrackedWork(const Executor& ex)
+      : tracked_(boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked)) {}
+  void reset() noexcept { tracked_.reset(); }
+
+ private:
+  using Tracked = std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const Executor&>(), boost::asio::execution::outstanding_work.tracked))>;
+  std::optional<Tracked> tracked_;
+};
+
+template <class Executor>
+class TrackedWork<Executor,
+                  std::enable_if_t<!boost::asio::execution::is_executor<Executor>::value>> {
+ public:
+  explicit TrackedWork(const Executor& ex) : guard_(ex) {}
+  void reset() noexcept { guard_.reset(); }
+
+ private:
+  boost::asio::executor_work_guard<Executor> guard_;
+};
+
+// What a submission shares with its task: the handler and the right to
+// complete it. Whoever claims first (the task when it ends, the submission
+// when admission refused it, the destructor when the task was destroyed
+// unrun) delivers the one completion.
+template <class Handler, class IoExecutor, class R>
+class Completion {
+ public:
+  using HandlerExecutor = boost::asio::associated_executor_t<Handler, IoExecutor>;
+
+  Completion(Handler&& handler, const IoExecutor& io_ex, std::string name,
+             Clock::duration queue_timeout)
+      : handler_(std::move(handler)),
+        executor_(boost::asio::get_associated_executor(*handler_, io_ex)),
+        work_(executor_),
+        name_(std::move(name)),
+        expires_(queue_timeout > Clock::duration::zero() ? Clock::now() + queue_timeout
+                                                         : Clock::time_point::max()) {}
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+
+  // The task was destroyed without having run and nobody completed: the
+  // pool dropped it (queue deadline, shutdown).
+  ~Completion() {
+    if (claim()) {
+      fail(Clock::now() >= expires_ ? Errc::expired : Errc::shutdown_dropped, Admission::accepted);
+    }
+  }
+
+  // True for the one caller that may deliver.
+  [[nodiscard]] bool claim() noexcept { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+
+  template <class... Args>
+  void deliver(Args&&... args) {
+    auto fn = [h = std::move(*handler_),
+               args = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+      std::apply(std::move(h), std::move(args));
+    };
+    handler_.reset();
+    boost::asio::post(executor_, std::move(fn));
+    work_.reset();  // the posted completion is outstanding work of its own
+  }
+
+  void fail(Errc code, Admission admission) {
+    std::string what = "task";
+    if (!name_.empty()) what += " '" + name_ + "'";
+    what += ": " + std::string(to_string(code));
+    if (code == Errc::rejected) what += " (" + std::string(to_string(admission)) + ")";
+    auto e = std::make_exception_ptr(Error(code, what, admission));
+    if constexpr (std::is_void_v<R>) {
+      deliver(std::move(e));
+    } else {
+      deliver(std::move(e), R{});
+    }
+  }
+
+ private:
+  std::optional<Handler> handler_;
+  HandlerExecutor executor_;
+  TrackedWork<HandlerExecutor> work_;
+  std::string name_;
+  Clock::time_point expires_;
+  std::atomic<bool> claimed_{false};
+};
+
+// The callable the pool runs: the user's function, then the completion.
+// It returns void and rethrows the function's exception, so that the pool
+// counts the task as it would count the function itself.
+template <class F, class Op>
+class Runner {
+ public:
+  using R = task_result_t<F>;
+
+  Runner(F&& f, std::shared_ptr<Op> op) : f_(std::move(f)), op_(std::move(op)) {}
+  Runner(Runner&&) noexcept = default;
+  Runner& operator=(Runner&&) = delete;
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+  ~Runner() = default;
+
+  void operator()()
+    requires(!is_long_task_v<F>)
+  {
+    run([this]() -> decltype(auto) { return f_(); }, nullptr);
+  }
+
+  void operator()(const TaskContext& ctx)
+    requires is_long_task_v<F>
+  {
+    run(
+        [this, &ctx]() -> decltype(auto) {
+          if constexpr (std::is_invocable_v<F&, const TaskContext&>) {
+            return f_(ctx);
+          } else {
+            return f_(ctx.stop_token);
+          }
+        },
+        &ctx);
+  }
+
+ private:
+  template <class Call>
+  void run(Call&& call, const TaskContext* ctx) {
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<R>, char, R>> value;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        call();
+        value.emplace();
+      } else {
+        value.emplace(call());
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    // The pool's rule for a long task whose token was stopped: timed out
+    // past its deadline, cancelled otherwise, whatever it returned.
+    const bool stopped = ctx != nullptr && ctx->stop_token.stop_requested();
+    std::shared_ptr<Op> op = std::move(op_);
+    if (op->claim()) {
+      if (stopped) {
+        op->fail(Clock::now() >= ctx->deadline ? Errc::timed_out : Errc::cancelled,
+                 Admission::accepted);
+      } else if (error) {
+        if constexpr (std::is_void_v<R>) {
+          op->deliver(error);
+        } else {
+          op->deliver(error, R{});
+        }
+      } else if constexpr (std::is_void_v<R>) {
+        op->deliver(std::exception_ptr());
+      } else {
+        op->deliver(std::exception_ptr(), std::move(*value));
+      }
+    }
+    if (error && !stopped) std::rethrow_exception(error);
+  }
+
+  // Destroyed after op_: a completion delivered from op_'s destructor may
+  // still rely on what the function holds (an owner of the executor's
+  // execution context, say).
+  F f_;
+  std::shared_ptr<Op> op_;
+};
+
+template <class F>
+constexpr void check_result() {
+  using R = task_result_t<F>;
+  static_assert(std::is_void_v<R> || std::is_default_constructible_v<R>,
+                "crew::asio: the task's result must be default constructible (it is the value "
+                "argument of an error completion); wrap it in std::optional");
+  static_assert(std::is_void_v<R> || std::is_move_constructible_v<R>,
+                "crew::asio: the task's result must be move constructible");
+}
+
+struct Initiate {
+  template <class Handler, class Executor, class F>
+  void operator()(Handler&& handler, Pool* pool, const Executor& ex, F&& f, TaskOptions opts,
+                  bool may_block) const {
+    using Fn = std::decay_t<F>;
+    using R = task_result_t<Fn>;
+    using Op = Completion<std::decay_t<Handler>, Executor, R>;
+    auto op = std::make_shared<Op>(std::forward<Handler>(handler), ex, opts.name,
+                                   std::chrono::duration_cast<Clock::duration>(opts.queue_timeout));
+    Runner<Fn, Op> runner(Fn(std::forward<F>(f)), op);
+    Task<void> task = may_block ? pool->submit(std::move(runner), std::move(opts))
+                                : pool->try_submit(std::move(runner), std::move(opts));
+    if (task.status() == TaskStatus::rejected && task.reason() == Errc::rejected) {
+      Admission why = Admission::closed;
+      try {
+        task.get();
+      } catch (const Error& e) {
+        why = e.admission();
+      }
+      if (op->claim()) op->fail(Errc::rejected, why);
+    }
+    // Dropping the handle neither cancels the task nor waits for it.
+  }
+};
+
+}  // namespace detail
+
+// Submits f to `pool` (Pool::submit: blocks while the queue is full under
+// Overflow::block) and delivers its outcome to `token` through `ex`.
+template <class Executor, class F, class CompletionToken>
+  requires is_task_v<std::decay_t<F>>
+auto async_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
+                  CompletionToken&& token) {
+  detail::check_result<std::decay_t<F>>();
+  return boost::asio::async_initiate<CompletionToken, completion_signature_t<F>>(
+      detail::Initiate{}, token, &pool, ex, std::forward<F>(f), std::move(opts), true);
+}
+
+template <class Executor, class F, class CompletionToken>
+  requires is_task_v<std::decay_t<F>>
+auto async_submit(Pool& pool, const Executor& ex, F&& f, CompletionToken&& token) {
+  return async_submit(pool, ex, std::forward<F>(f), TaskOptions{},
+                      std::forward<CompletionToken>(token));
+}
+
+// As async_submit, but never blocks (Pool::try_submit): a full queue
+// completes at once with crew::Error(rejected), admission() == full.
+template <class Executor, class F, class CompletionToken>
+  requires is_task_v<std::decay_t<F>>
+auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
+                      CompletionToken&& token) {
+  detail::check_result<std::decay_t<F>>();
+  return boost::asio::async_initiate<CompletionToken, completion_signature_t<F>>(
+      detail::Initiate{}, token, &pool, ex, std::forward<F>(f), std::move(opts), false);
+}
+
+template <class Executor, class F, class CompletionToken>
+  requires is_task_v<std::decay_t<F>>
+auto async_try_submit(Pool& pool, const Executor& ex, F&& f, CompletionToken&& token) {
+  return async_try_submit(pool, ex, std::forward<F>(f), TaskOptions{},
+                          std::forward<CompletionToken>(token));
+}
+
+}  // namespace crew::asio

@@ -1,0 +1,552 @@
+// crewd's front door against hostile and careless clients: pipelining,
+// header and body limits, Content-Length validation, Expect, Range, request
+// deadlines, slow and idle connections that must not starve anyone, a slow
+// reader, the connection limit. One crewd with small limits for the suite,
+// and crewds of their own where a test needs other settings. Every wait is
+// bounded.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crewd_harness.hpp"
+
+namespace crewd::test {
+namespace {
+
+using Json = nlohmann::json;
+using Outcome = Exchange::Outcome;
+
+// Reads successive responses from one connection (pipelining, interim
+// responses), keeping what follows each one.
+class Responses {
+ public:
+  explicit Responses(int fd) : fd_(fd) {}
+
+  // The next response, or one whose outcome says why there is none.
+  Exchange next(std::chrono::milliseconds bound = 5'000ms, bool head_request = false) {
+    Exchange ex;
+    const auto deadline = Clock::now() + bound * kSlowdown;
+    char buf[16384];
+    for (;;) {
+      if (parse_response(raw_, ex, head_request)) {
+        ex.outcome = Outcome::response;
+        const auto end = raw_.find("\r\n\r\n") + 4;
+        raw_.erase(0, end + (head_request ? 0 : ex.body.size()));
+        break;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        ex.outcome = Outcome::timeout;
+        break;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n > 0) {
+        raw_.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      ex.error = n < 0 ? errno : 0;
+      ex.outcome = raw_.empty() ? Outcome::reset : Outcome::truncated;
+      break;
+    }
+    ex.ended = Clock::now();
+    return ex;
+  }
+
+  // Whether the peer closed (EOF or reset) within `bound`, with nothing
+  // more to read.
+  bool closed(std::chrono::milliseconds bound) {
+    const auto deadline = Clock::now() + bound * kSlowdown;
+    char buf[4096];
+    while (Clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 10) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return true;
+      if (n > 0) raw_.append(buf, static_cast<std::size_t>(n));
+    }
+    return false;
+  }
+
+  [[nodiscard]] const std::string& pending() const { return raw_; }
+
+ private:
+  int fd_;
+  std::string raw_;
+};
+
+bool send_all(int fd, std::string_view data) {
+  int err = 0;
+  return write_all(fd, data, err);
+}
+
+Json json_of(const Exchange& ex) { return Json::parse(ex.body, nullptr, false); }
+
+std::string error_of(const Exchange& ex) {
+  const Json j = json_of(ex);
+  return j.is_object() ? j.value("error", std::string()) : std::string();
+}
+
+// Process state of crewd, from /proc.
+std::size_t rss_bytes(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/statm").c_str(), "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0;
+  unsigned long resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+class CrewdLimits : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    crewd_ = std::make_unique<Crewd>(std::vector<std::string>{
+        "--listen", "127.0.0.1:0", "--http-header-limit", "4096", "--http-header-count-limit",
+        "50", "--http-body-limit", "4096", "--http-head-timeout-ms", "800",
+        "--http-body-timeout-ms", "800", "--http-keep-alive-timeout-s", "1",
+        "--http-write-timeout-ms", "500", "--jobs-max-ms", "2000"});
+    port_ = crewd_->wait_port();
+  }
+  static void TearDownTestSuite() {
+    crewd_->signal(SIGTERM);
+    const auto status = crewd_->wait_exit(20s * kSlowdown);
+    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd_->log();
+    crewd_.reset();
+  }
+  void SetUp() override { ASSERT_GT(port_, 0) << crewd_->log(); }
+
+  static inline std::unique_ptr<Crewd> crewd_;
+  static inline int port_ = 0;
+};
+
+std::uint64_t jobs_submitted(int port) {
+  const Json j = json_of(get(port, "/api/v1/pools"));
+  return j["pools"][1]["submitted"].get<std::uint64_t>();
+}
+
+// ---- pipelining ----
+
+TEST_F(CrewdLimits, FivePipelinedPostsGetFiveResponsesInOrderAndRunFiveJobs) {
+  const std::uint64_t before = jobs_submitted(port_);
+  std::string batch;
+  for (int i = 0; i < 5; ++i) {
+    const std::string body =
+        R"({"kind":"sleep","ms":)" + std::to_string(10 * (5 - i)) + R"(,"name":"p)" +
+        std::to_string(i) + "\"}";
+    batch += "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  Socket s = connect_to(port_);
+  ASSERT_GE(s.fd(), 0);
+  ASSERT_TRUE(send_all(s.fd(), batch));  // one write
+  Responses in(s.fd());
+  for (int i = 0; i < 5; ++i) {
+    const Exchange ex = in.next();
+    ASSERT_EQ(ex.outcome, Outcome::response) << "response " << i;
+    EXPECT_EQ(ex.status, 200) << ex.body;
+    EXPECT_EQ(json_of(ex)["name"], "p" + std::to_string(i)) << "in request order";
+  }
+  EXPECT_EQ(jobs_submitted(port_) - before, 5u);
+}
+
+TEST_F(CrewdLimits, PipelinedGetsAreAnsweredInOrder) {
+  std::string batch;
+  for (int n = 1; n <= 20; ++n) {
+    batch += "GET /api/v1/factorial/" + std::to_string(n) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  batch += "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), batch));
+  Responses in(s.fd());
+  for (int n = 1; n <= 20; ++n) {
+    const Exchange ex = in.next();
+    ASSERT_EQ(ex.outcome, Outcome::response) << n;
+    EXPECT_EQ(json_of(ex)["n"], n);
+  }
+  const Exchange last = in.next();
+  EXPECT_EQ(last.status, 200);
+  EXPECT_EQ(last.header("connection"), "close");
+  EXPECT_TRUE(in.closed(2'000ms));
+}
+
+// ---- header limits ----
+
+TEST_F(CrewdLimits, AHeaderSectionOverTheLimitIs431) {
+  const std::string big = "X-Big: " + std::string(5000, 'a') + "\r\n";
+  const Exchange ex = send_request(port_, request_text("GET", "/healthz", "", big), 5'000ms);
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, 431);
+  EXPECT_NE(error_of(ex).find("http.header_limit (4096 bytes)"), std::string::npos) << ex.body;
+  EXPECT_EQ(ex.header("connection"), "close");
+}
+
+TEST_F(CrewdLimits, TooManyHeaderFieldsIs431) {
+  std::string many;
+  for (int i = 0; i < 60; ++i) many += "X-" + std::to_string(i) + ": 1\r\n";
+  const Exchange ex = send_request(port_, request_text("GET", "/healthz", "", many));
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 431);
+  EXPECT_NE(error_of(ex).find("http.header_count_limit (50)"), std::string::npos) << ex.body;
+  // 50 is still fine.
+  std::string fifty;
+  for (int i = 0; i < 47; ++i) fifty += "X-" + std::to_string(i) + ": 1\r\n";
+  EXPECT_EQ(send_request(port_, request_text("GET", "/healthz", "", fifty)).status, 200);
+}
+
+TEST_F(CrewdLimits, ARequestLineOverTheLimitIs414) {
+  const Exchange ex = get(port_, "/api/v1/factorial/" + std::string(5000, '0'));
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 414);
+}
+
+// A client streaming an endless header section gets 431 as soon as the
+// limit is passed, not after it has sent everything.
+TEST_F(CrewdLimits, AnEndlessHeaderSectionIsCutAtTheLimit) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "GET /healthz HTTP/1.1\r\nHost: x\r\n"));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    const std::string line = "X-Filler: " + std::string(100, 'f') + "\r\n";
+    for (int i = 0; i < 10'000 && !stop; ++i) {
+      int err = 0;
+      if (!write_all(s.fd(), line, err)) break;
+    }
+  });
+  Responses in(s.fd());
+  const Exchange ex = in.next(5'000ms);
+  stop = true;
+  ::shutdown(s.fd(), SHUT_WR);
+  writer.join();
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, 431);
+}
+
+// ---- Content-Length, Transfer-Encoding, malformed heads: 400 at once ----
+
+TEST_F(CrewdLimits, BadContentLengthsAreRefusedAtOnce) {
+  struct Case {
+    std::string head;
+    std::string body;
+    int status;
+  };
+  const std::string post = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  const std::vector<Case> cases = {
+      {post + "\r\n", "", 400},                                     // no body: not JSON
+      {post + "Content-Length: 10000000000\r\n\r\n", "x", 413},     // over the limit
+      {post + "Content-Length: -1\r\n\r\n", "x", 400},              // negative
+      {post + "Content-Length: abc\r\n\r\n", "x", 400},             // not a number
+      {post + "Content-Length: 1\r\nContent-Length: 2\r\n\r\n", "xx", 400},  // conflicting
+      {post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", 400},
+      {post + "Transfer-Encoding: gzip\r\n\r\n", "x", 501},
+      {post + "Transfer-Encoding: chunked, gzip\r\n\r\n", "x", 400},
+      {"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", "", 400},
+      {"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "", 400},
+      {"GET  /healthz HTTP/1.1\r\n\r\n", "", 400},
+  };
+  for (const Case& c : cases) {
+    const Exchange ex = send_request(port_, c.head + c.body, 2'000ms);
+    ASSERT_EQ(ex.outcome, Outcome::response) << c.head << to_string(ex.outcome);
+    EXPECT_EQ(ex.status, c.status) << c.head << ex.body;
+    EXPECT_LT(ex.ended - ex.sent, 500ms * kSlowdown) << "at once: " << c.head;
+  }
+  // The same length twice is one length.
+  const std::string body = R"({"kind":"sleep","ms":1})";
+  const std::string len = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  const Exchange twice = send_request(port_, post + len + len + "\r\n" + body);
+  EXPECT_EQ(twice.status, 200) << twice.body;
+}
+
+TEST_F(CrewdLimits, AChunkedBodyWorks) {
+  const std::string body = R"({"kind":"sleep","ms":1,"name":"chunky"})";
+  std::string req =
+      "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  req += "5\r\n" + body.substr(0, 5) + "\r\n";
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%zx", body.size() - 5);
+  req += std::string(hex) + "\r\n" + body.substr(5) + "\r\n0\r\n\r\n";
+  const Exchange ex = send_request(port_, req);
+  EXPECT_EQ(ex.status, 200) << ex.body;
+  EXPECT_EQ(json_of(ex)["name"], "chunky");
+}
+
+// ---- Expect: 100-continue ----
+
+TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
+  const std::string body = R"({"kind":"sleep","ms":1,"name":"expected"})";
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                               "Content-Length: " +
+                                   std::to_string(body.size()) + "\r\n\r\n"));
+  Responses in(s.fd());
+  const Exchange cont = in.next();
+  ASSERT_EQ(cont.outcome, Outcome::response);
+  EXPECT_EQ(cont.status, 100);
+  ASSERT_TRUE(send_all(s.fd(), body));
+  const Exchange ex = in.next();
+  EXPECT_EQ(ex.status, 200) << ex.body;
+  EXPECT_EQ(json_of(ex)["name"], "expected");
+}
+
+TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                               "Content-Length: 100000\r\n\r\n"));
+  Responses in(s.fd());
+  const auto sent = Clock::now();
+  const Exchange ex = in.next();
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 413) << "no 100 Continue first";
+  EXPECT_LT(ex.ended - sent, 500ms * kSlowdown);
+  EXPECT_EQ(ex.header("connection"), "close");
+  EXPECT_TRUE(in.closed(3'000ms));
+  EXPECT_EQ(in.pending(), "") << "one response, nothing after it";
+}
+
+TEST_F(CrewdLimits, ExpectContinueOnARouteWithoutBodyIsAnsweredAtOnce) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                               "Content-Length: 100\r\n\r\n"));
+  Responses in(s.fd());
+  const Exchange ex = in.next();
+  EXPECT_EQ(ex.status, 404);
+  EXPECT_EQ(ex.header("connection"), "close");
+  const Exchange other =
+      send_request(port_, request_text("GET", "/healthz", "", "Expect: 200-ok\r\n"));
+  EXPECT_EQ(other.status, 417);
+}
+
+// ---- Range is not for API routes ----
+
+TEST_F(CrewdLimits, RangeIsIgnored) {
+  for (const char* range : {"bytes=0-3", "bytes=100-200", "bytes=-5", "lines=1-2"}) {
+    const Exchange ex = send_request(
+        port_, request_text("GET", "/api/v1/factorial/5", "", "Range: " + std::string(range) +
+                                                                  "\r\n"));
+    EXPECT_EQ(ex.status, 200) << range;
+    EXPECT_EQ(ex.body, R"({"n":5,"result":120})") << range;
+    EXPECT_EQ(ex.header("content-range"), "") << range;
+  }
+}
+
+TEST_F(CrewdLimits, Http10ClosesAfterTheResponse) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "GET /healthz HTTP/1.0\r\n\r\n"));
+  Responses in(s.fd());
+  EXPECT_EQ(in.next().status, 200);
+  EXPECT_TRUE(in.closed(2'000ms));
+}
+
+// ---- deadlines ----
+
+TEST_F(CrewdLimits, AHeadTrickledTooSlowlyGets408AtItsDeadline) {
+  Socket s = connect_to(port_);
+  const auto start = Clock::now();
+  ASSERT_TRUE(send_all(s.fd(), "GET /healthz HTTP/1.1\r\n"));
+  // A byte every 100 ms: each read alone is quick, the head never ends.
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      int err = 0;
+      if (!write_all(s.fd(), "X", err)) break;
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  Responses in(s.fd());
+  const Exchange ex = in.next(5'000ms);
+  stop = true;
+  trickle.join();
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, 408);
+  EXPECT_NE(error_of(ex).find("http.head_timeout_ms (800 ms)"), std::string::npos) << ex.body;
+  const auto took = ex.ended - start;
+  EXPECT_GE(took, 700ms);
+  EXPECT_LT(took, 2'000ms * kSlowdown);
+  EXPECT_TRUE(in.closed(3'000ms));
+}
+
+TEST_F(CrewdLimits, ABodyTooSlowGets408) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"));
+  Responses in(s.fd());
+  const Exchange ex = in.next(5'000ms);
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
+  EXPECT_EQ(ex.status, 408);
+  EXPECT_NE(error_of(ex).find("http.body_timeout_ms"), std::string::npos) << ex.body;
+}
+
+TEST_F(CrewdLimits, AnIdleKeepAliveConnectionIsClosedAtTheKeepAliveTimeout) {
+  Socket s = connect_to(port_);
+  ASSERT_TRUE(send_all(s.fd(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  Responses in(s.fd());
+  EXPECT_EQ(in.next().status, 200);
+  const auto idle = Clock::now();
+  EXPECT_TRUE(in.closed(4'000ms));
+  EXPECT_GE(Clock::now() - idle, 900ms);
+  // A connection that never sends a byte, likewise.
+  Socket silent = connect_to(port_);
+  Responses none(silent.fd());
+  EXPECT_TRUE(none.closed(4'000ms));
+}
+
+// Slow and idle connections cost the others nothing: /healthz answers in
+// milliseconds while hundreds of them are open.
+TEST_F(CrewdLimits, SlowAndIdleConnectionsDoNotStarveHealthz) {
+  constexpr int kIdle = 300;
+  constexpr int kSlow = 300;
+  std::vector<Socket> idle;
+  std::vector<Socket> slow;
+  for (int i = 0; i < kIdle; ++i) {
+    idle.push_back(connect_to(port_));
+    ASSERT_GE(idle.back().fd(), 0);
+  }
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(connect_to(port_));
+    ASSERT_GE(slow.back().fd(), 0);
+    ASSERT_TRUE(send_all(slow.back().fd(), "GET /healthz HTTP/1.1\r\nX-Slow: "));
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (auto& s : slow) {
+        int err = 0;
+        (void)write_all(s.fd(), "x", err);
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::vector<double> ms;
+  for (int i = 0; i < 50; ++i) {
+    const Exchange ex = get(port_, "/healthz");
+    ASSERT_EQ(ex.status, 200) << to_string(ex.outcome);
+    ms.push_back(std::chrono::duration<double, std::milli>(ex.ended - ex.started).count());
+    std::this_thread::sleep_for(5ms);
+  }
+  stop = true;
+  trickle.join();
+  std::sort(ms.begin(), ms.end());
+  std::printf("[ crewd    ] /healthz with %d idle and %d slow connections: p50 %.2f ms, max %.2f ms\n",
+              kIdle, kSlow, ms[ms.size() / 2], ms.back());
+  EXPECT_LT(ms[ms.size() * 9 / 10], 50.0 * kSlowdown);
+}
+
+// A client that sends requests and never reads the responses is cut at the
+// write deadline; it holds nothing meanwhile.
+TEST_F(CrewdLimits, AReaderThatNeverReadsIsCutAtTheWriteDeadline) {
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int small = 4096;
+  ::setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string batch;
+  for (int i = 0; i < 400; ++i) batch += "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  const int flags = ::fcntl(s.fd(), F_GETFL);
+  ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK);
+  (void)::send(s.fd(), batch.data(), batch.size(), MSG_NOSIGNAL);  // as much as it takes
+  // Never read. crewd fills the socket, then gives up at the deadline.
+  const std::regex closed("crewd_http_connections_closed_total\\{reason=\"write_timeout\"\\} ([0-9]+)");
+  bool cut = false;
+  for (int i = 0; i < 100 * kSlowdown && !cut; ++i) {
+    std::this_thread::sleep_for(50ms);
+    const Exchange m = get(port_, "/metrics");
+    std::smatch match;
+    cut = std::regex_search(m.body, match, closed) && std::stoi(match[1].str()) > 0;
+  }
+  EXPECT_TRUE(cut);
+}
+
+// ---- memory ----
+
+// Eight clients each sending a megabyte of headers get 431 early, and
+// crewd's memory barely moves.
+TEST_F(CrewdLimits, HugeHeaderSectionsCostNoMemory) {
+  const std::size_t before = rss_bytes(crewd_->pid());
+  std::vector<std::thread> clients;
+  std::atomic<int> refused{0};
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&] {
+      Socket s = connect_to(port_);
+      if (s.fd() < 0) return;
+      std::atomic<bool> stop{false};
+      std::thread writer([&] {
+        std::string chunk = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+        const std::string line = "X-H: v\r\n";
+        while (chunk.size() < (1u << 20)) chunk += line;
+        int err = 0;
+        (void)write_all(s.fd(), chunk, err);  // fails once crewd has closed
+      });
+      Responses in(s.fd());
+      const Exchange ex = in.next(10'000ms);
+      stop = true;
+      ::shutdown(s.fd(), SHUT_RDWR);
+      writer.join();
+      if (ex.status == 431) ++refused;
+    });
+  }
+  for (auto& t : clients) t.join();
+  const std::size_t after = rss_bytes(crewd_->pid());
+  std::printf("[ crewd    ] 8 x 1 MiB of headers: 431 x %d; RSS %.1f -> %.1f MiB\n", refused.load(),
+              static_cast<double>(before) / (1 << 20), static_cast<double>(after) / (1 << 20));
+  EXPECT_EQ(refused.load(), 8);
+  EXPECT_LT(after, before + (8u << 20));
+}
+
+// ---- the connection limit ----
+
+TEST(CrewdConnectionLimit, IdleConnectionsMakeRoomAndBusyOnesMean503) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-max-connections", "20", "--http-io-threads",
+               "1", "--http-head-timeout-ms", "30000"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  // 20 idle connections fill the limit; each new one closes the oldest idle one.
+  std::vector<Socket> idle;
+  for (int i = 0; i < 20; ++i) {
+    idle.push_back(connect_to(port));
+    std::this_thread::sleep_for(2ms);  // accepted in this order
+  }
+  std::this_thread::sleep_for(100ms);
+  const Exchange ok = get(port, "/healthz");
+  EXPECT_EQ(ok.status, 200) << "an idle connection made room";
+  Responses oldest(idle[0].fd());
+  EXPECT_TRUE(oldest.closed(2'000ms)) << "the oldest idle connection was closed";
+
+  // 20 connections in the middle of a request: nothing idle to close.
+  std::vector<Socket> busy;
+  for (int i = 0; i < 20; ++i) {
+    busy.push_back(connect_to(port));
+    ASSERT_TRUE(send_all(busy.back().fd(), "GET /healthz HTTP/1.1\r\n"));
+    std::this_thread::sleep_for(2ms);
+  }
+  std::this_thread::sleep_for(200ms);
+  const Exchange full = get(port, "/healthz");
+  ASSERT_EQ(full.outcome, Outcome::response) << to_string(full.outcome);
+  EXPECT_EQ(full.status, 503);
+  EXPECT_NE(error_of(full).find("too many connections (http.max_connections 20)"),
+            std::string::npos)
+      << full.body;
+  // They finish their requests; room again.
+  for (auto& s : busy) ASSERT_TRUE(send_all(s.fd(), "Connection: close\r\n\r\n"));
+  for (auto& s : busy) {
+    Responses in(s.fd());
+    EXPECT_EQ(in.next().status, 200);
+  }
+  busy.clear();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(get(port, "/healthz").status, 200);
+}
+
+}  // namespace
+}  // namespace crewd::test
