@@ -2,7 +2,7 @@
 # Runs crew's concurrency tests many times in a row, so that a race that
 # fails one run in a hundred shows up before it reaches a user:
 #
-#   scripts/stress.sh [--since REF]
+#   scripts/stress.sh [--since REF] [--tests NAME,NAME...]
 #
 # Every test case of the selected binaries runs RELEASE_REPEAT times
 # (default 20) in the RelWithDebInfo build (build/), then TSAN_REPEAT times
@@ -14,6 +14,7 @@
 # ref REF and the working tree (tests/<name>.cpp; tests/app/ counts for
 # application_test); a change to tests/test_util.hpp or tests/CMakeLists.txt
 # selects them all. Nothing selected: says so and succeeds.
+# --tests LIST: exactly these binaries (comma-separated).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,17 +28,21 @@ release_repeat="${RELEASE_REPEAT:-20}"
 tsan_repeat="${TSAN_REPEAT:-3}"
 jobs="${JOBS:-2}"
 since=""
+only=()
 
 while (($#)); do
   case "$1" in
     --since) since="${2:?--since needs a git ref}"; shift 2 ;;
-    -h | --help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --tests) IFS=',' read -r -a only <<<"${2:?--tests needs a list}"; shift 2 ;;
+    -h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "stress.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 
 selected=()
-if [[ -z "$since" ]]; then
+if ((${#only[@]} != 0)); then
+  selected=("${only[@]}")
+elif [[ -z "$since" ]]; then
   selected=("${concurrency_tests[@]}")
 else
   git rev-parse --verify --quiet "$since^{commit}" >/dev/null ||
