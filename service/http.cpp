@@ -279,7 +279,7 @@ using State = HttpServer::State;
 struct Worker {
   Worker(State& s, std::size_t i) : state(s), index(i) {}
 
-  void adopt(tcp::socket socket, bool counted, bool at_limit);
+  void adopt(tcp::socket socket, bool counted, bool over);
   void sweep();
   void arm_sweep();
   void cut();
@@ -427,10 +427,11 @@ void Worker::unlink(Connection* c) noexcept {
   --count;
 }
 
-void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
-  const bool refuse = at_limit &&
-                      state.open.load(std::memory_order_relaxed) >= state.max_connections &&
-                      !evict_one();
+// `over`: the connection took a slot past http.max_connections (State::open
+// counts it already): the oldest idle connection of this thread gives its
+// slot up, or the new one is refused.
+void Worker::adopt(tcp::socket socket, bool counted, bool over) {
+  const bool refuse = over && !evict_one();
   auto c = std::make_shared<Connection>(*this, std::move(socket), counted);
   link(c.get());
   arm_sweep();  // it may have stopped: stopping, with no connection left
@@ -515,8 +516,7 @@ void Connection::start() {
   error_code ec;
   socket_.non_blocking(true, ec);
   socket_.set_option(tcp::no_delay(true), ec);
-  open_ = true;
-  s_.open.fetch_add(1, std::memory_order_relaxed);
+  open_ = true;  // its slot in State::open was taken at accept
   s_.requests->connection_opened();
   enter_idle();
   advance();
@@ -932,9 +932,8 @@ void Connection::refuse() {
   error_code ec;
   socket_.non_blocking(true, ec);
   s_.requests->connection_opened();
-  s_.open.fetch_add(1, std::memory_order_relaxed);
   open_ = true;
-  stop_serving(CloseReason::refused);
+  stop_serving(CloseReason::refused);  // gives its slot back
   Response r = error_response(
       503, "too many connections (http.max_connections " + std::to_string(s_.max_connections) + ")");
   r.close = true;
@@ -1134,10 +1133,12 @@ void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t work
     return;
   }
   const bool counted = gate.on_accept();
-  const bool at_limit = open.load(std::memory_order_relaxed) >= max_connections;
+  // The connection's slot, taken here (one thread accepts), so that a burst
+  // of accepts cannot pass the limit before their connections start.
+  const bool over = open.fetch_add(1, std::memory_order_relaxed) >= max_connections;
   net::post(workers[worker]->ioc,
-            [w = workers[worker].get(), s = std::move(socket), counted, at_limit]() mutable {
-              w->adopt(std::move(s), counted, at_limit);
+            [w = workers[worker].get(), s = std::move(socket), counted, over]() mutable {
+              w->adopt(std::move(s), counted, over);
             });
   accept_next();
 }
