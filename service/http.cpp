@@ -279,7 +279,7 @@ using State = HttpServer::State;
 struct Worker {
   Worker(State& s, std::size_t i) : state(s), index(i) {}
 
-  void adopt(tcp::socket socket, bool counted, bool at_limit);
+  void adopt(tcp::socket socket, bool counted, bool over);
   void sweep();
   void arm_sweep();
   void cut();
@@ -330,7 +330,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
   [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
-  [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle; }
+  [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle && in_.empty(); }
+  [[nodiscard]] bool quiet() const;
   [[nodiscard]] Clock::time_point idle_since() const noexcept { return idle_since_; }
   void evict() { graceful_close(CloseReason::evicted); }
 
@@ -370,6 +371,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void drain();
   void close_now(CloseReason why);
   void stop_serving(CloseReason why);
+  void close_if_idle(CloseReason why);
   Step fail_request(int status, std::string message, CloseReason why);
 
   Step factorial(std::string_view arg);
@@ -427,10 +429,11 @@ void Worker::unlink(Connection* c) noexcept {
   --count;
 }
 
-void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
-  const bool refuse = at_limit &&
-                      state.open.load(std::memory_order_relaxed) >= state.max_connections &&
-                      !evict_one();
+// `over`: the connection took a slot past http.max_connections (State::open
+// counts it already): the oldest idle connection of this thread gives its
+// slot up, or the new one is refused.
+void Worker::adopt(tcp::socket socket, bool counted, bool over) {
+  const bool refuse = over && !evict_one();
   auto c = std::make_shared<Connection>(*this, std::move(socket), counted);
   link(c.get());
   arm_sweep();  // it may have stopped: stopping, with no connection left
@@ -441,15 +444,24 @@ void Worker::adopt(tcp::socket socket, bool counted, bool at_limit) {
   c->start();
 }
 
-// The oldest idle connection of this thread makes room for a new one.
+// The oldest idle connection of this thread makes room for a new one (one
+// whose request is arriving this instant is passed over).
 bool Worker::evict_one() {
-  Connection* oldest = nullptr;
-  for (Connection* c = first; c != nullptr; c = c->next) {
-    if (c->idle() && (oldest == nullptr || c->idle_since() < oldest->idle_since())) oldest = c;
+  Connection* skip[3] = {nullptr, nullptr, nullptr};
+  for (Connection*& passed : skip) {
+    Connection* oldest = nullptr;
+    for (Connection* c = first; c != nullptr; c = c->next) {
+      if (!c->idle() || std::find(std::begin(skip), std::end(skip), c) != std::end(skip)) continue;
+      if (oldest == nullptr || c->idle_since() < oldest->idle_since()) oldest = c;
+    }
+    if (oldest == nullptr) return false;
+    if (oldest->quiet()) {
+      oldest->evict();
+      return true;
+    }
+    passed = oldest;
   }
-  if (oldest == nullptr) return false;
-  oldest->evict();
-  return true;
+  return false;
 }
 
 void Worker::arm_sweep() {
@@ -515,8 +527,7 @@ void Connection::start() {
   error_code ec;
   socket_.non_blocking(true, ec);
   socket_.set_option(tcp::no_delay(true), ec);
-  open_ = true;
-  s_.open.fetch_add(1, std::memory_order_relaxed);
+  open_ = true;  // its slot in State::open was taken at accept
   s_.requests->connection_opened();
   enter_idle();
   advance();
@@ -882,7 +893,8 @@ void Connection::close_now(CloseReason why) {
 void Connection::on_deadline(Clock::time_point) {
   switch (phase_) {
     case Phase::idle:
-      graceful_close(s_.gate.is_cut() ? CloseReason::shutdown : CloseReason::idle_timeout);
+      deadline_ = Clock::time_point::max();  // once
+      close_if_idle(s_.gate.is_cut() ? CloseReason::shutdown : CloseReason::idle_timeout);
       return;
     case Phase::head:
       if (fail_request(408,
@@ -912,19 +924,40 @@ void Connection::on_deadline(Clock::time_point) {
   }
 }
 
+// Closes the connection if it is still idle once the handlers already
+// queued on this thread have run: a request that has just arrived may sit
+// in a read completion not yet run (the connection still looks idle), or
+// in the socket; such a request is served, not cut off.
+void Connection::close_if_idle(CloseReason why) {
+  net::post(w_.ioc, [self = shared_from_this(), why] {
+    if (self->phase_ != Phase::idle || !self->in_.empty()) return;
+    error_code ec;
+    if (self->socket_.available(ec) > 0) return;  // the pending read takes it
+    self->graceful_close(why);
+  });
+}
+
+// Whether the connection is idle with nothing arriving (a candidate to
+// close for room).
+bool Connection::quiet() const {
+  if (phase_ != Phase::idle || !in_.empty()) return false;
+  error_code ec;
+  return socket_.available(ec) == 0 && !ec;
+}
+
 // The cut: idle keep-alive connections are closed at once; one that has
 // not sent a byte yet gets the admit grace from its accept.
 void Connection::on_cut() {
   if (phase_ != Phase::idle) return;
   if (served_ > 0) {
-    graceful_close(CloseReason::shutdown);
+    close_if_idle(CloseReason::shutdown);
     return;
   }
   deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
 }
 
 void Connection::on_stop() {
-  if (phase_ == Phase::idle) graceful_close(CloseReason::shutdown);
+  if (phase_ == Phase::idle) close_if_idle(CloseReason::shutdown);
 }
 
 // At http.max_connections with nothing idle to close: 503, then close.
@@ -932,9 +965,8 @@ void Connection::refuse() {
   error_code ec;
   socket_.non_blocking(true, ec);
   s_.requests->connection_opened();
-  s_.open.fetch_add(1, std::memory_order_relaxed);
   open_ = true;
-  stop_serving(CloseReason::refused);
+  stop_serving(CloseReason::refused);  // gives its slot back
   Response r = error_response(
       503, "too many connections (http.max_connections " + std::to_string(s_.max_connections) + ")");
   r.close = true;
@@ -1134,10 +1166,12 @@ void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t work
     return;
   }
   const bool counted = gate.on_accept();
-  const bool at_limit = open.load(std::memory_order_relaxed) >= max_connections;
+  // The connection's slot, taken here (one thread accepts), so that a burst
+  // of accepts cannot pass the limit before their connections start.
+  const bool over = open.fetch_add(1, std::memory_order_relaxed) >= max_connections;
   net::post(workers[worker]->ioc,
-            [w = workers[worker].get(), s = std::move(socket), counted, at_limit]() mutable {
-              w->adopt(std::move(s), counted, at_limit);
+            [w = workers[worker].get(), s = std::move(socket), counted, over]() mutable {
+              w->adopt(std::move(s), counted, over);
             });
   accept_next();
 }
