@@ -484,7 +484,7 @@ class GroupState {
   int readers_ CREW_GUARDED_BY(mu_) = 0;
   std::uint64_t prune_at_ CREW_GUARDED_BY(mu_) = kPruneMin;
   std::uint64_t submitted_ CREW_GUARDED_BY(mu_) = 0;
-  OutcomeCounts counts_ CREW_GUARDED_BY(mu_);  // settled handles and refusals
+  OutcomeCounts counts_ CREW_GUARDED_BY(mu_);          // settled handles and refusals
   OutcomeCounts counted_counts_ CREW_GUARDED_BY(mu_);  // ended tasks without handles
   std::exception_ptr first_error_ CREW_GUARDED_BY(mu_);
   bool cancelled_ CREW_GUARDED_BY(mu_) = false;

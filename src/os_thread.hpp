@@ -30,8 +30,7 @@ class OsThread {
     (void)fn.release();  // the thread owns it now
     joinable_ = true;
   }
-  OsThread(OsThread&& o) noexcept
-      : id_(o.id_), joinable_(std::exchange(o.joinable_, false)) {}
+  OsThread(OsThread&& o) noexcept : id_(o.id_), joinable_(std::exchange(o.joinable_, false)) {}
   OsThread& operator=(OsThread&& o) noexcept {
     if (this != &o) {
       if (joinable_) std::terminate();  // as std::thread: never drop a running thread

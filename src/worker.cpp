@@ -103,6 +103,12 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
     if (spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
   }
   c.worker_exited(w, how, /*died=*/!started);
+  // A worker stopped or retired between tasks leaves while tasks may be
+  // queued that submitters did not start a worker for (it still counted as
+  // live then): now that it is off the books, bring in one if needed.
+  if (started && how != Exit::abandoned && c.state() == PoolState::running && !c.queue_.empty()) {
+    c.after_push();
+  }
 }
 
 void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
@@ -215,8 +221,7 @@ namespace {
 // threads that submit.
 std::atomic<int> g_spinners{0};
 int spinner_limit() noexcept {
-  static const int limit =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  static const int limit = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   return limit;
 }
 

@@ -319,8 +319,7 @@ class Group {
     const Admission pre = detail::group_prepare(state_, opts, is_long_task_v<D>);
     if (pre != Admission::accepted) return pre;
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
-      if (opts.name.empty() && opts.queue_timeout.count() == 0 &&
-          pool_->core_->counted_ok()) {
+      if (opts.name.empty() && opts.queue_timeout.count() == 0 && pool_->core_->counted_ok()) {
         const std::size_t level = pool_->core_->level_of(opts);
         detail::GroupCell<D> cell(state_, pool_, std::forward<F>(f));
         return pool_->core_->post_counted(std::move(cell), level, may_block);

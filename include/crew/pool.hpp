@@ -178,7 +178,7 @@ class Pool {
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:
-  friend class Group;  // submits its short tasks without a task state
+  friend class Group;               // submits its short tasks without a task state
   friend class detail::GroupState;  // helps only from the pool's own workers
   std::shared_ptr<detail::Core> core_;
 };

@@ -10,8 +10,8 @@
 #pragma once
 
 #include <atomic>
-#include <concepts>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -115,7 +115,8 @@ void call_plain(void* fn) {
 // shutdown), it must record that itself.
 template <class D>
 concept CountedTask = requires(D& d) {
-  { d.run_counted() } noexcept -> std::same_as<TaskStatus>;
+  { d.run_counted() }
+  noexcept->std::same_as<TaskStatus>;
 };
 
 template <class D>
@@ -127,9 +128,7 @@ TaskStatus call_counted(void* fn) noexcept {
 template <class D>
 struct CountedFn {
   D fn;
-  void run_with(void* runner) {
-    static_cast<Runner*>(runner)->run_counted(&call_counted<D>, &fn);
-  }
+  void run_with(void* runner) { static_cast<Runner*>(runner)->run_counted(&call_counted<D>, &fn); }
 };
 
 // The cell content of an unnamed long task posted fire-and-forget.
@@ -340,9 +339,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // starts out spinning, so one burst costs one wake-up per worker.
   alignas(kCacheLine) std::atomic<int> spinning_{0};
   std::atomic<int> sleepers_{0};
-  EventCount space_ec_;  // submitters blocked on a full queue sleep here
+  EventCount space_ec_;          // submitters blocked on a full queue sleep here
   const std::size_t low_water_;  // see on_slot_freed
-  EventCount sup_ec_;    // the supervisor sleeps here
+  EventCount sup_ec_;            // the supervisor sleeps here
   // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
   std::atomic<std::int64_t> sup_next_wake_{0};
   alignas(kCacheLine) std::atomic<std::size_t> blocked_{0};

@@ -375,8 +375,8 @@ class TaskQueue {
     static constexpr unsigned kShardBits = 8;
     static constexpr std::size_t kRotate = 16;
     const std::size_t pops = hint >> kShardBits;
-    const std::size_t first = (hint & ((std::size_t{1} << kShardBits) - 1)) +
-                              (pops % kRotate == kRotate - 1 ? 1 : 0);
+    const std::size_t first =
+        (hint & ((std::size_t{1} << kShardBits) - 1)) + (pops % kRotate == kRotate - 1 ? 1 : 0);
     for (std::size_t i = 0; i <= mask_; ++i) {
       const std::size_t k = (first + i) & mask_;
       if (shards_[k]->try_pop(out)) {
