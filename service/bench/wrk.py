@@ -7,8 +7,9 @@ interleaved over rounds because the cost of crossing cores on a shared VM
 drifts over minutes; then the default at -c64 and -c1000 back to back on
 one crewd (socket errors, the throughput ratio). With --baseline, another crewd binary (say the one before a
 change) is measured in the same rounds, for a before/after beside each
-other. Prints each run, the medians as a Markdown table and the median of
-the per-round ratios (README.md and docs/crewd.md, "Figures").
+other. Prints each run, the medians as a Markdown table (with the socket
+errors and non-2xx responses of all rounds) and the median of the
+per-round ratios (README.md and docs/crewd.md, "Figures").
 
   python3 service/bench/wrk.py [--crewd build/service/crewd] [--baseline OTHER_CREWD]
                                [--rounds 3] [--threads 2] [--connections 64]
@@ -111,7 +112,7 @@ def main():
                 rps, p50, p99, errs = run_wrk(port, a, a.connections)
             finally:
                 stop(proc)
-            results[(tag, mode)].append((rps, p50, p99))
+            results[(tag, mode)].append((rps, p50, p99, errs))
             print(f"round {r + 1} {tag or 'crewd':6} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
                   f"  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
         if a.many:
@@ -141,12 +142,13 @@ def main():
           f"GET /api/v1/factorial/20, {a.rounds} interleaved rounds, medians "
           f"({os.cpu_count()} CPUs):")
     print()
-    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline |")
-    print("|---|---|--:|--:|--:|--:|--:|")
+    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline | errors |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|")
     for k in runs:
         rps, p50, p99 = med[k]
+        errors = sum(x[3] for x in results[k])
         print(f"| {k[0] or 'this'} | {LABELS[k[1]]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | "
-              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} |")
+              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} | {errors} |")
     if many:
         rps = statistics.median(x[0] for x in many)
         print()
