@@ -69,6 +69,40 @@ struct Outcome {
   }
 };
 
+// Occupies a pool's only worker until released, so that later tasks stay
+// queued (Pool::pause() leaves a window: a worker still spinning for work
+// may take a task submitted just after the pause). Declared after the pool,
+// so that it releases the worker before the pool is destroyed.
+class Blocker {
+ public:
+  explicit Blocker(crew::Pool& pool) {
+    (void)pool.post([this] {
+      started_ = true;
+      while (!released_) std::this_thread::sleep_for(1ms);
+    });
+    while (!started_) std::this_thread::sleep_for(1ms);
+  }
+  Blocker(const Blocker&) = delete;
+  Blocker& operator=(const Blocker&) = delete;
+  ~Blocker() { release(); }
+  void release() { released_ = true; }
+
+ private:
+  std::atomic<bool> started_{false};
+  std::atomic<bool> released_{false};
+};
+
+// Shuts `pool` down soft while its worker is held: the queued tasks are
+// dropped, then the worker is released so that the shutdown can finish.
+crew::ShutdownReport shut_down_soft_while_held(crew::Pool& pool, Blocker& blocker) {
+  crew::ShutdownReport report;
+  std::thread stopper([&] { report = pool.shutdown(crew::ShutdownMode::soft, 5s); });
+  std::this_thread::sleep_for(30ms);  // the queue is dropped at once; the shutdown waits
+  blocker.release();
+  stopper.join();
+  return report;
+}
+
 crew::Errc code_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -165,7 +199,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1, .queue_capacity = 1,
                    .overflow = crew::Overflow::reject});
-  pool.pause();  // tasks stay queued
+  Blocker blocker(pool);  // later tasks stay queued
   std::atomic<int> ran{0};
   Outcome<int> first;
   crew::asio::async_try_submit(pool, io.ioc().get_executor(), [&] { return ++ran; },
@@ -179,7 +213,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
   EXPECT_EQ(code_of(e), crew::Errc::rejected);
   EXPECT_EQ(admission_of(e), crew::Admission::full);
   EXPECT_EQ(v, 0);
-  pool.resume();
+  blocker.release();
   const auto [e1, v1] = first.get();
   EXPECT_FALSE(e1);
   EXPECT_EQ(v1, 1);
@@ -201,7 +235,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
 TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1});
-  pool.pause();
+  Blocker blocker(pool);
   constexpr int kTasks = 5;
   std::atomic<int> ran{0};
   std::vector<Outcome<int>> outs(kTasks);
@@ -210,7 +244,7 @@ TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
         pool, io.ioc().get_executor(), [&] { return ++ran; }, {.name = "queued"},
         [&out](std::exception_ptr e, int v) { out.promise.set_value({std::move(e), v}); });
   }
-  const crew::ShutdownReport r = pool.shutdown(crew::ShutdownMode::soft, 5s);
+  const crew::ShutdownReport r = shut_down_soft_while_held(pool, blocker);
   EXPECT_EQ(r.during.rejected, static_cast<std::uint64_t>(kTasks));
   for (auto& out : outs) {
     const auto [e, v] = out.get();
@@ -223,13 +257,13 @@ TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
 TEST(CrewAsio, ATaskPastItsQueueDeadlineCompletesWithExpired) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1});
-  pool.pause();
+  Blocker blocker(pool);
   Outcome<int> out;
   crew::asio::async_submit(
       pool, io.ioc().get_executor(), [] { return 1; }, {.queue_timeout = 10ms},
       [&](std::exception_ptr e, int v) { out.promise.set_value({std::move(e), v}); });
   std::this_thread::sleep_for(50ms);
-  pool.resume();
+  blocker.release();
   const auto [e, v] = out.get();
   ASSERT_TRUE(e);
   EXPECT_EQ(code_of(e), crew::Errc::expired);
@@ -430,30 +464,30 @@ TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
     } catch (const crew::Error& e) {
       seen.emplace_back(e.code() == crew::Errc::timed_out ? "timed_out" : "?");
     }
-    // Refused: the queue (1) is taken while the pool is paused.
-    pool.pause();
-    std::thread resumer;
-    try {
-      crew::asio::async_try_submit(pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
-      co_await crew::asio::async_try_submit(pool, ex, [] { return 0; }, net::use_awaitable);
-    } catch (const crew::Error& e) {
-      seen.emplace_back(std::string(e.code() == crew::Errc::rejected ? "rejected" : "?") + "/" +
-                        (e.admission() == crew::Admission::full ? "full" : "?"));
+    // Refused: the queue (1) is taken while the worker is held.
+    {
+      Blocker blocker(pool);
+      try {
+        crew::asio::async_try_submit(pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
+        co_await crew::asio::async_try_submit(pool, ex, [] { return 0; }, net::use_awaitable);
+      } catch (const crew::Error& e) {
+        seen.emplace_back(std::string(e.code() == crew::Errc::rejected ? "rejected" : "?") + "/" +
+                          (e.admission() == crew::Admission::full ? "full" : "?"));
+      }
     }
-    pool.resume();
     (void)pool.wait_idle(5s);
-    // Dropped: queued on a paused pool, then a soft shutdown.
-    pool.pause();
-    resumer = std::thread([&pool] {
-      std::this_thread::sleep_for(20ms);
-      (void)pool.shutdown(crew::ShutdownMode::soft, 5s);
+    // Dropped: queued behind a held worker, then a soft shutdown.
+    Blocker blocker(pool);
+    std::thread stopper([&pool, &blocker] {
+      std::this_thread::sleep_for(20ms);  // the task below is queued by then
+      (void)shut_down_soft_while_held(pool, blocker);
     });
     try {
       co_await crew::asio::async_submit(pool, ex, [] { return 0; }, net::use_awaitable);
     } catch (const crew::Error& e) {
       seen.emplace_back(e.code() == crew::Errc::shutdown_dropped ? "shutdown_dropped" : "?");
     }
-    resumer.join();
+    stopper.join();
   };
   net::co_spawn(ioc, body(), net::detached);
   ioc.run();

@@ -7,8 +7,9 @@ interleaved over rounds because the cost of crossing cores on a shared VM
 drifts over minutes; then the default at -c64 and -c1000 back to back on
 one crewd (socket errors, the throughput ratio). With --baseline, another crewd binary (say the one before a
 change) is measured in the same rounds, for a before/after beside each
-other. Prints each run, the medians as a Markdown table and the median of
-the per-round ratios (README.md and docs/crewd.md, "Figures").
+other. Prints each run, the medians as a Markdown table (with the socket
+errors and non-2xx responses of all rounds) and the median of the
+per-round ratios (README.md and docs/crewd.md, "Figures").
 
   python3 service/bench/wrk.py [--crewd build/service/crewd] [--baseline OTHER_CREWD]
                                [--rounds 3] [--threads 2] [--connections 64]
@@ -77,12 +78,12 @@ def run_wrk(port, a, connections):
     rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
     p50 = to_ms(re.search(r"\s50%\s+([0-9.]+\w+)", out).group(1))
     p99 = to_ms(re.search(r"\s99%\s+([0-9.]+\w+)", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
-    if errors:
-        sys.exit(f"wrk saw {errors.group(1)} non-2xx responses:\n{out}")
+    # Counted, not fatal: a run on a machine shared with other load may see
+    # a stall; the figures say so.
+    non2xx = re.search(r"Non-2xx or 3xx responses: ([0-9]+)", out)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     socket_errors = sum(int(x) for x in sock.groups()) if sock else 0
-    return rps, p50, p99, socket_errors
+    return rps, p50, p99, socket_errors + (int(non2xx.group(1)) if non2xx else 0)
 
 
 def main():
@@ -111,9 +112,9 @@ def main():
                 rps, p50, p99, errs = run_wrk(port, a, a.connections)
             finally:
                 stop(proc)
-            results[(tag, mode)].append((rps, p50, p99))
+            results[(tag, mode)].append((rps, p50, p99, errs))
             print(f"round {r + 1} {tag or 'crewd':6} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
-                  f"  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
+                  f"  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
         if a.many:
             # -c64 and -c1000 back to back on one crewd (the order alternating),
             # so that their ratio does not see the machine drift between rounds.
@@ -128,7 +129,7 @@ def main():
             for c in (a.connections, a.many):
                 rps, p50, p99, errs = pair[c]
                 print(f"round {r + 1} crewd  pool  -c{c} (pair): {rps:10.0f} req/s  p50 {p50:.3f}"
-                      f" ms  p99 {p99:.3f} ms  socket errors {errs}", flush=True)
+                      f" ms  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
 
     med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
            for k, v in results.items()}
@@ -141,18 +142,19 @@ def main():
           f"GET /api/v1/factorial/20, {a.rounds} interleaved rounds, medians "
           f"({os.cpu_count()} CPUs):")
     print()
-    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline |")
-    print("|---|---|--:|--:|--:|--:|--:|")
+    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline | errors |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|")
     for k in runs:
         rps, p50, p99 = med[k]
+        errors = sum(x[3] for x in results[k])
         print(f"| {k[0] or 'this'} | {LABELS[k[1]]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | "
-              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} |")
+              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} | {errors} |")
     if many:
         rps = statistics.median(x[0] for x in many)
         print()
         print(f"-c{a.many} (pool): {rps:,.0f} req/s median, p50 "
               f"{statistics.median(x[1] for x in many):.2f} ms, p99 "
-              f"{statistics.median(x[2] for x in many):.2f} ms, socket errors "
+              f"{statistics.median(x[2] for x in many):.2f} ms, errors (socket, non-2xx) "
               f"{[x[3] for x in many]}; / -c{a.connections} on the same crewd just before or "
               f"after: {statistics.median(x[4] for x in many):.3f} (median of "
               f"{[round(x[4], 3) for x in many]})")
