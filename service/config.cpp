@@ -1,9 +1,8 @@
 #include "config.hpp"
 
-#include <toml++/toml.h>
-
 #include <netdb.h>
 #include <sys/socket.h>
+#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -230,16 +229,18 @@ std::optional<std::string> set_listen(Config& c, std::string_view text) {
   if (host.front() == '[') {
     if (host.size() < 3 || host.back() != ']') return must;
     host = host.substr(1, host.size() - 2);
-    if (!std::all_of(host.begin(), host.end(), [](char ch) {
-          return std::isxdigit(static_cast<unsigned char>(ch)) != 0 || ch == ':' || ch == '.' ||
-                 ch == '%' || std::isalnum(static_cast<unsigned char>(ch)) != 0;
-        }) ||
+    if (!std::all_of(host.begin(), host.end(),
+                     [](char ch) {
+                       return std::isxdigit(static_cast<unsigned char>(ch)) != 0 || ch == ':' ||
+                              ch == '.' || ch == '%' ||
+                              std::isalnum(static_cast<unsigned char>(ch)) != 0;
+                     }) ||
         host.find(':') == std::string_view::npos) {
       return must;
     }
   } else if (!std::all_of(host.begin(), host.end(), [](char ch) {
-               return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' ||
-                      ch == '-' || ch == '_';
+               return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '.' || ch == '-' ||
+                      ch == '_';
              })) {
     return must;
   }
@@ -285,14 +286,14 @@ const std::vector<Setting>& settings() {
   constexpr std::uint64_t kDay = 24ull * 3600 * 1000;
   static const std::vector<Setting> all = [] {
     std::vector<Setting> s;
-    s.push_back(Setting{
-        "listen", "address to listen on, HOST:PORT (port 0: any free port)", set_listen,
-        [](Config& c, const toml::node& node) -> std::optional<std::string> {
-          const auto v = node.value_exact<std::string>();
-          if (!v) return "must be a string HOST:PORT";
-          return set_listen(c, *v);
-        },
-        [](const Config& c) { return toml_string(listen_text(c)); }});
+    s.push_back(Setting{"listen", "address to listen on, HOST:PORT (port 0: any free port)",
+                        set_listen,
+                        [](Config& c, const toml::node& node) -> std::optional<std::string> {
+                          const auto v = node.value_exact<std::string>();
+                          if (!v) return "must be a string HOST:PORT";
+                          return set_listen(c, *v);
+                        },
+                        [](const Config& c) { return toml_string(listen_text(c)); }});
     s.push_back(choice<LogLevel>("log_level", "least severe log level written",
                                  +[](Config& c) -> LogLevel& { return c.log_level; },
                                  {{"debug", LogLevel::debug},
@@ -711,8 +712,8 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
       const std::string line = std::to_string(node.source().begin.line);
       if (it == all.end()) {
         if (const Removed* r = removed_setting(key)) {
-          problem = "crewd: configuration error: " + key + " in " + config_file + " (line " +
-                    line + "): " + std::string(r->why) + "\n";
+          problem = "crewd: configuration error: " + key + " in " + config_file + " (line " + line +
+                    "): " + std::string(r->why) + "\n";
           return;
         }
         std::vector<std::string> keys;
@@ -722,8 +723,8 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
         return;
       }
       if (auto err = it->from_toml(config, node)) {
-        problem = error_line(key, shown_node(node), "from file " + config_file + ", line " + line,
-                             *err);
+        problem =
+            error_line(key, shown_node(node), "from file " + config_file + ", line " + line, *err);
         return;
       }
       sources[static_cast<std::size_t>(it - all.begin())] = source_name(Source::file, config_file);
@@ -753,8 +754,8 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
     }
     for (const Removed& r : kRemoved) {
       if (env_name(r.key) == name) {
-        return fail("crewd: configuration error: " + name + "=" + shown_value(value) + " (env): " +
-                    std::string(r.key) + " " + std::string(r.why) + "\n");
+        return fail("crewd: configuration error: " + name + "=" + shown_value(value) +
+                    " (env): " + std::string(r.key) + " " + std::string(r.why) + "\n");
       }
     }
     return fail("crewd: configuration error: unknown environment variable " + name + "=" +
@@ -794,8 +795,8 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
         std::find_if(all.begin(), all.end(), [](const Setting& st) { return st.key == "listen"; }) -
         all.begin());
     const std::string& src = sources[listen];
-    const std::string from = src == "flag"  ? "from flag --listen"
-                             : src == "env" ? "from env CREWD_LISTEN"
+    const std::string from = src == "flag"      ? "from flag --listen"
+                             : src == "env"     ? "from env CREWD_LISTEN"
                              : src == "default" ? "default"
                                                 : "from " + src;
     return fail(error_line("listen", shown_value(listen_text(config)), from,

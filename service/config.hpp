@@ -52,12 +52,12 @@ struct Config {
     // the I/O thread taking the new one is closed; with none idle, the new
     // connection gets 503 and is closed.
     std::size_t max_connections = 16'384;
-    std::size_t backlog = 1024;              // listen(2) backlog
-    std::size_t header_limit = 16 * 1024;    // request line + header fields, bytes (431, 414)
-    std::size_t header_count_limit = 100;    // header fields (431)
-    std::size_t body_limit = 64 * 1024;      // bytes; larger bodies get 413
-    Millis head_timeout{10'000};             // from a request's first byte to its complete head (408)
-    Millis body_timeout{10'000};             // from the head to the complete body (408)
+    std::size_t backlog = 1024;            // listen(2) backlog
+    std::size_t header_limit = 16 * 1024;  // request line + header fields, bytes (431, 414)
+    std::size_t header_count_limit = 100;  // header fields (431)
+    std::size_t body_limit = 64 * 1024;    // bytes; larger bodies get 413
+    Millis head_timeout{10'000};           // from a request's first byte to its complete head (408)
+    Millis body_timeout{10'000};           // from the head to the complete body (408)
     std::chrono::seconds keep_alive_timeout{5};  // idle between requests, or before the first
     std::size_t keep_alive_max = 1000;           // requests per connection
     Millis write_timeout{5000};                  // writing one response

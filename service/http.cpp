@@ -20,9 +20,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <charconv>
-#include <cstring>
 #include <crew/asio.hpp>
 #include <crew/error.hpp>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -365,7 +365,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void wait_readable();
   void on_read(const error_code& ec, std::size_t n);
   // The most a connection buffers: a head at its limit plus one read.
-  [[nodiscard]] std::size_t read_cap() const noexcept { return s_.limits.header_bytes + kReadChunk; }
+  [[nodiscard]] std::size_t read_cap() const noexcept {
+    return s_.limits.header_bytes + kReadChunk;
+  }
   void enter_idle();
   void graceful_close(CloseReason why);
   void drain();
@@ -559,7 +561,8 @@ void Connection::advance() {
         continue;
       }
       if (full) {  // cannot happen with the parser's own limits; never spin
-        if (fail_request(431, "request too large", CloseReason::bad_request) == Step::more) continue;
+        if (fail_request(431, "request too large", CloseReason::bad_request) == Step::more)
+          continue;
         return;
       }
     }
@@ -625,10 +628,9 @@ Connection::Read Connection::read_available() {
 void Connection::wait_readable() {
   if (waiting_read_) return;
   waiting_read_ = true;
-  socket_.async_read_some(net::buffer(landing_),
-                          [self = shared_from_this()](const error_code& ec, std::size_t n) {
-                            self->on_read(ec, n);
-                          });
+  socket_.async_read_some(
+      net::buffer(landing_),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
 }
 
 void Connection::on_read(const error_code& ec, std::size_t n) {
@@ -722,8 +724,7 @@ Connection::Step Connection::on_request() {
   if (refused_) return respond(error_response(503, "crewd is shutting down"));
   if (match_.route == Route::unmatched) return respond(error_response(404, "no such route"));
   if (!match_.method_allowed) {
-    Response r =
-        error_response(405, std::string("method not allowed; allowed: ") + match_.allow);
+    Response r = error_response(405, std::string("method not allowed; allowed: ") + match_.allow);
     r.allow = match_.allow;
     return respond(std::move(r));
   }
@@ -967,8 +968,8 @@ void Connection::refuse() {
   s_.requests->connection_opened();
   open_ = true;
   stop_serving(CloseReason::refused);  // gives its slot back
-  Response r = error_response(
-      503, "too many connections (http.max_connections " + std::to_string(s_.max_connections) + ")");
+  Response r = error_response(503, "too many connections (http.max_connections " +
+                                       std::to_string(s_.max_connections) + ")");
   r.close = true;
   r.retry_after = true;
   out_.clear();
@@ -983,9 +984,11 @@ void Connection::refuse() {
 
 Connection::Step Connection::factorial(std::string_view arg) {
   const auto parsed = parse_factorial_n(arg);
-  if (const auto* e = std::get_if<ParseError>(&parsed)) return respond(error_response(400, e->message));
+  if (const auto* e = std::get_if<ParseError>(&parsed))
+    return respond(error_response(400, e->message));
   const unsigned n = std::get<unsigned>(parsed);
-  if (s_.config.compute.inline_factorial) return respond(factorial_response(n, crewd::factorial(n)));
+  if (s_.config.compute.inline_factorial)
+    return respond(factorial_response(n, crewd::factorial(n)));
   crew::asio::async_try_submit(
       s_.pools.compute, w_.ioc.get_executor(),
       [n, keep = s_.shared_from_this()] { return crewd::factorial(n); },
@@ -1007,8 +1010,8 @@ void Connection::on_factorial(unsigned n, std::exception_ptr e, std::uint64_t va
       std::rethrow_exception(e);
     } catch (const crew::Error& err) {
       if (err.code() == crew::Errc::rejected) {
-        message = "pool compute refused the task (" + std::string(crew::to_string(err.admission())) +
-                  ")";
+        message =
+            "pool compute refused the task (" + std::string(crew::to_string(err.admission())) + ")";
       } else {
         message += " (" + std::string(crew::to_string(err.code())) + ")";
       }
@@ -1039,7 +1042,8 @@ Response factorial_response(unsigned n, std::uint64_t value) {
 
 Connection::Step Connection::job() {
   const auto parsed = parse_job_request(parser_->request().body, s_.config.jobs.limits);
-  if (const auto* e = std::get_if<ParseError>(&parsed)) return respond(error_response(400, e->message));
+  if (const auto* e = std::get_if<ParseError>(&parsed))
+    return respond(error_response(400, e->message));
   const JobRequest job = std::get<JobRequest>(parsed);
   auto times = std::make_shared<JobTimes>();
   const auto submitted = Clock::now();
@@ -1094,8 +1098,8 @@ void Connection::on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& 
         default:  // shutdown_dropped, expired
           outcome = "rejected";
           code = 503;
-          message = "pool jobs did not run the task (" + std::string(crew::to_string(err.code())) +
-                    ")";
+          message =
+              "pool jobs did not run the task (" + std::string(crew::to_string(err.code())) + ")";
           break;
       }
     } catch (const std::exception& err) {
@@ -1169,10 +1173,8 @@ void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t work
   // The connection's slot, taken here (one thread accepts), so that a burst
   // of accepts cannot pass the limit before their connections start.
   const bool over = open.fetch_add(1, std::memory_order_relaxed) >= max_connections;
-  net::post(workers[worker]->ioc,
-            [w = workers[worker].get(), s = std::move(socket), counted, over]() mutable {
-              w->adopt(std::move(s), counted, over);
-            });
+  net::post(workers[worker]->ioc, [w = workers[worker].get(), s = std::move(socket), counted,
+                                   over]() mutable { w->adopt(std::move(s), counted, over); });
   accept_next();
 }
 
@@ -1221,9 +1223,8 @@ Response State::pools_json() const {
   const Json http{{"io_threads", workers.size()},
                   {"connections", open.load(std::memory_order_relaxed)},
                   {"max_connections", max_connections}};
-  return json_response(200, Json{{"halting", gate.halting()},
-                                 {"http", http},
-                                 {"pools", std::move(list)}});
+  return json_response(
+      200, Json{{"halting", gate.halting()}, {"http", http}, {"pools", std::move(list)}});
 }
 
 Response State::metrics_text() const {
@@ -1274,9 +1275,8 @@ HttpServer::HttpServer(const Config& config, ServicePools pools,
     }
     constexpr rlim_t kReserve = 128;  // log, /proc reads, Redis, pools' eventfds...
     if (nofile.rlim_cur != RLIM_INFINITY) {
-      const auto fit = static_cast<std::size_t>(nofile.rlim_cur > 2 * kReserve
-                                                    ? nofile.rlim_cur - kReserve
-                                                    : nofile.rlim_cur / 2);
+      const auto fit = static_cast<std::size_t>(
+          nofile.rlim_cur > 2 * kReserve ? nofile.rlim_cur - kReserve : nofile.rlim_cur / 2);
       if (fit < limit) {
         state_->log->warn(
             "http.max_connections {} lowered to {}: the process may open {} descriptors "
@@ -1382,7 +1382,8 @@ void HttpServer::stop(Clock::time_point deadline) {
   State& s = *state_;
   s.stop_deadline.store(deadline);
   const auto slack = std::min<Clock::duration>(
-      kAbandonSlack, std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero()) / 2);
+      kAbandonSlack,
+      std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero()) / 2);
   const auto force_at = deadline - slack;
   const int fd = s.listen_fd.load();
   if (fd >= 0) {
@@ -1437,9 +1438,7 @@ bool HttpServer::halting() const noexcept { return state_->gate.halting(); }
 std::size_t HttpServer::first_requests_pending() const noexcept {
   return state_->gate.first_pending();
 }
-std::size_t HttpServer::admitted_in_flight() const noexcept {
-  return state_->gate.admitted_open();
-}
+std::size_t HttpServer::admitted_in_flight() const noexcept { return state_->gate.admitted_open(); }
 std::size_t HttpServer::io_threads() const noexcept { return state_->workers.size(); }
 std::size_t HttpServer::max_connections() const noexcept { return state_->max_connections; }
 

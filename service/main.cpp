@@ -226,7 +226,8 @@ int run(const Config& config) {
     // Connections still reading a request keep their deadlines; whatever is
     // left just before the termination timeout is closed.
     const auto margin = std::min<Clock::duration>(
-        500ms, std::chrono::duration_cast<Clock::duration>(config.shutdown.termination_timeout) / 10);
+        500ms,
+        std::chrono::duration_cast<Clock::duration>(config.shutdown.termination_timeout) / 10);
     server.stop(deadline - margin);
     io.join();
     log->info("stopped serving {:.1f} ms after the halt", millis(Clock::now() - halted));

@@ -1,9 +1,9 @@
 #include "request.hpp"
 
+#include <algorithm>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/rfc7230.hpp>
-#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -28,9 +28,8 @@ RequestError error_of(const error_code& ec, bool line_done, const HttpLimits& li
                      std::to_string(limits.header_bytes) + " bytes)"};
   }
   if (ec == http::error::body_limit) {
-    return {413,
-            "request body larger than http.body_limit (" + std::to_string(limits.body_bytes) +
-                " bytes)"};
+    return {413, "request body larger than http.body_limit (" + std::to_string(limits.body_bytes) +
+                     " bytes)"};
   }
   if (ec == http::error::bad_content_length) {
     return {400, "malformed request: invalid or conflicting Content-Length"};

@@ -31,8 +31,8 @@ struct HttpLimits {
 
 // A request whose head (and, once complete, body) has been read.
 struct Request {
-  std::string method;  // as sent (a token)
-  std::string target;  // as sent
+  std::string method;                      // as sent (a token)
+  std::string target;                      // as sent
   std::string_view path() const noexcept;  // target without query, origin form
   int version = 11;                        // 10 or 11
   bool keep_alive = true;                  // HTTP/1.1 default, Connection: close, 1.0 keep-alive

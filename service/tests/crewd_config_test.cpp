@@ -63,7 +63,7 @@ timeout_ms = 3000
                   env_of({{"CREWD_HTTP_MAX_CONNECTIONS", "20"}, {"CREWD_LISTEN", "0.0.0.0:9001"}}));
   ASSERT_TRUE(r.run) << r.err;
   EXPECT_EQ(r.config.http.max_connections, 30u);  // flag over env over file
-  EXPECT_EQ(r.config.host, "0.0.0.0");    // env over file
+  EXPECT_EQ(r.config.host, "0.0.0.0");            // env over file
   EXPECT_EQ(r.config.port, 9001);
   EXPECT_EQ(r.config.http.body_limit, 1000u);  // file over default
   EXPECT_EQ(r.config.log_level, crew::LogLevel::warning);
@@ -214,16 +214,15 @@ TEST(CrewdConfig, AnUnknownCrewdVariableIsAnErrorNamingIt) {
   }
   // Not CREWD_*: none of crewd's business. Kubernetes' service links for a
   // Service named crewd: ignored.
-  const LoadResult ok =
-      load_config({}, env_of({{"CREWDX", "1"},
-                              {"CREWD_SERVICE_HOST", "10.0.0.1"},
-                              {"CREWD_SERVICE_PORT", "80"},
-                              {"CREWD_SERVICE_PORT_HTTP", "80"},
-                              {"CREWD_PORT", "tcp://10.0.0.1:80"},
-                              {"CREWD_PORT_80_TCP", "tcp://10.0.0.1:80"},
-                              {"CREWD_PORT_80_TCP_PROTO", "tcp"},
-                              {"CREWD_PORT_80_TCP_PORT", "80"},
-                              {"CREWD_PORT_80_TCP_ADDR", "10.0.0.1"}}));
+  const LoadResult ok = load_config({}, env_of({{"CREWDX", "1"},
+                                                {"CREWD_SERVICE_HOST", "10.0.0.1"},
+                                                {"CREWD_SERVICE_PORT", "80"},
+                                                {"CREWD_SERVICE_PORT_HTTP", "80"},
+                                                {"CREWD_PORT", "tcp://10.0.0.1:80"},
+                                                {"CREWD_PORT_80_TCP", "tcp://10.0.0.1:80"},
+                                                {"CREWD_PORT_80_TCP_PROTO", "tcp"},
+                                                {"CREWD_PORT_80_TCP_PORT", "80"},
+                                                {"CREWD_PORT_80_TCP_ADDR", "10.0.0.1"}}));
   EXPECT_TRUE(ok.run) << ok.err;
 }
 

@@ -110,10 +110,10 @@ class CrewdLimits : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     crewd_ = std::make_unique<Crewd>(std::vector<std::string>{
-        "--listen", "127.0.0.1:0", "--http-header-limit", "4096", "--http-header-count-limit",
-        "50", "--http-body-limit", "4096", "--http-head-timeout-ms", "800",
-        "--http-body-timeout-ms", "800", "--http-keep-alive-timeout-s", "1",
-        "--http-write-timeout-ms", "500", "--jobs-max-ms", "2000"});
+        "--listen", "127.0.0.1:0", "--http-header-limit", "4096", "--http-header-count-limit", "50",
+        "--http-body-limit", "4096", "--http-head-timeout-ms", "800", "--http-body-timeout-ms",
+        "800", "--http-keep-alive-timeout-s", "1", "--http-write-timeout-ms", "500",
+        "--jobs-max-ms", "2000"});
     port_ = crewd_->wait_port();
   }
   static void TearDownTestSuite() {
@@ -139,12 +139,12 @@ TEST_F(CrewdLimits, FivePipelinedPostsGetFiveResponsesInOrderAndRunFiveJobs) {
   const std::uint64_t before = jobs_submitted(port_);
   std::string batch;
   for (int i = 0; i < 5; ++i) {
-    const std::string body =
-        R"({"kind":"sleep","ms":)" + std::to_string(10 * (5 - i)) + R"(,"name":"p)" +
-        std::to_string(i) + "\"}";
-    batch += "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: " +
-             std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string body = R"({"kind":"sleep","ms":)" + std::to_string(10 * (5 - i)) +
+                             R"(,"name":"p)" + std::to_string(i) + "\"}";
+    batch +=
+        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
   }
   Socket s = connect_to(port_);
   ASSERT_GE(s.fd(), 0);
@@ -241,10 +241,10 @@ TEST_F(CrewdLimits, BadContentLengthsAreRefusedAtOnce) {
   };
   const std::string post = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
   const std::vector<Case> cases = {
-      {post + "\r\n", "", 400},                                     // no body: not JSON
-      {post + "Content-Length: 10000000000\r\n\r\n", "x", 413},     // over the limit
-      {post + "Content-Length: -1\r\n\r\n", "x", 400},              // negative
-      {post + "Content-Length: abc\r\n\r\n", "x", 400},             // not a number
+      {post + "\r\n", "", 400},                                              // no body: not JSON
+      {post + "Content-Length: 10000000000\r\n\r\n", "x", 413},              // over the limit
+      {post + "Content-Length: -1\r\n\r\n", "x", 400},                       // negative
+      {post + "Content-Length: abc\r\n\r\n", "x", 400},                      // not a number
       {post + "Content-Length: 1\r\nContent-Length: 2\r\n\r\n", "xx", 400},  // conflicting
       {post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", 400},
       {post + "Transfer-Encoding: gzip\r\n\r\n", "x", 501},
@@ -285,9 +285,10 @@ TEST_F(CrewdLimits, AChunkedBodyWorks) {
 TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
   const std::string body = R"({"kind":"sleep","ms":1,"name":"expected"})";
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                               "Content-Length: " +
-                                   std::to_string(body.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(),
+                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n"));
   Responses in(s.fd());
   const Exchange cont = in.next();
   ASSERT_EQ(cont.outcome, Outcome::response);
@@ -300,8 +301,9 @@ TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
 
 TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                               "Content-Length: 100000\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(),
+                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 100000\r\n\r\n"));
   Responses in(s.fd());
   const auto sent = Clock::now();
   const Exchange ex = in.next();
@@ -315,8 +317,9 @@ TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
 
 TEST_F(CrewdLimits, ExpectContinueOnARouteWithoutBodyIsAnsweredAtOnce) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(), "POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                               "Content-Length: 100\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(),
+                       "POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 100\r\n\r\n"));
   Responses in(s.fd());
   const Exchange ex = in.next();
   EXPECT_EQ(ex.status, 404);
@@ -330,9 +333,8 @@ TEST_F(CrewdLimits, ExpectContinueOnARouteWithoutBodyIsAnsweredAtOnce) {
 
 TEST_F(CrewdLimits, RangeIsIgnored) {
   for (const char* range : {"bytes=0-3", "bytes=100-200", "bytes=-5", "lines=1-2"}) {
-    const Exchange ex = send_request(
-        port_, request_text("GET", "/api/v1/factorial/5", "", "Range: " + std::string(range) +
-                                                                  "\r\n"));
+    const Exchange ex = send_request(port_, request_text("GET", "/api/v1/factorial/5", "",
+                                                         "Range: " + std::string(range) + "\r\n"));
     EXPECT_EQ(ex.status, 200) << range;
     EXPECT_EQ(ex.body, R"({"n":5,"result":120})") << range;
     EXPECT_EQ(ex.header("content-range"), "") << range;
@@ -377,7 +379,8 @@ TEST_F(CrewdLimits, AHeadTrickledTooSlowlyGets408AtItsDeadline) {
 
 TEST_F(CrewdLimits, ABodyTooSlowGets408) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"));
+  ASSERT_TRUE(
+      send_all(s.fd(), "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"));
   Responses in(s.fd());
   const Exchange ex = in.next(5'000ms);
   ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome);
@@ -435,8 +438,9 @@ TEST_F(CrewdLimits, SlowAndIdleConnectionsDoNotStarveHealthz) {
   stop = true;
   trickle.join();
   std::sort(ms.begin(), ms.end());
-  std::printf("[ crewd    ] /healthz with %d idle and %d slow connections: p50 %.2f ms, max %.2f ms\n",
-              kIdle, kSlow, ms[ms.size() / 2], ms.back());
+  std::printf(
+      "[ crewd    ] /healthz with %d idle and %d slow connections: p50 %.2f ms, max %.2f ms\n",
+      kIdle, kSlow, ms[ms.size() / 2], ms.back());
   EXPECT_LT(ms[ms.size() * 9 / 10], 50.0 * kSlowdown);
 }
 
@@ -457,7 +461,8 @@ TEST_F(CrewdLimits, AReaderThatNeverReadsIsCutAtTheWriteDeadline) {
   ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK);
   (void)::send(s.fd(), batch.data(), batch.size(), MSG_NOSIGNAL);  // as much as it takes
   // Never read. crewd fills the socket, then gives up at the deadline.
-  const std::regex closed("crewd_http_connections_closed_total\\{reason=\"write_timeout\"\\} ([0-9]+)");
+  const std::regex closed(
+      "crewd_http_connections_closed_total\\{reason=\"write_timeout\"\\} ([0-9]+)");
   bool cut = false;
   for (int i = 0; i < 100 * kSlowdown && !cut; ++i) {
     std::this_thread::sleep_for(50ms);
@@ -507,8 +512,8 @@ TEST_F(CrewdLimits, HugeHeaderSectionsCostNoMemory) {
 // ---- the connection limit ----
 
 TEST(CrewdConnectionLimit, IdleConnectionsMakeRoomAndBusyOnesMean503) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--http-max-connections", "20", "--http-io-threads",
-               "1", "--http-head-timeout-ms", "30000"});
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-max-connections", "20", "--http-io-threads", "1",
+               "--http-head-timeout-ms", "30000"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   // 20 idle connections fill the limit; each new one closes the oldest idle one.

@@ -239,10 +239,11 @@ TEST(CrewdSigtermHostile, IdleAndSlowConnectionsDoNotHoldTheStop) {
   ASSERT_TRUE(status.has_value()) << "crewd did not exit\n" << crewd.log();
   const double to_exit_ms =
       std::chrono::duration<double, std::milli>(crewd.exit_time() - signal).count();
-  std::printf("[ crewd    ] %d idle, %d silent, %d slow connections: idle ones closed %.0f ms "
-              "after SIGTERM, exit after %.0f ms\n",
-              kIdle, kSilent, kSlow,
-              std::chrono::duration<double, std::milli>(idle_done - signal).count(), to_exit_ms);
+  std::printf(
+      "[ crewd    ] %d idle, %d silent, %d slow connections: idle ones closed %.0f ms "
+      "after SIGTERM, exit after %.0f ms\n",
+      kIdle, kSilent, kSlow, std::chrono::duration<double, std::milli>(idle_done - signal).count(),
+      to_exit_ms);
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd.log();
   EXPECT_EQ(idle_closed, static_cast<std::size_t>(kIdle));
   EXPECT_LT(idle_done - signal, 1'000ms * kSlowdown);
