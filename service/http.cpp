@@ -767,6 +767,8 @@ Connection::Step Connection::respond(Response r) {
   if (!keep || peer_eof_ || s_.gate.halting() || served_ + 1 >= s_.config.http.keep_alive_max) {
     r.close = true;
   }
+  // HTTP/1.0 closes unless the response says otherwise.
+  r.keep_alive = !r.close && parser_ && parser_->request().version == 10;
   if (r.close && close_reason_ == CloseReason::client) close_reason_ = CloseReason::server;
   // Counted before it is sent: a client that has read the response finds
   // it counted.

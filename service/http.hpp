@@ -27,8 +27,11 @@
 //   wait_admitted()    every admitted request has its response written.
 //   stop(deadline)     closes the listener (new connections are refused) and
 //                      idle connections; connections still reading a request
-//                      keep their deadlines; at `deadline` whatever is left is
-//                      closed. serve() returns once no connection is left.
+//                      keep their deadlines. Shortly before `deadline` (at
+//                      most 1 s) whatever connection is left is closed; at
+//                      `deadline` serve() stops waiting for completions of
+//                      tasks still running. serve() returns once no
+//                      connection and no completion is left.
 // Nothing is closed under a request that was admitted, so such a request
 // never sees a reset connection.
 //

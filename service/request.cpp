@@ -271,7 +271,11 @@ void append_response(std::string& out, const Response& r, bool head_only) {
     out += r.allow;
   }
   if (r.retry_after) out += "\r\nRetry-After: 1";
-  if (r.close) out += "\r\nConnection: close";
+  if (r.close) {
+    out += "\r\nConnection: close";
+  } else if (r.keep_alive) {
+    out += "\r\nConnection: keep-alive";
+  }
   out += "\r\n\r\n";
   if (!head_only) out += r.body;
 }

@@ -124,6 +124,7 @@ struct Response {
   std::string_view allow;    // 405: the Allow header
   bool retry_after = false;  // 503 of a full pool: Retry-After: 1
   bool close = false;        // Connection: close
+  bool keep_alive = false;   // Connection: keep-alive (for an HTTP/1.0 client that asked)
 };
 
 // {"error": message, "status": status}

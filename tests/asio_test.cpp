@@ -4,7 +4,6 @@
 // admission, dropped by a shutdown, expired in the queue) completes exactly
 // once, on the handler's executor, and keeps io_context::run() busy until
 // then.
-#include <crew/asio.hpp>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +16,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <chrono>
+#include <crew/asio.hpp>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -162,9 +162,11 @@ TEST(CrewAsio, AVoidTaskAndAnExceptionAreCompletedAndCounted) {
 
   Outcome<std::string> out;
   crew::asio::async_submit(
-      pool, io.ioc().get_executor(),
-      []() -> std::string { throw std::runtime_error("boom"); }, {.name = "thrower"},
-      [&](std::exception_ptr e, std::string v) { out.promise.set_value({std::move(e), std::move(v)}); });
+      pool, io.ioc().get_executor(), []() -> std::string { throw std::runtime_error("boom"); },
+      {.name = "thrower"},
+      [&](std::exception_ptr e, std::string v) {
+        out.promise.set_value({std::move(e), std::move(v)});
+      });
   const auto [e, v] = out.get();
   ASSERT_TRUE(e);
   EXPECT_TRUE(v.empty());
@@ -185,29 +187,34 @@ TEST(CrewAsio, TheHandlersAssociatedExecutorIsUsed) {
   crew::Pool pool({.name = "asio", .max_workers = 1});
   Outcome<int> out;
   std::thread::id completed_on;
-  crew::asio::async_submit(pool, io.ioc().get_executor(), [] { return 1; },
-                           net::bind_executor(other.ioc().get_executor(),
-                                              [&](std::exception_ptr e, int v) {
-                                                completed_on = std::this_thread::get_id();
-                                                out.promise.set_value({std::move(e), v});
-                                              }));
+  crew::asio::async_submit(
+      pool, io.ioc().get_executor(), [] { return 1; },
+      net::bind_executor(other.ioc().get_executor(), [&](std::exception_ptr e, int v) {
+        completed_on = std::this_thread::get_id();
+        out.promise.set_value({std::move(e), v});
+      }));
   EXPECT_EQ(out.get().second, 1);
   EXPECT_EQ(completed_on, other.id());
 }
 
 TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
   IoThread io;
-  crew::Pool pool({.name = "asio", .max_workers = 1, .queue_capacity = 1,
-                   .overflow = crew::Overflow::reject});
+  crew::Pool pool(
+      {.name = "asio", .max_workers = 1, .queue_capacity = 1, .overflow = crew::Overflow::reject});
   Blocker blocker(pool);  // later tasks stay queued
   std::atomic<int> ran{0};
   Outcome<int> first;
-  crew::asio::async_try_submit(pool, io.ioc().get_executor(), [&] { return ++ran; },
-                               [&](std::exception_ptr e, int v) { first.promise.set_value({std::move(e), v}); });
+  crew::asio::async_try_submit(
+      pool, io.ioc().get_executor(), [&] { return ++ran; },
+      [&](std::exception_ptr e, int v) {
+        first.promise.set_value({std::move(e), v});
+      });
   Outcome<int> second;
   crew::asio::async_try_submit(
       pool, io.ioc().get_executor(), [&] { return ++ran; }, {.name = "overflow"},
-      [&](std::exception_ptr e, int v) { second.promise.set_value({std::move(e), v}); });
+      [&](std::exception_ptr e, int v) {
+        second.promise.set_value({std::move(e), v});
+      });
   const auto [e, v] = second.get();
   ASSERT_TRUE(e);
   EXPECT_EQ(code_of(e), crew::Errc::rejected);
@@ -221,10 +228,11 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
 
   (void)pool.shutdown(crew::ShutdownMode::drain, 5s);
   Outcome<int> closed;
-  crew::asio::async_submit(pool, io.ioc().get_executor(), [&] { return ++ran; },
-                           [&](std::exception_ptr err, int r) {
-                             closed.promise.set_value({std::move(err), r});
-                           });
+  crew::asio::async_submit(
+      pool, io.ioc().get_executor(), [&] { return ++ran; },
+      [&](std::exception_ptr err, int r) {
+        closed.promise.set_value({std::move(err), r});
+      });
   const auto [e2, v2] = closed.get();
   ASSERT_TRUE(e2);
   EXPECT_EQ(code_of(e2), crew::Errc::rejected);
@@ -242,7 +250,9 @@ TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
   for (auto& out : outs) {
     crew::asio::async_submit(
         pool, io.ioc().get_executor(), [&] { return ++ran; }, {.name = "queued"},
-        [&out](std::exception_ptr e, int v) { out.promise.set_value({std::move(e), v}); });
+        [&out](std::exception_ptr e, int v) {
+          out.promise.set_value({std::move(e), v});
+        });
   }
   const crew::ShutdownReport r = shut_down_soft_while_held(pool, blocker);
   EXPECT_EQ(r.during.rejected, static_cast<std::uint64_t>(kTasks));
@@ -261,7 +271,9 @@ TEST(CrewAsio, ATaskPastItsQueueDeadlineCompletesWithExpired) {
   Outcome<int> out;
   crew::asio::async_submit(
       pool, io.ioc().get_executor(), [] { return 1; }, {.queue_timeout = 10ms},
-      [&](std::exception_ptr e, int v) { out.promise.set_value({std::move(e), v}); });
+      [&](std::exception_ptr e, int v) {
+        out.promise.set_value({std::move(e), v});
+      });
   std::this_thread::sleep_for(50ms);
   blocker.release();
   const auto [e, v] = out.get();
@@ -275,9 +287,11 @@ TEST(CrewAsio, LongTasksGetTheirTokenAndEndAsThePoolCountsThem) {
   // Returns before its deadline: the value.
   Outcome<std::uint64_t> ok;
   crew::asio::async_submit(
-      pool, io.ioc().get_executor(),
-      [](const crew::TaskContext& ctx) { return ctx.id; }, {.name = "ctx", .timeout = 5s},
-      [&](std::exception_ptr e, std::uint64_t id) { ok.promise.set_value({std::move(e), id}); });
+      pool, io.ioc().get_executor(), [](const crew::TaskContext& ctx) { return ctx.id; },
+      {.name = "ctx", .timeout = 5s},
+      [&](std::exception_ptr e, std::uint64_t id) {
+        ok.promise.set_value({std::move(e), id});
+      });
   const auto [e0, id] = ok.get();
   EXPECT_FALSE(e0);
   EXPECT_GT(id, 0u);
@@ -291,7 +305,9 @@ TEST(CrewAsio, LongTasksGetTheirTokenAndEndAsThePoolCountsThem) {
         return 7;
       },
       {.name = "late", .timeout = 20ms},
-      [&](std::exception_ptr e, int v) { late.promise.set_value({std::move(e), v}); });
+      [&](std::exception_ptr e, int v) {
+        late.promise.set_value({std::move(e), v});
+      });
   const auto [e1, v1] = late.get();
   ASSERT_TRUE(e1);
   EXPECT_EQ(code_of(e1), crew::Errc::timed_out);
@@ -308,7 +324,9 @@ TEST(CrewAsio, LongTasksGetTheirTokenAndEndAsThePoolCountsThem) {
         return 7;
       },
       {.name = "stopped", .timeout = 60s},
-      [&](std::exception_ptr e, int v) { stopped.promise.set_value({std::move(e), v}); });
+      [&](std::exception_ptr e, int v) {
+        stopped.promise.set_value({std::move(e), v});
+      });
   while (!started) std::this_thread::sleep_for(1ms);
   (void)pool.shutdown(crew::ShutdownMode::hard, 5s);
   const auto [e2, v2] = stopped.get();
@@ -322,8 +340,8 @@ TEST(CrewAsio, LongTasksGetTheirTokenAndEndAsThePoolCountsThem) {
 TEST(CrewAsio, UseFutureWorks) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1});
-  std::future<int> f =
-      crew::asio::async_submit(pool, io.ioc().get_executor(), [] { return 5; }, net::use_future);
+  std::future<int> f = crew::asio::async_submit(
+      pool, io.ioc().get_executor(), [] { return 5; }, net::use_future);
   ASSERT_EQ(f.wait_for(10s * kSlowdown), std::future_status::ready);
   EXPECT_EQ(f.get(), 5);
   std::future<void> g = crew::asio::async_submit(
@@ -359,7 +377,9 @@ TEST(CrewAsio, OutstandingSubmissionsKeepRunFromReturning) {
 // exactly once, and the completions add up to the pool's outcomes.
 TEST(CrewAsio, EverySubmissionCompletesExactlyOnceAcrossAShutdownRace) {
   IoThread io;
-  crew::Pool pool({.name = "asio", .max_workers = 2, .queue_capacity = 256,
+  crew::Pool pool({.name = "asio",
+                   .max_workers = 2,
+                   .queue_capacity = 256,
                    .overflow = crew::Overflow::reject});
   constexpr int kThreads = 4;
   constexpr int kPerThread = 2000;
@@ -397,7 +417,8 @@ TEST(CrewAsio, EverySubmissionCompletesExactlyOnceAcrossAShutdownRace) {
   (void)pool.shutdown(crew::ShutdownMode::soft, 5s);
   for (auto& t : submitters) t.join();
   const auto deadline = std::chrono::steady_clock::now() + 10s * kSlowdown;
-  while (completions.load() < kThreads * kPerThread && std::chrono::steady_clock::now() < deadline) {
+  while (completions.load() < kThreads * kPerThread &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);
   }
   std::this_thread::sleep_for(20ms);  // a second completion would show up here
@@ -419,8 +440,8 @@ net::awaitable<int> sum_of_squares(crew::Pool& pool, int n) {
   const crew::TaskOptions opts{.name = "square"};
   int sum = 0;
   for (int i = 1; i <= n; ++i) {
-    sum += co_await crew::asio::async_submit(pool, ex, [i] { return i * i; }, opts,
-                                             net::use_awaitable);
+    sum += co_await crew::asio::async_submit(
+        pool, ex, [i] { return i * i; }, opts, net::use_awaitable);
   }
   co_return sum;
 }
@@ -440,8 +461,8 @@ TEST(CrewAsioCoroutine, CoAwaitReturnsTheValues) {
 
 TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
   net::io_context ioc;
-  crew::Pool pool({.name = "asio", .max_workers = 1, .queue_capacity = 1,
-                   .overflow = crew::Overflow::reject});
+  crew::Pool pool(
+      {.name = "asio", .max_workers = 1, .queue_capacity = 1, .overflow = crew::Overflow::reject});
   std::vector<std::string> seen;
   auto body = [&]() -> net::awaitable<void> {
     const auto ex = co_await net::this_coro::executor;
@@ -468,8 +489,10 @@ TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
     {
       Blocker blocker(pool);
       try {
-        crew::asio::async_try_submit(pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
-        co_await crew::asio::async_try_submit(pool, ex, [] { return 0; }, net::use_awaitable);
+        crew::asio::async_try_submit(
+            pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
+        co_await crew::asio::async_try_submit(
+            pool, ex, [] { return 0; }, net::use_awaitable);
       } catch (const crew::Error& e) {
         seen.emplace_back(std::string(e.code() == crew::Errc::rejected ? "rejected" : "?") + "/" +
                           (e.admission() == crew::Admission::full ? "full" : "?"));
@@ -483,7 +506,8 @@ TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
       (void)shut_down_soft_while_held(pool, blocker);
     });
     try {
-      co_await crew::asio::async_submit(pool, ex, [] { return 0; }, net::use_awaitable);
+      co_await crew::asio::async_submit(
+          pool, ex, [] { return 0; }, net::use_awaitable);
     } catch (const crew::Error& e) {
       seen.emplace_back(e.code() == crew::Errc::shutdown_dropped ? "shutdown_dropped" : "?");
     }
@@ -505,9 +529,7 @@ TEST(CrewAsioCoroutine, ManyCoroutinesAwaitConcurrently) {
   for (int c = 0; c < kCoroutines; ++c) {
     net::co_spawn(
         ioc,
-        [&pool, &total]() -> net::awaitable<void> {
-          total += co_await sum_of_squares(pool, 5);
-        },
+        [&pool, &total]() -> net::awaitable<void> { total += co_await sum_of_squares(pool, 5); },
         net::detached);
   }
   std::thread second([&ioc] { ioc.run(); });

@@ -88,8 +88,7 @@ struct Signature<void> {
 
 // The completion signature of a submission of F.
 template <class F>
-using completion_signature_t =
-    typename detail::Signature<task_result_t<std::decay_t<F>>>::type;
+using completion_signature_t = typename detail::Signature<task_result_t<std::decay_t<F>>>::type;
 
 namespace detail {
 
@@ -150,7 +149,9 @@ class Completion {
   }
 
   // True for the one caller that may deliver.
-  [[nodiscard]] bool claim() noexcept { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  [[nodiscard]] bool claim() noexcept {
+    return !claimed_.exchange(true, std::memory_order_acq_rel);
+  }
 
   template <class... Args>
   void deliver(Args&&... args) {
@@ -200,15 +201,11 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
   ~Runner() = default;
 
-  void operator()()
-    requires(!is_long_task_v<F>)
-  {
+  void operator()() requires(!is_long_task_v<F>) {
     run([this]() -> decltype(auto) { return f_(); }, nullptr);
   }
 
-  void operator()(const TaskContext& ctx)
-    requires is_long_task_v<F>
-  {
+  void operator()(const TaskContext& ctx) requires is_long_task_v<F> {
     run(
         [this, &ctx]() -> decltype(auto) {
           if constexpr (std::is_invocable_v<F&, const TaskContext&>) {

@@ -341,12 +341,20 @@ TEST_F(CrewdLimits, RangeIsIgnored) {
   }
 }
 
-TEST_F(CrewdLimits, Http10ClosesAfterTheResponse) {
+TEST_F(CrewdLimits, Http10ClosesAfterTheResponseUnlessAskedToKeepAlive) {
   Socket s = connect_to(port_);
   ASSERT_TRUE(send_all(s.fd(), "GET /healthz HTTP/1.0\r\n\r\n"));
   Responses in(s.fd());
   EXPECT_EQ(in.next().status, 200);
   EXPECT_TRUE(in.closed(2'000ms));
+  Socket k = connect_to(port_);
+  Responses kin(k.fd());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(send_all(k.fd(), "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    const Exchange ex = kin.next();
+    EXPECT_EQ(ex.status, 200);
+    EXPECT_EQ(ex.header("connection"), "keep-alive");
+  }
 }
 
 // ---- deadlines ----

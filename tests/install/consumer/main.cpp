@@ -38,8 +38,9 @@ int main() {
 #ifdef CONSUMER_WITH_ASIO
   boost::asio::io_context ioc;
   int from_asio = 0;
-  crew::asio::async_submit(pool, ioc.get_executor(), [] { return 7; },
-                           [&from_asio](std::exception_ptr e, int v) { from_asio = e ? -1 : v; });
+  crew::asio::async_submit(
+      pool, ioc.get_executor(), [] { return 7; },
+      [&from_asio](std::exception_ptr e, int v) { from_asio = e ? -1 : v; });
   ioc.run();  // returns once the completion has run
   if (from_asio != 7) {
     std::fprintf(stderr, "consumer: crew::asio gave %d\n", from_asio);
