@@ -261,15 +261,17 @@ class GroupState {
     counted_pending_.fetch_add(1, std::memory_order_seq_cst);
   }
   void counted_end(TaskStatus outcome) noexcept {
+    // The outcome is recorded and the count dropped under one lock, so that
+    // stats() sees each task either pending or ended, never both. The
+    // wake-up reads the waiters after the drop (seq_cst, against
+    // wait_counted's announce-then-check).
+    std::uint32_t before = 0;
     {
       SpinLockGuard lock(mu_);
       add(counted_counts_, outcome);
+      before = counted_pending_.fetch_sub(1, std::memory_order_seq_cst);
     }
-    // The count drops after the outcome is recorded (stats() sees either a
-    // pending task or its outcome), and the wake-up reads the waiters after
-    // it (seq_cst, against wait_counted's announce-then-check).
-    if (counted_pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        counted_waiters_.load(std::memory_order_seq_cst) != 0) {
+    if (before == 1 && counted_waiters_.load(std::memory_order_seq_cst) != 0) {
       futex_wake(counted_pending_, INT32_MAX);
     }
     release();
@@ -278,10 +280,12 @@ class GroupState {
   GroupStats stats() const {
     SpinLockGuard lock(mu_);
     GroupStats s;
-    s.submitted = submitted_ + counted_submitted_.load(std::memory_order_relaxed);
+    // Pending before submitted: counted_begin adds to submitted first, so
+    // every pending task read here is in the submitted count read after it.
+    s.pending = counted_pending_.load(std::memory_order_acquire);
+    s.submitted = submitted_ + counted_submitted_.load(std::memory_order_acquire);
     s.outcomes = counts_;
     add(s.outcomes, counted_counts_);
-    s.pending = counted_pending_.load(std::memory_order_acquire);
     s.cancelled = cancelled_;
     // Handles at or above settled_ are released only after a reader moves
     // settled_ past them, which needs the mutex held here.
