@@ -321,6 +321,16 @@ bool Core::leave_idle_stack(Worker& w) noexcept {
   return true;
 }
 
+// Holds the worker (and the cell it popped) while the pool is paused.
+// resume() and shutdown() change the state under ctl.mu and notify.
+void Core::wait_out_pause(Worker& w) {
+  set_worker_state(w, WorkerState::idle);
+  MutexLock lock(ctl_->mu);
+  while (state_.load(std::memory_order_acquire) == PoolState::paused) {
+    ctl_->workers_changed.wait(lock.native());
+  }
+}
+
 Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
@@ -355,6 +365,12 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
 // Returns false if the worker was abandoned while running the cell.
 bool Core::handle_cell(Worker& w, Cell& cell) {
   on_slot_freed();
+  // A task pushed after pause() returned is seen here as paused (its push
+  // happened after the state change, its pop before this load), so it is
+  // held until resume() or a shutdown, and handled then as any queued task.
+  if (state_.load(std::memory_order_acquire) == PoolState::paused) [[unlikely]] {
+    wait_out_pause(w);
+  }
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(w, s);
   if (drop_queued_.load(std::memory_order_relaxed)) [[unlikely]] {

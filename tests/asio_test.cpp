@@ -70,9 +70,8 @@ struct Outcome {
 };
 
 // Occupies a pool's only worker until released, so that later tasks stay
-// queued (Pool::pause() leaves a window: a worker still spinning for work
-// may take a task submitted just after the pause). Declared after the pool,
-// so that it releases the worker before the pool is destroyed.
+// queued. Declared after the pool, so that it releases the worker before the
+// pool is destroyed.
 class Blocker {
  public:
   explicit Blocker(crew::Pool& pool) {

@@ -718,5 +718,36 @@ TEST(PoolHooks, ASlowStartHookDoesNotStallOtherSubmissions) {
   ASSERT_TRUE(pool.wait_idle(10s));
 }
 
+// A worker still spinning for work when pause() returns took a task posted
+// right after it: pause() promised that no new task starts until resume().
+TEST(PoolPause, NoTaskSubmittedAfterPauseStartsBeforeResume) {
+  Watchdog dog;
+  PoolOptions o;
+  o.name = "pause-race";
+  o.min_workers = 2;
+  o.max_workers = 2;
+  o.spin = 20ms;  // keep the workers spinning between rounds
+  Pool pool(std::move(o));
+  int early = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::atomic<int> warm{0};
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(pool.post([&] { warm.fetch_add(1); }), Admission::accepted);
+    ASSERT_TRUE(eventually([&] { return warm.load() == 4; }));
+    pool.pause();
+    std::atomic<bool> ran{false};
+    if (round % 2 == 0) {
+      ASSERT_EQ(pool.post([&] { ran = true; }), Admission::accepted);
+    } else {
+      (void)pool.submit([&] { ran = true; });
+    }
+    std::this_thread::sleep_for(200us);
+    if (ran.load()) ++early;
+    pool.resume();
+    ASSERT_TRUE(eventually([&] { return ran.load(); }));
+  }
+  EXPECT_EQ(early, 0) << "tasks started while the pool was paused";
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
 }  // namespace
 }  // namespace crew

@@ -139,8 +139,11 @@ class Pool {
   // Takes a stopped pool back to running. Returns false if it was not stopped.
   bool restart();
 
-  // Workers finish their current task and take no new ones until resume();
-  // submissions are still queued.
+  // Workers finish their current task and start no task submitted after
+  // pause() returned until resume() (a task already queued may still be
+  // starting while pause() runs); submissions are still queued, and a wait
+  // on a worker may still run the very task it waits for. Neither blocks;
+  // both may be called from a worker of the pool.
   void pause();
   void resume();
   // Changes max_workers at run time (0 = 2 x hardware threads). Workers above

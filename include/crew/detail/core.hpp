@@ -679,6 +679,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void wake_sleeper() noexcept;
   void wake_all_sleepers() noexcept;
   bool handle_cell(Worker& w, Cell& cell);
+  void wait_out_pause(Worker& w);
   bool handle_state(Worker& w, TaskStateBase* s);
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;
   bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept;
