@@ -158,5 +158,37 @@ TEST(Priority, LongTasksAndHandlesUseTheirLevel) {
   EXPECT_EQ(order, (std::vector<int>{1, 0}));
 }
 
+// Submitters of every level blocked on their full levels at once: each
+// freed slot must reach a submitter of its own level (a wake-up taken by a
+// submitter of another level, which finds its level still full, must not
+// leave the right one asleep). Every submission is accepted and runs.
+TEST(PriorityAdmission, BlockedSubmittersOfEveryLevelAllGetIn) {
+  Watchdog dog;
+  constexpr int kLevels = 3;
+  constexpr int kEach = 300;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .queue_shards = 1,
+             .priority_levels = kLevels, .priority_aging = 1});
+  pool.pause();
+  std::atomic<int> ran{0};
+  std::vector<std::thread> submitters;
+  for (int level = 0; level < kLevels; ++level) {
+    for (int t = 0; t < 2; ++t) {
+      submitters.emplace_back([&, level] {
+        for (int i = 0; i < kEach; ++i) {
+          ASSERT_EQ(pool.post([&] { ran.fetch_add(1, std::memory_order_relaxed); },
+                              {.priority = level}),
+                    Admission::accepted);
+        }
+      });
+    }
+  }
+  // Every level full, with submitters of every level blocked behind it.
+  ASSERT_TRUE(eventually([&] { return pool.stats().queued == kLevels * 1u; }));
+  pool.resume();
+  for (std::thread& t : submitters) t.join();
+  ASSERT_TRUE(pool.wait_idle(30s));
+  EXPECT_EQ(ran.load(), kLevels * 2 * kEach);
+}
+
 }  // namespace
 }  // namespace crew
