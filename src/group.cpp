@@ -229,7 +229,7 @@ class GroupState {
       }
       OutcomeCounts tally;
       const std::uint64_t upto = r.each([&](const Task<void>& t) {
-        if (!await_task(pool_, t, deadline, help)) return false;
+        if (!await_task(pool_, t, deadline, help) || !await_callable(t, deadline)) return false;
         add(tally, t.status());
         return true;
       });
@@ -429,13 +429,25 @@ class GroupState {
     }
     OutcomeCounts tally;
     const std::uint64_t upto = r.each([&tally](const Task<void>& t) {
-      if (!t.ready()) return false;
+      if (!t.ready() || t.state()->callable_live()) return false;
       add(tally, t.status());
       return true;
     });
     (void)end_read(r, upto, tally);
     SpinLockGuard lock(mu_);
     prune_at_ = std::max(kPruneMin, 2 * (size_ - settled_));
+  }
+
+  // A task written off by its pool has its outcome while its callable may
+  // still run: the group's wait lasts until the callable returned, so that
+  // nothing of the group runs after wait() or ~Group (logged, by name).
+  bool await_callable(const Task<void>& t, Clock::time_point deadline) {
+    const detail::TaskStateBase* s = t.state();
+    if (!s->callable_live()) return true;
+    pool_.core_->log(LogLevel::warning, {.pool = pool_.name(), .task = s->name, .task_id = s->id},
+                     (opts_.name.empty() ? std::string("a group") : "group " + opts_.name) +
+                         " waits for a written-off task whose callable still runs");
+    return s->wait_returned_until(deadline);
   }
 
   // Until the tasks without handles have ended: on a worker of the pool (or

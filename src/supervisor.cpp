@@ -267,7 +267,7 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
   if (w.cur_task != nullptr) {
     TaskStateBase* s = w.cur_task;
     if (s->stop_reason() == StopReason::timed_out) outcome = TaskStatus::timed_out;
-    if (!s->finish(outcome, Errc::abandoned)) return false;
+    if (!s->finish_written_off(outcome)) return false;
     event = event_of(s);
     enqueued = s->enqueued_ns;
     if (report != nullptr) {

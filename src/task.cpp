@@ -116,17 +116,12 @@ std::string_view to_string(WorkerStop v) noexcept {
 
 namespace detail {
 
-bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
-  // A task that is about to finish costs less to wait for by polling than
-  // by parking: a futex wait and the wake it needs are a few microseconds
-  // each. Yield while polling, so that a worker sharing this core can run.
-  for (int i = 0; i < kSpinPolls; ++i) {
-    if (done()) return true;
-    std::this_thread::yield();
-  }
+template <class Settled>
+bool TaskStateBase::park_until(Settled settled,
+                               std::chrono::steady_clock::time_point deadline) const noexcept {
   for (;;) {
     std::uint32_t cur = word_.load(std::memory_order_acquire);
-    if (is_final(static_cast<TaskStatus>(cur & 0xffu))) return true;
+    if (settled(cur)) return true;
     if ((cur & kWaitersBit) == 0 &&
         !word_.compare_exchange_weak(cur, cur | kWaitersBit, std::memory_order_acq_rel)) {
       continue;
@@ -137,6 +132,27 @@ bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) c
     }
     futex_wait(word_, cur | kWaitersBit, deadline);
   }
+}
+
+bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
+  // A task that is about to finish costs less to wait for by polling than
+  // by parking: a futex wait and the wake it needs are a few microseconds
+  // each. Yield while polling, so that a worker sharing this core can run.
+  for (int i = 0; i < kSpinPolls; ++i) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return park_until(
+      [](std::uint32_t w) { return is_final(static_cast<TaskStatus>(w & kStatusMask)); }, deadline);
+}
+
+bool TaskStateBase::wait_returned_until(
+    std::chrono::steady_clock::time_point deadline) const noexcept {
+  return park_until(
+      [](std::uint32_t w) {
+        return is_final(static_cast<TaskStatus>(w & kStatusMask)) && (w & kLiveBit) == 0;
+      },
+      deadline);
 }
 
 void TaskStateBase::wake(std::uint32_t prev) noexcept {

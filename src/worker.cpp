@@ -523,7 +523,12 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     w->cur_started_ns = 0;
     w->cur_deadline_ns = 0;
     w->cur_mu.unlock();
-    if (abandoned) return false;  // its outcome was decided when it was written off
+    if (abandoned) {
+      // Its outcome was decided when it was written off; whoever waits for
+      // the callable itself (a group, a batch) may go on now.
+      s->callable_returned();
+      return false;
+    }
   } else if (s->is_long) {
     unregister_foreign(s);
   }

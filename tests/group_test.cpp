@@ -491,29 +491,71 @@ TEST(Group, CancelRacingSubmissionsLeavesNothingRunningAfterIt) {
   }
 }
 
-TEST(GroupLifetime, AnAbandonedTaskThatFailsAfterTheGroupIsGoneTouchesNoFreedMemory) {
+// A task written off (its deadline passed, it ignored its token for
+// abandon_grace) has its outcome while its callable still runs: wait() and
+// ~Group() return only once the callable returned, so it never touches what
+// the caller destroys after them. Its worker is replaced at once.
+TEST(GroupLifetime, WaitAndTheDestructorOutlastAWrittenOffCallable) {
   Watchdog dog;
   PoolOptions o = workers(1);
   o.abandon_grace = 20ms;
   Pool pool(std::move(o));
-  std::atomic<bool> finished{false};
-  {
-    Group g(pool);
-    // Ignores its token: abandoned 20 ms after its 10 ms deadline, then it
-    // throws into a group that no longer exists.
-    ASSERT_EQ(g.submit(
-                  [&](std::stop_token) {
-                    std::this_thread::sleep_for(300ms);
-                    finished = true;
-                    throw std::runtime_error("late");
-                  },
-                  {.timeout = 10ms}),
-              Admission::accepted);
-    g.wait();
-    EXPECT_EQ(g.stats().outcomes.timed_out, 1u);
+  for (const bool destroy_only : {false, true}) {
+    std::atomic<bool> finished{false};
+    std::atomic<bool> other_ran{false};
+    {
+      Group g(pool);
+      // Ignores its token: written off 20 ms after its 10 ms deadline, then
+      // it throws.
+      ASSERT_EQ(g.submit(
+                    [&](std::stop_token) {
+                      std::this_thread::sleep_for(300ms);
+                      finished = true;
+                      throw std::runtime_error("late");
+                    },
+                    {.timeout = 10ms}),
+                Admission::accepted);
+      // The written-off worker's slot is taken by a new one meanwhile.
+      ASSERT_EQ(g.submit([&] { other_ran = true; }), Admission::accepted);
+      if (!destroy_only) {
+        g.wait();
+        EXPECT_TRUE(finished.load()) << "wait() returned while the callable ran";
+        EXPECT_TRUE(other_ran.load());
+        const GroupStats s = g.stats();
+        EXPECT_EQ(s.outcomes.timed_out, 1u);
+        EXPECT_EQ(s.outcomes.succeeded, 1u);
+        EXPECT_EQ(s.pending, 0u);
+      } else {
+        ASSERT_TRUE(eventually([&] { return other_ran.load(); }));
+      }
+    }
+    EXPECT_TRUE(finished.load()) << "~Group returned while the callable ran";
   }
-  ASSERT_TRUE(eventually([&] { return finished.load(); }));
-  std::this_thread::sleep_for(20ms);  // let it unwind
+}
+
+// wait_for() gives up at its deadline while a written-off callable still
+// runs, and a later wait() finds it done.
+TEST(GroupLifetime, WaitForTimesOutWhileAWrittenOffCallableRuns) {
+  Watchdog dog;
+  PoolOptions o = workers(1);
+  o.abandon_grace = 10ms;
+  Pool pool(std::move(o));
+  Gate release;
+  std::atomic<bool> finished{false};
+  Group g(pool);
+  ASSERT_EQ(g.submit(
+                [&](std::stop_token) {
+                  release.wait();
+                  finished = true;
+                },
+                {.timeout = 5ms}),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().outcomes.timed_out == 1; }));
+  EXPECT_FALSE(g.wait_for(50ms));
+  EXPECT_EQ(g.stats().pending, 0u);  // its outcome is decided
+  release.open();
+  g.wait();
+  EXPECT_TRUE(finished.load());
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ TEST(PriorityAdmission, BlockedSubmittersOfEveryLevelAllGetIn) {
       submitters.emplace_back([&, level] {
         for (int i = 0; i < kEach; ++i) {
           ASSERT_EQ(pool.post([&] { ran.fetch_add(1, std::memory_order_relaxed); },
-                              {.priority = level}),
+                              {.priority = static_cast<std::uint8_t>(level)}),
                     Admission::accepted);
         }
       });

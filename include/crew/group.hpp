@@ -252,9 +252,12 @@ class GroupCell {
 // Lifetime: the pool must outlive the group. Destroying a group cancels its
 // tasks that have not ended (queued ones never run, running long ones have
 // their token stopped) and waits until every one has ended, so tasks may
-// refer to objects that outlive the group. After wait() the destructor has
-// nothing left to do. Do not destroy a group from one of its own tasks (it
-// would wait for itself).
+// refer to objects that outlive the group. A task the pool wrote off (it
+// ignored its stop for abandon_grace) has its outcome at once, but wait()
+// and the destructor also wait until its callable has returned (logged as a
+// warning naming the task): no callable of the group runs after either
+// returns. After wait() the destructor has nothing left to do. Do not
+// destroy a group from one of its own tasks (it would wait for itself).
 class Group {
  public:
   // Throws crew::Error(Errc::invalid_options) naming the bad field.

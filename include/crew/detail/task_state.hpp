@@ -6,8 +6,8 @@
 // heap holds one while a queue deadline is armed.
 //
 // Status word (32 bits, futex-waitable): bits 0-7 TaskStatus, bits 8-15 the
-// Errc of a non-success outcome, bit 30 "it went through running", bit 31
-// "someone waits". The status leaves `queued` by exactly one compare-exchange
+// Errc of a non-success outcome, bit 29 "written off: its callable still
+// runs", bit 30 "it went through running", bit 31 "someone waits". The status leaves `queued` by exactly one compare-exchange
 // (to running, cancelled or rejected) and leaves `running` by exactly one
 // compare-exchange to its outcome: that is what makes every task end in
 // exactly one outcome, even when a worker and the supervisor race.
@@ -57,6 +57,7 @@ struct RunFrame {
 class TaskStateBase {
  public:
   static constexpr std::uint32_t kStatusMask = 0xffu;
+  static constexpr std::uint32_t kLiveBit = 1u << 29;
   static constexpr std::uint32_t kRanBit = 1u << 30;
   static constexpr std::uint32_t kWaitersBit = 1u << 31;
   static constexpr std::size_t kNotInHeap = static_cast<std::size_t>(-1);
@@ -123,8 +124,34 @@ class TaskStateBase {
     }
   }
 
+  // running -> outcome for a run the pool writes off while its callable
+  // still runs (it ignored its stop for abandon_grace): the outcome is
+  // decided now, and callable_live() stays true until the running thread
+  // calls callable_returned(). False as finish().
+  bool finish_written_off(TaskStatus outcome) noexcept {
+    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
+      CREW_ASSERT(is_legal_transition(TaskStatus::running, outcome), "illegal task transition");
+      const std::uint32_t next = kRanBit | kLiveBit | encode(outcome, Errc::abandoned);
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
+        wake(cur);
+        return true;
+      }
+    }
+  }
+  // Called by the thread that ran a written-off callable, once it returned.
+  void callable_returned() noexcept { wake(word_.fetch_and(~kLiveBit, std::memory_order_acq_rel)); }
+  // True while a written-off callable still runs.
+  [[nodiscard]] bool callable_live() const noexcept {
+    return (word_.load(std::memory_order_acquire) & kLiveBit) != 0;
+  }
+
   // Blocks until the task has an outcome or the deadline passes.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
+  // Blocks until the task has an outcome and its callable returned (see
+  // finish_written_off), or the deadline passes.
+  bool wait_returned_until(std::chrono::steady_clock::time_point deadline) const noexcept;
   static constexpr int kSpinPolls = 16;
 
   // Records why the task should stop and, if it runs now, stops its token.
@@ -168,6 +195,9 @@ class TaskStateBase {
     return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(why) << 8);
   }
   void wake(std::uint32_t prev) noexcept;
+  // Parks on the word until `settled(word)` or the deadline passes.
+  template <class Settled>
+  bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
 
   mutable std::atomic<std::uint32_t> word_{static_cast<std::uint32_t>(TaskStatus::queued)};
   std::atomic<std::uint32_t> refs_{1};
