@@ -5,13 +5,12 @@
 // process). Every signal path runs in a child process (tests/app/app_child,
 // or the graceful_consumer example): the test forks and execs it, sends real
 // signals, reads the calls it reports, and checks the exit code, the order
-// of the calls and the time taken. A child that overruns its bound is killed
-// and the test fails.
+// of the calls and the time taken (tests/app/child_process.hpp; one table
+// row per scenario). A child that overruns its bound is killed and the test
+// fails. The signal pipe on its own is tested in signals_test.
 #include "crew/application.hpp"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,11 +18,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -32,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/child_process.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
@@ -41,6 +43,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using test::Child;
+using test::count;
+using test::events;
+using test::exit_code;
+using test::expect_order;
+using test::find;
 using test::kSlowdown;
 using test::Watchdog;
 
@@ -64,170 +72,6 @@ ApplicationOptions quiet(ApplicationOptions o = {}) {
   o.logger = std::make_shared<NullLogger>();
   return o;
 }
-
-// ---------------------------------------------------------------------------
-// A child process whose stdout the test reads line by line.
-
-class Child {
- public:
-  explicit Child(std::vector<std::string> args) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    start_ = Clock::now();
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork");
-    if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec.
-      dup2(fds[1], 1);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    fd_ = fds[0];
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (!reaped_) {
-      kill(pid_, SIGKILL);
-      int st = 0;
-      waitpid(pid_, &st, 0);
-    }
-    if (fd_ >= 0) close(fd_);
-  }
-
-  // Reads until a line containing `text` arrives; false (and the child is
-  // killed) if it does not within `limit`.
-  bool wait_for_line(const std::string& text, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit * kSlowdown;
-    for (;;) {
-      for (; scanned_ < lines_.size(); ++scanned_) {
-        if (lines_[scanned_].find(text) != std::string::npos) {
-          ++scanned_;
-          return true;
-        }
-      }
-      if (!read_some(deadline)) {
-        ADD_FAILURE() << "no line containing '" << text << "' within " << limit.count()
-                      << " ms; output so far:\n"
-                      << output();
-        kill(pid_, SIGKILL);
-        return false;
-      }
-    }
-  }
-
-  void signal(int signo) {
-    signalled_at_ = Clock::now();
-    ASSERT_EQ(kill(pid_, signo), 0);
-  }
-
-  // Waits for the child to exit (reading its output meanwhile); kills it and
-  // fails after `limit`. Returns the wait status.
-  int wait_exit(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit * kSlowdown;
-    int status = 0;
-    for (;;) {
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) break;
-      if (Clock::now() >= deadline) {
-        ADD_FAILURE() << "child did not exit within " << limit.count() << " ms; output:\n"
-                      << output();
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      (void)read_some(Clock::now() + 1ms);
-    }
-    exited_at_ = Clock::now();
-    reaped_ = true;
-    while (read_some(Clock::now() + 200ms)) {
-    }
-    return status;
-  }
-
-  [[nodiscard]] std::chrono::milliseconds since_signal() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(exited_at_ - signalled_at_);
-  }
-  [[nodiscard]] std::chrono::milliseconds lifetime() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(exited_at_ - start_);
-  }
-  [[nodiscard]] const std::vector<std::string>& lines() const { return lines_; }
-  [[nodiscard]] std::string output() const {
-    std::string all;
-    for (const auto& l : lines_) all += l + "\n";
-    return all;
-  }
-
- private:
-  // False on end of file or when nothing arrived before the deadline.
-  bool read_some(Clock::time_point deadline) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count()))) <= 0) return false;
-    char buf[4096];
-    const ssize_t n = read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
-    partial_.append(buf, static_cast<std::size_t>(n));
-    for (std::size_t nl; (nl = partial_.find('\n')) != std::string::npos;) {
-      lines_.push_back(partial_.substr(0, nl));
-      partial_.erase(0, nl + 1);
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  bool reaped_ = false;
-  std::string partial_;
-  std::vector<std::string> lines_;
-  std::size_t scanned_ = 0;
-  Clock::time_point start_, signalled_at_, exited_at_;
-};
-
-// The events of app_child without their timestamps.
-std::vector<std::string> events(const Child& child) {
-  std::vector<std::string> out;
-  for (const auto& l : child.lines()) {
-    const auto sp = l.find(' ');
-    out.push_back(sp == std::string::npos ? l : l.substr(sp + 1));
-  }
-  return out;
-}
-
-// Index of the first event starting with `prefix`, or -1.
-long find(const std::vector<std::string>& ev, const std::string& prefix) {
-  for (std::size_t i = 0; i < ev.size(); ++i) {
-    if (ev[i].rfind(prefix, 0) == 0) return static_cast<long>(i);
-  }
-  return -1;
-}
-
-long count(const std::vector<std::string>& ev, const std::string& prefix) {
-  long n = 0;
-  for (const auto& e : ev) n += e.rfind(prefix, 0) == 0 ? 1 : 0;
-  return n;
-}
-
-// Each event appears, in this order.
-void expect_order(const std::vector<std::string>& ev, const std::vector<std::string>& order,
-                  const std::string& output) {
-  long last = -1;
-  std::string last_name = "(start)";
-  for (const auto& name : order) {
-    const long i = find(ev, name);
-    EXPECT_GE(i, 0) << "missing '" << name << "' in:\n" << output;
-    EXPECT_GT(i, last) << "'" << name << "' came before '" << last_name << "' in:\n" << output;
-    last = std::max(last, i);
-    last_name = name;
-  }
-}
-
-int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
 std::unique_ptr<Child> start_child(const std::string& scenario) {
   return std::make_unique<Child>(std::vector<std::string>{CREW_APP_CHILD, scenario});
@@ -716,270 +560,265 @@ TEST(AppSignals, HandlersAreRestoredAndNoForeignThreadMaskChanges) {
 }
 
 // ---------------------------------------------------------------------------
-// Child processes, real signals.
+// Child processes, real signals: one row per scenario of app_child. Each
+// row says what the test does to the child (wait for a line, send a signal,
+// pause), then what must hold once it has exited: the exit code (or the
+// signal that ended it), events in order, events that must not appear,
+// counts, and how long it took, from the last signal or from the start.
+// Lines are awaited for 5 s at most, the exit for 5 s (times kSlowdown).
 
-class AppClean : public ::testing::TestWithParam<int> {};
+struct Step {
+  enum class Kind : std::uint8_t { await_line, send, pause };
+  Kind kind = Kind::await_line;
+  std::string line{};  // await_line: a line containing this
+  int signo = 0;       // send
+  std::chrono::milliseconds pause_for{0};
+};
 
-TEST_P(AppClean, SignalHaltsMainFinishesPoolDrainsResourcesCloseExitZero) {
-  Watchdog dog;
-  auto child = start_child("clean");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(GetParam());
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), 0) << child->output();
-  expect_order(ev,
-               {"init db", "init cache", "state running", "main start", "log received",
+Step await_line(std::string text) { return {Step::Kind::await_line, std::move(text)}; }
+Step send(int signo) { return {Step::Kind::send, {}, signo}; }
+Step pause(std::chrono::milliseconds d) { return {Step::Kind::pause, {}, 0, d}; }
+
+// Time from `since` to the exit: at least `at_least` (when given), less than
+// under + under_scaled * kSlowdown.
+struct Took {
+  enum class Since : std::uint8_t { last_signal, start };
+  Since since = Since::last_signal;
+  std::optional<std::chrono::milliseconds> at_least{};
+  std::chrono::milliseconds under{0};
+  std::chrono::milliseconds under_scaled{0};
+};
+
+struct ChildCase {
+  std::string name;      // the test's name
+  std::string scenario;  // app_child's argument
+  std::vector<Step> steps{};
+  ExitCode exit = ExitCode::ok;
+  int killed_by = 0;  // when set: the child ends by this signal, not by exit
+  std::vector<std::string> order{};
+  std::vector<std::string> absent{};
+  std::vector<std::pair<std::string, long>> counts{};
+  std::vector<std::pair<std::string, std::string>> later{};  // .first comes after .second
+  std::optional<Took> took{};
+};
+
+void PrintTo(const ChildCase& c, std::ostream* os) { *os << c.scenario; }
+
+using Since = Took::Since;
+
+// The clean path, on each default signal.
+ChildCase clean(int signo, const std::string& signame) {
+  return {
+      .name = "SignalHaltsMainFinishesPoolDrainsResourcesCloseExitZero_" + signame,
+      .scenario = "clean",
+      .steps = {await_line("main start"), send(signo)},
+      .order = {"init db", "init cache", "state running", "main start", "log received",
                 "state halting", "halt token", "main halt seen", "main return", "state shutdown",
                 "context cancelled", "task 1 done", "log pool work: drain", "close cache done",
                 "close db", "state off", "exit 0"},
-               child->output());
-  EXPECT_EQ(count(ev, "task 2 done"), 1);
-  // Main hands over two 150 ms tasks; the pool drains them; closes take ~40 ms.
-  EXPECT_GE(child->since_signal(), 150ms);
-  EXPECT_LT(child->since_signal(), 1500ms * kSlowdown) << child->output();
+      .counts = {{"task 2 done", 1}},
+      // Main hands over two 150 ms tasks; the pool drains them; closes take ~40 ms.
+      .took = Took{.at_least = 150ms, .under_scaled = 1500ms},
+  };
 }
 
-INSTANTIATE_TEST_SUITE_P(EachDefaultSignal, AppClean,
-                         ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           switch (p.param) {
-                             case SIGTERM:
-                               return std::string("SIGTERM");
-                             case SIGINT:
-                               return std::string("SIGINT");
-                             case SIGHUP:
-                               return std::string("SIGHUP");
-                             default:
-                               return std::string("SIGQUIT");
-                           }
-                         });
-
-TEST(AppChild, ConfiguredSignalsReplaceTheDefaults) {
-  Watchdog dog;
-  auto child = start_child("usr1_only");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGUSR1);
-  const int status = child->wait_exit(5000ms);
-  EXPECT_EQ(exit_code(status), 0) << child->output();
-  expect_order(events(*child), {"log received SIGUSR1", "state halting", "state off"},
-               child->output());
+std::vector<ChildCase> child_cases() {
+  return {
+      clean(SIGTERM, "SIGTERM"),
+      clean(SIGINT, "SIGINT"),
+      clean(SIGHUP, "SIGHUP"),
+      clean(SIGQUIT, "SIGQUIT"),
+      {
+          .name = "ConfiguredSignalsReplaceTheDefaults",
+          .scenario = "usr1_only",
+          .steps = {await_line("main start"), send(SIGUSR1)},
+          .order = {"log received SIGUSR1", "state halting", "state off"},
+      },
+      {
+          .name = "WithSignalHandlingOffTheDefaultActionApplies",
+          .scenario = "signals_off",
+          .steps = {await_line("main start"), send(SIGTERM)},
+          .killed_by = SIGTERM,
+          .absent = {"state halting"},
+      },
+      {
+          .name = "TerminationTimeoutTakesTheHardPath",
+          .scenario = "termination_timeout",
+          .steps = {await_line("main start"), await_line("task 1 started"), send(SIGTERM)},
+          .exit = ExitCode::termination_timeout,
+          .order = {"state halting", "halt token", "log failure: termination_timeout",
+                    "state shutdown", "context cancelled", "task 1 stopped", "log pool work: hard",
+                    "close cache done", "close db done", "state off"},
+          .absent = {"main halt seen"},
+          .later = {{"main cancelled", "context cancelled"}},
+          // 300 ms termination timeout, then a hard shutdown.
+          .took = Took{.at_least = 300ms, .under = 300ms, .under_scaled = 1000ms},
+      },
+      {
+          .name = "ASecondSignalForcesTheHardPathAtOnce",
+          .scenario = "second_signal",  // termination_timeout 10 s
+          // Running, not queued: the hard path would drop a queued task instead.
+          .steps = {await_line("main start"), await_line("task 1 started"), send(SIGTERM),
+                    await_line("halt token"), send(SIGINT)},
+          .exit = ExitCode::forced,
+          .order = {"log received SIGTERM", "state halting", "log received SIGINT again",
+                    "log failure: forced", "state shutdown", "context cancelled", "task 1 stopped",
+                    "close db done", "state off"},
+          .later = {{"main cancelled", "context cancelled"}},
+          .took = Took{.under_scaled = 1000ms},
+      },
+      {
+          // The drain has no bound here (pool and application); the second
+          // signal is what ends it.
+          .name = "ASecondSignalDuringTheDrainShutsThePoolsDownHard",
+          .scenario = "second_signal_in_drain",
+          // Main returns right after handing task 3 over; then the drain waits for it.
+          .steps = {await_line("main start"), send(SIGTERM), await_line("task 3 started"),
+                    pause(200ms), send(SIGTERM)},
+          .exit = ExitCode::forced,
+          .order = {"state halting", "main return", "state shutdown", "log received SIGTERM again",
+                    "task 3 stopped", "state off"},
+          .took = Took{.under_scaled = 1000ms},
+      },
+      {
+          .name = "MainIgnoringBothTokensIsLeftBehindAfterTheShutdownTimeout",
+          .scenario = "stuck_main",  // termination 200 ms, shutdown 300 ms
+          .steps = {await_line("main start"), send(SIGTERM)},
+          .exit = ExitCode::termination_timeout,
+          .order = {"state halting", "state shutdown", "context cancelled", "close cache done",
+                    "close db done", "state off", "exit 4"},
+          .absent = {"main return"},
+          .took = Took{.at_least = 500ms, .under = 500ms, .under_scaled = 1000ms},
+      },
+      {
+          .name = "ResourceInitFailureStopsStartupAndClosesWhatWasInitialized",
+          .scenario = "init_failure",
+          .exit = ExitCode::startup_failure,
+          .order = {"init db done", "init cache", "log failure: init_failed in cache",
+                    "state shutdown", "context cancelled", "close db done", "state off"},
+          .absent = {"state running", "main start", "close cache"},
+          .took = Took{.since = Since::start, .under_scaled = 2000ms},
+      },
+      {
+          .name = "InitTimeoutStopsStartupWithoutWaitingForTheHungInit",
+          .scenario = "init_timeout",  // 300 ms; cache init hangs 3 s
+          .exit = ExitCode::startup_failure,
+          .order = {"init db done", "init cache", "log failure: init_timed_out in cache",
+                    "state shutdown", "close db done", "state off"},
+          .absent = {"main start", "init cache done"},
+          .took =
+              Took{
+                  .since = Since::start, .at_least = 300ms, .under = 300ms, .under_scaled = 1500ms},
+      },
+      {
+          .name = "SignalDuringInitAbandonsStartupAndExitsZero",
+          .scenario = "halt_during_init",  // cache init waits for its token
+          .steps = {await_line("init cache"), send(SIGTERM)},
+          .order = {"init cache", "log received SIGTERM", "state shutdown", "close db done",
+                    "state off"},
+          .absent = {"main start", "close cache"},
+          .took = Took{.under_scaled = 1000ms},
+      },
+      {
+          .name = "PingFailureIsFatalAndHalts",
+          .scenario = "ping_failure",  // every 50 ms; the third db ping throws
+          .exit = ExitCode::runtime_failure,
+          .order = {"main start", "ping db", "log failure: ping_failed in db", "state halting",
+                    "main halt seen", "main return", "state shutdown", "context cancelled",
+                    "close cache done", "close db done", "state off"},
+          .counts = {{"ping db", 3}},
+          .took = Took{.since = Since::start, .at_least = 150ms, .under_scaled = 2000ms},
+      },
+      {
+          .name = "PingTimeoutIsFatalAndHalts",
+          .scenario = "ping_timeout",  // every 50 ms; the third hangs; timeout 100 ms
+          .exit = ExitCode::runtime_failure,
+          .order = {"main start", "log failure: ping_timed_out in db", "state halting",
+                    "main return", "close db done", "state off"},
+          .took = Took{.since = Since::start, .at_least = 250ms, .under_scaled = 2000ms},
+      },
+      {
+          .name = "CloseTimeoutIsAShutdownFailureAndDoesNotHoldTheExit",
+          .scenario = "close_timeout",  // db close hangs 3 s; shutdown_timeout 300 ms
+          .steps = {await_line("main start"), send(SIGTERM)},
+          .exit = ExitCode::shutdown_failure,
+          .order = {"main return", "context cancelled", "close cache done", "close db",
+                    "log failure: close_timed_out in db", "state off"},
+          .absent = {"close db done"},
+          .took = Took{.at_least = 300ms, .under = 300ms, .under_scaled = 1500ms},
+      },
+      {
+          .name = "ExceptionInMainIsARuntimeFailure",
+          .scenario = "main_throws",
+          .exit = ExitCode::runtime_failure,
+          .order = {"main start", "main throw", "log failure: main_threw in main: main gave up",
+                    "state shutdown", "context cancelled", "close cache done", "close db done",
+                    "state off"},
+          .took = Took{.since = Since::start, .under_scaled = 2000ms},
+      },
+      {
+          .name = "ExceptionInMainWhileHaltingIsARuntimeFailure",
+          .scenario = "throw_on_halt",
+          .steps = {await_line("main start"), send(SIGTERM)},
+          .exit = ExitCode::runtime_failure,
+          .order = {"state halting", "main throw", "log failure: main_threw", "state shutdown",
+                    "close db done", "state off"},
+          .took = Took{.under_scaled = 1000ms},
+      },
+  };
 }
 
-TEST(AppChild, WithSignalHandlingOffTheDefaultActionApplies) {
-  Watchdog dog;
-  auto child = start_child("signals_off");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  ASSERT_TRUE(WIFSIGNALED(status)) << child->output();
-  EXPECT_EQ(WTERMSIG(status), SIGTERM);
-  EXPECT_EQ(find(events(*child), "state halting"), -1);
-}
+class AppChild : public ::testing::TestWithParam<ChildCase> {};
 
-TEST(AppChild, TerminationTimeoutTakesTheHardPath) {
+TEST_P(AppChild, Scenario) {
+  const ChildCase& c = GetParam();
   Watchdog dog;
-  auto child = start_child("termination_timeout");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::termination_timeout)) << child->output();
-  expect_order(ev,
-               {"state halting", "halt token", "log failure: termination_timeout", "state shutdown",
-                "context cancelled", "task 1 stopped", "log pool work: hard", "close cache done",
-                "close db done", "state off"},
-               child->output());
-  EXPECT_GT(find(ev, "main cancelled"), find(ev, "context cancelled")) << child->output();
-  EXPECT_EQ(find(ev, "main halt seen"), -1);
-  // 300 ms termination timeout, then a hard shutdown.
-  EXPECT_GE(child->since_signal(), 300ms);
-  EXPECT_LT(child->since_signal(), 300ms + 1000ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, ASecondSignalForcesTheHardPathAtOnce) {
-  Watchdog dog;
-  auto child = start_child("second_signal");  // termination_timeout 10 s
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  // Running, not queued: the hard path would drop a queued task instead.
-  ASSERT_TRUE(child->wait_for_line("task 1 started", 5000ms));
-  child->signal(SIGTERM);
-  ASSERT_TRUE(child->wait_for_line("halt token", 5000ms));
-  child->signal(SIGINT);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::forced)) << child->output();
-  expect_order(
-      ev,
-      {"log received SIGTERM", "state halting", "log received SIGINT again", "log failure: forced",
-       "state shutdown", "context cancelled", "task 1 stopped", "close db done", "state off"},
-      child->output());
-  EXPECT_GT(find(ev, "main cancelled"), find(ev, "context cancelled")) << child->output();
-  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
-}
-
-// The drain has no bound here (pool and application); the second signal is
-// what ends it.
-TEST(AppChild, ASecondSignalDuringTheDrainShutsThePoolsDownHard) {
-  Watchdog dog;
-  auto child = start_child("second_signal_in_drain");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGTERM);
-  // Main returns right after handing task 3 over; then the drain waits for it.
-  ASSERT_TRUE(child->wait_for_line("task 3 started", 5000ms));
-  std::this_thread::sleep_for(200ms);
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::forced)) << child->output();
-  expect_order(ev,
-               {"state halting", "main return", "state shutdown", "log received SIGTERM again",
-                "task 3 stopped", "state off"},
-               child->output());
-  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, MainIgnoringBothTokensIsLeftBehindAfterTheShutdownTimeout) {
-  Watchdog dog;
-  auto child = start_child("stuck_main");  // termination 200 ms, shutdown 300 ms
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::termination_timeout)) << child->output();
-  expect_order(ev,
-               {"state halting", "state shutdown", "context cancelled", "close cache done",
-                "close db done", "state off", "exit 4"},
-               child->output());
-  EXPECT_EQ(find(ev, "main return"), -1);
-  EXPECT_GE(child->since_signal(), 500ms);
-  EXPECT_LT(child->since_signal(), 500ms + 1000ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, ResourceInitFailureStopsStartupAndClosesWhatWasInitialized) {
-  Watchdog dog;
-  auto child = start_child("init_failure");
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::startup_failure)) << child->output();
-  expect_order(ev,
-               {"init db done", "init cache", "log failure: init_failed in cache", "state shutdown",
-                "context cancelled", "close db done", "state off"},
-               child->output());
-  EXPECT_EQ(find(ev, "state running"), -1);
-  EXPECT_EQ(find(ev, "main start"), -1);
-  EXPECT_EQ(find(ev, "close cache"), -1);
-  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown);
-}
-
-TEST(AppChild, InitTimeoutStopsStartupWithoutWaitingForTheHungInit) {
-  Watchdog dog;
-  auto child = start_child("init_timeout");  // 300 ms; cache init hangs 3 s
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::startup_failure)) << child->output();
-  expect_order(ev,
-               {"init db done", "init cache", "log failure: init_timed_out in cache",
-                "state shutdown", "close db done", "state off"},
-               child->output());
-  EXPECT_EQ(find(ev, "main start"), -1);
-  EXPECT_EQ(find(ev, "init cache done"), -1);
-  EXPECT_GE(child->lifetime(), 300ms);
-  EXPECT_LT(child->lifetime(), 300ms + 1500ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, SignalDuringInitAbandonsStartupAndExitsZero) {
-  Watchdog dog;
-  auto child = start_child("halt_during_init");  // cache init waits for its token
-  ASSERT_TRUE(child->wait_for_line("init cache", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), 0) << child->output();
-  expect_order(
-      ev, {"init cache", "log received SIGTERM", "state shutdown", "close db done", "state off"},
-      child->output());
-  EXPECT_EQ(find(ev, "main start"), -1);
-  EXPECT_EQ(find(ev, "close cache"), -1);
-  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, PingFailureIsFatalAndHalts) {
-  Watchdog dog;
-  auto child = start_child("ping_failure");  // every 50 ms; the third db ping throws
+  auto child = start_child(c.scenario);
+  for (const Step& step : c.steps) {
+    switch (step.kind) {
+      case Step::Kind::await_line:
+        ASSERT_TRUE(child->wait_for_line(step.line, 5000ms));
+        break;
+      case Step::Kind::send:
+        child->signal(step.signo);
+        break;
+      case Step::Kind::pause:
+        std::this_thread::sleep_for(step.pause_for);
+        break;
+    }
+  }
   const int status = child->wait_exit(5000ms);
   const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
-  expect_order(ev,
-               {"main start", "ping db", "log failure: ping_failed in db", "state halting",
-                "main halt seen", "main return", "state shutdown", "context cancelled",
-                "close cache done", "close db done", "state off"},
-               child->output());
-  EXPECT_EQ(count(ev, "ping db"), 3);
-  EXPECT_GE(child->lifetime(), 150ms);
-  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown) << child->output();
+  if (c.killed_by != 0) {
+    ASSERT_TRUE(WIFSIGNALED(status)) << child->output();
+    EXPECT_EQ(WTERMSIG(status), c.killed_by);
+  } else {
+    EXPECT_EQ(exit_code(status), static_cast<int>(c.exit)) << child->output();
+  }
+  expect_order(ev, c.order, child->output());
+  for (const auto& e : c.absent) {
+    EXPECT_EQ(find(ev, e), -1) << "'" << e << "' in:\n" << child->output();
+  }
+  for (const auto& [e, n] : c.counts) {
+    EXPECT_EQ(count(ev, e), n) << "'" << e << "' in:\n" << child->output();
+  }
+  for (const auto& [after, before] : c.later) {
+    EXPECT_GT(find(ev, after), find(ev, before))
+        << "'" << after << "' before '" << before << "' in:\n"
+        << child->output();
+  }
+  if (c.took) {
+    const Took& t = *c.took;
+    const auto took = t.since == Since::start ? child->lifetime() : child->since_signal();
+    if (t.at_least) {
+      EXPECT_GE(took, *t.at_least) << child->output();
+    }
+    EXPECT_LT(took, t.under + t.under_scaled * kSlowdown) << child->output();
+  }
 }
 
-TEST(AppChild, PingTimeoutIsFatalAndHalts) {
-  Watchdog dog;
-  auto child = start_child("ping_timeout");  // every 50 ms; the third hangs; timeout 100 ms
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
-  expect_order(ev,
-               {"main start", "log failure: ping_timed_out in db", "state halting", "main return",
-                "close db done", "state off"},
-               child->output());
-  EXPECT_GE(child->lifetime(), 250ms);
-  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, CloseTimeoutIsAShutdownFailureAndDoesNotHoldTheExit) {
-  Watchdog dog;
-  auto child = start_child("close_timeout");  // db close hangs 3 s; shutdown_timeout 300 ms
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::shutdown_failure)) << child->output();
-  expect_order(ev,
-               {"main return", "context cancelled", "close cache done", "close db",
-                "log failure: close_timed_out in db", "state off"},
-               child->output());
-  EXPECT_EQ(find(ev, "close db done"), -1);
-  EXPECT_GE(child->since_signal(), 300ms);
-  EXPECT_LT(child->since_signal(), 300ms + 1500ms * kSlowdown) << child->output();
-}
-
-TEST(AppChild, ExceptionInMainIsARuntimeFailure) {
-  Watchdog dog;
-  auto child = start_child("main_throws");
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
-  expect_order(
-      ev,
-      {"main start", "main throw", "log failure: main_threw in main: main gave up",
-       "state shutdown", "context cancelled", "close cache done", "close db done", "state off"},
-      child->output());
-  EXPECT_LT(child->lifetime(), 2000ms * kSlowdown);
-}
-
-TEST(AppChild, ExceptionInMainWhileHaltingIsARuntimeFailure) {
-  Watchdog dog;
-  auto child = start_child("throw_on_halt");
-  ASSERT_TRUE(child->wait_for_line("main start", 5000ms));
-  child->signal(SIGTERM);
-  const int status = child->wait_exit(5000ms);
-  const auto ev = events(*child);
-  EXPECT_EQ(exit_code(status), static_cast<int>(ExitCode::runtime_failure)) << child->output();
-  expect_order(ev,
-               {"state halting", "main throw", "log failure: main_threw", "state shutdown",
-                "close db done", "state off"},
-               child->output());
-  EXPECT_LT(child->since_signal(), 1000ms * kSlowdown) << child->output();
-}
+INSTANTIATE_TEST_SUITE_P(Lifecycle, AppChild, ::testing::ValuesIn(child_cases()),
+                         [](const ::testing::TestParamInfo<ChildCase>& p) { return p.param.name; });
 
 // ---------------------------------------------------------------------------
 // The graceful_consumer example: SIGTERM at a random moment loses nothing.

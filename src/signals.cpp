@@ -1,0 +1,138 @@
+// The signal self-pipe: the handler, the process-wide state it reads, and
+// the watcher that owns the pipe and its reader thread (src/signals.hpp).
+#include "signals.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "thread_name.hpp"
+
+namespace crew::detail {
+namespace {
+
+// Read by the handler on whatever thread the signal lands on; written by
+// the watcher that owns signals (g_signals_owned) in start() and stop().
+std::atomic<int> g_signal_fd{-1};
+std::atomic<int> g_in_handler{0};
+std::atomic<bool> g_signals_owned{false};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void on_signal_handler(int signo) {
+  const int saved = errno;
+  g_in_handler.fetch_add(1, std::memory_order_seq_cst);
+  const int fd = g_signal_fd.load(std::memory_order_seq_cst);
+  if (fd >= 0) {
+    const auto byte = static_cast<unsigned char>(signo);
+    if (write(fd, &byte, 1) < 0) {
+      // The pipe is full (tens of thousands of unread signals) or gone: the
+      // signals already queued say enough.
+    }
+  }
+  g_in_handler.fetch_sub(1, std::memory_order_seq_cst);
+  errno = saved;
+}
+
+// Runs on the reader thread until the write end is closed.
+void read_loop(int fd, const std::function<void(int)>& on_signal) {
+  unsigned char buf[64];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    for (ssize_t i = 0; i < n; ++i) on_signal(buf[i]);
+  }
+}
+
+}  // namespace
+
+std::string signal_name(int signo) {
+  switch (signo) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGUSR2:
+      return "SIGUSR2";
+    default:
+      return "signal " + std::to_string(signo);
+  }
+}
+
+std::string SignalWatcher::start(const std::vector<int>& signals, const std::string& app_name,
+                                 std::function<void(int)> on_signal) {
+  if (signals.empty()) return {};
+  bool expected = false;
+  if (!g_signals_owned.compare_exchange_strong(expected, true)) {
+    return "another Application is handling signals";
+  }
+  owned_ = true;
+  if (pipe2(fds_, O_CLOEXEC) != 0) return std::string("pipe2: ") + std::strerror(errno);
+  // The handler must never block; a full pipe drops the byte.
+  (void)fcntl(fds_[1], F_SETFL, fcntl(fds_[1], F_GETFL) | O_NONBLOCK);
+  g_signal_fd.store(fds_[1], std::memory_order_seq_cst);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : signals) sigaddset(&mask, s);
+  try {
+    const int rfd = fds_[0];
+    thread_ = std::thread([on_signal = std::move(on_signal), app_name, rfd, mask] {
+      // Only this thread blocks the signals: it must not be interrupted in
+      // read(), and it is the watcher's own.
+      (void)pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+      name_thread(app_name, "signals");
+      read_loop(rfd, on_signal);
+    });
+  } catch (const std::exception& e) {
+    return std::string("cannot start the signal thread: ") + e.what();
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = &on_signal_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : signals) {
+    struct sigaction old {};
+    if (sigaction(s, &sa, &old) != 0) {
+      return "sigaction(" + signal_name(s) + "): " + std::strerror(errno);
+    }
+    installed_.emplace_back(s, old);
+  }
+  return {};
+}
+
+void SignalWatcher::stop() noexcept {
+  for (auto it = installed_.rbegin(); it != installed_.rend(); ++it) {
+    (void)sigaction(it->first, &it->second, nullptr);
+  }
+  installed_.clear();
+  if (fds_[1] >= 0) {
+    g_signal_fd.store(-1, std::memory_order_seq_cst);
+    // A handler that loaded the fd before the store may still write to it.
+    while (g_in_handler.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    (void)close(fds_[1]);  // the reader sees end of file
+    fds_[1] = -1;
+  }
+  if (thread_.joinable()) thread_.join();
+  if (fds_[0] >= 0) {
+    (void)close(fds_[0]);
+    fds_[0] = -1;
+  }
+  if (owned_) {
+    g_signals_owned.store(false);
+    owned_ = false;
+  }
+}
+
+}  // namespace crew::detail
