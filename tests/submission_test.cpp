@@ -186,7 +186,11 @@ TEST_P(Submission, EveryTaskRunsExactlyOnceAndTheStatsAddUp) {
   EXPECT_EQ(s.submitted, expected);
   EXPECT_EQ(s.outcomes.succeeded, expected);
   EXPECT_EQ(s.outcomes.total(), expected);
-  EXPECT_EQ(s.queued, 0u);
+  // A task a waiting worker ran itself (submit_wait with priority levels:
+  // the task went to the shared queue) leaves its cell there until a worker
+  // pops and drops it, so the queue empties shortly after, not at once.
+  EXPECT_TRUE(eventually([&] { return pool.stats().queued == 0; }))
+      << pool.stats().queued << " cells still queued";
   if (config_.observed) {
     // Events may trail the counters the pool reads for wait_idle().
     EXPECT_TRUE(eventually([&] { return observer_->finished.load() == expected; }))
