@@ -47,7 +47,7 @@ struct WorkerCounters {
   [[nodiscard]] OutcomeCounts read() const noexcept;
 };
 
-void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept;
+inline void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept { sum += more; }
 
 // What to stop, taken under a worker's cur_mu and fired outside it (stop
 // callbacks are user code).

@@ -35,37 +35,6 @@ constexpr std::uint64_t kMaxBlock = 256;
 // for a long time without wait() stays small.
 constexpr std::uint64_t kPruneMin = 4096;
 
-void add(OutcomeCounts& c, TaskStatus s) noexcept {
-  switch (s) {
-    case TaskStatus::succeeded:
-      ++c.succeeded;
-      break;
-    case TaskStatus::failed:
-      ++c.failed;
-      break;
-    case TaskStatus::cancelled:
-      ++c.cancelled;
-      break;
-    case TaskStatus::timed_out:
-      ++c.timed_out;
-      break;
-    case TaskStatus::rejected:
-      ++c.rejected;
-      break;
-    case TaskStatus::queued:
-    case TaskStatus::running:
-      break;
-  }
-}
-
-void add(OutcomeCounts& c, const OutcomeCounts& d) noexcept {
-  c.succeeded += d.succeeded;
-  c.failed += d.failed;
-  c.cancelled += d.cancelled;
-  c.timed_out += d.timed_out;
-  c.rejected += d.rejected;
-}
-
 // `cap` handles at `slots`: the group state's own array for the first
 // block, else in the same allocation as the block.
 struct Block {
@@ -230,7 +199,7 @@ class GroupState {
       OutcomeCounts tally;
       const std::uint64_t upto = r.each([&](const Task<void>& t) {
         if (!await_task(pool_, t, deadline, help) || !await_callable(t, deadline)) return false;
-        add(tally, t.status());
+        tally.add(t.status());
         return true;
       });
       if (end_read(r, upto, tally)) return true;
@@ -268,7 +237,7 @@ class GroupState {
     std::uint32_t before = 0;
     {
       SpinLockGuard lock(mu_);
-      add(counted_counts_, outcome);
+      counted_counts_.add(outcome);
       before = counted_pending_.fetch_sub(1, std::memory_order_seq_cst);
     }
     if (before == 1 && counted_waiters_.load(std::memory_order_seq_cst) != 0) {
@@ -285,14 +254,14 @@ class GroupState {
     s.pending = counted_pending_.load(std::memory_order_acquire);
     s.submitted = submitted_ + counted_submitted_.load(std::memory_order_acquire);
     s.outcomes = counts_;
-    add(s.outcomes, counted_counts_);
+    s.outcomes += counted_counts_;
     s.cancelled = cancelled_;
     // Handles at or above settled_ are released only after a reader moves
     // settled_ past them, which needs the mutex held here.
     (void)live_locked().each([&s](const Task<void>& t) {
       const TaskStatus st = t.status();
       if (is_final(st)) {
-        add(s.outcomes, st);
+        s.outcomes.add(st);
       } else {
         ++s.pending;
       }
@@ -382,7 +351,7 @@ class GroupState {
         return all_done;
       }
       // Only the last reader gets here, so settled_ is still r.lo.
-      add(counts_, tally);
+      counts_ += tally;
       cut = detach_locked(cut_to);
       // Still a reader while it releases, so that no other thread frees
       // the block it is working in.
@@ -430,7 +399,7 @@ class GroupState {
     OutcomeCounts tally;
     const std::uint64_t upto = r.each([&tally](const Task<void>& t) {
       if (!t.ready() || t.state()->callable_live()) return false;
-      add(tally, t.status());
+      tally.add(t.status());
       return true;
     });
     (void)end_read(r, upto, tally);

@@ -98,26 +98,7 @@ std::uint32_t union_of(const std::vector<Core::ObserverSlot>& slots) {
 }  // namespace
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
-  switch (outcome) {
-    case TaskStatus::succeeded:
-      succeeded.fetch_add(1, std::memory_order_acq_rel);
-      break;
-    case TaskStatus::failed:
-      failed.fetch_add(1, std::memory_order_acq_rel);
-      break;
-    case TaskStatus::cancelled:
-      cancelled.fetch_add(1, std::memory_order_acq_rel);
-      break;
-    case TaskStatus::timed_out:
-      timed_out.fetch_add(1, std::memory_order_acq_rel);
-      break;
-    case TaskStatus::rejected:
-      rejected.fetch_add(1, std::memory_order_acq_rel);
-      break;
-    case TaskStatus::queued:
-    case TaskStatus::running:
-      break;
-  }
+  if (auto* field = outcome_field(*this, outcome)) field->fetch_add(1, std::memory_order_acq_rel);
 }
 
 OutcomeCounts SharedCounters::read() const noexcept {
@@ -127,38 +108,11 @@ OutcomeCounts SharedCounters::read() const noexcept {
 }
 
 void WorkerCounters::add(TaskStatus outcome) noexcept {
-  switch (outcome) {
-    case TaskStatus::succeeded:
-      succeeded.inc();
-      break;
-    case TaskStatus::failed:
-      failed.inc();
-      break;
-    case TaskStatus::cancelled:
-      cancelled.inc();
-      break;
-    case TaskStatus::timed_out:
-      timed_out.inc();
-      break;
-    case TaskStatus::rejected:
-      rejected.inc();
-      break;
-    case TaskStatus::queued:
-    case TaskStatus::running:
-      break;
-  }
+  if (auto* field = outcome_field(*this, outcome)) field->inc();
 }
 
 OutcomeCounts WorkerCounters::read() const noexcept {
   return {succeeded.get(), failed.get(), cancelled.get(), timed_out.get(), rejected.get()};
-}
-
-void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept {
-  sum.succeeded += more.succeeded;
-  sum.failed += more.failed;
-  sum.cancelled += more.cancelled;
-  sum.timed_out += more.timed_out;
-  sum.rejected += more.rejected;
 }
 
 Core::Core(PoolOptions options)
@@ -348,10 +302,10 @@ OutcomeCounts Core::totals_locked() const {
   const Control& ctl = *ctl_;
   ctl.mu.assert_held();
   OutcomeCounts sum = ctl.retired;
-  add_to(sum, shared_.read());
+  sum += shared_.read();
   sum.rejected += refused_.load(std::memory_order_relaxed);
-  for (const auto& w : ctl.workers) add_to(sum, w->counts.read());
-  for (const auto& w : ctl.abandoned) add_to(sum, w->counts.read());
+  for (const auto& w : ctl.workers) sum += w->counts.read();
+  for (const auto& w : ctl.abandoned) sum += w->counts.read();
   return sum;
 }
 

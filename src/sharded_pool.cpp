@@ -67,14 +67,6 @@ std::vector<std::unique_ptr<Pool>> make_shards(const ShardedPoolOptions& o) {
   return pools;
 }
 
-void add(OutcomeCounts& c, const OutcomeCounts& d) noexcept {
-  c.succeeded += d.succeeded;
-  c.failed += d.failed;
-  c.cancelled += d.cancelled;
-  c.timed_out += d.timed_out;
-  c.rejected += d.rejected;
-}
-
 template <class T>
 void append(std::vector<T>& to, const std::vector<T>& from) {
   to.insert(to.end(), from.begin(), from.end());
@@ -88,8 +80,8 @@ ShutdownReport merge(const std::vector<ShutdownReport>& reports) {
     m.escalated = m.escalated || r.escalated;
     if (r.final_state == PoolState::stopped_timeout) m.final_state = PoolState::stopped_timeout;
     m.elapsed = std::max(m.elapsed, r.elapsed);
-    add(m.during, r.during);
-    add(m.lifetime, r.lifetime);
+    m.during += r.during;
+    m.lifetime += r.lifetime;
     append(m.rejected, r.rejected);
     append(m.cancelled, r.cancelled);
     append(m.timed_out, r.timed_out);
@@ -246,7 +238,7 @@ PoolStats ShardedPool::stats() const {
     total.queued += s.queued;
     total.blocked_submitters += s.blocked_submitters;
     total.submitted += s.submitted;
-    add(total.outcomes, s.outcomes);
+    total.outcomes += s.outcomes;
     total.abandoned += s.abandoned;
     total.workers_replaced += s.workers_replaced;
     total.helped += s.helped;

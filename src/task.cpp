@@ -1,12 +1,11 @@
 // Task states, handles' waiting and stopping, and the to_string functions of
-// the pool's enums.
+// the task's enums.
 #include "crew/task.hpp"
 
 #include <thread>
 
 #include "control.hpp"
 #include "crew/detail/futex.hpp"
-#include "crew/pool_types.hpp"
 
 namespace crew {
 
@@ -40,76 +39,6 @@ std::string_view to_string(CancelResult r) noexcept {
       return "not_interruptible";
     case CancelResult::already_finished:
       return "already_finished";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(Overflow v) noexcept {
-  switch (v) {
-    case Overflow::block:
-      return "block";
-    case Overflow::reject:
-      return "reject";
-    case Overflow::caller_runs:
-      return "caller_runs";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(ShutdownMode v) noexcept {
-  switch (v) {
-    case ShutdownMode::drain:
-      return "drain";
-    case ShutdownMode::soft:
-      return "soft";
-    case ShutdownMode::hard:
-      return "hard";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(PoolState v) noexcept {
-  switch (v) {
-    case PoolState::created:
-      return "created";
-    case PoolState::running:
-      return "running";
-    case PoolState::paused:
-      return "paused";
-    case PoolState::stopping:
-      return "stopping";
-    case PoolState::stopped:
-      return "stopped";
-    case PoolState::stopped_timeout:
-      return "stopped_timeout";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(WorkerState v) noexcept {
-  switch (v) {
-    case WorkerState::starting:
-      return "starting";
-    case WorkerState::idle:
-      return "idle";
-    case WorkerState::busy:
-      return "busy";
-    case WorkerState::stopping:
-      return "stopping";
-    case WorkerState::stopped:
-      return "stopped";
-    case WorkerState::abandoned:
-      return "abandoned";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(WorkerStop v) noexcept {
-  switch (v) {
-    case WorkerStop::graceful:
-      return "graceful";
-    case WorkerStop::hard:
-      return "hard";
   }
   return "unknown";
 }

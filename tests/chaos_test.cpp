@@ -145,25 +145,7 @@ void run_chaos(std::uint64_t seed) {
       ASSERT_TRUE(h.ready()) << "a handle without an outcome";
       const TaskStatus first = h.status();
       ASSERT_TRUE(is_final(first));
-      switch (first) {
-        case TaskStatus::succeeded:
-          ++seen.succeeded;
-          break;
-        case TaskStatus::failed:
-          ++seen.failed;
-          break;
-        case TaskStatus::cancelled:
-          ++seen.cancelled;
-          break;
-        case TaskStatus::timed_out:
-          ++seen.timed_out;
-          break;
-        case TaskStatus::rejected:
-          ++seen.rejected;
-          break;
-        default:
-          FAIL() << "not final";
-      }
+      seen.add(first);
       ASSERT_EQ(h.status(), first) << "an outcome changed";
     }
   }

@@ -384,9 +384,30 @@ std::optional<Errc> error_of(F&& f) {
 }
 
 // wait_idle() counts every task submitted so far, the caller's own included:
-// from a task of the same pool it would wait for itself, so it throws.
-TEST(PoolSelfCalls, WaitIdleFromATaskOfTheSamePoolThrowsAtOnce) {
-  Watchdog dog;
+// from a task of the same pool it would wait for itself, so it throws at
+// once. Each case runs such a task somewhere the pool counts as its own.
+class PoolSelfCalls : public ::testing::Test {
+ protected:
+  // Posts a plain task that calls pool.wait_idle() and records where it ran
+  // and the error it got.
+  Admission post_self_wait(Pool& pool) {
+    return pool.post([this, &pool] {
+      ran_on_ = std::this_thread::get_id();
+      seen_ = error_of([&] { (void)pool.wait_idle(); });
+    });
+  }
+  // The task ran on this thread (not on a worker) and was refused there.
+  void expect_refused_here() const {
+    EXPECT_EQ(ran_on_, std::this_thread::get_id());
+    EXPECT_EQ(seen_, Errc::would_deadlock);
+  }
+
+  Watchdog dog_;
+  std::optional<Errc> seen_;
+  std::thread::id ran_on_;
+};
+
+TEST_F(PoolSelfCalls, WaitIdleFromATaskOfTheSamePoolThrowsAtOnce) {
   Pool pool({.max_workers = 2});
   auto plain = pool.submit([&pool] { return error_of([&] { (void)pool.wait_idle(); }); });
   auto timed = pool.submit([&pool] { return error_of([&] { (void)pool.wait_idle(1h); }); });
@@ -403,27 +424,18 @@ TEST(PoolSelfCalls, WaitIdleFromATaskOfTheSamePoolThrowsAtOnce) {
 
 // A task the pool runs on a thread that is not one of its workers
 // (caller_runs here) is one of its tasks just the same.
-TEST(PoolSelfCalls, WaitIdleFromATaskRunOnTheSubmittersThreadThrowsAtOnce) {
-  Watchdog dog;
+TEST_F(PoolSelfCalls, WaitIdleFromATaskRunOnTheSubmittersThreadThrowsAtOnce) {
   Pool pool({.max_workers = 1, .queue_capacity = 1, .overflow = Overflow::caller_runs});
   pool.pause();
   ASSERT_EQ(pool.post([] {}), Admission::accepted);  // the queue is full now
-  std::optional<Errc> seen;
-  std::thread::id ran_on;
-  ASSERT_EQ(pool.post([&] {
-    ran_on = std::this_thread::get_id();
-    seen = error_of([&] { (void)pool.wait_idle(); });
-  }),
-            Admission::accepted);
-  EXPECT_EQ(ran_on, std::this_thread::get_id());
-  EXPECT_EQ(seen, Errc::would_deadlock);
+  ASSERT_EQ(post_self_wait(pool), Admission::accepted);
+  expect_refused_here();
   pool.resume();
   EXPECT_TRUE(pool.wait_idle(10s));
 }
 
 // run_pending_task() on an outside thread runs a queued task there.
-TEST(PoolSelfCalls, WaitIdleFromATaskRunByRunPendingTaskThrowsAtOnce) {
-  Watchdog dog;
+TEST_F(PoolSelfCalls, WaitIdleFromATaskRunByRunPendingTaskThrowsAtOnce) {
   Pool pool({.max_workers = 1});
   Gate gate;
   std::atomic<bool> blocking{false};
@@ -433,16 +445,9 @@ TEST(PoolSelfCalls, WaitIdleFromATaskRunByRunPendingTaskThrowsAtOnce) {
   }),
             Admission::accepted);
   ASSERT_TRUE(eventually([&] { return blocking.load(); }));  // the only worker is busy
-  std::optional<Errc> seen;
-  std::thread::id ran_on;
-  ASSERT_EQ(pool.post([&] {
-    ran_on = std::this_thread::get_id();
-    seen = error_of([&] { (void)pool.wait_idle(); });
-  }),
-            Admission::accepted);
+  ASSERT_EQ(post_self_wait(pool), Admission::accepted);
   ASSERT_TRUE(pool.run_pending_task());
-  EXPECT_EQ(ran_on, std::this_thread::get_id());
-  EXPECT_EQ(seen, Errc::would_deadlock);
+  expect_refused_here();
   gate.open();
   EXPECT_TRUE(pool.wait_idle(10s));
 }

@@ -29,6 +29,15 @@ bool listed(const std::vector<TaskRef>& refs, std::string_view name) {
 
 void until_stopped(const std::stop_token& stop) { test::until_stopped(stop, 100us); }
 
+// A cooperative long task: counts `started` down, then returns once its
+// token is stopped.
+auto cooperative(std::latch& started) {
+  return [&started](std::stop_token stop) {
+    started.count_down();
+    until_stopped(stop);
+  };
+}
+
 TEST(ShutdownDrain, RunsEverythingQueuedAndRefusesNewTasks) {
   Watchdog dog;
   Pool pool({.max_workers = 2});
@@ -93,17 +102,8 @@ TEST(ShutdownHard, StopsRunningLongTasksAndRejectsQueuedOnes) {
   Watchdog dog;
   Pool pool({.max_workers = 2});
   std::latch started(2);
-  auto a = pool.submit(
-      [&](std::stop_token stop) {
-        started.count_down();
-        until_stopped(stop);
-      },
-      {.name = "long-a"});
-  ASSERT_EQ(pool.post([&](std::stop_token stop) {
-    started.count_down();
-    until_stopped(stop);
-  }),
-            Admission::accepted);
+  auto a = pool.submit(cooperative(started), {.name = "long-a"});
+  ASSERT_EQ(pool.post(cooperative(started)), Admission::accepted);
   started.wait();
   auto queued = pool.submit([] {}, {.name = "queued"});
   const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
@@ -135,12 +135,7 @@ TEST(ShutdownEscalation, ADrainThatTimesOutGoesHard) {
   Watchdog dog;
   Pool pool({.max_workers = 1});
   std::latch started(1);
-  auto stuck = pool.submit(
-      [&](std::stop_token stop) {
-        started.count_down();
-        until_stopped(stop);
-      },
-      {.name = "stuck"});
+  auto stuck = pool.submit(cooperative(started), {.name = "stuck"});
   started.wait();
   auto queued = pool.submit([] {}, {.name = "behind"});
   const auto t0 = std::chrono::steady_clock::now();
@@ -159,10 +154,7 @@ TEST(ShutdownEscalation, ASoftShutdownThatTimesOutGoesHard) {
   Watchdog dog;
   Pool pool({.max_workers = 1});
   std::latch started(1);
-  auto stuck = pool.submit([&](std::stop_token stop) {
-    started.count_down();
-    until_stopped(stop);
-  });
+  auto stuck = pool.submit(cooperative(started));
   started.wait();
   const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 20ms);
   EXPECT_TRUE(r.escalated);
@@ -175,10 +167,7 @@ TEST(ShutdownEscalation, AHarderConcurrentShutdownEscalatesTheRunningOne) {
   Watchdog dog;
   Pool pool({.max_workers = 1});
   std::latch started(1);
-  auto stuck = pool.submit([&](std::stop_token stop) {
-    started.count_down();
-    until_stopped(stop);
-  });
+  auto stuck = pool.submit(cooperative(started));
   started.wait();
   ShutdownReport drain_report;
   std::thread drainer([&] { drain_report = pool.shutdown(ShutdownMode::drain, 0s); });  // no limit
@@ -446,10 +435,7 @@ TEST(RootStopToken, StoppingItShutsThePoolDownHard) {
   std::stop_source root;
   Pool pool({.max_workers = 1, .stop_token = root.get_token()});
   std::latch started(1);
-  auto t = pool.submit([&](std::stop_token stop) {
-    started.count_down();
-    until_stopped(stop);
-  });
+  auto t = pool.submit(cooperative(started));
   started.wait();
   root.request_stop();
   EXPECT_TRUE(eventually([&] { return pool.state() == PoolState::stopped; }));
@@ -526,10 +512,7 @@ TEST(WorkerControl, HardStopAlsoStopsTheToken) {
   Watchdog dog;
   Pool pool({.min_workers = 1, .max_workers = 1});
   std::latch started(1);
-  auto t = pool.submit([&](std::stop_token stop) {
-    started.count_down();
-    until_stopped(stop);
-  });
+  auto t = pool.submit(cooperative(started));
   started.wait();
   EXPECT_TRUE(pool.stop_worker(pool.workers().at(0).id, WorkerStop::hard));
   t.wait();

@@ -3,7 +3,8 @@
 //   pool.hpp          crew::Pool, the worker pool (options, stats, shutdown)
 //   task.hpp          crew::Task<R> handles, TaskOptions, TaskContext
 //   group.hpp         crew::Group: tasks waited for and cancelled together
-//   batch.hpp         run_batch (a set of tasks to completion), parallel_for
+//   batch.hpp         run_batch: a set of tasks to completion
+//   parallel_for.hpp  parallel_for, parallel_for_blocks: loops over an index range
 //   func_pool.hpp     crew::FuncPool<Arg>: a pool with one fixed handler
 //   sharded_pool.hpp  crew::ShardedPool: N pools behind one submit
 //   application.hpp   crew::Application, the lifecycle of a service process
@@ -22,6 +23,7 @@
 #include "crew/group.hpp"
 #include "crew/log.hpp"
 #include "crew/observer.hpp"
+#include "crew/parallel_for.hpp"
 #include "crew/pool.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/sharded_pool.hpp"

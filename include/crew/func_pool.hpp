@@ -62,11 +62,11 @@ class FuncPool {
   // PoolOptions field, or for an empty handler (a null std::function or
   // function pointer).
   template <class H>
-    requires std::is_invocable_v < const std::decay_t<H>
-  &,
-      Arg&& > FuncPool(PoolOptions options, H&& handler)
+    requires(std::is_invocable_v<const std::decay_t<H>&, Arg&&>)
+  FuncPool(PoolOptions options, H&& handler)
       : handler_(make_handler(std::forward<H>(handler))),
-  post_(&post_call<std::decay_t<H>>), pool_(std::move(options)) {}
+        post_(&post_call<std::decay_t<H>>),
+        pool_(std::move(options)) {}
 
   // Performs the pool's default shutdown. If it had to abandon a worker,
   // the handler is kept alive (leaked) for the abandoned thread.

@@ -275,14 +275,16 @@ class Group {
   // Admission::closed without submitting when the group was cancelled
   // (counted as cancelled) or its deadline has passed (counted as rejected).
   template <class F>
-    requires is_task_v<std::decay_t<F>> Admission submit(F&& f, TaskOptions opts = {}) {
-      return add(std::forward<F>(f), std::move(opts), /*may_block=*/true);
-    }
+    requires(is_task_v<std::decay_t<F>>)
+  Admission submit(F&& f, TaskOptions opts = {}) {
+    return add(std::forward<F>(f), std::move(opts), /*may_block=*/true);
+  }
   // Never blocks: a full queue refuses the task (Admission::full).
   template <class F>
-    requires is_task_v<std::decay_t<F>> Admission try_submit(F&& f, TaskOptions opts = {}) {
-      return add(std::forward<F>(f), std::move(opts), /*may_block=*/false);
-    }
+    requires(is_task_v<std::decay_t<F>>)
+  Admission try_submit(F&& f, TaskOptions opts = {}) {
+    return add(std::forward<F>(f), std::move(opts), /*may_block=*/false);
+  }
 
   // Blocks until every task submitted so far (and any submitted while it
   // waits) has ended. Called from a task of the group's pool, it runs queued

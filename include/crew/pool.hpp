@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "crew/detail/core.hpp"
+#include "crew/detail/submit_api.hpp"
 #include "crew/error.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/task.hpp"
@@ -58,11 +59,12 @@ class PoolStatsHandle {
 };
 
 class Group;
+class ShardedPool;
 namespace detail {
 class GroupState;
 }
 
-class Pool {
+class Pool : public detail::SubmitApi<Pool> {
  public:
   // Throws crew::Error(Errc::invalid_options) naming the bad field, and
   // std::system_error when the pool's supervisor thread cannot be started;
@@ -77,49 +79,9 @@ class Pool {
   Pool(Pool&&) = delete;
   Pool& operator=(Pool&&) = delete;
 
-  // Fire-and-forget. Blocks while the queue is full if the overflow policy is
-  // block (never when called from a worker of this pool: the task then runs
-  // inline). Does not allocate for short callables of up to 48 bytes.
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  [[nodiscard]] Admission post(F&& f) {
-    return core_->post(std::forward<F>(f), TaskOptions{}, /*may_block=*/true);
-  }
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  [[nodiscard]] Admission post(F&& f, TaskOptions opts) {
-    return core_->post(std::forward<F>(f), std::move(opts), true);
-  }
-  // Never blocks: a full queue gives Admission::full (or runs the task on the
-  // caller under overflow::caller_runs).
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  [[nodiscard]] Admission try_post(F&& f, TaskOptions opts = {}) {
-    return core_->post(std::forward<F>(f), std::move(opts), false);
-  }
-
-  // clang-format 14 folds a requires clause into a long return type here.
-  // clang-format off
-  // Returns a handle. A refused task's handle is already `rejected`, with
-  // Error::admission() saying why.
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions opts = {}) {
-    return core_->submit(std::forward<F>(f), std::move(opts), true);
-  }
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  Task<task_result_t<std::decay_t<F>>> try_submit(F&& f, TaskOptions opts = {}) {
-    return core_->submit(std::forward<F>(f), std::move(opts), false);
-  }
-
-  // Submits and waits: returns the value or throws what get() throws.
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  task_result_t<std::decay_t<F>> submit_wait(F&& f, TaskOptions opts = {}) {
-    return submit(std::forward<F>(f), std::move(opts)).get();
-  }
-  // clang-format on
+  // Submission (post, try_post, submit, try_submit, submit_wait) is
+  // inherited from detail::SubmitApi, where each call's contract is stated.
+  // post() does not allocate for short callables of up to 48 bytes.
 
   // Stops the pool (see ShutdownMode and docs/shutdown.md). Idempotent:
   // later and concurrent calls wait for the first one and return its report;
@@ -181,8 +143,22 @@ class Pool {
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:
+  friend class detail::SubmitApi<Pool>;
+  friend class ShardedPool;         // places its tasks through enqueue()
   friend class Group;               // submits its short tasks without a task state
   friend class detail::GroupState;  // helps only from the pool's own workers
+
+  // SubmitApi's hook: every submission of this pool, and of a ShardedPool
+  // onto its shards, ends here.
+  template <bool kHandle, bool kMayBlock, class F>
+  decltype(auto) enqueue(F&& f, TaskOptions&& opts) {
+    if constexpr (kHandle) {
+      return core_->submit(std::forward<F>(f), std::move(opts), kMayBlock);
+    } else {
+      return core_->post(std::forward<F>(f), std::move(opts), kMayBlock);
+    }
+  }
+
   std::shared_ptr<detail::Core> core_;
 };
 

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "crew/task_status.hpp"
+
 namespace crew {
 
 class Observer;  // crew/observer.hpp
@@ -177,6 +179,33 @@ struct PoolOptions {
   static constexpr std::size_t kMaxStackSize = std::size_t{1} << 30;
 };
 
+namespace detail {
+
+// The field of an outcome tally that counts `status`, or null for a status
+// that is not an outcome (queued, running). For OutcomeCounts and for the
+// pool's own counters, which have the same fields.
+template <class Counts>
+constexpr auto outcome_field(Counts& c, TaskStatus status) noexcept -> decltype(&c.succeeded) {
+  switch (status) {
+    case TaskStatus::succeeded:
+      return &c.succeeded;
+    case TaskStatus::failed:
+      return &c.failed;
+    case TaskStatus::cancelled:
+      return &c.cancelled;
+    case TaskStatus::timed_out:
+      return &c.timed_out;
+    case TaskStatus::rejected:
+      return &c.rejected;
+    case TaskStatus::queued:
+    case TaskStatus::running:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace detail
+
 struct OutcomeCounts {
   std::uint64_t succeeded = 0;
   std::uint64_t failed = 0;
@@ -185,6 +214,19 @@ struct OutcomeCounts {
   std::uint64_t rejected = 0;
   [[nodiscard]] std::uint64_t total() const noexcept {
     return succeeded + failed + cancelled + timed_out + rejected;
+  }
+  // Counts one task that ended with `status` (queued and running count
+  // nothing).
+  constexpr void add(TaskStatus status) noexcept {
+    if (std::uint64_t* field = detail::outcome_field(*this, status)) ++*field;
+  }
+  constexpr OutcomeCounts& operator+=(const OutcomeCounts& more) noexcept {
+    succeeded += more.succeeded;
+    failed += more.failed;
+    cancelled += more.cancelled;
+    timed_out += more.timed_out;
+    rejected += more.rejected;
+    return *this;
   }
 };
 

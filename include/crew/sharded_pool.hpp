@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "crew/detail/submit_api.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
 #include "crew/pool_types.hpp"
@@ -134,7 +135,7 @@ class ShardTask {
 // Thread safety: all member functions are thread-safe. Lifetime: the
 // destructor performs shutdown() with the shards' default mode and timeout;
 // do not destroy a ShardedPool from one of its own tasks.
-class ShardedPool {
+class ShardedPool : public detail::SubmitApi<ShardedPool> {
  public:
   // Throws crew::Error(Errc::invalid_options) naming the bad field.
   explicit ShardedPool(ShardedPoolOptions options);
@@ -145,43 +146,12 @@ class ShardedPool {
   ShardedPool(ShardedPool&&) = delete;
   ShardedPool& operator=(ShardedPool&&) = delete;
 
-  // As on crew::Pool, on the shard the placement picks. A task stored
-  // inline in its queue slot may be 8 bytes smaller than on a Pool (40).
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  [[nodiscard]] Admission post(F&& f, TaskOptions opts = {}) {
-    return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) {
-      return p.post(std::forward<decltype(task)>(task), std::move(opts));
-    });
-  }
-  template <class F>
-    requires is_task_v<std::decay_t<F>>
-  [[nodiscard]] Admission try_post(F&& f, TaskOptions opts = {}) {
-    return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) {
-      return p.try_post(std::forward<decltype(task)>(task), std::move(opts));
-    });
-  }
-  // Under least_loaded, a task that never ran (refused, cancelled, dropped)
-  // still counts as placed until its handle is destroyed.
-  template <class F>
-    requires is_task_v<std::decay_t<F>> Task<task_result_t<std::decay_t<F>>> submit(
-        F&& f, TaskOptions opts = {}) {
-      return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) {
-        return p.submit(std::forward<decltype(task)>(task), std::move(opts));
-      });
-    }
-  template <class F>
-    requires is_task_v<std::decay_t<F>> Task<task_result_t<std::decay_t<F>>> try_submit(
-        F&& f, TaskOptions opts = {}) {
-      return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) {
-        return p.try_submit(std::forward<decltype(task)>(task), std::move(opts));
-      });
-    }
-  template <class F>
-    requires is_task_v<std::decay_t<F>> task_result_t<std::decay_t<F>> submit_wait(
-        F&& f, TaskOptions opts = {}) {
-      return submit(std::forward<F>(f), std::move(opts)).get();
-    }
+  // Submission (post, try_post, submit, try_submit, submit_wait) reads as
+  // on crew::Pool (detail::SubmitApi), on the shard the placement picks. A
+  // task stored inline in its queue slot may be 8 bytes smaller than on a
+  // Pool (40). Under least_loaded, a task that never ran (refused,
+  // cancelled, dropped) still counts as placed until its handle is
+  // destroyed.
 
   // Shuts every shard down at once (one thread per shard) with the same
   // mode and timeout, and merges the reports: counts and task lists added
@@ -212,6 +182,17 @@ class ShardedPool {
   [[nodiscard]] Placement placement() const noexcept { return placement_; }
 
  private:
+  friend class detail::SubmitApi<ShardedPool>;
+
+  // SubmitApi's hook: the shard's own (see Pool::enqueue), on the shard the
+  // placement picks.
+  template <bool kHandle, bool kMayBlock, class F>
+  decltype(auto) enqueue(F&& f, TaskOptions&& opts) {
+    return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) -> decltype(auto) {
+      return p.enqueue<kHandle, kMayBlock>(std::forward<decltype(task)>(task), std::move(opts));
+    });
+  }
+
   template <class F, class Submit>
   decltype(auto) place(F&& f, Submit&& submit) {
     using D = std::decay_t<F>;
