@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -427,7 +429,16 @@ Pool::~Pool() {
                  core_->opts_.name.c_str());
     std::abort();  // it would wait for itself forever
   }
-  (void)core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+  // A shutdown that throws (out of memory for its report) is given up
+  // cleanly and can run again; after three such failures the process ends.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      (void)core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+      break;
+    } catch (const std::bad_alloc&) {
+      if (attempt == 2) std::terminate();
+    }
+  }
   core_->stop_supervisor();
   core_->released_.store(true, std::memory_order_release);
 }

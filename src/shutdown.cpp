@@ -57,6 +57,16 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     set_state(PoolState::stopping);
     attention_.fetch_add(1, std::memory_order_release);
   }
+  // What follows may throw (it allocates for the report). Then this
+  // shutdown is given up: ctl.report no longer points at this frame, and a
+  // caller waiting for it (or a later one) runs the sequence again.
+  struct GiveUpOnThrow {
+    Core* core;
+    bool done = false;
+    ~GiveUpOnThrow() {
+      if (!done) core->give_up_shutdown();
+    }
+  } give_up{this};
   wake_everyone();
   if (mode == ShutdownMode::drain) {
     // Queued tasks must run even if no worker is alive (a paused pool that
@@ -112,10 +122,11 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     report.during.cancelled -= before.cancelled;
     report.during.timed_out -= before.timed_out;
     report.during.rejected -= before.rejected;
+    ctl.last_report = report;
     set_state(report.final_state);
     ctl.report = nullptr;
-    ctl.last_report = report;
     ctl.shutting_down = false;
+    give_up.done = true;
     break;
   }
   ctl.shutdown_done.notify_all();
@@ -168,6 +179,15 @@ void Core::on_push_after_close() noexcept {
     last = --ctl_->sweepers == 0;
   }
   if (last) ctl_->shutdown_done.notify_all();
+}
+
+void Core::give_up_shutdown() noexcept {
+  {
+    MutexLock lock(ctl_->mu);
+    ctl_->report = nullptr;
+    ctl_->shutting_down = false;
+  }
+  ctl_->shutdown_done.notify_all();
 }
 
 void Core::wake_everyone() noexcept {

@@ -94,7 +94,9 @@ class Pool : public detail::SubmitApi<Pool> {
   // off: there it throws Error(Errc::would_deadlock) at once, whatever the
   // mode and timeout, and the pool keeps running. To stop a pool from one of
   // its tasks, stop its PoolOptions::stop_token (the supervisor then shuts it
-  // down hard) or call shutdown() from another thread.
+  // down hard) or call shutdown() from another thread. Out of memory for
+  // its report it throws std::bad_alloc with the pool still stopping (it
+  // takes no new task); the next call runs the shutdown again.
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.
   ShutdownReport shutdown();

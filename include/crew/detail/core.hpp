@@ -703,6 +703,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // and adds the rejections to the pool's last report.
   void on_push_after_close() noexcept;
   void wake_everyone() noexcept;
+  void give_up_shutdown() noexcept;
   bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
   void drop_queue();
   void sweep_queue(bool run);
