@@ -81,6 +81,12 @@ struct Worker final : Runner {
   // worker reads it under cur_mu when its run ends, so exactly one of them
   // counts the outcome.
   std::atomic<bool> abandoned{false};
+  // A written-off thread starts no more user code (handlers, observers,
+  // hooks): its pool may be gone. A call it was already making when it was
+  // written off may still be running then.
+  [[nodiscard]] bool may_call_user() const noexcept {
+    return !abandoned.load(std::memory_order_acquire);
+  }
   // Tasks started so far (worker-written).
   std::atomic<std::uint64_t> task_seq{0};
   // Futex word of the idle stack: bumped by the waker that pops this worker.

@@ -64,11 +64,21 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       c.opts_.on_worker_start(w->id);
     } catch (...) {
       started = false;
-      c.log_hook_failure("on_worker_start", w->id, std::current_exception());
+      if (w->may_call_user()) c.log_hook_failure("on_worker_start", w->id, std::current_exception());
     }
   }
-  Exit how = Exit::leave;
+  // Written off while in its start hook (it hung there through a hard
+  // shutdown's last grace period): it is off the books and must not serve
+  // tasks. abandon_busy reads the state and writes off under cur_mu.
+  bool written_off = false;
   if (started) {
+    w->cur_mu.lock();
+    written_off = w->abandoned.load(std::memory_order_acquire);
+    if (!written_off) set_worker_state(*w, WorkerState::idle);
+    w->cur_mu.unlock();
+  }
+  Exit how = written_off ? Exit::abandoned : Exit::leave;
+  if (started && !written_off) {
     c.emit_worker(WorkerEvent::started, w->id);
     if (replacement) c.emit_worker(WorkerEvent::replaced, w->id);
     LocalQueues& locals = c.queue_.locals();
@@ -90,7 +100,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       // by the others; make sure one of them is awake.
       if (left_work) c.after_push();
     }
-    if (c.opts_.on_worker_stop) {
+    if (c.opts_.on_worker_stop && w->may_call_user()) {
       try {
         c.opts_.on_worker_stop(w->id);
       } catch (...) {
@@ -98,8 +108,8 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
       }
     }
   }
-  if (!started) {
-    set_worker_state(*w, WorkerState::stopping);
+  if (!started || written_off) {
+    if (!written_off) set_worker_state(*w, WorkerState::stopping);
     if (spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
   }
   c.worker_exited(w, how, /*died=*/!started);
@@ -385,7 +395,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
     if (!cell.invoke_and_destroy(&w)) w.counts.succeeded.inc();
   } catch (...) {
     // Reported before it is counted: wait_idle() returns only after handlers ran.
-    report_exception(TaskRef{}, std::current_exception());
+    if (w.may_call_user()) report_exception(TaskRef{}, std::current_exception());
     w.counts.failed.inc();
   }
   return !w.abandoned.load(std::memory_order_acquire);
@@ -618,12 +628,12 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
   try {
     call(fn);
   } catch (...) {
-    c.report_exception(TaskRef{}, std::current_exception());
+    if (may_call_user()) c.report_exception(TaskRef{}, std::current_exception());
     outcome = TaskStatus::failed;
   }
   const std::int64_t end = now_ns();
   end_time(*this, end);
-  if (c.observes(Observer::task_finished)) {
+  if (c.observes(Observer::task_finished) && may_call_user()) {
     c.emit_finished(c.plain_event(false), outcome, enqueued_ns, start, end);
   }
   counts.add(outcome);

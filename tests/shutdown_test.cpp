@@ -7,6 +7,8 @@
 #include <chrono>
 #include <latch>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -231,6 +233,93 @@ TEST(ShutdownAbandon, ThePoolCanBeDestroyedWhileAnAbandonedTaskRuns) {
   gate->open();
   EXPECT_TRUE(eventually([&] { return finished->load(); }));
   std::this_thread::sleep_for(20ms);  // let the thread end and free the core
+}
+
+// No user code of a pool runs after ~Pool returned: a written-off plain
+// task that throws later does not reach on_exception, and its thread does
+// not call on_worker_stop (both are user code the caller may have torn
+// down with the pool).
+TEST(ShutdownAbandon, AWrittenOffThreadRunsNoHookOrHandlerAfterThePoolIsGone) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  auto late_calls = std::make_shared<std::atomic<int>>(0);
+  auto pool_gone = std::make_shared<std::atomic<bool>>(false);
+  {
+    std::latch started(1);
+    PoolOptions o;
+    o.max_workers = 1;
+    o.shutdown_mode = ShutdownMode::hard;
+    o.abandon_grace = 10ms;
+    o.on_exception = [late_calls, pool_gone](const TaskRef&, std::exception_ptr) {
+      if (pool_gone->load()) late_calls->fetch_add(1);
+    };
+    o.on_worker_stop = [late_calls, pool_gone](std::uint64_t) {
+      if (pool_gone->load()) late_calls->fetch_add(1);
+    };
+    Pool pool(std::move(o));
+    ASSERT_EQ(pool.post([gate, finished, &started] {
+      started.count_down();
+      gate->wait();
+      finished->store(true);
+      throw std::runtime_error("after the pool");
+    }),
+              Admission::accepted);
+    started.wait();
+  }  // ~Pool: hard shutdown, the plain task is written off
+  pool_gone->store(true);
+  gate->open();
+  ASSERT_TRUE(eventually([&] { return finished->load(); }));
+  std::this_thread::sleep_for(50ms);  // let the thread throw, unwind and end
+  EXPECT_EQ(late_calls->load(), 0) << "user code ran after ~Pool returned";
+}
+
+// A worker written off inside its start hook (it hung there past two grace
+// periods of a hard shutdown) must not go on to serve tasks: after
+// restart() it would run beside the new workers, off the books, and the
+// pool would exceed max_workers.
+TEST(ShutdownAbandon, AWorkerWrittenOffInItsStartHookNeverServesTasks) {
+  Watchdog dog;
+  auto hook_gate = std::make_shared<Gate>();
+  auto hooks = std::make_shared<std::atomic<int>>(0);
+  PoolOptions o;
+  o.min_workers = 1;
+  o.max_workers = 1;
+  o.abandon_grace = 10ms;
+  o.on_worker_start = [hook_gate, hooks](std::uint64_t) {
+    if (hooks->fetch_add(1) == 0) hook_gate->wait();  // the first worker hangs here
+  };
+  Pool pool(std::move(o));
+  ASSERT_TRUE(eventually([&] { return hooks->load() == 1; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  ASSERT_TRUE(pool.restart());
+  std::atomic<int> running{0};
+  std::atomic<int> most{0};
+  std::atomic<int> ran{0};
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  auto task = [&] {
+    {
+      const std::lock_guard lock(mu);
+      threads.insert(std::this_thread::get_id());
+    }
+    const int now = running.fetch_add(1) + 1;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(200us);
+    running.fetch_sub(1);
+    ran.fetch_add(1);
+  };
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(pool.post(task), Admission::accepted);
+  hook_gate->open();  // the written-off thread leaves its hook now
+  std::this_thread::sleep_for(20ms);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(pool.post(task), Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 220);
+  EXPECT_EQ(most.load(), 1) << "more tasks ran at once than max_workers";
+  EXPECT_EQ(threads.size(), 1u) << "tasks ran on the written-off thread too";
 }
 
 TEST(DeadlineAbandon, AHungTaskPastDeadlineAndGraceCostsNoCapacity) {

@@ -154,10 +154,20 @@ struct PoolOptions {
   // When stopped, the pool shuts down hard by itself.
   std::stop_token stop_token{};
   // Receives exceptions of tasks nobody holds a handle to. Without it they
-  // are written to stderr with the task's name. Must not throw.
+  // are written to stderr with the task's name. Must not throw. Runs on the
+  // thread that ran the task (a worker, or the submitter for caller_runs).
   std::function<void(const TaskRef&, std::exception_ptr)> on_exception{};
   // Run on each worker thread as it starts and before it exits. A start hook
   // that throws kills the worker; the pool replaces it (with backoff).
+  //
+  // Until when user code can run: every callback here (handlers, hooks,
+  // observers, the logger) runs on a thread of the pool or a submitter, and
+  // none starts after the pool's destructor returned. A thread the pool
+  // wrote off (its task or hook ignored the stop past abandon_grace) starts
+  // no callback from then on: its late exception is not reported, its stop
+  // hook does not run, and if it was written off inside its start hook it
+  // never serves a task. A callback it was already running when it was
+  // written off may still be running after the destructor returned.
   std::function<void(std::uint64_t worker_id)> on_worker_start{};
   std::function<void(std::uint64_t worker_id)> on_worker_stop{};
   // Told about tasks, workers and state changes (crew/observer.hpp).
