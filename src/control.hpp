@@ -51,6 +51,18 @@ inline void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept { sum
 
 // What to stop, taken under a worker's cur_mu and fired outside it (stop
 // callbacks are user code).
+// What a write-off tells observers and the logger, kept while the pool's
+// locks are held and announced after they are released (announce()): user
+// code never runs under Control::mu or a worker's cur_mu.
+struct WriteOffNote {
+  TaskStateBase* task = nullptr;  // holds a reference; null for a plain run
+  TaskStatus outcome = TaskStatus::cancelled;
+  std::uint64_t worker = 0;
+  std::int64_t enqueued_ns = 0;
+  std::int64_t started_ns = 0;
+  std::int64_t ended_ns = 0;
+};
+
 struct StopTarget {
   TaskStateBase* task = nullptr;  // holds a reference
   std::stop_source source{std::nostopstate};

@@ -324,31 +324,37 @@ void Core::stop_running() {
 // After the hard phase's grace: writes off the workers still running a task
 // (all remaining workers when `force`).
 void Core::abandon_busy(bool force) {
-  MutexLock lock(ctl_->mu);
-  ShutdownReport* r = ctl_->report;
-  std::vector<std::shared_ptr<Worker>> hung;
-  for (const auto& w : ctl_->workers) {
-    bool write_off = false;
-    w->cur_mu.lock();
-    if (w->cur_task != nullptr || w->cur_long) {
-      write_off = write_off_run_locked(*w, r);
-    } else {
-      // A plain short task (no handle, no name): its outcome is counted by
-      // the thread if it ever returns. With `force`, also a thread stuck in
-      // a start or stop hook.
-      const WorkerState st = w->state.load(std::memory_order_relaxed);
-      const bool busy = st == WorkerState::busy;
-      if (busy || (force && (st == WorkerState::starting || st == WorkerState::stopping))) {
-        if (r != nullptr && busy) ++r->abandoned_unnamed;
-        w->abandoned.store(true, std::memory_order_release);
-        write_off = true;
+  std::vector<WriteOffNote> notes;
+  {
+    MutexLock lock(ctl_->mu);
+    notes.reserve(ctl_->workers.size());
+    ShutdownReport* r = ctl_->report;
+    std::vector<std::shared_ptr<Worker>> hung;
+    hung.reserve(ctl_->workers.size());
+    for (const auto& w : ctl_->workers) {
+      bool write_off = false;
+      w->cur_mu.lock();
+      if (w->cur_task != nullptr || w->cur_long) {
+        write_off = write_off_run_locked(*w, r, notes);
+      } else {
+        // A plain short task (no handle, no name): its outcome is counted
+        // by the thread if it ever returns. With `force`, also a thread
+        // stuck in a start or stop hook.
+        const WorkerState st = w->state.load(std::memory_order_relaxed);
+        const bool busy = st == WorkerState::busy;
+        if (busy || (force && (st == WorkerState::starting || st == WorkerState::stopping))) {
+          if (r != nullptr && busy) ++r->abandoned_unnamed;
+          w->abandoned.store(true, std::memory_order_release);
+          write_off = true;
+        }
       }
+      w->cur_mu.unlock();
+      if (write_off) hung.push_back(w);
     }
-    w->cur_mu.unlock();
-    if (write_off) hung.push_back(w);
+    for (const auto& w : hung) write_off_locked(w);
+    ctl_->workers_changed.notify_all();
   }
-  for (const auto& w : hung) write_off_locked(w);
-  ctl_->workers_changed.notify_all();
+  announce(notes);  // observers and the logger, outside the locks
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {

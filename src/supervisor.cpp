@@ -195,10 +195,16 @@ std::int64_t Core::watch_workers(std::int64_t now) {
   std::int64_t next = kNever;
   std::vector<StopTarget> to_stop;
   std::vector<std::shared_ptr<Worker>> to_join;
+  std::vector<WriteOffNote> notes;
   const std::int64_t grace = opts_.abandon_grace.count();
   {
     MutexLock lock(ctl.mu);
+    // Room for every worker first: nothing below allocates once a note
+    // holds a reference or a write-off is decided.
+    notes.reserve(ctl.workers.size());
+    to_stop.reserve(ctl.workers.size());
     std::vector<std::shared_ptr<Worker>> hung;
+    hung.reserve(ctl.workers.size());
     for (const auto& w : ctl.workers) {
       w->cur_mu.lock();
       if (w->cur_long) {
@@ -206,7 +212,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            if (write_off_run_locked(*w, ctl.report)) hung.push_back(w);
+            if (write_off_run_locked(*w, ctl.report, notes)) hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
           }
@@ -248,6 +254,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     }
     to_join.swap(ctl.exited);
   }
+  announce(notes);
   for (StopTarget& t : to_stop) t.fire();
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
@@ -258,18 +265,22 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 // Under Control::mu and w.cur_mu: decides the outcome of the worker's
 // current run as abandoned (cancelled, or timed_out if its deadline stopped
 // it) and marks the worker, so that the run's own end does not count it
-// again. False if the run's task had already finished.
-bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
+// again. False if the run's task had already finished. Observers and the
+// logger hear of it from announce(notes), after the locks are released.
+bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
+                                std::vector<WriteOffNote>& notes) noexcept {
   w.cur_mu.assert_held();
-  TaskStatus outcome = TaskStatus::cancelled;
-  TaskEvent event = plain_event(true);
-  std::int64_t enqueued = 0;
+  CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
+  WriteOffNote note;
+  note.worker = w.id;
+  note.started_ns = w.cur_started_ns;
   if (w.cur_task != nullptr) {
     TaskStateBase* s = w.cur_task;
-    if (s->stop_reason() == StopReason::timed_out) outcome = TaskStatus::timed_out;
-    if (!s->finish_written_off(outcome)) return false;
-    event = event_of(s);
-    enqueued = s->enqueued_ns;
+    if (s->stop_reason() == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
+    if (!s->finish_written_off(note.outcome)) return false;
+    s->add_ref();
+    note.task = s;
+    note.enqueued_ns = s->enqueued_ns;
     if (report != nullptr) {
       try {
         report->abandoned.push_back({s->id, s->name});
@@ -277,22 +288,38 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report) noexcept {
       }
     }
   } else {
-    if (w.cur_reason == StopReason::timed_out) outcome = TaskStatus::timed_out;
+    if (w.cur_reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
     if (report != nullptr) ++report->abandoned_unnamed;
   }
-  emit_worker(WorkerEvent::abandoned, w.id, &event);
-  if (logs(LogLevel::warning)) {
-    log(LogLevel::warning,
-        {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = w.id},
-        "task abandoned: still running " + std::to_string(opts_.abandon_grace.count() / 1'000'000) +
-            " ms after its stop was requested; its worker is written off");
-  }
-  if (observes(Observer::task_finished)) {
-    emit_finished(event, outcome, enqueued, w.cur_started_ns, now_ns());
-  }
-  shared_.add(outcome);
+  note.ended_ns = now_ns();
+  shared_.add(note.outcome);
+  notes.push_back(note);  // no allocation: room was reserved
   w.abandoned.store(true, std::memory_order_release);
   return true;
+}
+
+// Outside the pool's locks: tells observers and the logger about the
+// write-offs in `notes`, and drops the references they hold.
+void Core::announce(std::vector<WriteOffNote>& notes) noexcept {
+  for (WriteOffNote& n : notes) {
+    const TaskEvent event = n.task != nullptr ? event_of(n.task) : plain_event(true);
+    emit_worker(WorkerEvent::abandoned, n.worker, &event);
+    if (logs(LogLevel::warning)) {
+      try {
+        log(LogLevel::warning,
+            {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = n.worker},
+            "task abandoned: still running " +
+                std::to_string(opts_.abandon_grace.count() / 1'000'000) +
+                " ms after its stop was requested; its worker is written off");
+      } catch (...) {  // out of memory while formatting: drop the line
+      }
+    }
+    if (observes(Observer::task_finished)) {
+      emit_finished(event, n.outcome, n.enqueued_ns, n.started_ns, n.ended_ns);
+    }
+    if (n.task != nullptr) n.task->release();
+  }
+  notes.clear();
 }
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;

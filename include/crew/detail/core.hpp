@@ -37,6 +37,7 @@ class Core;
 struct Control;
 struct Worker;
 struct StopTarget;
+struct WriteOffNote;
 
 // Whether the calling thread may nest a task that is not its own (taken
 // from the shared queue or another worker) in a wait: while at most a
@@ -691,7 +692,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::int64_t fire_timers(std::int64_t now);
   std::int64_t watch_workers(std::int64_t now);
   void write_off_locked(const std::shared_ptr<Worker>& w) noexcept;
-  bool write_off_run_locked(Worker& w, ShutdownReport* report) noexcept;
+  // `notes` must have room for one more note (reserved by the caller).
+  bool write_off_run_locked(Worker& w, ShutdownReport* report,
+                            std::vector<WriteOffNote>& notes) noexcept;
+  void announce(std::vector<WriteOffNote>& notes) noexcept;
   void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
   void disarm_timer(TaskStateBase* s) noexcept;
   void arm_queue_deadline(TaskStateBase* s);
