@@ -42,7 +42,7 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
     if (const auto it = env.find("CREWD_CONFIG"); it != env.end()) config_file = it->second;
   }
   if (!config_file.empty()) {
-    if (auto err = read_file(config_file, config, sources)) return fail(std::move(*err));
+    if (auto err = read_config_file(config_file, config, sources)) return fail(std::move(*err));
     result.config_file = config_file;
   }
   // 2. The environment.

@@ -133,7 +133,8 @@ std::string flag_name(std::string_view key) {
   return out;
 }
 
-std::optional<std::string> read_file(const std::string& path, Config& config, Origins& origins) {
+std::optional<std::string> read_config_file(const std::string& path, Config& config,
+                                            Origins& origins) {
   const auto& all = settings();
   toml::table doc;
   try {

@@ -37,8 +37,8 @@ using Origins = std::vector<std::string>;
 
 // 1. The TOML file at `path`: every key must be a known setting. Returns the
 // error message, or nothing once every value is applied.
-[[nodiscard]] std::optional<std::string> read_file(const std::string& path, Config& config,
-                                                   Origins& origins);
+[[nodiscard]] std::optional<std::string> read_config_file(const std::string& path, Config& config,
+                                                          Origins& origins);
 
 // 2. The environment: every CREWD_* variable must name a setting (or be
 // CREWD_CONFIG, or a Kubernetes service link). Returns the error message,
