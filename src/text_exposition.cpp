@@ -139,6 +139,13 @@ class LineWriter {
     done(p);
   }
 
+  // The first two lines of a summary or a histogram.
+  void count_and_sum(const std::string& name, std::string_view labels, const ClientMetric& m,
+                     std::uint64_t count, double sum) {
+    sample(name, "_count", labels, m, count);
+    sample(name, "_sum", labels, m, sum);
+  }
+
  private:
   std::string& out_;
   std::size_t used_;  // bytes of out_ written; the rest is room
@@ -240,16 +247,14 @@ void append_text_exposition(std::string& out,
           w.sample(f.name, "", labels, m, m.untyped.value);
           break;
         case MetricType::Summary:
-          w.sample(f.name, "_count", labels, m, m.summary.sample_count);
-          w.sample(f.name, "_sum", labels, m, m.summary.sample_sum);
+          w.count_and_sum(f.name, labels, m, m.summary.sample_count, m.summary.sample_sum);
           for (std::size_t i = 0; i < m.summary.quantile.size(); ++i) {
             const auto& q = m.summary.quantile[i];
             w.sample(f.name, "", labels, m, q.value, "quantile", bounds(i, q.quantile));
           }
           break;
         case MetricType::Histogram:
-          w.sample(f.name, "_count", labels, m, m.histogram.sample_count);
-          w.sample(f.name, "_sum", labels, m, m.histogram.sample_sum);
+          w.count_and_sum(f.name, labels, m, m.histogram.sample_count, m.histogram.sample_sum);
           for (std::size_t i = 0; i < m.histogram.bucket.size(); ++i) {
             const auto& b = m.histogram.bucket[i];
             w.sample(f.name, "_bucket", labels, m, b.cumulative_count, "le",

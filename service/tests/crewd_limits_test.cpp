@@ -263,13 +263,17 @@ TEST_F(CrewdLimits, AChunkedBodyWorks) {
 
 // ---- Expect: 100-continue ----
 
+// The head of a POST to `path` asking for 100 Continue before its body of
+// `length` bytes.
+std::string expect_continue_head(const std::string& path, std::size_t length) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+         std::to_string(length) + "\r\n\r\n";
+}
+
 TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
   const std::string body = R"({"kind":"sleep","ms":1,"name":"expected"})";
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/api/v1/jobs", body.size())));
   Responses in(s.fd());
   const Exchange cont = in.next();
   ASSERT_EQ(cont.outcome, Outcome::response);
@@ -282,9 +286,7 @@ TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
 
 TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: 100000\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/api/v1/jobs", 100'000)));
   Responses in(s.fd());
   const auto sent = Clock::now();
   const Exchange ex = in.next();
@@ -298,9 +300,7 @@ TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
 
 TEST_F(CrewdLimits, ExpectContinueOnARouteWithoutBodyIsAnsweredAtOnce) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: 100\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/nowhere", 100)));
   Responses in(s.fd());
   const Exchange ex = in.next();
   EXPECT_EQ(ex.status, 404);
