@@ -3,6 +3,8 @@
 #include <limits>
 #include <string>
 
+#include "metric_family.hpp"
+
 namespace crewd {
 
 std::string_view route_pattern(Route r) noexcept {
@@ -133,18 +135,13 @@ std::vector<prometheus::MetricFamily> RequestMetrics::Collect() const {
     }
   }
 
-  prometheus::MetricFamily open{
-      "crewd_http_connections", "Client connections open now", prometheus::MetricType::Gauge, {}};
-  prometheus::ClientMetric o;
-  o.gauge.value = static_cast<double>(open_connections_.load(std::memory_order_relaxed));
-  open.metric.push_back(std::move(o));
-  prometheus::MetricFamily accepted{"crewd_http_connections_total",
-                                    "Client connections accepted",
-                                    prometheus::MetricType::Counter,
-                                    {}};
-  prometheus::ClientMetric a;
-  a.counter.value = static_cast<double>(accepted_connections_.load(std::memory_order_relaxed));
-  accepted.metric.push_back(std::move(a));
+  prometheus::MetricFamily open = one_sample_family(
+      "crewd_http_connections", "Client connections open now", prometheus::MetricType::Gauge,
+      static_cast<double>(open_connections_.load(std::memory_order_relaxed)));
+  prometheus::MetricFamily accepted =
+      one_sample_family("crewd_http_connections_total", "Client connections accepted",
+                        prometheus::MetricType::Counter,
+                        static_cast<double>(accepted_connections_.load(std::memory_order_relaxed)));
 
   prometheus::MetricFamily closed{"crewd_http_connections_closed_total",
                                   "Client connections crewd stopped serving, by reason",

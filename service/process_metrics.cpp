@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "metric_family.hpp"
+
 namespace crewd {
 namespace {
 
@@ -51,17 +53,6 @@ std::optional<double> boot_time_seconds() {
   const auto v = to_u64(stat->substr(pos + 7, stat->find('\n', pos + 7) - pos - 7));
   if (!v) return std::nullopt;
   return static_cast<double>(*v);
-}
-
-prometheus::MetricFamily family(const char* name, const char* help, prometheus::MetricType type,
-                                double value) {
-  prometheus::ClientMetric m;
-  if (type == prometheus::MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  return prometheus::MetricFamily{name, help, type, {m}};
 }
 
 }  // namespace
@@ -115,34 +106,35 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
   const ProcessSample s = read_process_sample();
   std::vector<prometheus::MetricFamily> out;
   if (s.cpu_seconds) {
-    out.push_back(family("process_cpu_seconds_total",
-                         "Total user and system CPU time spent in seconds", MetricType::Counter,
-                         *s.cpu_seconds));
+    out.push_back(one_sample_family("process_cpu_seconds_total",
+                                    "Total user and system CPU time spent in seconds",
+                                    MetricType::Counter, *s.cpu_seconds));
   }
   if (s.resident_bytes) {
-    out.push_back(family("process_resident_memory_bytes", "Resident memory size in bytes",
-                         MetricType::Gauge, static_cast<double>(*s.resident_bytes)));
+    out.push_back(one_sample_family("process_resident_memory_bytes",
+                                    "Resident memory size in bytes", MetricType::Gauge,
+                                    static_cast<double>(*s.resident_bytes)));
   }
   if (s.virtual_bytes) {
-    out.push_back(family("process_virtual_memory_bytes", "Virtual memory size in bytes",
-                         MetricType::Gauge, static_cast<double>(*s.virtual_bytes)));
+    out.push_back(one_sample_family("process_virtual_memory_bytes", "Virtual memory size in bytes",
+                                    MetricType::Gauge, static_cast<double>(*s.virtual_bytes)));
   }
   if (s.open_fds) {
-    out.push_back(family("process_open_fds", "Number of open file descriptors", MetricType::Gauge,
-                         static_cast<double>(*s.open_fds)));
+    out.push_back(one_sample_family("process_open_fds", "Number of open file descriptors",
+                                    MetricType::Gauge, static_cast<double>(*s.open_fds)));
   }
   if (s.max_fds) {
-    out.push_back(family("process_max_fds", "Maximum number of open file descriptors",
-                         MetricType::Gauge, static_cast<double>(*s.max_fds)));
+    out.push_back(one_sample_family("process_max_fds", "Maximum number of open file descriptors",
+                                    MetricType::Gauge, static_cast<double>(*s.max_fds)));
   }
   if (s.threads) {
-    out.push_back(family("process_threads", "Number of OS threads in the process",
-                         MetricType::Gauge, static_cast<double>(*s.threads)));
+    out.push_back(one_sample_family("process_threads", "Number of OS threads in the process",
+                                    MetricType::Gauge, static_cast<double>(*s.threads)));
   }
   if (s.start_time_seconds) {
-    out.push_back(family("process_start_time_seconds",
-                         "Start time of the process since unix epoch in seconds", MetricType::Gauge,
-                         *s.start_time_seconds));
+    out.push_back(one_sample_family("process_start_time_seconds",
+                                    "Start time of the process since unix epoch in seconds",
+                                    MetricType::Gauge, *s.start_time_seconds));
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // Tests of the Prometheus exporter: the numbers per pool, task name and
 // outcome, the histograms, the task-name cap, gauges, lifetimes, and the
-// text exposition checked by promtool.
+// exposition of a real workload checked by promtool. The text format itself
+// is tested in text_exposition_test.cpp.
 #include "crew/metrics.hpp"
 
 #include <gtest/gtest.h>
@@ -456,75 +457,6 @@ TEST(PrometheusMetrics, ScrapesDuringTheWorkloadSeeMonotonicCountsAndExactTotals
 }
 
 // ---- the text exposition ----
-
-MetricFamily family_of(std::string name, std::string help, prometheus::MetricType type,
-                       std::vector<ClientMetric> metrics) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  f.metric = std::move(metrics);
-  return f;
-}
-
-TEST(TextExposition, WritesWhatTextSerializerWritesForEveryType) {
-  using prometheus::MetricType;
-  ClientMetric counter_metric;
-  counter_metric.label = {{"pool", "a\"b\\c\nd"}, {"task", "x"}};
-  counter_metric.counter.value = 42;
-  ClientMetric big;
-  big.counter.value = 123456789012345;
-  big.timestamp_ms = 1700000000000;
-  ClientMetric gauge_metric;
-  gauge_metric.gauge.value = -0.5;
-  ClientMetric untyped;
-  untyped.label = {{"k", "v"}};
-  untyped.untyped.value = 0.0001;
-  ClientMetric summary;
-  summary.label = {{"k", "v"}};
-  summary.summary.sample_count = 3;
-  summary.summary.sample_sum = 1.5;
-  summary.summary.quantile = {{0.5, 0.25}, {0.99, 1e-05}};
-  ClientMetric hist;
-  hist.label = {{"pool", "p"}};
-  hist.histogram.sample_count = 7;
-  hist.histogram.sample_sum = 2.5;
-  hist.histogram.bucket = {
-      {1, 1e-05}, {2, 0.0001}, {3, 0.025}, {4, 60}, {7, std::numeric_limits<double>::infinity()}};
-  const std::vector<MetricFamily> all = {
-      family_of("c_total", "A counter.", MetricType::Counter, {counter_metric, big}),
-      family_of("g", "A gauge.", MetricType::Gauge, {gauge_metric}),
-      family_of("u", "Untyped.", MetricType::Untyped, {untyped}),
-      family_of("s", "A summary.", MetricType::Summary, {summary}),
-      family_of("h_seconds", "A histogram.", MetricType::Histogram, {hist, hist}),
-  };
-  EXPECT_EQ(text_exposition(all), prometheus::TextSerializer().Serialize(all));
-  std::string appended = "# before\n";
-  append_text_exposition(appended, all);
-  EXPECT_EQ(appended, "# before\n" + text_exposition(all));
-}
-
-TEST(TextExposition, NumbersRoundTripAndSpecialValuesUsePrometheusSpelling) {
-  using prometheus::MetricType;
-  ClientMetric m;
-  auto line = [&](double v) {
-    m.gauge.value = v;
-    const std::string text = text_exposition({family_of("g", "h", MetricType::Gauge, {m})});
-    const std::string last = text.substr(text.rfind("g ") + 2);
-    return last.substr(0, last.size() - 1);
-  };
-  EXPECT_EQ(line(std::numeric_limits<double>::quiet_NaN()), "NaN");
-  EXPECT_EQ(line(-std::numeric_limits<double>::infinity()), "-Inf");
-  EXPECT_EQ(line(0.1 + 0.2), "0.30000000000000004");  // TextSerializer: 0.3
-  EXPECT_EQ(line(1e16), "1e+16");
-  EXPECT_EQ(line(1e15), "1000000000000000");
-  EXPECT_EQ(line(1.5e-05), "1.5e-05");
-  EXPECT_EQ(line(0), "0");
-  // HELP escapes backslash and newline (TextSerializer writes them raw,
-  // which breaks the line).
-  EXPECT_EQ(text_exposition({family_of("g", "a\\b\n\"c\"", MetricType::Gauge, {})}),
-            "# HELP g a\\\\b\\n\"c\"\n# TYPE g gauge\n");
-}
 
 std::string run_promtool(const std::string& exposition, int* status) {
   char path[] = "/tmp/crew_metrics_XXXXXX";

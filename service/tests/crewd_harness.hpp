@@ -183,11 +183,12 @@ inline bool parse_response(const std::string& raw, Exchange& ex, bool head_reque
   return true;
 }
 
-// Reads one response from `fd` (bounded by `deadline`). A response to HEAD
-// has no body, whatever its Content-Length says.
-inline void read_response(int fd, Exchange& ex, Clock::time_point deadline,
-                          bool head_request = false) {
-  std::string raw;
+// Reads from `fd` into `raw` until `raw` starts with a complete response
+// (parsed into `ex`), the peer closes, or `deadline` passes. Bytes that
+// follow the response stay in `raw` (pipelining). A response to HEAD has
+// no body, whatever its Content-Length says.
+inline void read_response(int fd, std::string& raw, Exchange& ex, Clock::time_point deadline,
+                          bool head_request) {
   char buf[16384];
   while (true) {
     if (parse_response(raw, ex, head_request)) {
@@ -215,6 +216,13 @@ inline void read_response(int fd, Exchange& ex, Clock::time_point deadline,
     break;
   }
   ex.ended = Clock::now();
+}
+
+// Reads one response from `fd` (bounded by `deadline`).
+inline void read_response(int fd, Exchange& ex, Clock::time_point deadline,
+                          bool head_request = false) {
+  std::string raw;
+  read_response(fd, raw, ex, deadline, head_request);
 }
 
 // One request on a fresh connection; `request` is the full request text.

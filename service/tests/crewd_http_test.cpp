@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "crewd_harness.hpp"
+#include "crewd_suite.hpp"
 
 namespace crewd::test {
 namespace {
@@ -23,24 +24,20 @@ Json json_of(const Exchange& ex) {
 
 // One crewd for the suite; a small body limit and job limits so that the
 // error paths are cheap to reach.
-class CrewdHttp : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    crewd_ = std::make_unique<Crewd>(std::vector<std::string>{
-        "--listen", "127.0.0.1:0", "--http-body-limit", "4096", "--jobs-max-ms", "2000",
-        "--jobs-max-timeout-ms", "3000", "--jobs-default-timeout-ms", "2000"});
-    port_ = crewd_->wait_port();
+class CrewdHttp : public SharedCrewd<CrewdHttp> {
+ public:
+  static std::vector<std::string> args() {
+    return {"--listen",
+            "127.0.0.1:0",
+            "--http-body-limit",
+            "4096",
+            "--jobs-max-ms",
+            "2000",
+            "--jobs-max-timeout-ms",
+            "3000",
+            "--jobs-default-timeout-ms",
+            "2000"};
   }
-  static void TearDownTestSuite() {
-    crewd_->signal(SIGTERM);
-    const auto status = crewd_->wait_exit(20s * kSlowdown);
-    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd_->log();
-    crewd_.reset();
-  }
-  void SetUp() override { ASSERT_GT(port_, 0) << crewd_->log(); }
-
-  static inline std::unique_ptr<Crewd> crewd_;
-  static inline int port_ = 0;
 };
 
 void expect_error(const Exchange& ex, int status, const std::string& message_part) {

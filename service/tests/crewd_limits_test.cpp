@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "crewd_harness.hpp"
+#include "crewd_suite.hpp"
 
 namespace crewd::test {
 namespace {
@@ -30,34 +31,11 @@ class Responses {
   // The next response, or one whose outcome says why there is none.
   Exchange next(std::chrono::milliseconds bound = 5'000ms, bool head_request = false) {
     Exchange ex;
-    const auto deadline = Clock::now() + bound * kSlowdown;
-    char buf[16384];
-    for (;;) {
-      if (parse_response(raw_, ex, head_request)) {
-        ex.outcome = Outcome::response;
-        const auto end = raw_.find("\r\n\r\n") + 4;
-        raw_.erase(0, end + (head_request ? 0 : ex.body.size()));
-        break;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        ex.outcome = Outcome::timeout;
-        break;
-      }
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n > 0) {
-        raw_.append(buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      ex.error = n < 0 ? errno : 0;
-      ex.outcome = raw_.empty() ? Outcome::reset : Outcome::truncated;
-      break;
+    read_response(fd_, raw_, ex, Clock::now() + bound * kSlowdown, head_request);
+    if (ex.outcome == Outcome::response) {
+      const auto end = raw_.find("\r\n\r\n") + 4;
+      raw_.erase(0, end + (head_request ? 0 : ex.body.size()));
     }
-    ex.ended = Clock::now();
     return ex;
   }
 
@@ -106,26 +84,29 @@ std::size_t rss_bytes(pid_t pid) {
   return n == 2 ? resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
-class CrewdLimits : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    crewd_ = std::make_unique<Crewd>(std::vector<std::string>{
-        "--listen", "127.0.0.1:0", "--http-header-limit", "4096", "--http-header-count-limit", "50",
-        "--http-body-limit", "4096", "--http-head-timeout-ms", "800", "--http-body-timeout-ms",
-        "800", "--http-keep-alive-timeout-s", "1", "--http-write-timeout-ms", "500",
-        "--jobs-max-ms", "2000"});
-    port_ = crewd_->wait_port();
+// One crewd with small limits for the suite.
+class CrewdLimits : public SharedCrewd<CrewdLimits> {
+ public:
+  static std::vector<std::string> args() {
+    return {"--listen",
+            "127.0.0.1:0",
+            "--http-header-limit",
+            "4096",
+            "--http-header-count-limit",
+            "50",
+            "--http-body-limit",
+            "4096",
+            "--http-head-timeout-ms",
+            "800",
+            "--http-body-timeout-ms",
+            "800",
+            "--http-keep-alive-timeout-s",
+            "1",
+            "--http-write-timeout-ms",
+            "500",
+            "--jobs-max-ms",
+            "2000"};
   }
-  static void TearDownTestSuite() {
-    crewd_->signal(SIGTERM);
-    const auto status = crewd_->wait_exit(20s * kSlowdown);
-    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd_->log();
-    crewd_.reset();
-  }
-  void SetUp() override { ASSERT_GT(port_, 0) << crewd_->log(); }
-
-  static inline std::unique_ptr<Crewd> crewd_;
-  static inline int port_ = 0;
 };
 
 std::uint64_t jobs_submitted(int port) {
@@ -282,13 +263,17 @@ TEST_F(CrewdLimits, AChunkedBodyWorks) {
 
 // ---- Expect: 100-continue ----
 
+// The head of a POST to `path` asking for 100 Continue before its body of
+// `length` bytes.
+std::string expect_continue_head(const std::string& path, std::size_t length) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+         std::to_string(length) + "\r\n\r\n";
+}
+
 TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
   const std::string body = R"({"kind":"sleep","ms":1,"name":"expected"})";
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/api/v1/jobs", body.size())));
   Responses in(s.fd());
   const Exchange cont = in.next();
   ASSERT_EQ(cont.outcome, Outcome::response);
@@ -301,9 +286,7 @@ TEST_F(CrewdLimits, ExpectContinueIsHonoured) {
 
 TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: 100000\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/api/v1/jobs", 100'000)));
   Responses in(s.fd());
   const auto sent = Clock::now();
   const Exchange ex = in.next();
@@ -317,9 +300,7 @@ TEST_F(CrewdLimits, ExpectContinueWithAnOversizedLengthIs413WithoutContinue) {
 
 TEST_F(CrewdLimits, ExpectContinueOnARouteWithoutBodyIsAnsweredAtOnce) {
   Socket s = connect_to(port_);
-  ASSERT_TRUE(send_all(s.fd(),
-                       "POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                       "Content-Length: 100\r\n\r\n"));
+  ASSERT_TRUE(send_all(s.fd(), expect_continue_head("/nowhere", 100)));
   Responses in(s.fd());
   const Exchange ex = in.next();
   EXPECT_EQ(ex.status, 404);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "crewd_harness.hpp"
+#include "crewd_suite.hpp"
 
 namespace crewd::test {
 namespace {
@@ -124,11 +125,7 @@ class CrewdPrometheus : public ::testing::Test {
     port_ = crewd_->wait_port();
     ASSERT_GT(port_, 0) << crewd_->log();
   }
-  void TearDown() override {
-    crewd_->signal(SIGTERM);
-    const auto status = crewd_->wait_exit(20s * kSlowdown);
-    EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd_->log();
-  }
+  void TearDown() override { expect_clean_stop(*crewd_); }
 
   std::unique_ptr<Crewd> crewd_;
   int port_ = 0;

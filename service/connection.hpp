@@ -1,0 +1,147 @@
+// service/connection.hpp: one client connection of crewd's front door:
+// reading requests under the [http] limits, the deadline of each phase,
+// handing each request to its route, writing the responses in order, and
+// closing without resetting what the client has not read yet.
+//
+// Phases: idle -> head -> body -> handling -> writing -> idle (keep-alive),
+// or -> closing (sending side shut, reading what the client still sends,
+// for kLinger at most) -> closed. deadline() is the current phase's; the
+// I/O thread's sweep calls on_deadline() when it passes.
+//
+// Threads: a connection lives on one I/O thread (io_thread.hpp) for its
+// whole life, and every member runs there: reads, writes, the sweep, the
+// cut and stop (posted to that thread), and the completions of the tasks
+// its routes submit (crew::asio resumes them on the thread's executor).
+// So nothing here is locked. Asynchronous reads, writes and posted
+// closes hold a shared_ptr to the connection, so it lives until the last
+// of them has run; a task's completion can run until the task ends or
+// the server's stop deadline (serve() then stops the io_context).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http_state.hpp"
+#include "in_buffer.hpp"
+#include "jobs.hpp"
+#include "request.hpp"
+
+namespace crewd::http {
+
+struct JobTimes;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(IoThread& w, tcp::socket socket, bool counted)
+      : w_(w), s_(w.state), socket_(std::move(socket)), counted_(counted) {
+    accepted_ = Clock::now();
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    if (linked_) w_.unlink(this);
+  }
+
+  void start();
+  void refuse();
+  void on_deadline(Clock::time_point now);
+  void on_cut();
+  void on_stop();
+  void force_close() { close_now(CloseReason::shutdown); }
+  void trim() noexcept {
+    if (phase_ == Phase::idle && in_.empty()) {
+      in_.release();
+      std::string().swap(out_);
+    }
+  }
+  [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
+  [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle && in_.empty(); }
+  [[nodiscard]] bool quiet() const;
+  [[nodiscard]] Clock::time_point idle_since() const noexcept { return idle_since_; }
+  void evict() { graceful_close(CloseReason::evicted); }
+
+  Connection* prev = nullptr;
+  Connection* next = nullptr;
+  bool linked_ = false;
+
+ private:
+  enum class Phase : std::uint8_t {
+    idle,      // waiting for a request's first byte
+    head,      // reading a request's head
+    body,      // reading its body
+    handling,  // the request is complete; its response is being made
+    writing,   // writing (the socket took part of it)
+    closing,   // sending side shut; reading what the client still sends
+    closed,
+  };
+  enum class Step : std::uint8_t { more, waiting };
+  enum class After : std::uint8_t { response, interim };
+  enum class Read : std::uint8_t { data, would_block, full, eof, error };
+
+  void advance();
+  Step parse();
+  Step on_head();
+  Step on_request();
+  Step respond(Response r);
+  Step write_out(After after);
+  Step after_write(After after);
+  void on_written(const error_code& ec, After after);
+  Read read_available();
+  void wait_readable();
+  void on_read(const error_code& ec, std::size_t n);
+  // The most a connection buffers: a head at its limit plus one read.
+  [[nodiscard]] std::size_t read_cap() const noexcept {
+    return s_.limits.header_bytes + kReadChunk;
+  }
+  void enter_idle();
+  void graceful_close(CloseReason why);
+  void drain();
+  void close_now(CloseReason why);
+  void stop_serving(CloseReason why);
+  void close_if_idle(CloseReason why);
+  Step fail_request(int status, std::string message, CloseReason why);
+  void request_timed_out(std::string_view part, Millis bound, CloseReason why);
+
+  Step factorial(std::string_view arg);
+  void on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value);
+  Step job();
+  void on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
+              Clock::time_point submitted, std::exception_ptr e);
+  void resume(Response r);
+
+  IoThread& w_;
+  State& s_;
+  tcp::socket socket_;
+  Phase phase_ = Phase::idle;
+  Clock::time_point accepted_;
+  Clock::time_point idle_since_{};
+  Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point body_deadline_{};
+  Clock::time_point head_at_{};  // latency is measured from here
+  InBuffer in_;
+  std::optional<RequestParser> parser_;
+  RouteMatch match_;
+  std::string out_;
+  std::size_t served_ = 0;
+  bool head_seen_ = false;
+  bool head_only_ = false;
+  bool refused_ = false;       // by the gate: 503
+  bool close_after_ = false;   // the response being written says Connection: close
+  bool peer_eof_ = false;      // the client shut its sending side
+  bool waiting_read_ = false;  // an asynchronous read is pending (into landing_)
+  bool more_ = false;          // the socket may hold more: read before waiting
+  bool open_ = false;          // counted in State::open and the connections gauge
+  bool counted_;               // Gate: first request pending
+  bool admitted_open_ = false;
+  CloseReason close_reason_ = CloseReason::client;
+  std::array<char, 512> landing_;  // where a pending read lands
+};
+
+}  // namespace crewd::http
