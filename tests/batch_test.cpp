@@ -184,6 +184,30 @@ TEST(RunBatch, TheTotalTimeoutCancelsWhatHasNotEnded) {
   }
 }
 
+// A batch task written off (the batch's timeout stopped it, and it ignored
+// its token for abandon_grace) has its outcome at once, but run_batch returns only after
+// its callable returned: the callable refers to the caller's range.
+TEST(RunBatch, ReturnsOnlyAfterAWrittenOffCallableReturned) {
+  Watchdog dog;
+  PoolOptions o = workers(2);
+  o.abandon_grace = 10ms;
+  Pool pool(std::move(o));
+  std::atomic<bool> finished{false};
+  std::vector<std::function<void(std::stop_token)>> tasks;
+  tasks.emplace_back([&](std::stop_token) {
+    std::this_thread::sleep_for(200ms);  // ignores its token
+    finished = true;
+  });
+  tasks.emplace_back([](std::stop_token) {});
+  BatchResult<void> r = run_batch(pool, tasks, {.timeout = 20ms});
+  EXPECT_TRUE(finished.load()) << "run_batch returned while a callable ran";
+  EXPECT_TRUE(r.timed_out);
+  ASSERT_EQ(r.outcomes.size(), 2u);
+  EXPECT_EQ(r.outcomes[0].status, TaskStatus::cancelled);
+  EXPECT_EQ(r.outcomes[0].reason, Errc::abandoned);
+  EXPECT_EQ(r.outcomes[1].status, TaskStatus::succeeded);
+}
+
 TEST(RunBatch, ARefusedTaskIsRejectedWithThePoolsReason) {
   Watchdog dog;
   Pool pool(workers(1));

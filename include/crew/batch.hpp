@@ -150,6 +150,11 @@ Outcome<R> outcome_of(Task<R>& task) {
   return o;
 }
 
+// A task the pool wrote off has its outcome while its callable may still
+// run: waits until it returned (logged as a warning naming the task), so
+// that no callable of a batch outlives run_batch. Defined in batch.cpp.
+void await_returned(const Pool& pool, const TaskStateBase* s) noexcept;
+
 // Submits one task per element (make(element) builds it), waits for all,
 // and collects the outcomes.
 template <class R, class Range, class Make>
@@ -180,6 +185,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
     }
     for (Task<R>& t : tasks) {
       if (t.valid()) (void)await_task(pool, t, Clock::time_point::max(), help);
+      if (t.valid()) await_returned(pool, t.state());
     }
     throw;
   }
@@ -192,6 +198,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
       }
     }
     if (expired) (void)await_task(pool, t, Clock::time_point::max(), help);
+    await_returned(pool, t.state());
   }
   BatchResult<R> result;
   result.timed_out = expired;
@@ -225,7 +232,8 @@ concept batch_function = std::ranges::input_range<Range> &&
      detail::is_long_fn_v<Fn, detail::held_arg_t<std::ranges::range_reference_t<Range>>>);
 
 // Runs every callable of `tasks` on `pool` and returns their outcomes in
-// input order. Blocks until every task has ended. Called from a task of
+// input order. Blocks until every task has ended (a task written off by the
+// pool also until its callable has returned). Called from a task of
 // `pool`, it runs queued tasks of the pool while it waits.
 template <task_range Range>
 BatchResult<detail::element_result_t<Range>> run_batch(Pool& pool, Range&& tasks,
