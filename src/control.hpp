@@ -51,6 +51,21 @@ inline void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept { sum
 
 // What to stop, taken under a worker's cur_mu and fired outside it (stop
 // callbacks are user code).
+// steady_clock time of a nanosecond count (0: no deadline).
+inline std::chrono::steady_clock::time_point time_point_of(std::int64_t ns) noexcept {
+  return ns == 0 ? TaskStateBase::kNoDeadline
+                 : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+// Retires one worker if more than `floor` are live.
+inline bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexcept {
+  std::size_t n = live.load(std::memory_order_relaxed);
+  while (n > floor) {
+    if (live.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
 // What a write-off tells observers and the logger, kept while the pool's
 // locks are held and announced after they are released (announce()): user
 // code never runs under Control::mu or a worker's cur_mu.

@@ -1,5 +1,6 @@
-// The Pool facade and the parts of Core that are neither the worker loop
-// (worker.cpp), the supervisor (supervisor.cpp) nor shutdown (shutdown.cpp):
+// The Pool facade and the parts of Core that are neither the workers
+// (worker.cpp, wake.cpp, run.cpp, help.cpp), the supervisor (supervisor.cpp)
+// nor shutdown (shutdown.cpp):
 // options, start-up, growth, pause / resize / stop_worker, stats.
 #include "crew/pool.hpp"
 

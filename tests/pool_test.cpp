@@ -736,7 +736,8 @@ TEST(PoolPause, NoTaskSubmittedAfterPauseStartsBeforeResume) {
   int early = 0;
   for (int round = 0; round < 300; ++round) {
     std::atomic<int> warm{0};
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(pool.post([&] { warm.fetch_add(1); }), Admission::accepted);
+    for (int i = 0; i < 4; ++i)
+      ASSERT_EQ(pool.post([&] { warm.fetch_add(1); }), Admission::accepted);
     ASSERT_TRUE(eventually([&] { return warm.load() == 4; }));
     pool.pause();
     std::atomic<bool> ran{false};

@@ -166,8 +166,11 @@ TEST(PriorityAdmission, BlockedSubmittersOfEveryLevelAllGetIn) {
   Watchdog dog;
   constexpr int kLevels = 3;
   constexpr int kEach = 300;
-  Pool pool({.max_workers = 1, .queue_capacity = 1, .queue_shards = 1,
-             .priority_levels = kLevels, .priority_aging = 1});
+  Pool pool({.max_workers = 1,
+             .queue_capacity = 1,
+             .queue_shards = 1,
+             .priority_levels = kLevels,
+             .priority_aging = 1});
   pool.pause();
   std::atomic<int> ran{0};
   std::vector<std::thread> submitters;

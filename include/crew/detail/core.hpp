@@ -674,19 +674,21 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
   Exit work_loop(Worker& w, bool spinning);
   bool attend(Worker& w, Exit& how);
+  bool handle_cell(Worker& w, Cell& cell);
+  bool handle_state(Worker& w, TaskStateBase* s);
+  // Counts an outcome decided on this thread (a worker's own counters, or
+  // the shared ones on any other thread).
+  void count_here(TaskStatus outcome) noexcept;
+  // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
   bool leave_idle_stack(Worker& w) noexcept;
   void wake_sleeper() noexcept;
   void wake_all_sleepers() noexcept;
-  bool handle_cell(Worker& w, Cell& cell);
   void wait_out_pause(Worker& w);
-  bool handle_state(Worker& w, TaskStateBase* s);
+  // run.cpp
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;
   bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept;
-  // Counts an outcome decided on this thread (a worker's own counters, or
-  // the shared ones on any other thread).
-  void count_here(TaskStatus outcome) noexcept;
   // supervisor.cpp
   void supervise() noexcept;
   std::int64_t fire_timers(std::int64_t now);

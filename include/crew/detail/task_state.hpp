@@ -7,10 +7,10 @@
 //
 // Status word (32 bits, futex-waitable): bits 0-7 TaskStatus, bits 8-15 the
 // Errc of a non-success outcome, bit 29 "written off: its callable still
-// runs", bit 30 "it went through running", bit 31 "someone waits". The status leaves `queued` by exactly one compare-exchange
-// (to running, cancelled or rejected) and leaves `running` by exactly one
-// compare-exchange to its outcome: that is what makes every task end in
-// exactly one outcome, even when a worker and the supervisor race.
+// runs", bit 30 "it went through running", bit 31 "someone waits". The status leaves `queued` by
+// exactly one compare-exchange (to running, cancelled or rejected) and leaves `running` by exactly
+// one compare-exchange to its outcome: that is what makes every task end in exactly one outcome,
+// even when a worker and the supervisor race.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,309 @@
+// Running a claimed task state: on a worker's top level (watched by the
+// supervisor through the worker's run slot), nested in a wait, or on a
+// thread that is not a worker; long tasks with their stop source and
+// deadline; plain long and observed runs; stop requests to a running task.
+#include <algorithm>
+#include <exception>
+
+#include "control.hpp"
+
+namespace crew::detail {
+
+namespace {
+
+// The start time of a long run on `w`: the end of the previous run when this
+// one follows it directly, else the clock.
+std::int64_t start_time(Worker& w) noexcept {
+  if (w.clock_ns != 0 && w.clock_seq + 1 == w.task_seq.load(std::memory_order_relaxed)) {
+    return w.clock_ns;
+  }
+  return now_ns();
+}
+
+void end_time(Worker& w, std::int64_t end) noexcept {
+  w.clock_ns = end;
+  w.clock_seq = w.task_seq.load(std::memory_order_relaxed);
+}
+
+// Replaces a source a stop went through, and creates it on first use.
+void ready_source(RunFrame& frame) {
+  if (frame.poisoned || !frame.source.stop_possible()) {
+    frame.source = std::stop_source();
+    frame.poisoned = false;
+  }
+}
+
+// The outcome of a long run that returned (or threw: `outcome` is failed).
+TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, std::int64_t end,
+                  Errc& why) noexcept {
+  why = Errc{};
+  if (stop == StopReason::cancelled || stop == StopReason::shutdown) {
+    why = Errc::cancelled;
+    return TaskStatus::cancelled;
+  }
+  if (stop == StopReason::timed_out || (deadline != 0 && end > deadline)) {
+    why = Errc::timed_out;
+    return TaskStatus::timed_out;
+  }
+  return outcome;
+}
+
+}  // namespace
+
+void Core::run_claimed_here(TaskStateBase* s) noexcept {
+  const InlineRun here(this);
+  (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false);
+}
+
+// Runs a task state that is in `running`. `w` is the worker of this pool
+// running it, or null on any other thread. Top-level runs on a worker are
+// watched by the supervisor through the worker's run slot; other long runs
+// register in Control::foreign (hard shutdown) and the timer heap (their
+// deadline). Returns false if the worker was abandoned meanwhile.
+bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
+  const bool watched = w != nullptr && top_level;
+  RunFrame local;
+  local.core = this;
+  RunFrame* frame = watched ? &w->frame : &local;
+  const bool clocked = s->is_long || timed_;  // needs start and end times
+  const std::int64_t start = !clocked ? 0 : watched ? start_time(*w) : now_ns();
+  std::int64_t deadline = 0;
+  if (s->is_long) {
+    try {
+      ready_source(*frame);
+    } catch (...) {  // out of memory for the stop state: run without one
+    }
+    if (s->timeout.count() > 0) deadline = saturating_add(start, s->timeout.count());
+  }
+  if (watched) {
+    w->cur_mu.lock();
+    w->cur_task = s;
+    w->cur_long = s->is_long;
+    w->cur_started_ns = start;
+    w->cur_deadline_ns = deadline;
+    frame->stop_at_ns.store(0, std::memory_order_relaxed);
+    w->cur_mu.unlock();
+    if (deadline != 0) {
+      const std::int64_t next = sup_next_wake_.load(std::memory_order_seq_cst);
+      if (next == 0 || deadline < next) wake_supervisor();
+    }
+  } else if (s->is_long) {
+    register_foreign(s, deadline);
+  }
+
+  if (observes(Observer::task_started)) [[unlikely]]
+    emit_started(event_of(s), s->enqueued_ns, start);
+  TaskStatus outcome = TaskStatus::succeeded;
+  if (s->is_long) s->attach_runner(frame);
+  try {
+    TaskContext ctx;
+    if (s->is_long) ctx.stop_token = frame->source.get_token();
+    ctx.id = s->id;
+    ctx.name = s->name;
+    ctx.deadline = time_point_of(deadline);
+    s->run(ctx);
+  } catch (...) {
+    s->error = std::current_exception();
+    outcome = TaskStatus::failed;
+  }
+  if (s->is_long) s->detach_runner();
+  const std::int64_t end = clocked ? now_ns() : 0;
+  if (watched) {
+    if (clocked) end_time(*w, end);
+    w->cur_mu.lock();
+    const bool abandoned = w->abandoned.load(std::memory_order_relaxed);
+    w->cur_task = nullptr;
+    w->cur_long = false;
+    w->cur_started_ns = 0;
+    w->cur_deadline_ns = 0;
+    w->cur_mu.unlock();
+    if (abandoned) {
+      // Its outcome was decided when it was written off; whoever waits for
+      // the callable itself (a group, a batch) may go on now.
+      s->callable_returned();
+      return false;
+    }
+  } else if (s->is_long) {
+    unregister_foreign(s);
+  }
+
+  Errc why{};
+  outcome = decide(outcome, s->stop_reason(), deadline, end, why);
+  if (!s->finish(outcome, why)) return true;  // cannot happen off the top level
+  if (outcome == TaskStatus::failed && s->detached) {
+    report_exception(TaskRef{s->id, s->name}, s->error);
+  }
+  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
+    note_stopped(s, outcome);
+  if (observes(Observer::task_finished)) [[unlikely]] {
+    emit_finished(event_of(s), outcome, s->enqueued_ns, start, end);
+  }
+  // Counted last: wait_idle() returns only after handlers and observers ran.
+  if (w != nullptr) {
+    w->counts.add(outcome);
+  } else {
+    shared_.add(outcome);
+  }
+  return true;
+}
+
+// An inline long task at a worker's top level: no task state, no
+// allocation. The run slot under cur_mu is what the supervisor and a hard
+// shutdown see; the stop reason is kept there too.
+void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                      void* fn) noexcept {
+  Core& c = *frame.core;
+  try {
+    ready_source(frame);
+  } catch (...) {
+  }
+  const std::int64_t start = start_time(*this);
+  const std::int64_t deadline = timeout.count() > 0 ? saturating_add(start, timeout.count()) : 0;
+  cur_mu.lock();
+  cur_long = true;
+  cur_started_ns = start;
+  cur_deadline_ns = deadline;
+  cur_reason = StopReason::none;
+  frame.stop_at_ns.store(0, std::memory_order_relaxed);
+  cur_mu.unlock();
+  if (deadline != 0) {
+    const std::int64_t next = c.sup_next_wake_.load(std::memory_order_seq_cst);
+    if (next == 0 || deadline < next) c.wake_supervisor();
+  }
+  if (c.observes(Observer::task_started)) [[unlikely]] {
+    c.emit_started(c.plain_event(true), enqueued_ns, start);
+  }
+
+  TaskStatus outcome = TaskStatus::succeeded;
+  std::exception_ptr error;
+  try {
+    TaskContext ctx;
+    ctx.stop_token = frame.source.get_token();
+    ctx.deadline = time_point_of(deadline);
+    call(fn, ctx);
+  } catch (...) {
+    error = std::current_exception();
+    outcome = TaskStatus::failed;
+  }
+  const std::int64_t end = now_ns();
+  end_time(*this, end);
+  cur_mu.lock();
+  const bool written_off = abandoned.load(std::memory_order_relaxed);
+  const StopReason stop = cur_reason;
+  cur_long = false;
+  cur_started_ns = 0;
+  cur_deadline_ns = 0;
+  cur_mu.unlock();
+  if (written_off) return;  // counted when it was written off
+  Errc why{};
+  outcome = decide(outcome, stop, deadline, end, why);
+  if (outcome == TaskStatus::failed) c.report_exception(TaskRef{}, error);
+  if (c.observes(Observer::task_finished)) [[unlikely]] {
+    c.emit_finished(c.plain_event(true), outcome, enqueued_ns, start, end);
+  }
+  counts.add(outcome);
+}
+
+void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  Core& c = *frame.core;
+  const std::int64_t start = start_time(*this);
+  if (c.observes(Observer::task_started)) c.emit_started(c.plain_event(false), enqueued_ns, start);
+  TaskStatus outcome = TaskStatus::succeeded;
+  try {
+    call(fn);
+  } catch (...) {
+    if (may_call_user()) c.report_exception(TaskRef{}, std::current_exception());
+    outcome = TaskStatus::failed;
+  }
+  const std::int64_t end = now_ns();
+  end_time(*this, end);
+  if (c.observes(Observer::task_finished) && may_call_user()) {
+    c.emit_finished(c.plain_event(false), outcome, enqueued_ns, start, end);
+  }
+  counts.add(outcome);
+}
+
+namespace {
+
+// Runs a LongCall as a task state: for inline long tasks that end up on a
+// thread other than a worker's top level.
+class CallState final : public ResultStateBase<void> {
+ public:
+  CallState(LongCall call, void* fn) noexcept : call_(call), fn_(fn) {}
+  void run(const TaskContext& ctx) override { call_(fn_, ctx); }
+
+ private:
+  LongCall call_;
+  void* fn_;
+};
+
+}  // namespace
+
+void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                    void* fn) noexcept {
+  CallState* s = nullptr;
+  try {
+    s = new CallState(call, fn);
+  } catch (...) {
+    count_here(TaskStatus::failed);
+    report_exception(TaskRef{}, std::current_exception());
+    return;
+  }
+  s->id = new_task_id();
+  s->owner = this;
+  s->is_long = true;
+  s->detached = true;
+  s->timeout = timeout;
+  s->enqueued_ns = enqueued_ns;
+  s->leave_queue(TaskStatus::running);
+  run_claimed_here(s);
+  s->release();
+}
+
+void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(this);
+  const std::int64_t start = now_ns();
+  if (observes(Observer::task_started)) emit_started(plain_event(false), enqueued_ns, start);
+  TaskStatus outcome = TaskStatus::succeeded;
+  try {
+    call(fn);
+  } catch (...) {
+    report_exception(TaskRef{}, std::current_exception());
+    outcome = TaskStatus::failed;
+  }
+  if (observes(Observer::task_finished)) {
+    emit_finished(plain_event(false), outcome, enqueued_ns, start, now_ns());
+  }
+  count_here(outcome);
+}
+
+// Under w.cur_mu: prepares a stop of the worker's current top-level long
+// run. False if there is none.
+bool Core::prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {
+  w.cur_mu.assert_held();
+  if (!w.cur_long) return false;
+  out.reason = why;
+  if (w.cur_task != nullptr) {
+    w.cur_task->add_ref();
+    out.task = w.cur_task;  // request_stop records the time and wakes the supervisor
+    return true;
+  }
+  if (w.cur_reason == StopReason::none) w.cur_reason = why;
+  w.frame.poisoned = true;
+  std::int64_t unset = 0;
+  w.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+  out.source = w.frame.source;
+  return true;
+}
+
+void StopTarget::fire() noexcept {
+  if (task != nullptr) {
+    task->request_stop(reason);
+    task->release();
+    task = nullptr;
+  } else if (source.stop_possible()) {
+    source.request_stop();
+  }
+}
+
+}  // namespace crew::detail
