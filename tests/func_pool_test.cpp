@@ -17,29 +17,8 @@
 
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
+#include "replaced_new.hpp"  // operator new: counts allocations, fails one on demand
 #include "test_util.hpp"
-
-// Counts every allocation made through operator new in this test binary
-// (the pool allocates nothing else in steady state). new and delete are
-// replaced as a pair, which g++'s mismatch warning cannot see.
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace crew {
 namespace {
@@ -88,7 +67,7 @@ TEST(FuncPool, InvokeMakesNoHeapAllocationForAnArgumentThatFitsTheSlot) {
   ASSERT_TRUE(fp.wait_idle(5s));
   ASSERT_TRUE(eventually([&] { return fp.stats().idle == 2; }));
   std::this_thread::sleep_for(20ms);
-  const std::uint64_t before = g_allocations.load();
+  const std::uint64_t before = test::g_allocations.load();
   constexpr std::uint64_t kCalls = 20'000;
   for (std::uint64_t i = 0; i < kCalls; ++i) {
     ASSERT_EQ(fp.invoke(Args32{{1, 2, 3, 4}}), Admission::accepted);
@@ -97,7 +76,7 @@ TEST(FuncPool, InvokeMakesNoHeapAllocationForAnArgumentThatFitsTheSlot) {
     }
   }
   ASSERT_TRUE(eventually([&] { return done.load() == 1000 + kCalls; }));
-  EXPECT_EQ(g_allocations.load() - before, 0u);
+  EXPECT_EQ(test::g_allocations.load() - before, 0u);
 }
 
 TEST(FuncPool, ALargeArgumentIsBoxedAndStillDelivered) {
@@ -212,13 +191,13 @@ TEST(FuncPool, ObserversSeeEveryInvokeWithoutAllocationsFor32ByteArguments) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(fp.invoke(Args32{}), Admission::accepted);
   ASSERT_TRUE(fp.wait_idle(5s));
   std::this_thread::sleep_for(20ms);  // the worker asleep once: see above
-  const std::uint64_t before = g_allocations.load();
+  const std::uint64_t before = test::g_allocations.load();
   // In batches, so that the queue stays within its preallocated ring.
   for (std::uint64_t batch = 1; batch <= 10; ++batch) {
     for (int i = 0; i < 100; ++i) ASSERT_EQ(fp.invoke(Args32{}), Admission::accepted);
     ASSERT_TRUE(eventually([&] { return done.load() == 100 + 100 * batch; }));
   }
-  EXPECT_EQ(g_allocations.load() - before, 0u);
+  EXPECT_EQ(test::g_allocations.load() - before, 0u);
   ASSERT_TRUE(fp.wait_idle(5s));
   EXPECT_EQ(observer->enqueued.load(), 1100);
   EXPECT_EQ(observer->succeeded.load(), 1100);

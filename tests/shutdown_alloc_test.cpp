@@ -14,27 +14,8 @@
 
 #include "crew/log.hpp"
 #include "crew/pool.hpp"
+#include "replaced_new.hpp"  // operator new: counts allocations, fails one on demand
 #include "test_util.hpp"
-
-namespace {
-// 0: off; N > 0: the N-th allocation on this thread from now throws.
-thread_local long t_fail_in = 0;
-}  // namespace
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-  if (t_fail_in > 0 && --t_fail_in == 0) throw std::bad_alloc();
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace crew {
 namespace {
@@ -60,13 +41,13 @@ TEST(ShutdownAllocations, AShutdownThatThrowsLeavesThePoolShutDownable) {
       (void)pool.post([&] { ran.fetch_add(1); }, {.name = "queued-" + std::to_string(i)});
     }
     bool failed = false;
-    t_fail_in = n;
+    test::t_fail_allocation_in = n;
     try {
       (void)pool.shutdown(ShutdownMode::soft, 1s);
     } catch (const std::bad_alloc&) {
       failed = true;
     }
-    t_fail_in = 0;
+    test::t_fail_allocation_in = 0;
     const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 1s);
     EXPECT_TRUE(r.final_state == PoolState::stopped || r.final_state == PoolState::stopped_timeout)
         << "after a failure at allocation " << n;

@@ -1,0 +1,37 @@
+// Replaces the global operator new and delete of the test binary that
+// includes this header (include it in exactly one translation unit): every
+// allocation is counted, and the calling thread's N-th allocation from now
+// can be made to throw std::bad_alloc (fault injection). new and delete are
+// replaced as a pair, which g++'s mismatch warning cannot see.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+namespace crew::test {
+
+// Allocations made through operator new in this binary, on any thread.
+inline std::atomic<std::uint64_t> g_allocations{0};
+// 0: off; N > 0: the N-th allocation on this thread from now throws.
+inline thread_local long t_fail_allocation_in = 0;
+
+}  // namespace crew::test
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void* operator new(std::size_t size) {
+  crew::test::g_allocations.fetch_add(1, std::memory_order_relaxed);
+  long& fail_in = crew::test::t_fail_allocation_in;
+  if (fail_in > 0 && --fail_in == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
