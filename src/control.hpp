@@ -210,6 +210,15 @@ struct Control {
   // Supervisor.
   std::thread supervisor;
   std::atomic<bool> supervisor_exit{false};
+  // Stop requests the supervisor makes (execution deadlines) run the
+  // tasks' stop callbacks, which are user code: a thread of their own, the
+  // stopper, fires them, so that a slow callback never delays a deadline,
+  // a write-off or a replacement. Started on first use.
+  Mutex stops_mu;
+  std::vector<StopTarget> stops CREW_GUARDED_BY(stops_mu);
+  bool stopper_exit CREW_GUARDED_BY(stops_mu) = false;
+  std::condition_variable stops_ready;
+  std::thread stopper;  // started under stops_mu; joined by stop_supervisor
   std::atomic<bool> root_stop_pending{false};
   std::optional<std::stop_callback<RootStop>> root_stop;
 

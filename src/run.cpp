@@ -285,7 +285,13 @@ bool Core::prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexc
   out.reason = why;
   if (w.cur_task != nullptr) {
     w.cur_task->add_ref();
-    out.task = w.cur_task;  // request_stop records the time and wakes the supervisor
+    out.task = w.cur_task;  // request_stop stops the token and wakes the supervisor
+    // The reason and the grace period count from now, not from when the
+    // stopper gets to the request: a slow stop callback of another task
+    // must not defer or change the write-off of this one.
+    w.cur_task->note_stop_reason(why);
+    std::int64_t unset = 0;
+    w.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
     return true;
   }
   if (w.cur_reason == StopReason::none) w.cur_reason = why;

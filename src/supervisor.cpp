@@ -146,15 +146,24 @@ std::int64_t Core::fire_timers(std::int64_t now) {
     }
     if (!h.empty()) next = h.front()->timer_at_ns;
   }
+  std::vector<StopTarget> to_stop;
   for (TaskStateBase* s : due) {
     if (s->timer_exec) {
-      s->request_stop(StopReason::timed_out);
+      StopTarget t;
+      t.task = s;  // the heap's reference moves to the target
+      t.reason = StopReason::timed_out;
+      try {
+        to_stop.push_back(std::move(t));
+      } catch (...) {  // out of memory: fire it here
+        t.fire();
+      }
     } else {
       // Counted by whoever pops its cell.
       (void)s->leave_queue(TaskStatus::rejected, Errc::expired);
+      s->release();
     }
-    s->release();
   }
+  hand_to_stopper(to_stop);
   return next;
 }
 
@@ -255,7 +264,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     to_join.swap(ctl.exited);
   }
   announce(notes);
-  for (StopTarget& t : to_stop) t.fire();
+  hand_to_stopper(to_stop);
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }
@@ -336,12 +345,63 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   ctl.abandoned.push_back(w);
 }
 
+void Core::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
+  if (targets.empty()) return;
+  Control& ctl = *ctl_;
+  {
+    MutexLock lock(ctl.stops_mu);
+    try {
+      if (!ctl.stopper.joinable() && !ctl.stopper_exit) {
+        ctl.stopper = std::thread([this] { stopper_loop(); });
+      }
+      if (ctl.stopper.joinable()) {
+        ctl.stops.reserve(ctl.stops.size() + targets.size());
+        for (StopTarget& t : targets) ctl.stops.push_back(std::move(t));
+        targets.clear();
+      }
+    } catch (...) {  // no thread or no memory: fire them here
+    }
+  }
+  ctl.stops_ready.notify_one();
+  for (StopTarget& t : targets) t.fire();
+  targets.clear();
+}
+
+// The stopper thread: fires stop requests the supervisor made, until
+// stop_supervisor() asks it to exit (it fires what is left first).
+void Core::stopper_loop() noexcept {
+  Control& ctl = *ctl_;
+  std::vector<StopTarget> batch;
+  for (;;) {
+    bool exit = false;
+    {
+      MutexLock lock(ctl.stops_mu);
+      while (ctl.stops.empty() && !ctl.stopper_exit) ctl.stops_ready.wait(lock.native());
+      batch.swap(ctl.stops);
+      exit = ctl.stopper_exit;
+    }
+    for (StopTarget& t : batch) t.fire();  // user stop callbacks, outside the lock
+    batch.clear();
+    if (exit) {
+      MutexLock lock(ctl.stops_mu);
+      if (ctl.stops.empty()) return;
+    }
+  }
+}
+
 void Core::stop_supervisor() noexcept {
   Control& ctl = *ctl_;
   ctl.root_stop.reset();  // no callback can start after this
   ctl.supervisor_exit.store(true, std::memory_order_release);
   sup_ec_.notify_all();
   if (ctl.supervisor.joinable()) ctl.supervisor.join();
+  // The supervisor is gone, so nothing hands the stopper more work.
+  {
+    MutexLock lock(ctl.stops_mu);
+    ctl.stopper_exit = true;
+  }
+  ctl.stops_ready.notify_all();
+  if (ctl.stopper.joinable()) ctl.stopper.join();
   std::vector<std::shared_ptr<Worker>> to_join;
   std::vector<TaskStateBase*> armed;
   {

@@ -340,6 +340,42 @@ TEST(DeadlineAbandon, AHungTaskPastDeadlineAndGraceCostsNoCapacity) {
   gate->open();
 }
 
+// A task's stop callback is user code and may block. Run on the
+// supervisor, one that blocks stalled every other deadline and write-off of
+// the pool; the stopper thread fires them now, so a second task past its
+// deadline is still stopped and written off on time.
+TEST(DeadlineAbandon, ABlockingStopCallbackDelaysNoOtherTasksDeadline) {
+  Watchdog dog;
+  auto callback_gate = std::make_shared<Gate>();
+  auto hung_gate = std::make_shared<Gate>();
+  PoolOptions o = {.max_workers = 2, .abandon_grace = 20ms};
+  Pool pool(std::move(o));
+  std::latch started(2);
+  auto slow = pool.submit(
+      [callback_gate, &started](std::stop_token token) {
+        const std::stop_callback blocks(token, [callback_gate] { callback_gate->wait(); });
+        started.count_down();
+        while (!token.stop_requested()) std::this_thread::sleep_for(1ms);
+      },
+      {.name = "slow-callback", .timeout = 10ms});
+  auto hung = pool.submit(
+      [hung_gate, &started](std::stop_token) {
+        started.count_down();
+        hung_gate->wait();  // ignores its token
+      },
+      {.name = "hung", .timeout = 30ms});
+  started.wait();
+  // Written off 20 ms after its 30 ms deadline, whatever the other task's
+  // stop callback does.
+  EXPECT_TRUE(eventually([&] { return hung.ready(); }, 5000ms))
+      << "a blocking stop callback stalled another task's deadline";
+  EXPECT_EQ(hung.status(), TaskStatus::timed_out);
+  EXPECT_EQ(hung.reason(), Errc::abandoned);
+  callback_gate->open();
+  hung_gate->open();
+  ASSERT_TRUE(slow.wait_for(5s));
+}
+
 TEST(DeadlineAbandon, AnInlineLongTaskIsAbandonedToo) {
   Watchdog dog;
   auto gate = std::make_shared<Gate>();

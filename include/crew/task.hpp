@@ -5,6 +5,12 @@
 // cannot be interrupted. A *long* task takes a `std::stop_token` or a
 // `const crew::TaskContext&`: it has an execution deadline, and its token is
 // stopped at that deadline, on cancel() and on a hard shutdown.
+//
+// A std::stop_callback registered on the token runs on the thread that
+// stops it: the pool's stopper thread for a deadline (so a slow callback
+// delays only other callbacks, never deadlines or write-offs), the caller's
+// thread for cancel(), Pool::stop_worker and a hard shutdown. The pool
+// stops no token after its destructor returned.
 #pragma once
 
 #include <chrono>

@@ -698,6 +698,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   bool write_off_run_locked(Worker& w, ShutdownReport* report,
                             std::vector<WriteOffNote>& notes) noexcept;
   void announce(std::vector<WriteOffNote>& notes) noexcept;
+  // Fires `targets` on the stopper thread (inline if it cannot start).
+  void hand_to_stopper(std::vector<StopTarget>& targets) noexcept;
+  void stopper_loop() noexcept;
   void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
   void disarm_timer(TaskStateBase* s) noexcept;
   void arm_queue_deadline(TaskStateBase* s);

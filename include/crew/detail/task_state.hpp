@@ -157,6 +157,12 @@ class TaskStateBase {
   // Records why the task should stop and, if it runs now, stops its token.
   // Returns true if a running task was signalled.
   bool request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
+  // Records only the reason (the first one wins), for a stop whose token is
+  // stopped later on another thread (see Control::stops).
+  void note_stop_reason(StopReason why) noexcept {
+    StopReason none = StopReason::none;
+    stop_reason_.compare_exchange_strong(none, why, std::memory_order_acq_rel);
+  }
 
   // Called by the thread running a long task around its execution.
   void attach_runner(RunFrame* frame) noexcept CREW_EXCLUDES(stop_mu_);
