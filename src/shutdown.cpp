@@ -229,6 +229,11 @@ void Core::drop_queue() {
       ++unnamed;
       continue;
     }
+    // The cell's reference is dropped even if listing the task throws.
+    struct Release {
+      TaskStateBase* s;
+      ~Release() { s->release(); }
+    } release{s};
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
       if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
       emit_settled_in_queue(s);
@@ -238,7 +243,6 @@ void Core::drop_queue() {
       emit_settled_in_queue(s);
       shared_.add(s->status());  // cancelled or expired while queued
     }
-    s->release();
   }
   MutexLock lock(ctl_->mu);
   // A sweep after the shutdown returned (a submission that raced past its
@@ -305,6 +309,8 @@ void Core::stop_running() {
   std::vector<StopTarget> targets;
   {
     MutexLock lock(ctl_->mu);
+    // Room first: a target holds a reference that a throwing push would lose.
+    targets.reserve(ctl_->workers.size() + ctl_->foreign.size());
     for (const auto& w : ctl_->workers) {
       StopTarget t;
       w->cur_mu.lock();
