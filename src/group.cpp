@@ -15,12 +15,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "crew/detail/futex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/detail/thread_annotations.hpp"
+#include "crew/log.hpp"
 
 namespace crew {
 namespace detail {
@@ -198,7 +200,10 @@ class GroupState {
       }
       OutcomeCounts tally;
       const std::uint64_t upto = r.each([&](const Task<void>& t) {
-        if (!await_task(pool_, t, deadline, help) || !await_callable(t, deadline)) return false;
+        if (!await_task(pool_, t, deadline, help) ||
+            !await_returned(pool_, t.state(), "group", opts_.name, deadline)) {
+          return false;
+        }
         tally.add(t.status());
         return true;
       });
@@ -407,18 +412,6 @@ class GroupState {
     prune_at_ = std::max(kPruneMin, 2 * (size_ - settled_));
   }
 
-  // A task written off by its pool has its outcome while its callable may
-  // still run: the group's wait lasts until the callable returned, so that
-  // nothing of the group runs after wait() or ~Group (logged, by name).
-  bool await_callable(const Task<void>& t, Clock::time_point deadline) {
-    const detail::TaskStateBase* s = t.state();
-    if (!s->callable_live()) return true;
-    pool_.core_->log(LogLevel::warning, {.pool = pool_.name(), .task = s->name, .task_id = s->id},
-                     (opts_.name.empty() ? std::string("a group") : "group " + opts_.name) +
-                         " waits for a written-off task whose callable still runs");
-    return s->wait_returned_until(deadline);
-  }
-
   // Until the tasks without handles have ended: on a worker of the pool (or
   // a thread running one of its tasks, `help`) it runs queued tasks of the
   // pool meanwhile, own ones first; otherwise it sleeps on the count.
@@ -475,6 +468,24 @@ class GroupState {
   bool cancelled_ CREW_GUARDED_BY(mu_) = false;
   bool closing_ CREW_GUARDED_BY(mu_) = false;
 };
+
+bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view who,
+                    std::string_view name,
+                    std::chrono::steady_clock::time_point deadline) noexcept {
+  if (s == nullptr || !s->callable_live()) return true;
+  const std::shared_ptr<Logger>& logger = pool.options().logger;
+  if (logger && LogLevel::warning >= logger->level()) {
+    try {
+      std::string message(who);
+      if (!name.empty()) message.append(" ").append(name);
+      message += " waits for a written-off task whose callable still runs";
+      logger->log(LogLevel::warning, {.pool = pool.name(), .task = s->name, .task_id = s->id},
+                  message);
+    } catch (...) {  // out of memory while formatting: drop the line
+    }
+  }
+  return s->wait_returned_until(deadline);
+}
 
 void group_retain(GroupState* g) noexcept { g->retain(); }
 void group_release(GroupState* g) noexcept { g->release(); }

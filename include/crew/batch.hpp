@@ -150,11 +150,6 @@ Outcome<R> outcome_of(Task<R>& task) {
   return o;
 }
 
-// A task the pool wrote off has its outcome while its callable may still
-// run: waits until it returned (logged as a warning naming the task), so
-// that no callable of a batch outlives run_batch. Defined in batch.cpp.
-void await_returned(const Pool& pool, const TaskStateBase* s) noexcept;
-
 // Submits one task per element (make(element) builds it), waits for all,
 // and collects the outcomes.
 template <class R, class Range, class Make>
@@ -185,7 +180,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
     }
     for (Task<R>& t : tasks) {
       if (t.valid()) (void)await_task(pool, t, Clock::time_point::max(), help);
-      if (t.valid()) await_returned(pool, t.state());
+      (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
     }
     throw;
   }
@@ -198,7 +193,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
       }
     }
     if (expired) (void)await_task(pool, t, Clock::time_point::max(), help);
-    await_returned(pool, t.state());
+    (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
   }
   BatchResult<R> result;
   result.timed_out = expired;

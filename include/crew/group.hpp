@@ -119,6 +119,15 @@ bool await_task(Pool& pool, const Task<T>& task, std::chrono::steady_clock::time
   return true;
 }
 
+// A task the pool wrote off has its outcome while its callable may still
+// run: waits until the callable returned or the deadline passes, logging a
+// warning that `who` ("group", "run_batch") named `name` waits for the
+// task. True if it returned (at once when it was not written off). Defined
+// in src/group.cpp; used by groups and batches, which promise that no
+// callable of theirs outlives their wait.
+bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view who,
+                    std::string_view name, std::chrono::steady_clock::time_point deadline) noexcept;
+
 // Group internals (src/group.cpp), called from the inline submission path.
 void group_retain(GroupState* g) noexcept;
 void group_release(GroupState* g) noexcept;

@@ -112,33 +112,14 @@ class TaskStateBase {
   // running -> outcome. False if the outcome was already decided (the task
   // was abandoned while it ran).
   bool finish(TaskStatus outcome, Errc why = Errc{}) noexcept {
-    std::uint32_t cur = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
-      CREW_ASSERT(is_legal_transition(TaskStatus::running, outcome), "illegal task transition");
-      const std::uint32_t next = kRanBit | encode(outcome, why);
-      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
-        wake(cur);
-        return true;
-      }
-    }
+    return leave_running(kRanBit | encode(outcome, why));
   }
-
   // running -> outcome for a run the pool writes off while its callable
   // still runs (it ignored its stop for abandon_grace): the outcome is
   // decided now, and callable_live() stays true until the running thread
   // calls callable_returned(). False as finish().
   bool finish_written_off(TaskStatus outcome) noexcept {
-    std::uint32_t cur = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
-      CREW_ASSERT(is_legal_transition(TaskStatus::running, outcome), "illegal task transition");
-      const std::uint32_t next = kRanBit | kLiveBit | encode(outcome, Errc::abandoned);
-      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
-        wake(cur);
-        return true;
-      }
-    }
+    return leave_running(kRanBit | kLiveBit | encode(outcome, Errc::abandoned));
   }
   // Called by the thread that ran a written-off callable, once it returned.
   void callable_returned() noexcept { wake(word_.fetch_and(~kLiveBit, std::memory_order_acq_rel)); }
@@ -201,6 +182,20 @@ class TaskStateBase {
     return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(why) << 8);
   }
   void wake(std::uint32_t prev) noexcept;
+  // The one compare-exchange out of `running`, to the word `next`.
+  bool leave_running(std::uint32_t next) noexcept {
+    CREW_ASSERT(
+        is_legal_transition(TaskStatus::running, static_cast<TaskStatus>(next & kStatusMask)),
+        "illegal task transition");
+    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
+        wake(cur);
+        return true;
+      }
+    }
+  }
   // Parks on the word until `settled(word)` or the deadline passes.
   template <class Settled>
   bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
