@@ -72,7 +72,11 @@ TEST(PriorityAging, ALowTaskRunsAfterAgingHighTasksOnOneWorker) {
 }
 
 // Two producers keep the high level full; each low task must still run,
-// after at most max_workers x aging high tasks.
+// after at most max_workers x aging high tasks taken after it was queued.
+// The reference point is a pause: a worker may have popped one high task
+// just before it saw the pause and holds it until resume() (docs/design.md
+// "Pause"); that task was taken before the low one was queued but runs after
+// `base` is read, so the bound measured here is max_workers x (aging + 1).
 TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
   Watchdog dog(60s);
   constexpr std::size_t kWorkers = 2;
@@ -116,13 +120,15 @@ TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
   }
   flood = false;
   for (auto& t : producers) t.join();
-  // The bound: at most kAging taken from above by each worker.
-  EXPECT_LE(worst, static_cast<long>(kWorkers * kAging));
+  // The bound: at most kAging taken from above by each worker, plus the one
+  // task each worker may hold across the pause.
+  constexpr long kBound = static_cast<long>(kWorkers * (kAging + 1));
+  EXPECT_LE(worst, kBound);
   RecordProperty("worst_high_tasks_before_low", std::to_string(worst));
   std::printf(
       "priority aging: worst case %ld high-priority tasks ran before a low one "
-      "(bound %zu)\n",
-      worst, kWorkers * kAging);
+      "(bound %ld)\n",
+      worst, kBound);
 }
 
 TEST(Priority, APriorityAboveThePoolsLevelsIsAnError) {

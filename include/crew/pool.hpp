@@ -106,7 +106,9 @@ class Pool : public detail::SubmitApi<Pool> {
   // Workers finish their current task and start no task submitted after
   // pause() returned until resume() (a task already queued may still be
   // starting while pause() runs); submissions are still queued, and a wait
-  // on a worker may still run the very task it waits for. Neither blocks;
+  // on a worker may still run the very task it waits for. A worker that
+  // took a task just as the pool paused holds it (it is not counted busy)
+  // and runs it first after resume(). Neither blocks;
   // both may be called from a worker of the pool.
   void pause();
   void resume();
