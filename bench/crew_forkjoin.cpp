@@ -32,10 +32,12 @@ namespace bench {
 namespace {
 
 crew::PoolOptions fork_join_options() {
+  const ForkJoinConfig& c = fork_join_config();
   crew::PoolOptions o;
   o.name = "bench";
-  o.min_workers = kWorkers;
-  o.max_workers = kWorkers;
+  o.min_workers = c.crew_workers;
+  o.max_workers = c.crew_workers;
+  if (c.crew_unbounded) o.queue_capacity = crew::kUnbounded;
   return o;
 }
 
@@ -141,6 +143,7 @@ class CrewTaskImpl final : public Impl {
 }  // namespace
 
 Sample run_crew_fork_join(Workload w) { return run_crew<CrewGroupRuntime>(w); }
+Sample run_crew_task_fork_join(Workload w) { return run_crew<CrewTaskRuntime>(w); }
 
 std::unique_ptr<Impl> make_crew_task_impl() { return std::make_unique<CrewTaskImpl>(); }
 

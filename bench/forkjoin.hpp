@@ -68,6 +68,9 @@ struct ForkJoinConfig {
   bool track_stack = false;  // main.cpp turns it on for one extra run per pair
   bool isolate = true;       // crew's runs in a child process (isolate.hpp)
   int timeout_seconds = 60;  // of one isolated run
+  // crew's pools only (the completion matrix of --fj-matrix varies them):
+  std::size_t crew_workers = kWorkers;
+  bool crew_unbounded = false;  // queue_capacity = crew::kUnbounded
 };
 
 inline ForkJoinConfig& fork_join_config() {

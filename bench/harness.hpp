@@ -183,8 +183,10 @@ std::unique_ptr<Impl> make_tbb_parallel_for_impl();
 // does), and crew's runs of the structured ones.
 std::string_view structured_skip_reason(std::string_view impl, Workload w);
 Sample run_crew_structured(Workload w, std::size_t tasks);
-// crew_forkjoin.cpp: impl crew (a Group per node) on a fork-join workload.
+// crew_forkjoin.cpp: impl crew (a Group per node) and crew_task (Task
+// handles) on a fork-join workload.
 Sample run_crew_fork_join(Workload w);
+Sample run_crew_task_fork_join(Workload w);
 std::unique_ptr<Impl> make_asio_impl();
 std::unique_ptr<Impl> make_thread_pool_deb_impl();
 

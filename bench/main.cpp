@@ -89,6 +89,7 @@ struct Options {
   std::vector<std::string> impls;      // empty: all
   std::vector<std::string> workloads;  // empty: all ("latency" included)
   bool fj_stack = true;
+  std::size_t fj_matrix = 0;  // > 0: run the completion matrix this many times
   std::vector<double> latency_rates = {100'000, 500'000, 1'000'000};
   double latency_seconds = 2;
   bool latency_search = true;
@@ -102,7 +103,7 @@ constexpr double kSearchCap = 8'000'000;
 constexpr std::string_view kUsage =
     "usage: crew_bench [--tasks N] [--rounds R] [--json PATH] [--idle-seconds S]\n"
     "                  [--impl a,b,...] [--workload a,b,...] [--fj-size w=n,...]\n"
-    "                  [--fj-stack 0|1] [--fj-isolate 0|1] [--fj-timeout S]\n"
+    "                  [--fj-stack 0|1] [--fj-isolate 0|1] [--fj-timeout S] [--fj-matrix N]\n"
     "                  [--latency-rates r,...] [--latency-seconds S] [--latency-search 0|1]\n"
     "  --tasks N          tasks per measurement (default 1000000)\n"
     "  --rounds R         interleaved rounds; medians are over these (default 9)\n"
@@ -118,6 +119,9 @@ constexpr std::string_view kUsage =
     "  --fj-stack 0|1     one more run per fork-join pair measuring stack depth (default 1)\n"
     "  --fj-isolate 0|1   crew's fork-join runs in a child process (default 1)\n"
     "  --fj-timeout S     an isolated run still going after S seconds fails (default 60)\n"
+    "  --fj-matrix N      instead of the rounds: run crew (Group) and crew_task N times\n"
+    "                     each on 1 and 2 workers, default and unbounded queue, at the\n"
+    "                     --fj-size sizes, and count the runs that completed\n"
     "  --latency-rates L  target tasks/s of the latency workload (default\n"
     "                     100000,500000,1000000)\n"
     "  --latency-seconds S  how long the producer sends per run (default 2)\n"
@@ -222,6 +226,8 @@ Options parse_args(int argc, char** argv) {
       parse_fj_sizes(value);
     } else if (arg == "--fj-stack") {
       o.fj_stack = parse_bool(arg, value);
+    } else if (arg == "--fj-matrix") {
+      o.fj_matrix = parse_count(arg, value, 1);
     } else if (arg == "--fj-isolate") {
       fork_join_config().isolate = parse_bool(arg, value);
     } else if (arg == "--fj-timeout") {
@@ -807,7 +813,59 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The completion matrix: every fork-join workload selected, through Group
+// and through Task handles, on 1 and 2 workers, with the default and an
+// unbounded queue, `runs` times each, every run in its own child process
+// (a stack overflow counts as a failed run) with stack tracking on. A wrong
+// result stops the benchmark (fail()).
+int run_fork_join_matrix(const Options& o) {
+  ForkJoinConfig& c = fork_join_config();
+  c.isolate = true;
+  c.track_stack = true;
+  std::printf("fork-join completion: %zu runs per cell, each a warm-up and a timed run\n\n",
+              o.fj_matrix);
+  std::printf("%-14s %-10s %-8s %-10s %10s %12s  %s\n", "workload", "impl", "workers", "queue",
+              "completed", "peak stack", "failures");
+  int failed_cells = 0;
+  for (Workload w : make_workloads(o)) {
+    if (!is_fork_join(w)) continue;
+    for (const bool task : {false, true}) {
+      for (const std::size_t workers : {std::size_t{1}, std::size_t{2}}) {
+        for (const bool unbounded : {false, true}) {
+          c.crew_workers = workers;
+          c.crew_unbounded = unbounded;
+          std::size_t completed = 0;
+          double stack_kib = 0;
+          std::map<std::string, int> failures;
+          for (std::size_t r = 0; r < o.fj_matrix; ++r) {
+            const Sample s = task ? run_crew_task_fork_join(w) : run_crew_fork_join(w);
+            if (s.failure.empty()) {
+              ++completed;
+              stack_kib = std::max(stack_kib, s.stack_kib);
+            } else {
+              ++failures[s.failure];
+            }
+          }
+          std::string why;
+          for (const auto& [f, n] : failures) why += f + " x" + std::to_string(n) + " ";
+          if (completed != o.fj_matrix) ++failed_cells;
+          const std::string label = std::string(name_of(w)) + "(" +
+                                    std::to_string(fork_join_size(w)) + ")";
+          std::printf("%-14s %-10s %-8zu %-10s %5zu of %-3zu %8.0f KiB  %s\n", label.c_str(),
+                      task ? "crew_task" : "crew", workers, unbounded ? "unbounded" : "default",
+                      completed, o.fj_matrix, stack_kib, why.c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  c.crew_workers = kWorkers;
+  c.crew_unbounded = false;
+  return failed_cells == 0 ? 0 : 1;
+}
+
 int run(const Options& o) {
+  if (o.fj_matrix > 0) return run_fork_join_matrix(o);
   const auto owned = make_impls(o);
   std::vector<Impl*> impls;
   for (const auto& i : owned) impls.push_back(i.get());

@@ -229,35 +229,35 @@ class GroupState {
   }
 
   // ---- tasks without handles (GroupCell) ----
-  void counted_begin() noexcept {
-    retain();
-    counted_submitted_.fetch_add(1, std::memory_order_relaxed);
-    counted_pending_.fetch_add(1, std::memory_order_seq_cst);
-  }
+  // A pending task holds no reference to the state: everything that frees
+  // it (the group's destructor, after its wait or its settled() check)
+  // takes mu_ after it saw counted_pending_ at zero, so it waits for the
+  // ender below to leave the critical section that dropped the count; the
+  // ender touches nothing after. Two read-modify-writes per task on the
+  // group's line besides the lock: the begin and the drop.
+  void counted_begin() noexcept { counted_pending_.fetch_add(1, std::memory_order_seq_cst); }
   void counted_end(TaskStatus outcome) noexcept {
     // The outcome is recorded and the count dropped under one lock, so that
     // stats() sees each task either pending or ended, never both. The
     // wake-up reads the waiters after the drop (seq_cst, against
-    // wait_counted's announce-then-check).
-    std::uint32_t before = 0;
-    {
-      SpinLockGuard lock(mu_);
-      counted_counts_.add(outcome);
-      before = counted_pending_.fetch_sub(1, std::memory_order_seq_cst);
-    }
-    if (before == 1 && counted_waiters_.load(std::memory_order_seq_cst) != 0) {
+    // wait_counted's announce-then-check), still under the lock: once the
+    // count is zero the state may be freed as soon as the lock is free.
+    SpinLockGuard lock(mu_);
+    counted_counts_.add(outcome);
+    if (counted_pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        counted_waiters_.load(std::memory_order_seq_cst) != 0) {
       futex_wake(counted_pending_, INT32_MAX);
     }
-    release();
   }
 
   GroupStats stats() const {
     SpinLockGuard lock(mu_);
     GroupStats s;
-    // Pending before submitted: counted_begin adds to submitted first, so
-    // every pending task read here is in the submitted count read after it.
+    // A task without a handle is pending from its begin until its end drops
+    // the count under this lock, together with recording its outcome: so
+    // pending plus ended is exactly the number submitted.
     s.pending = counted_pending_.load(std::memory_order_acquire);
-    s.submitted = submitted_ + counted_submitted_.load(std::memory_order_acquire);
+    s.submitted = submitted_ + s.pending + counted_counts_.total();
     s.outcomes = counts_;
     s.outcomes += counted_counts_;
     s.cancelled = cancelled_;
@@ -444,7 +444,6 @@ class GroupState {
   Pool& pool_;
   std::atomic<std::uint32_t> counted_pending_{0};
   std::atomic<std::uint32_t> counted_waiters_{0};
-  std::atomic<std::uint64_t> counted_submitted_{0};
   const GroupOptions opts_;
   const Clock::time_point deadline_;
   std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check

@@ -558,5 +558,37 @@ TEST(GroupLifetime, WaitForTimesOutWhileAWrittenOffCallableRuns) {
   EXPECT_TRUE(finished.load());
 }
 
+// A task without a handle holds no reference to the group's state: the
+// group may be destroyed the moment its wait sees the last task end, while
+// that task's worker is still leaving the group's books. Waits that sleep
+// (a thread outside the pool) and waits that poll while helping (a task)
+// both race that exit; under ASan a touch of the freed state shows as a use
+// after free (at once for a reference dropped twice; a touch within a few
+// instructions of the drop is too narrow a window to be caught reliably).
+TEST(GroupLifetime, DestroyedAsSoonAsItsLastTaskEnded) {
+  Watchdog dog(60s);
+  Pool pool(workers(2));
+  const int rounds = test::kSlowdown > 1 ? 2'000 : 5'000;
+  std::atomic<long> ran{0};
+  for (int i = 0; i < rounds; ++i) {
+    Group g(pool);
+    ASSERT_EQ(g.submit([&] { ran.fetch_add(1, std::memory_order_relaxed); }), Admission::accepted);
+    g.wait();
+  }
+  pool.submit_wait([&] {
+    for (int i = 0; i < rounds; ++i) {
+      Group g(pool);
+      ASSERT_EQ(g.submit([&] { ran.fetch_add(1, std::memory_order_relaxed); }),
+                Admission::accepted);
+      ASSERT_EQ(g.submit([&] { ran.fetch_add(1, std::memory_order_relaxed); }),
+                Admission::accepted);
+      g.wait();
+    }
+  });
+  EXPECT_EQ(ran.load(), 3L * rounds);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().outcomes.succeeded, static_cast<std::uint64_t>(3L * rounds + 1));
+}
+
 }  // namespace
 }  // namespace crew

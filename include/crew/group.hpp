@@ -138,7 +138,8 @@ Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long);
 // Takes the pool's handle into the group; returns the pool's admission.
 Admission group_adopt(GroupState* g, Task<void>&& task);
 // A short task submitted without a handle (GroupCell): counted as pending
-// from begin to end; `end` records its outcome and drops its reference.
+// from begin to end; `end` records its outcome. It holds no reference to
+// the state: the group waits for every pending one before it can go.
 void group_counted_begin(GroupState* g) noexcept;
 void group_counted_end(GroupState* g, TaskStatus outcome) noexcept;
 bool group_cancelled(const GroupState* g) noexcept;
