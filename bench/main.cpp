@@ -703,6 +703,13 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
   if (!out) fail("cannot write the JSON file");
 }
 
+// A workload as the tables name it: fork-join ones with their size, "fib(30)".
+std::string workload_label(Workload w) {
+  std::string label(name_of(w));
+  if (is_fork_join(w)) label += "(" + std::to_string(fork_join_size(w)) + ")";
+  return label;
+}
+
 void print_table(const Options& o, const std::vector<Summary>& rows,
                  const std::vector<LatencySummary>& latency, const std::vector<Skip>& skips,
                  const Extras& extras) {
@@ -717,9 +724,7 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
     last = s.workload;
     char ratio[32] = "-";
     if (s.crew_ratio_median) std::snprintf(ratio, sizeof ratio, "%.3f", *s.crew_ratio_median);
-    std::string workload(name_of(s.workload));
-    if (is_fork_join(s.workload))
-      workload += "(" + std::to_string(fork_join_size(s.workload)) + ")";
+    const std::string workload = workload_label(s.workload);
     if (s.measured()) {
       std::printf("%-15s %-18s %10.1f %10.1f %10.1f %12.3f %10s %8zu", workload.c_str(),
                   s.impl.c_str(), s.ns_median, s.ns_min, s.ns_max, s.allocs_median, ratio,
@@ -817,7 +822,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // and through Task handles, on 1 and 2 workers, with the default and an
 // unbounded queue, `runs` times each, every run in its own child process
 // (a stack overflow counts as a failed run) with stack tracking on. A wrong
-// result stops the benchmark (fail()).
+// result stops the benchmark (fail()). It is the whole run: the settings it
+// leaves in fork_join_config() are not restored.
 int run_fork_join_matrix(const Options& o) {
   ForkJoinConfig& c = fork_join_config();
   c.isolate = true;
@@ -849,18 +855,15 @@ int run_fork_join_matrix(const Options& o) {
           std::string why;
           for (const auto& [f, n] : failures) why += f + " x" + std::to_string(n) + " ";
           if (completed != o.fj_matrix) ++failed_cells;
-          const std::string label = std::string(name_of(w)) + "(" +
-                                    std::to_string(fork_join_size(w)) + ")";
-          std::printf("%-14s %-10s %-8zu %-10s %5zu of %-3zu %8.0f KiB  %s\n", label.c_str(),
-                      task ? "crew_task" : "crew", workers, unbounded ? "unbounded" : "default",
-                      completed, o.fj_matrix, stack_kib, why.c_str());
+          std::printf("%-14s %-10s %-8zu %-10s %5zu of %-3zu %8.0f KiB  %s\n",
+                      workload_label(w).c_str(), task ? "crew_task" : "crew", workers,
+                      unbounded ? "unbounded" : "default", completed, o.fj_matrix, stack_kib,
+                      why.c_str());
           std::fflush(stdout);
         }
       }
     }
   }
-  c.crew_workers = kWorkers;
-  c.crew_unbounded = false;
   return failed_cells == 0 ? 0 : 1;
 }
 
