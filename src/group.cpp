@@ -132,8 +132,14 @@ class GroupState {
   }
 
   void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // The group drops its reference last but for tasks with handles; a sole
+  // holder (count 1) frees without the read-modify-write, as nobody else
+  // can take a reference to a state only it holds.
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.load(std::memory_order_acquire) == 1 ||
+        refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      delete this;
+    }
   }
 
   Admission prepare(TaskOptions& o, bool is_long) {
@@ -193,7 +199,7 @@ class GroupState {
       {
         SpinLockGuard lock(mu_);
         if (settled_ == size_) {
-          if (counted_pending_.load(std::memory_order_acquire) == 0) return true;
+          if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
           continue;  // a task submitted more meanwhile
         }
         r = begin_read_locked();
@@ -229,24 +235,43 @@ class GroupState {
   }
 
   // ---- tasks without handles (GroupCell) ----
-  // A pending task holds no reference to the state: everything that frees
-  // it (the group's destructor, after its wait or its settled() check)
-  // takes mu_ after it saw counted_pending_ at zero, so it waits for the
-  // ender below to leave the critical section that dropped the count; the
-  // ender touches nothing after. Two read-modify-writes per task on the
-  // group's line besides the lock: the begin and the drop.
-  void counted_begin() noexcept { counted_pending_.fetch_add(1, std::memory_order_seq_cst); }
+  // One word counts them: the low half the pending ones, the high half the
+  // ones that succeeded and were not yet folded into counted_counts_. A
+  // pending task holds no reference to the state. An end that leaves others
+  // pending is one compare-exchange on that word (pending - 1, succeeded + 1
+  // at once, so stats() never sees a task both pending and ended, or
+  // neither); the state cannot be freed meanwhile, as it is still pending
+  // after it. Every other end (the last pending one, an outcome other than
+  // success, a high half due for folding) takes mu_ and drops the count
+  // under it; everything that frees the state (the group's destructor,
+  // after its wait or its settled() check) takes mu_ after it saw no task
+  // pending, so it waits for that ender, which touches nothing after.
+  void counted_begin() noexcept { counted_.fetch_add(1, std::memory_order_seq_cst); }
   void counted_end(TaskStatus outcome) noexcept {
-    // The outcome is recorded and the count dropped under one lock, so that
-    // stats() sees each task either pending or ended, never both. The
-    // wake-up reads the waiters after the drop (seq_cst, against
-    // wait_counted's announce-then-check), still under the lock: once the
-    // count is zero the state may be freed as soon as the lock is free.
+    if (outcome == TaskStatus::succeeded) {
+      std::uint64_t w = counted_.load(std::memory_order_relaxed);
+      while (pending_of(w) > 1 && (w >> 32) < kFoldAt) {
+        if (counted_.compare_exchange_weak(w, w + kOneSucceeded - 1, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+          return;
+        }
+      }
+    }
     SpinLockGuard lock(mu_);
     counted_counts_.add(outcome);
-    if (counted_pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        counted_waiters_.load(std::memory_order_seq_cst) != 0) {
-      futex_wake(counted_pending_, INT32_MAX);
+    std::uint64_t w = counted_.load(std::memory_order_relaxed);
+    // Folds the high half and drops this task, in one step.
+    while (!counted_.compare_exchange_weak(w, (w & kPendingMask) - 1, std::memory_order_seq_cst,
+                                           std::memory_order_relaxed)) {
+    }
+    counted_counts_.succeeded += w >> 32;
+    // The wake-up reads the waiters after the drop (seq_cst, against
+    // wait_counted's announce-then-check), still under the lock: a waiter
+    // not seen here announced itself after the drop, so it sees the count
+    // at zero and does not sleep.
+    if (pending_of(w) == 1 && counted_waiters_.load(std::memory_order_seq_cst) != 0) {
+      counted_zero_.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(counted_zero_, INT32_MAX);
     }
   }
 
@@ -256,10 +281,12 @@ class GroupState {
     // A task without a handle is pending from its begin until its end drops
     // the count under this lock, together with recording its outcome: so
     // pending plus ended is exactly the number submitted.
-    s.pending = counted_pending_.load(std::memory_order_acquire);
-    s.submitted = submitted_ + s.pending + counted_counts_.total();
+    const std::uint64_t w = counted_.load(std::memory_order_acquire);
+    s.pending = pending_of(w);
     s.outcomes = counts_;
     s.outcomes += counted_counts_;
+    s.outcomes.succeeded += w >> 32;
+    s.submitted = submitted_ + s.pending + counted_counts_.total() + (w >> 32);
     s.cancelled = cancelled_;
     // Handles at or above settled_ are released only after a reader moves
     // settled_ past them, which needs the mutex held here.
@@ -295,13 +322,23 @@ class GroupState {
 
   bool cancelled() const noexcept { return cancelled_flag_.load(std::memory_order_acquire); }
 
+  // For the group's destructor, without the lock: true if no task is
+  // pending, none ever had a handle, and no thread is inside mu_. The last
+  // pending task's end drops the count inside mu_ (counted_end), so once the
+  // count reads zero and the lock reads free, that end has left the state.
+  // False says nothing: settled() then decides.
+  bool quiet() const noexcept {
+    return pending_of(counted_.load(std::memory_order_acquire)) == 0 &&
+           !has_handles_.load(std::memory_order_acquire) && mu_.is_free();
+  }
+
   // For the group's destructor: true if every task has ended and its handle
   // was released (the usual state after wait()), so there is nothing to
   // cancel, wait for or close.
   bool settled() const {
     SpinLockGuard lock(mu_);
     return settled_ == size_ && readers_ == 0 &&
-           counted_pending_.load(std::memory_order_acquire) == 0;
+           pending_of(counted_.load(std::memory_order_acquire)) == 0;
   }
 
   std::exception_ptr first_exception() const {
@@ -321,6 +358,7 @@ class GroupState {
 
   void append_locked(Task<void>&& task) CREW_REQUIRES(mu_) {
     if (tail_ == nullptr) {
+      has_handles_.store(true, std::memory_order_release);
       head_ = tail_ = &first_;
       head_base_ = tail_base_ = size_;
     } else if (size_ - tail_base_ == tail_->cap) {
@@ -418,8 +456,8 @@ class GroupState {
   bool wait_counted(Clock::time_point deadline, bool help) {
     Clock::duration nap = std::chrono::microseconds(50);
     for (;;) {
-      const std::uint32_t n = counted_pending_.load(std::memory_order_acquire);
-      if (n == 0) return true;
+      const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
+      if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
       if ((help || on_worker_of_pool()) && pool_.run_pending_task()) {
         nap = std::chrono::microseconds(50);
         continue;
@@ -431,22 +469,35 @@ class GroupState {
         until = deadline - now > nap ? now + nap : deadline;
         nap = std::min<Clock::duration>(nap * 2, std::chrono::milliseconds(1));
       }
+      // The last end bumps counted_zero_ after its drop: announced here
+      // first, the count seen non-zero after, this sleeps only until then.
       counted_waiters_.fetch_add(1, std::memory_order_seq_cst);
-      if (counted_pending_.load(std::memory_order_seq_cst) == n) {
-        futex_wait(counted_pending_, n, until);
+      if (pending_of(counted_.load(std::memory_order_seq_cst)) != 0) {
+        futex_wait(counted_zero_, zero, until);
       }
       counted_waiters_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   bool on_worker_of_pool() const noexcept { return t_current.core == pool_.core_.get(); }
 
+  static constexpr std::uint64_t kPendingMask = 0xffff'ffffULL;
+  static constexpr std::uint64_t kOneSucceeded = std::uint64_t{1} << 32;
+  // Low enough that tests reach it, high enough to cost nothing per task.
+  static constexpr std::uint64_t kFoldAt = std::uint64_t{1} << 20;
+  static std::uint32_t pending_of(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>(w & kPendingMask);
+  }
+
   std::atomic<std::uint32_t> refs_{1};
   Pool& pool_;
-  std::atomic<std::uint32_t> counted_pending_{0};
+  std::atomic<std::uint64_t> counted_{0};  // see counted_begin
+  // Bumped when the pending count falls to zero while a waiter is announced.
+  std::atomic<std::uint32_t> counted_zero_{0};
   std::atomic<std::uint32_t> counted_waiters_{0};
   const GroupOptions opts_;
   const Clock::time_point deadline_;
   std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
+  std::atomic<bool> has_handles_{false};     // a handle was ever appended (quiet())
 
   // Held for a few instructions at a time (no allocation but a new block).
   mutable SpinLock mu_;
@@ -503,7 +554,7 @@ Group::Group(Pool& pool, GroupOptions options)
     : pool_(&pool), state_(new detail::GroupState(pool, std::move(options))) {}
 
 Group::~Group() {
-  if (!state_->settled()) {
+  if (!state_->quiet() && !state_->settled()) {
     state_->cancel();
     (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
     state_->close();

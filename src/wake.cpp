@@ -37,23 +37,41 @@ bool take_spinner_slot() noexcept {
 //
 // The wake-up policy, after Go's scheduler: a submitter wakes a sleeper
 // only when no worker of the pool holds a spinning token (a spinner, or a
-// worker woken or started to become one); the last spinner to find work
-// wakes another if more is queued, before it runs its task. A spinner polls
-// without giving its core away (a yield could cost a whole time slice while
-// a task waits, and submitters do not wake anyone while it spins), and at
-// most spinner_limit() workers spin in the whole process; a worker that
-// finds every slot taken goes to sleep after one look at the queues.
+// worker woken or started to become one); the last spinner to see work
+// wakes another if more is queued, before it takes its own task (so that
+// if the woken worker preempts it on its CPU, it holds no task meanwhile);
+// one that sees a single task takes it and wakes another only if more
+// arrived meanwhile. A spinner polls without giving its core away (a yield
+// could cost a whole time slice while a task waits, and submitters do not
+// wake anyone while it spins), and at most spinner_limit() workers spin in
+// the whole process; a worker that finds every slot taken goes to sleep
+// after one look at the queues.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
+  bool token = true;
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const bool slot = opts_.spin.count() != 0 && take_spinner_slot();
   const std::int64_t until = slot ? saturating_add(now_ns(), opts_.spin.count()) : 0;
   bool found = false;
   for (unsigned i = 0;; ++i) {
-    if (queue_.try_pop(cell, w.pop)) {
-      found = true;
-      break;
+    const std::size_t queued = queue_.size();
+    if (queued != 0) {
+      // Help is brought in before this worker takes its task, not after: the
+      // woken worker often lands on this CPU and preempts this one, which
+      // then holds nothing another worker could have run.
+      if (queued >= 2 && token) {
+        token = false;
+        if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) bring_in_help();
+      }
+      if (queue_.try_pop(cell, w.pop)) {
+        found = true;
+        break;
+      }
+      if (!token) {  // taken by others meanwhile: spin on
+        spinning_.fetch_add(1, std::memory_order_seq_cst);
+        token = true;
+      }
     }
     if (!slot || attention_.load(std::memory_order_relaxed) != w.seen_attention ||
         state_.load(std::memory_order_relaxed) >= PoolState::stopping) {
@@ -66,16 +84,20 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty()) {
-    if (sleepers_.load(std::memory_order_seq_cst) != 0) {
-      wake_sleeper();
-    } else if (live_workers_.load(std::memory_order_relaxed) <
-                   max_workers_.load(std::memory_order_relaxed) &&
-               state_.load(std::memory_order_relaxed) == PoolState::running) {
-      grow();
-    }
+  if (token && spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty()) {
+    bring_in_help();
   }
   return found;
+}
+
+void Core::bring_in_help() noexcept {
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+    wake_sleeper();
+  } else if (live_workers_.load(std::memory_order_relaxed) <
+                 max_workers_.load(std::memory_order_relaxed) &&
+             state_.load(std::memory_order_relaxed) == PoolState::running) {
+    grow();
+  }
 }
 
 void Core::wake_sleeper() noexcept {

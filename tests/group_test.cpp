@@ -192,6 +192,54 @@ TEST(Group, WaitForGivesUpAtTheTimeoutAndWaitsAgainLater) {
   EXPECT_EQ(g.stats().pending, 0u);
 }
 
+// A group's counts while millions of its tasks end on two workers (enough
+// for the count of successes to be folded several times): a concurrent
+// reader never sees a task counted twice or lost, and the final figures are
+// exact. Every 100,000th task throws, so failures and successes interleave.
+TEST(Group, StatsStayExactWhileMillionsOfTasksEnd) {
+  Watchdog dog(60s);
+  Pool pool(workers(2));
+  Group g(pool);
+  constexpr std::uint64_t kTasks = 2'500'000;
+  constexpr std::uint64_t kFailEvery = 100'000;
+  std::atomic<std::uint64_t> submitted{0};
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> bad_snapshots{0};
+  std::thread reader([&] {
+    std::uint64_t last_ended = 0;
+    while (!done.load(std::memory_order_acquire)) {
+      const std::uint64_t before = submitted.load(std::memory_order_acquire);
+      const GroupStats s = g.stats();
+      const std::uint64_t after = submitted.load(std::memory_order_acquire);
+      const std::uint64_t ended = s.outcomes.total();
+      // One submit may be under way: begun (counted), not yet recorded.
+      if (s.submitted != s.pending + ended || s.submitted < before || s.submitted > after + 1 ||
+          ended < last_ended) {
+        bad_snapshots.fetch_add(1, std::memory_order_relaxed);
+      }
+      last_ended = ended;
+    }
+  });
+  for (std::uint64_t i = 1; i <= kTasks; ++i) {
+    const bool fail = i % kFailEvery == 0;
+    ASSERT_EQ(g.submit([fail] {
+      if (fail) throw std::runtime_error("every 100,000th");
+    }),
+              Admission::accepted);
+    submitted.store(i, std::memory_order_release);
+  }
+  g.wait();
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(bad_snapshots.load(), 0u);
+  const GroupStats s = g.stats();
+  EXPECT_EQ(s.submitted, kTasks);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.outcomes.failed, kTasks / kFailEvery);
+  EXPECT_EQ(s.outcomes.succeeded, kTasks - kTasks / kFailEvery);
+  EXPECT_EQ(s.outcomes.total(), kTasks);
+}
+
 // Each task of level k opens a group, submits `fanout` tasks of level k + 1
 // into it and waits: the only worker must run the nested tasks itself.
 void nest(Pool& pool, int level, int depth, int fanout, std::atomic<int>& leaves) {

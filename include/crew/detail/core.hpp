@@ -681,6 +681,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void count_here(TaskStatus outcome) noexcept;
   // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
+  // Wakes a sleeper, else starts a worker if there is room.
+  void bring_in_help() noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
   bool leave_idle_stack(Worker& w) noexcept;
   void wake_sleeper() noexcept;

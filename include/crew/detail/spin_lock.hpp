@@ -24,6 +24,11 @@ class CREW_CAPABILITY("mutex") SpinLock {
     }
   }
   void unlock() noexcept CREW_RELEASE() { flag_.store(false, std::memory_order_release); }
+  // True if no thread holds the lock at this moment. Seen true after an
+  // acquire read of a value written inside a critical section, it means
+  // that section has ended (the unlock it reads from, or a later one, is
+  // ordered after everything the section did).
+  [[nodiscard]] bool is_free() const noexcept { return !flag_.load(std::memory_order_acquire); }
   // For functions whose callers hold the lock (named *_locked).
   void assert_held() const noexcept CREW_ASSERT_CAPABILITY(this) {}
 
