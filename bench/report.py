@@ -552,6 +552,7 @@ def main():
         sys.exit(f"report.py: {json_path}: no results")
     body = markdown_body(entries, json_path)
     write_results_md(body)
+    update_readme(body)
     if rows:
         write_bar_plot(rows, "results.png",
                        f"crew_bench: median ns/task, 2 workers, {rows[0]['tasks']:,} tasks, "
