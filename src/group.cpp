@@ -321,6 +321,7 @@ class GroupState {
   }
 
   bool cancelled() const noexcept { return cancelled_flag_.load(std::memory_order_acquire); }
+  const Pool& pool() const noexcept { return pool_; }
 
   // For the group's destructor, without the lock: true if no task is
   // pending, none ever had a handle, and no thread is inside mu_. The last
@@ -547,6 +548,7 @@ Admission group_adopt(GroupState* g, Task<void>&& task) { return g->adopt(std::m
 void group_counted_begin(GroupState* g) noexcept { g->counted_begin(); }
 void group_counted_end(GroupState* g, TaskStatus outcome) noexcept { g->counted_end(outcome); }
 bool group_cancelled(const GroupState* g) noexcept { return g->cancelled(); }
+const Pool* group_pool(const GroupState* g) noexcept { return &g->pool(); }
 
 }  // namespace detail
 

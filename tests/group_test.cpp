@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "replaced_new.hpp"  // operator new: counts allocations
 #include "test_util.hpp"
 
 namespace crew {
@@ -190,6 +192,34 @@ TEST(Group, WaitForGivesUpAtTheTimeoutAndWaitsAgainLater) {
   release.open();
   EXPECT_TRUE(g.wait_for(10s));
   EXPECT_EQ(g.stats().pending, 0u);
+}
+
+// A task whose captures take 33 to 40 bytes fits a queue slot only if the
+// group's cell leaves out the pool's address (it then reads it from the
+// group's state): such tasks are queued without an allocation each. (The
+// pool's own threads may allocate now and then meanwhile, hence a bound
+// well below one per task rather than zero.)
+TEST(Group, ATaskWithFortyBytesOfCapturesIsNotBoxed) {
+  Watchdog dog;
+  Pool pool(workers(2));
+  {  // Warm up: both workers started and once asleep at the same time.
+    Group g(pool);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(g.submit([] {}), Admission::accepted);
+    g.wait();
+  }
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  std::atomic<std::uint64_t> sum{0};
+  const std::array<std::uint64_t, 4> payload{1, 2, 3, 4};
+  auto task = [payload, &sum] { sum.fetch_add(payload[3], std::memory_order_relaxed); };
+  static_assert(sizeof(task) == 40);
+  Group g(pool);
+  const std::uint64_t before = test::g_allocations.load();
+  constexpr std::uint64_t kTasks = 300;
+  for (std::uint64_t i = 0; i < kTasks; ++i) ASSERT_EQ(g.submit(task), Admission::accepted);
+  g.wait();
+  EXPECT_LT(test::g_allocations.load() - before, kTasks / 10);
+  EXPECT_EQ(sum.load(), 4 * kTasks);
+  EXPECT_EQ(g.stats().outcomes.succeeded, kTasks);
 }
 
 // A group's counts while millions of its tasks end on two workers (enough

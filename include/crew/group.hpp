@@ -143,6 +143,7 @@ Admission group_adopt(GroupState* g, Task<void>&& task);
 void group_counted_begin(GroupState* g) noexcept;
 void group_counted_end(GroupState* g, TaskStatus outcome) noexcept;
 bool group_cancelled(const GroupState* g) noexcept;
+const Pool* group_pool(const GroupState* g) noexcept;
 
 // One reference to a group's state, held by each of its tasks so that a
 // task the pool abandoned (it outlives its handle) never touches freed
@@ -214,7 +215,12 @@ class GroupTask {
 // running; destroyed without running (refused, dropped by a shutdown), it
 // ends rejected. An exception is the group's (first_exception), as with a
 // handle.
-template <class F>
+//
+// kHoldsPool: the cell keeps the pool's address for RunningOn beside the
+// group's state. A callable that would fit a queue cell only without it
+// (Group::add decides) gets it from the state instead, one call per run, so
+// that it is not boxed.
+template <class F, bool kHoldsPool = true>
 class GroupCell {
  public:
   template <class G>
@@ -236,7 +242,7 @@ class GroupCell {
     if (group_cancelled(g)) {
       outcome = TaskStatus::cancelled;
     } else {
-      const RunningOn mark(pool_);
+      const RunningOn mark(pool_.get(g));
       try {
         (void)f_();
       } catch (...) {
@@ -249,10 +255,28 @@ class GroupCell {
   }
 
  private:
+  struct HeldPool {
+    explicit HeldPool(const Pool* p) noexcept : pool(p) {}
+    const Pool* get(const GroupState*) const noexcept { return pool; }
+    const Pool* pool;
+  };
+  struct PoolOfState {
+    explicit PoolOfState(const Pool*) noexcept {}
+    static const Pool* get(const GroupState* g) noexcept { return group_pool(g); }
+  };
+
   GroupState* g_;
-  const Pool* pool_;
+  [[no_unique_address]] std::conditional_t<kHoldsPool, HeldPool, PoolOfState> pool_;
   F f_;
 };
+
+// A GroupCell for F: with the pool's address unless only its absence lets
+// the cell fit a queue slot.
+template <class F>
+using GroupCellFor =
+    std::conditional_t<!Cell::fits_inline<CountedFn<GroupCell<F>>> &&
+                           Cell::fits_inline<CountedFn<GroupCell<F, /*kHoldsPool=*/false>>>,
+                       GroupCell<F, false>, GroupCell<F>>;
 
 }  // namespace detail
 
@@ -336,7 +360,7 @@ class Group {
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
       if (opts.name.empty() && opts.queue_timeout.count() == 0 && pool_->core_->counted_ok()) {
         const std::size_t level = pool_->core_->level_of(opts);
-        detail::GroupCell<D> cell(state_, pool_, std::forward<F>(f));
+        detail::GroupCellFor<D> cell(state_, pool_, std::forward<F>(f));
         return pool_->core_->post_counted(std::move(cell), level, may_block);
       }
     }
