@@ -227,6 +227,14 @@ class GroupState {
       if (settled_ == size_) return;
       r = begin_read_locked();
     }
+    // Queued tasks first, then stops to the running long ones: a long task
+    // stopped first could return and free its worker, which would start a
+    // queued sibling before this loop reached it.
+    (void)r.each([](Task<void>& t) {
+      if (TaskStateBase* st = t.state())
+        (void)st->leave_queue(TaskStatus::cancelled, Errc::cancelled);
+      return true;
+    });
     (void)r.each([](Task<void>& t) {
       (void)t.cancel();
       return true;
