@@ -337,7 +337,9 @@ class Group {
   // Cancels every task that has not ended: queued ones never run (cancelled),
   // running long ones have their stop token stopped (cancelled); running
   // short ones cannot be interrupted and finish. Later submissions are
-  // refused. Does not wait.
+  // refused. Queued tasks are taken out before any stop is requested, so a
+  // long task that returns at its stop frees no worker for a sibling that
+  // was queued when cancel() began. Does not wait.
   void cancel();
 
   // Counts per outcome and pending tasks; O(pending tasks).
