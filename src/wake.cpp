@@ -59,8 +59,9 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
     if (queued != 0) {
       // Help is brought in before this worker takes its task, not after: the
       // woken worker often lands on this CPU and preempts this one, which
-      // then holds nothing another worker could have run.
-      if (queued >= 2 && token) {
+      // then holds nothing another worker could have run. (The token is
+      // held here: a failed pop below takes it back.)
+      if (queued >= 2) {
         token = false;
         if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) bring_in_help();
       }

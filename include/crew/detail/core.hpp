@@ -615,12 +615,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       return;
     }
     if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
-    if (sleepers_.load(std::memory_order_seq_cst) != 0) {
-      wake_sleeper();
-    } else if (live_workers_.load(std::memory_order_relaxed) <
-               max_workers_.load(std::memory_order_relaxed)) [[unlikely]] {
-      grow();  // every worker is busy and there is room for another
-    }
+    bring_in_help();
   }
 
   template <class G>
@@ -681,7 +676,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void count_here(TaskStatus outcome) noexcept;
   // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
-  // Wakes a sleeper, else starts a worker if there is room.
+  // Wakes a sleeper, else starts a worker if every worker is busy and
+  // there is room for another (submitters, and the last spinner to see work).
   void bring_in_help() noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
   bool leave_idle_stack(Worker& w) noexcept;
