@@ -119,6 +119,9 @@ struct Worker final : Runner {
   // Futex word of the idle stack: bumped by the waker that pops this worker.
   std::atomic<std::uint32_t> wake_word{0};
   bool in_idle_stack = false;  // guarded by Control::idle_mu
+  // The CPU the thread that woke this worker ran on (-1: not known). Written
+  // by the waker under Control::idle_mu before it bumps wake_word.
+  int waker_cpu = -1;
   // Worker-thread only.
   std::uint32_t seen_attention = 0;
   PopState pop;
@@ -127,6 +130,15 @@ struct Worker final : Runner {
   // its start time instead of reading the clock again.
   std::int64_t clock_ns = 0;
   std::uint64_t clock_seq = 0;
+  // When this worker first deferred help for a backlog (help_due), since it
+  // last saw the queue empty; 0: not deferring.
+  std::int64_t backlog_since_ns = 0;
+  std::uint32_t drained = 0;  // pops since, for sampling the backlog
+  // Woken onto the CPU of the thread that woke it (the kernel found no idle
+  // CPU for it): it has preempted its waker, so it runs what is queued
+  // without spinning, and sleeps at the bottom of the idle stack, so that
+  // the next wake-up tries another worker. Cleared when it sleeps.
+  bool crowded = false;
 
   // The top-level run the supervisor watches: a long task (task state or
   // inline) or a task-state short task (for snapshots).
@@ -203,7 +215,8 @@ struct Control {
   OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
 
   // Idle stack (LIFO: the most recently idle worker is woken first, so the
-  // others can reach their idle timeout).
+  // others can reach their idle timeout; a worker that was woken onto its
+  // waker's CPU goes to the bottom, see Worker::crowded).
   Mutex idle_mu;
   std::vector<Worker*> idle CREW_GUARDED_BY(idle_mu);
 

@@ -2,6 +2,8 @@
 // pool's idle stack, and is woken (by a submitter, the last spinner, a
 // state change); and how a worker waits out a pause. Only the worker's own
 // thread spins and sleeps; any thread wakes.
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -51,17 +53,19 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   bool token = true;
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
-  const bool slot = opts_.spin.count() != 0 && take_spinner_slot();
+  const bool slot = opts_.spin.count() != 0 && !w.crowded && take_spinner_slot();
   const std::int64_t until = slot ? saturating_add(now_ns(), opts_.spin.count()) : 0;
   bool found = false;
   for (unsigned i = 0;; ++i) {
     const std::size_t queued = queue_.size();
-    if (queued != 0) {
+    if (queued == 0) {
+      w.backlog_since_ns = 0;
+    } else {
       // Help is brought in before this worker takes its task, not after: the
       // woken worker often lands on this CPU and preempts this one, which
       // then holds nothing another worker could have run. (The token is
       // held here: a failed pop below takes it back.)
-      if (queued >= 2) {
+      if (queued >= 2 && help_due(w, queued)) {
         token = false;
         if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) bring_in_help();
       }
@@ -85,10 +89,45 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty()) {
+  if (token && spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty() &&
+      help_due(w, queue_.size())) {
     bring_in_help();
   }
   return found;
+}
+
+// Whether a worker that sees `queued` tasks (beside the one it takes)
+// brings in help now. One worker clears a short backlog faster than another
+// wakes up, and the woken worker, on a machine whose other CPUs are busy,
+// lands on this one's CPU and preempts it: so help for a few tasks waits
+// until the backlog has lasted kBacklogNs. It waits only while some sleeper
+// watches (it looks at the queue every kWatchNs, see sleep_for_work): if
+// this worker then runs a long task, that sleeper takes what it left queued
+// within kWatchNs. With no watcher (all others asleep without a deadline, or
+// no sleeper at all: help is then a new worker) or kBurst or more tasks
+// queued, help comes now.
+bool Core::help_due(Worker& w, std::size_t queued) noexcept {
+  if (queued >= kBurst || watchers_.load(std::memory_order_seq_cst) == 0) return true;
+  const std::int64_t now = now_ns();
+  if (w.backlog_since_ns == 0) {
+    w.backlog_since_ns = now;
+    return false;
+  }
+  if (now - w.backlog_since_ns < kBacklogNs) return false;
+  w.backlog_since_ns = now;
+  return true;
+}
+
+// A worker popping without spinning after it deferred help looks again
+// every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
+void Core::help_with_backlog(Worker& w) noexcept {
+  if ((++w.drained & 7) != 0) return;
+  const std::size_t queued = queue_.size();
+  if (queued == 0) {
+    w.backlog_since_ns = 0;
+  } else if (spinning_.load(std::memory_order_seq_cst) == 0 && help_due(w, queued)) {
+    bring_in_help();
+  }
 }
 
 void Core::bring_in_help() noexcept {
@@ -101,6 +140,29 @@ void Core::bring_in_help() noexcept {
   }
 }
 
+// A submitter that found no spinner. A worker that is awake without a
+// spinning token and has (almost) nothing queued is most often between two
+// short tasks and takes a token again within a microsecond; a wake-up costs
+// the submitter a system call and, on a machine without an idle CPU,
+// preempts it or the worker. So then the submitter polls spinning_ for about
+// a microsecond before it wakes anyone: a worker that is really busy (a long
+// task) costs its submitters that microsecond and nothing more. With a
+// backlog queued the awake workers are busy clearing it, and help is brought
+// in at once, as a burst needs.
+void Core::help_submitter() noexcept {
+  static constexpr int kPolls = 16;
+  const int sleeping = sleepers_.load(std::memory_order_seq_cst);
+  if (sleeping != 0 &&
+      live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
+      queue_.size() <= 2) {
+    for (int i = 0; i < kPolls; ++i) {
+      for (int k = 0; k < 4; ++k) cpu_relax();
+      if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // it takes the task
+    }
+  }
+  bring_in_help();
+}
+
 void Core::wake_sleeper() noexcept {
   Control& ctl = *ctl_;
   MutexLock lock(ctl.idle_mu);
@@ -110,6 +172,7 @@ void Core::wake_sleeper() noexcept {
   w->in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
+  w->waker_cpu = sched_getcpu();
   w->wake_word.fetch_add(1, std::memory_order_release);
   futex_wake(w->wake_word, 1);
 }
@@ -124,6 +187,7 @@ void Core::wake_all_sleepers() noexcept {
     w->in_idle_stack = false;
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
+    w->waker_cpu = -1;
     w->wake_word.fetch_add(1, std::memory_order_release);
     futex_wake(w->wake_word, 1);
   }
@@ -156,26 +220,60 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   set_worker_state(w, WorkerState::idle);
   {
     MutexLock lock(ctl_->idle_mu);
-    ctl_->idle.push_back(&w);
+    std::vector<Worker*>& idle = ctl_->idle;
+    idle.push_back(&w);
+    if (w.crowded) std::rotate(idle.begin(), idle.end() - 1, idle.end());  // to the bottom
     w.in_idle_stack = true;
+    w.waker_cpu = -1;
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
   }
+  w.crowded = false;
+  // Woken by a waker (it handed over a spinning token): note whether this
+  // worker landed on the waker's CPU.
+  auto handed = [&] {
+    const int cpu = w.waker_cpu;
+    w.crowded = cpu >= 0 && cpu == sched_getcpu();
+    return Slept::woken_spinning;
+  };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
   auto must_wake = [&] {
     return !queue_.empty() || attention_.load(std::memory_order_acquire) != w.seen_attention ||
            state_.load(std::memory_order_seq_cst) >= PoolState::stopping;
   };
-  if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
+  if (must_wake()) return leave_idle_stack(w) ? Slept::woken : handed();
+  std::int64_t expire_at = 0;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
-    const std::int64_t deadline =
-        may_expire ? saturating_add(now_ns(), opts_.idle_timeout.count()) : 0;
-    futex_wait(w.wake_word, key, time_point_of(deadline));
-    if (w.wake_word.load(std::memory_order_acquire) != key) return Slept::woken_spinning;
-    if (must_wake()) return leave_idle_stack(w) ? Slept::woken : Slept::woken_spinning;
-    if (may_expire && now_ns() >= deadline) {
-      if (!leave_idle_stack(w)) return Slept::woken_spinning;
+    const std::int64_t now = now_ns();
+    if (!may_expire) {
+      expire_at = 0;
+    } else if (expire_at == 0) {
+      expire_at = saturating_add(now, opts_.idle_timeout.count());
+    }
+    // While another worker is awake, look at the queue every kWatchNs: a
+    // worker that took a task and deferred help for what it left queued
+    // (help_due) may be in a long task.
+    std::int64_t wake_at = expire_at;
+    const bool watch = live_workers_.load(std::memory_order_relaxed) >
+                       static_cast<std::size_t>(sleepers_.load(std::memory_order_seq_cst));
+    if (watch) {
+      const std::int64_t watch_at = saturating_add(now, kWatchNs);
+      wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
+      watchers_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    futex_wait(w.wake_word, key, time_point_of(wake_at));
+    if (watch) watchers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
+    // Timed out or woken spuriously: queued work a spinner will take is not
+    // a reason to leave.
+    if (attention_.load(std::memory_order_acquire) != w.seen_attention ||
+        state_.load(std::memory_order_seq_cst) >= PoolState::stopping ||
+        (!queue_.empty() && spinning_.load(std::memory_order_seq_cst) == 0)) {
+      return leave_idle_stack(w) ? Slept::woken : handed();
+    }
+    if (expire_at != 0 && now_ns() >= expire_at) {
+      if (!leave_idle_stack(w)) return handed();
       if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;
       return Slept::woken;  // needed after all: the minimum would be crossed
     }

@@ -158,6 +158,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
         if (attend(w, how)) break;
       }
       if (queue_.try_pop(cell, w.pop)) {
+        if (w.backlog_since_ns != 0) help_with_backlog(w);
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }

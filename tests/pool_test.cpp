@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -753,6 +754,89 @@ TEST(PoolPause, NoTaskSubmittedAfterPauseStartsBeforeResume) {
   }
   EXPECT_EQ(early, 0) << "tasks started while the pool was paused";
   ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+// A pair of tasks queued together where the first waits for the second:
+// the worker that takes the first must not be left as the only one awake.
+// Returns false if the second did not start within `limit`.
+bool run_waiting_pair(Pool& pool, std::chrono::milliseconds limit) {
+  auto b_ran = std::make_shared<std::atomic<bool>>(false);
+  auto a_done = std::make_shared<std::atomic<bool>>(false);
+  EXPECT_EQ(pool.post([b_ran, a_done, limit] {
+    const auto give_up = std::chrono::steady_clock::now() + limit * test::kSlowdown;
+    while (!b_ran->load() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(20us);
+    }
+    a_done->store(true);
+  }),
+            Admission::accepted);
+  EXPECT_EQ(pool.post([b_ran] { b_ran->store(true); }), Admission::accepted);
+  const bool ok = eventually([&] { return b_ran->load(); }, limit);
+  EXPECT_TRUE(eventually([&] { return a_done->load(); }));
+  return ok;
+}
+
+// Help for a short backlog is deferred (one worker clears it sooner than
+// another wakes up) only while a sleeper watches the queue; with every
+// other worker asleep without a deadline it comes at once.
+TEST(PoolWake, ATaskWaitingForASiblingQueuedBesideItGetsASecondWorker) {
+  Watchdog dog;
+  Pool pool({.name = "pair", .min_workers = 2, .max_workers = 2});
+  for (int round = 0; round < 100; ++round) {
+    // Odd rounds: both workers asleep first; even rounds: still spinning.
+    if (round % 2 == 1) std::this_thread::sleep_for(2ms);
+    ASSERT_TRUE(run_waiting_pair(pool, 2000ms)) << "round " << round;
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+// The deferred case: one worker is busy in a long task, the two others fell
+// asleep while it was (so they watch the queue). The worker woken for the
+// pair defers help and takes the first task, which waits for the second:
+// a watching sleeper must take the second.
+TEST(PoolWake, DeferredHelpIsTakenByAWatchingSleeper) {
+  Watchdog dog;
+  Pool pool({.name = "watch", .min_workers = 3, .max_workers = 3});
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 3; }));
+  Gate release;
+  ASSERT_EQ(pool.post([&] { release.wait(); }), Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  for (int round = 0; round < 50; ++round) {
+    std::this_thread::sleep_for(2ms);  // the two others asleep, watching
+    ASSERT_TRUE(run_waiting_pair(pool, 2000ms)) << "round " << round;
+  }
+  release.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+// With the whole process on one CPU every woken worker lands on its waker's
+// CPU: it runs what is queued without spinning and sleeps at the bottom of
+// the idle stack. Every task still runs, and waiting pairs still complete.
+TEST(PoolWake, WorkersWokenOntoTheirWakersCpuStillRunEverything) {
+  Watchdog dog;
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  std::size_t first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  {
+    Pool pool({.name = "one-cpu", .min_workers = 2, .max_workers = 3});  // threads inherit it
+    std::atomic<int> ran{0};
+    constexpr int kTasks = 3000;
+    for (int i = 0; i < kTasks; ++i) {
+      ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+      if (i % 100 == 99) std::this_thread::sleep_for(200us);
+    }
+    EXPECT_TRUE(eventually([&] { return ran.load() == kTasks; }));
+    for (int round = 0; round < 20; ++round) {
+      EXPECT_TRUE(run_waiting_pair(pool, 2000ms)) << "round " << round;
+    }
+    EXPECT_TRUE(pool.wait_idle(10s));
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
 }
 
 }  // namespace

@@ -340,6 +340,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // starts out spinning, so one burst costs one wake-up per worker.
   alignas(kCacheLine) std::atomic<int> spinning_{0};
   std::atomic<int> sleepers_{0};
+  // Sleepers that look at the queue every kWatchNs (help_due).
+  std::atomic<int> watchers_{0};
   EventCount space_ec_;          // submitters blocked on a full queue sleep here
   const std::size_t low_water_;  // see on_slot_freed
   EventCount sup_ec_;            // the supervisor sleeps here
@@ -615,7 +617,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       return;
     }
     if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
-    bring_in_help();
+    help_submitter();
   }
 
   template <class G>
@@ -676,9 +678,18 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void count_here(TaskStatus outcome) noexcept;
   // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
+  // Deferred help (wake.cpp, help_due): a backlog shorter than kBurst tasks
+  // gets help once it has lasted kBacklogNs; sleepers look at the queue every
+  // kWatchNs while another worker is awake.
+  static constexpr std::size_t kBurst = 4;
+  static constexpr std::int64_t kBacklogNs = 20'000;
+  static constexpr std::int64_t kWatchNs = 4'000'000;
+  bool help_due(Worker& w, std::size_t queued) noexcept;
+  void help_with_backlog(Worker& w) noexcept;
   // Wakes a sleeper, else starts a worker if every worker is busy and
   // there is room for another (submitters, and the last spinner to see work).
   void bring_in_help() noexcept;
+  void help_submitter() noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
   bool leave_idle_stack(Worker& w) noexcept;
   void wake_sleeper() noexcept;
