@@ -119,8 +119,10 @@ struct Worker final : Runner {
   // Futex word of the idle stack: bumped by the waker that pops this worker.
   std::atomic<std::uint32_t> wake_word{0};
   bool in_idle_stack = false;  // guarded by Control::idle_mu
-  // The CPU the thread that woke this worker ran on (-1: not known). Written
-  // by the waker under Control::idle_mu before it bumps wake_word.
+  // The CPU the thread that woke this worker ran on (-1 from
+  // wake_all_sleepers: not a wake-up for work). Written by every waker that
+  // takes this worker off the idle stack, under Control::idle_mu, before it
+  // bumps wake_word; read by the worker only after such a wake-up.
   int waker_cpu = -1;
   // Worker-thread only.
   std::uint32_t seen_attention = 0;

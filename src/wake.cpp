@@ -224,7 +224,6 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     idle.push_back(&w);
     if (w.crowded) std::rotate(idle.begin(), idle.end() - 1, idle.end());  // to the bottom
     w.in_idle_stack = true;
-    w.waker_cpu = -1;
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
   }
   w.crowded = false;
@@ -235,13 +234,13 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     w.crowded = cpu >= 0 && cpu == sched_getcpu();
     return Slept::woken_spinning;
   };
-  // After announcing ourselves (seq_cst), re-check: a submitter that pushed
-  // before it could see us has published its task by now.
-  auto must_wake = [&] {
-    return !queue_.empty() || attention_.load(std::memory_order_acquire) != w.seen_attention ||
+  auto told_to_look = [&] {
+    return attention_.load(std::memory_order_acquire) != w.seen_attention ||
            state_.load(std::memory_order_seq_cst) >= PoolState::stopping;
   };
-  if (must_wake()) return leave_idle_stack(w) ? Slept::woken : handed();
+  // After announcing ourselves (seq_cst), re-check: a submitter that pushed
+  // before it could see us has published its task by now.
+  if (told_to_look() || !queue_.empty()) return leave_idle_stack(w) ? Slept::woken : handed();
   std::int64_t expire_at = 0;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
@@ -267,9 +266,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
     // Timed out or woken spuriously: queued work a spinner will take is not
     // a reason to leave.
-    if (attention_.load(std::memory_order_acquire) != w.seen_attention ||
-        state_.load(std::memory_order_seq_cst) >= PoolState::stopping ||
-        (!queue_.empty() && spinning_.load(std::memory_order_seq_cst) == 0)) {
+    if (told_to_look() || (!queue_.empty() && spinning_.load(std::memory_order_seq_cst) == 0)) {
       return leave_idle_stack(w) ? Slept::woken : handed();
     }
     if (expire_at != 0 && now_ns() >= expire_at) {
