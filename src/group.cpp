@@ -119,10 +119,57 @@ Admission admission_of(Task<void>& task) {
 
 }  // namespace
 
-class GroupState {
+// A few freed group states per thread, for the next group made on it: in
+// recursion through groups (a group per node) states are made and freed on
+// the same threads at the rate of tasks. Off under AddressSanitizer, so that
+// a state used after it was freed is still caught.
+class StateCache {
  public:
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr int kKeep = 0;
+#else
+  static constexpr int kKeep = 8;
+#endif
+  StateCache() = default;
+  StateCache(const StateCache&) = delete;
+  StateCache& operator=(const StateCache&) = delete;
+  ~StateCache() {
+    closed = true;
+    while (n_ > 0) ::operator delete(free_[--n_]);
+  }
+  void* take() noexcept { return n_ > 0 ? free_[--n_] : nullptr; }
+  bool keep(void* p) noexcept {
+    if (n_ == kKeep) return false;
+    free_[n_++] = p;
+    return true;
+  }
+  // Set once the thread's cache is gone (states freed later by the
+  // thread's other exit-time destructors go straight to the heap); a
+  // separate trivially destructible flag, readable until the thread ends.
+  static inline thread_local bool closed = false;
+
+ private:
+  void* free_[kKeep > 0 ? kKeep : 1] = {};
+  int n_ = 0;
+};
+thread_local StateCache t_state_cache;
+
+class GroupState final : public GroupHead {
+ public:
+  static void* operator new(std::size_t size) {
+    if (!StateCache::closed) {
+      if (void* p = t_state_cache.take()) return p;
+    }
+    return ::operator new(size);
+  }
+  static void operator delete(void* p) noexcept {
+    if (StateCache::closed || !t_state_cache.keep(p)) ::operator delete(p);
+  }
+
   GroupState(Pool& pool, GroupOptions opts)
-      : pool_(pool), opts_(validated(std::move(opts))), deadline_(deadline_after(opts_.timeout)) {}
+      : GroupHead(pool, opts.timeout.count() == 0 && opts.name.empty()),
+        opts_(validated(std::move(opts))),
+        deadline_(deadline_after(opts_.timeout)) {}
   GroupState(const GroupState&) = delete;
   GroupState& operator=(const GroupState&) = delete;
 
@@ -151,7 +198,7 @@ class GroupState {
       if (o.queue_timeout.count() == 0 || o.queue_timeout > left) o.queue_timeout = left;
       if (is_long) {
         const std::chrono::nanoseconds own =
-            o.timeout.count() != 0 ? o.timeout : pool_.options().task_timeout;
+            o.timeout.count() != 0 ? o.timeout : pool().options().task_timeout;
         o.timeout = own.count() == 0 || own > left ? left : own;
       }
     }
@@ -192,9 +239,13 @@ class GroupState {
   }
 
   bool wait_until(Clock::time_point deadline) {
-    const bool help = t_running_pool == &pool_;
+    const bool help = t_running_pool == &pool();
     for (;;) {
       if (!wait_counted(deadline, help)) return false;
+      // Only tasks without handles so far (the fork-join shape): done. A
+      // handle appended by one of them was appended before its end, which
+      // wait_counted has seen.
+      if (!has_handles_.load(std::memory_order_acquire)) return true;
       Span r;
       {
         SpinLockGuard lock(mu_);
@@ -206,8 +257,8 @@ class GroupState {
       }
       OutcomeCounts tally;
       const std::uint64_t upto = r.each([&](const Task<void>& t) {
-        if (!await_task(pool_, t, deadline, help) ||
-            !await_returned(pool_, t.state(), "group", opts_.name, deadline)) {
+        if (!await_task(pool(), t, deadline, help) ||
+            !await_returned(pool(), t.state(), "group", opts_.name, deadline)) {
           return false;
         }
         tally.add(t.status());
@@ -243,22 +294,25 @@ class GroupState {
   }
 
   // ---- tasks without handles (GroupCell) ----
-  // One word counts them: the low half the pending ones, the high half the
-  // ones that succeeded and were not yet folded into counted_counts_. A
-  // pending task holds no reference to the state. An end that leaves others
-  // pending is one compare-exchange on that word (pending - 1, succeeded + 1
-  // at once, so stats() never sees a task both pending and ended, or
-  // neither); the state cannot be freed meanwhile, as it is still pending
-  // after it. Every other end (the last pending one, an outcome other than
-  // success, a high half due for folding) takes mu_ and drops the count
-  // under it; everything that frees the state (the group's destructor,
-  // after its wait or its settled() check) takes mu_ after it saw no task
+  // One word counts them: bits 0-30 the pending ones, bit 31 set while a
+  // waiter may sleep on the count (kSleeperBit), the high half the ones that
+  // succeeded and were not yet folded into counted_counts_. A pending task
+  // holds no reference to the state. A success is one compare-exchange on
+  // that word (pending - 1, succeeded + 1 at once, so stats() never sees a
+  // task both pending and ended, or neither), after which the ender touches
+  // nothing of the state: the state cannot be freed before it, as the task
+  // is pending until then. The last pending task's end takes that path too
+  // unless a waiter set the sleeper bit, since then it must wake it. Every
+  // other end (an outcome other than success, a high half due for folding,
+  // the last one with the bit set) takes mu_ and drops the count under it;
+  // everything that frees the state (the group's destructor, after its wait
+  // or its settled() check) takes mu_ or sees it free after it saw no task
   // pending, so it waits for that ender, which touches nothing after.
   void counted_begin() noexcept { counted_.fetch_add(1, std::memory_order_seq_cst); }
   void counted_end(TaskStatus outcome) noexcept {
     if (outcome == TaskStatus::succeeded) {
       std::uint64_t w = counted_.load(std::memory_order_relaxed);
-      while (pending_of(w) > 1 && (w >> 32) < kFoldAt) {
+      while ((pending_of(w) > 1 || (w & kSleeperBit) == 0) && (w >> 32) < kFoldAt) {
         if (counted_.compare_exchange_weak(w, w + kOneSucceeded - 1, std::memory_order_acq_rel,
                                            std::memory_order_relaxed)) {
           return;
@@ -268,9 +322,11 @@ class GroupState {
     SpinLockGuard lock(mu_);
     counted_counts_.add(outcome);
     std::uint64_t w = counted_.load(std::memory_order_relaxed);
-    // Folds the high half and drops this task, in one step.
-    while (!counted_.compare_exchange_weak(w, (w & kPendingMask) - 1, std::memory_order_seq_cst,
-                                           std::memory_order_relaxed)) {
+    // Folds the high half and drops this task, in one step; the sleeper bit
+    // stays while tasks are pending (a waiter may still sleep on them).
+    while (!counted_.compare_exchange_weak(
+        w, pending_of(w) == 1 ? 0 : (w & (kPendingMask | kSleeperBit)) - 1,
+        std::memory_order_seq_cst, std::memory_order_relaxed)) {
     }
     counted_counts_.succeeded += w >> 32;
     // The wake-up reads the waiters after the drop (seq_cst, against
@@ -327,9 +383,6 @@ class GroupState {
     SpinLockGuard lock(mu_);
     --readers_;
   }
-
-  bool cancelled() const noexcept { return cancelled_flag_.load(std::memory_order_acquire); }
-  const Pool& pool() const noexcept { return pool_; }
 
   // For the group's destructor, without the lock: true if no task is
   // pending, none ever had a handle, and no thread is inside mu_. The last
@@ -467,7 +520,7 @@ class GroupState {
     for (;;) {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
       if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
-      if ((help || on_worker_of_pool()) && pool_.run_pending_task()) {
+      if ((help || on_worker_of_pool()) && pool().run_pending_task()) {
         nap = std::chrono::microseconds(50);
         continue;
       }
@@ -479,17 +532,30 @@ class GroupState {
         nap = std::min<Clock::duration>(nap * 2, std::chrono::milliseconds(1));
       }
       // The last end bumps counted_zero_ after its drop: announced here
-      // first, the count seen non-zero after, this sleeps only until then.
+      // first (and the sleeper bit set, which sends the last end through
+      // mu_), the count seen non-zero after, this sleeps only until then.
       counted_waiters_.fetch_add(1, std::memory_order_seq_cst);
-      if (pending_of(counted_.load(std::memory_order_seq_cst)) != 0) {
-        futex_wait(counted_zero_, zero, until);
-      }
+      if (mark_sleeper()) futex_wait(counted_zero_, zero, until);
       counted_waiters_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
-  bool on_worker_of_pool() const noexcept { return t_current.core == pool_.core_.get(); }
+  // Sets the sleeper bit unless no task is pending; false if none is.
+  bool mark_sleeper() noexcept {
+    std::uint64_t w = counted_.load(std::memory_order_seq_cst);
+    while (pending_of(w) != 0) {
+      if ((w & kSleeperBit) != 0 ||
+          counted_.compare_exchange_weak(w, w | kSleeperBit, std::memory_order_seq_cst,
+                                         std::memory_order_seq_cst)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  bool on_worker_of_pool() const noexcept { return t_current.core == pool().core_.get(); }
 
-  static constexpr std::uint64_t kPendingMask = 0xffff'ffffULL;
+  // 2^31 - 1 tasks pending at once at most.
+  static constexpr std::uint64_t kPendingMask = 0x7fff'ffffULL;
+  static constexpr std::uint64_t kSleeperBit = 0x8000'0000ULL;
   static constexpr std::uint64_t kOneSucceeded = std::uint64_t{1} << 32;
   // Low enough that tests reach it, high enough to cost nothing per task.
   static constexpr std::uint64_t kFoldAt = std::uint64_t{1} << 20;
@@ -498,15 +564,13 @@ class GroupState {
   }
 
   std::atomic<std::uint32_t> refs_{1};
-  Pool& pool_;
   std::atomic<std::uint64_t> counted_{0};  // see counted_begin
   // Bumped when the pending count falls to zero while a waiter is announced.
   std::atomic<std::uint32_t> counted_zero_{0};
   std::atomic<std::uint32_t> counted_waiters_{0};
   const GroupOptions opts_;
   const Clock::time_point deadline_;
-  std::atomic<bool> cancelled_flag_{false};  // cancelled_, for submit's unlocked check
-  std::atomic<bool> has_handles_{false};     // a handle was ever appended (quiet())
+  std::atomic<bool> has_handles_{false};  // a handle was ever appended (quiet())
 
   // Held for a few instructions at a time (no allocation but a new block).
   mutable SpinLock mu_;
@@ -546,17 +610,25 @@ bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view w
   return s->wait_returned_until(deadline);
 }
 
-void group_retain(GroupState* g) noexcept { g->retain(); }
-void group_release(GroupState* g) noexcept { g->release(); }
-void group_task_failed(GroupState* g, std::exception_ptr e) noexcept { g->failed(std::move(e)); }
-Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long) {
-  return g->prepare(opts, is_long);
+namespace {
+GroupState* state_of(GroupHead* g) noexcept { return static_cast<GroupState*>(g); }
+}  // namespace
+
+void group_retain(GroupHead* g) noexcept { state_of(g)->retain(); }
+void group_release(GroupHead* g) noexcept { state_of(g)->release(); }
+void group_task_failed(GroupHead* g, std::exception_ptr e) noexcept {
+  state_of(g)->failed(std::move(e));
 }
-Admission group_adopt(GroupState* g, Task<void>&& task) { return g->adopt(std::move(task)); }
-void group_counted_begin(GroupState* g) noexcept { g->counted_begin(); }
-void group_counted_end(GroupState* g, TaskStatus outcome) noexcept { g->counted_end(outcome); }
-bool group_cancelled(const GroupState* g) noexcept { return g->cancelled(); }
-const Pool* group_pool(const GroupState* g) noexcept { return &g->pool(); }
+Admission group_prepare(GroupHead* g, TaskOptions& opts, bool is_long) {
+  return state_of(g)->prepare(opts, is_long);
+}
+Admission group_adopt(GroupHead* g, Task<void>&& task) {
+  return state_of(g)->adopt(std::move(task));
+}
+void group_counted_begin(GroupHead* g) noexcept { state_of(g)->counted_begin(); }
+void group_counted_end(GroupHead* g, TaskStatus outcome) noexcept {
+  state_of(g)->counted_end(outcome);
+}
 
 }  // namespace detail
 
@@ -564,27 +636,31 @@ Group::Group(Pool& pool, GroupOptions options)
     : pool_(&pool), state_(new detail::GroupState(pool, std::move(options))) {}
 
 Group::~Group() {
-  if (!state_->quiet() && !state_->settled()) {
-    state_->cancel();
-    (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
-    state_->close();
+  if (!detail::state_of(state_)->quiet() && !detail::state_of(state_)->settled()) {
+    detail::state_of(state_)->cancel();
+    (void)detail::state_of(state_)->wait_until(std::chrono::steady_clock::time_point::max());
+    detail::state_of(state_)->close();
   }
-  state_->release();
+  detail::state_of(state_)->release();
 }
 
-void Group::wait() { (void)state_->wait_until(std::chrono::steady_clock::time_point::max()); }
-bool Group::wait_until(std::chrono::steady_clock::time_point deadline) {
-  return state_->wait_until(deadline);
+void Group::wait() {
+  (void)detail::state_of(state_)->wait_until(std::chrono::steady_clock::time_point::max());
 }
-void Group::cancel() { state_->cancel(); }
-GroupStats Group::stats() const { return state_->stats(); }
+bool Group::wait_until(std::chrono::steady_clock::time_point deadline) {
+  return detail::state_of(state_)->wait_until(deadline);
+}
+void Group::cancel() { detail::state_of(state_)->cancel(); }
+GroupStats Group::stats() const { return detail::state_of(state_)->stats(); }
 bool Group::cancelled() const noexcept { return state_->cancelled(); }
-std::exception_ptr Group::first_exception() const { return state_->first_exception(); }
+std::exception_ptr Group::first_exception() const {
+  return detail::state_of(state_)->first_exception();
+}
 void Group::rethrow_if_failed() const {
-  if (std::exception_ptr e = state_->first_exception()) std::rethrow_exception(e);
+  if (std::exception_ptr e = detail::state_of(state_)->first_exception()) std::rethrow_exception(e);
 }
 std::optional<std::chrono::steady_clock::time_point> Group::deadline() const noexcept {
-  const auto d = state_->deadline();
+  const auto d = detail::state_of(state_)->deadline();
   if (d == std::chrono::steady_clock::time_point::max()) return std::nullopt;
   return d;
 }

@@ -14,6 +14,7 @@
 
 #include "control.hpp"
 #include "crew/detail/assert.hpp"
+#include "crew/detail/barrier.hpp"
 #include "crew/observer.hpp"
 
 namespace crew {
@@ -129,7 +130,9 @@ Core::Core(PoolOptions options)
       low_water_(opts_.queue_capacity == kUnbounded
                      ? opts_.queue_capacity
                      : opts_.queue_capacity * opts_.priority_levels / 2),
-      ctl_(std::make_unique<Control>()) {}
+      ctl_(std::make_unique<Control>()) {
+  enable_light_fences();
+}
 
 Core::~Core() = default;
 

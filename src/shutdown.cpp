@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "control.hpp"
+#include "crew/detail/barrier.hpp"
 
 namespace crew::detail {
 namespace {
@@ -57,6 +58,10 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     set_state(PoolState::stopping);
     attention_.fetch_add(1, std::memory_order_release);
   }
+  // A worker's push into its own queue has no full fence of its own: from
+  // here on, either it saw `stopping` (and handles its cell), or its cell
+  // is visible to the sweeps below (detail/barrier.hpp).
+  heavy_fence();
   // What follows may throw (it allocates for the report). Then this
   // shutdown is given up: ctl.report no longer points at this frame, and a
   // caller waiting for it (or a later one) runs the sequence again.

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "crew/detail/local_queue.hpp"
 #include "crew/group.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
@@ -340,6 +341,70 @@ TEST(PoolOptions, StackSizeIsValidated) {
   Pool ok(o);
   EXPECT_EQ(ok.submit_wait([] { return 7; }), 7);
 }
+
+// The deque itself: an owner pushing and popping races two thieves, with
+// light pops (the default, while steals are rare) and after thieves have
+// switched it to full fences. Every cell is taken exactly once.
+class LocalQueueRace : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LocalQueueRace, EveryCellIsTakenExactlyOnce) {
+  using crew::detail::Cell;
+  using crew::detail::LocalQueue;
+  Watchdog dog(60s);
+  crew::detail::enable_light_fences();
+  const bool switch_to_fences = GetParam();
+  LocalQueue q(switch_to_fences ? 4 : UINT32_MAX);
+  const std::size_t n = kSanitized ? 20'000 : 400'000;
+  std::vector<std::atomic<std::uint8_t>> taken(n);
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> stolen{0};
+  auto thief = [&] {
+    Cell c;
+    while (!done.load(std::memory_order_acquire)) {
+      if (q.try_steal(c)) {
+        (void)c.invoke_and_destroy();
+        stolen.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  };
+  std::thread t1(thief);
+  std::thread t2(thief);
+  std::size_t next = 0;
+  Cell c;
+  std::uint32_t rng = 12345;
+  while (next < n) {
+    rng = rng * 1664525u + 1013904223u;
+    // Short bursts, then pops until empty: the owner and the thieves
+    // meet on the last cells, where a missing fence lets both take one.
+    const std::size_t burst = 1 + (rng >> 24) % 4;
+    for (std::size_t k = 0; k < burst && next < n; ++k) {
+      std::atomic<std::uint8_t>* slot = &taken[next];
+      auto fill = [slot](Cell& cell) noexcept { cell.emplace([slot] { slot->fetch_add(1); }); };
+      if (!q.try_push(fill)) break;
+      ++next;
+    }
+    // A random pause first, so that thieves (whose heavy fence takes
+    // microseconds) get to the cells too.
+    for (std::uint32_t k = (rng >> 8) % 4096; k > 0; --k)
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    while (q.try_pop(c)) (void)c.invoke_and_destroy();
+  }
+  while (q.try_pop(c)) (void)c.invoke_and_destroy();
+  done.store(true, std::memory_order_release);
+  t1.join();
+  t2.join();
+  while (q.try_steal(c)) (void)c.invoke_and_destroy();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += taken[i].load() != 1 ? 1U : 0U;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(stolen.load(), 0u);
+  // Heavy steals are counted only where membarrier is there to make them.
+  EXPECT_EQ(q.fenced(),
+            switch_to_fences && crew::detail::g_light_fences.load(std::memory_order_relaxed));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fences, LocalQueueRace, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Switched" : "Light"; });
 
 }  // namespace
 }  // namespace crew

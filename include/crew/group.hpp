@@ -67,7 +67,31 @@ struct GroupStats {
 
 namespace detail {
 
-class GroupState;
+// The part of a group's state that the inline submission path reads: fixed
+// at construction but for `cancelled`, which is set once (GroupState::cancel)
+// and read by any thread.
+class GroupHead {
+ public:
+  GroupHead(const GroupHead&) = delete;
+  GroupHead& operator=(const GroupHead&) = delete;
+
+  [[nodiscard]] bool cancelled() const noexcept {
+    return cancelled_flag_.load(std::memory_order_acquire);
+  }
+  // No deadline and no name: a submission has nothing to fill in.
+  [[nodiscard]] bool plain() const noexcept { return plain_; }
+  [[nodiscard]] Pool& pool() const noexcept { return *pool_; }
+
+ protected:
+  GroupHead(Pool& pool, bool plain) noexcept : pool_(&pool), plain_(plain) {}
+  ~GroupHead() = default;
+
+  std::atomic<bool> cancelled_flag_{false};
+
+ private:
+  Pool* const pool_;
+  const bool plain_;
+};
 
 // The pool whose task (a group's, a batch's or a parallel loop's helper)
 // runs on this thread. A wait on that pool's work from this thread then
@@ -129,21 +153,19 @@ bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view w
                     std::string_view name, std::chrono::steady_clock::time_point deadline) noexcept;
 
 // Group internals (src/group.cpp), called from the inline submission path.
-void group_retain(GroupState* g) noexcept;
-void group_release(GroupState* g) noexcept;
-void group_task_failed(GroupState* g, std::exception_ptr e) noexcept;
+void group_retain(GroupHead* g) noexcept;
+void group_release(GroupHead* g) noexcept;
+void group_task_failed(GroupHead* g, std::exception_ptr e) noexcept;
 // Refuses (and counts) a submission into a cancelled or expired group;
 // otherwise fills in the group's name and deadline.
-Admission group_prepare(GroupState* g, TaskOptions& opts, bool is_long);
+Admission group_prepare(GroupHead* g, TaskOptions& opts, bool is_long);
 // Takes the pool's handle into the group; returns the pool's admission.
-Admission group_adopt(GroupState* g, Task<void>&& task);
+Admission group_adopt(GroupHead* g, Task<void>&& task);
 // A short task submitted without a handle (GroupCell): counted as pending
 // from begin to end; `end` records its outcome. It holds no reference to
 // the state: the group waits for every pending one before it can go.
-void group_counted_begin(GroupState* g) noexcept;
-void group_counted_end(GroupState* g, TaskStatus outcome) noexcept;
-bool group_cancelled(const GroupState* g) noexcept;
-const Pool* group_pool(const GroupState* g) noexcept;
+void group_counted_begin(GroupHead* g) noexcept;
+void group_counted_end(GroupHead* g, TaskStatus outcome) noexcept;
 
 // One reference to a group's state, held by each of its tasks so that a
 // task the pool abandoned (it outlives its handle) never touches freed
@@ -151,7 +173,7 @@ const Pool* group_pool(const GroupState* g) noexcept;
 // callable throws.
 class GroupRef {
  public:
-  explicit GroupRef(GroupState* g) noexcept : g_(g) { group_retain(g); }
+  explicit GroupRef(GroupHead* g) noexcept : g_(g) { group_retain(g); }
   GroupRef(GroupRef&& o) noexcept : g_(std::exchange(o.g_, nullptr)) {}
   GroupRef(const GroupRef&) = delete;
   GroupRef& operator=(const GroupRef&) = delete;
@@ -159,10 +181,10 @@ class GroupRef {
   ~GroupRef() {
     if (g_ != nullptr) group_release(g_);
   }
-  [[nodiscard]] GroupState* get() const noexcept { return g_; }
+  [[nodiscard]] GroupHead* get() const noexcept { return g_; }
 
  private:
-  GroupState* g_;
+  GroupHead* g_;
 };
 
 // What the pool runs for a group's task: the callable, the group's
@@ -171,8 +193,7 @@ template <class F>
 class GroupTask {
  public:
   template <class G>
-  GroupTask(GroupState* g, const Pool* pool, G&& f)
-      : ref_(g), pool_(pool), f_(std::forward<G>(f)) {}
+  GroupTask(GroupHead* g, const Pool* pool, G&& f) : ref_(g), pool_(pool), f_(std::forward<G>(f)) {}
 
   void operator()() requires(!is_long_task_v<F>) {
     const RunningOn mark(pool_);
@@ -224,7 +245,7 @@ template <class F, bool kHoldsPool = true>
 class GroupCell {
  public:
   template <class G>
-  GroupCell(GroupState* g, const Pool* pool, G&& f) : g_(g), pool_(pool), f_(std::forward<G>(f)) {
+  GroupCell(GroupHead* g, const Pool* pool, G&& f) : g_(g), pool_(pool), f_(std::forward<G>(f)) {
     group_counted_begin(g_);
   }
   GroupCell(GroupCell&& o) noexcept
@@ -237,9 +258,9 @@ class GroupCell {
   }
 
   TaskStatus run_counted() noexcept {
-    GroupState* g = std::exchange(g_, nullptr);
+    GroupHead* g = std::exchange(g_, nullptr);
     TaskStatus outcome = TaskStatus::succeeded;
-    if (group_cancelled(g)) {
+    if (g->cancelled()) {
       outcome = TaskStatus::cancelled;
     } else {
       const RunningOn mark(pool_.get(g));
@@ -257,15 +278,15 @@ class GroupCell {
  private:
   struct HeldPool {
     explicit HeldPool(const Pool* p) noexcept : pool(p) {}
-    const Pool* get(const GroupState*) const noexcept { return pool; }
+    const Pool* get(const GroupHead*) const noexcept { return pool; }
     const Pool* pool;
   };
   struct PoolOfState {
     explicit PoolOfState(const Pool*) noexcept {}
-    static const Pool* get(const GroupState* g) noexcept { return group_pool(g); }
+    static const Pool* get(const GroupHead* g) noexcept { return &g->pool(); }
   };
 
-  GroupState* g_;
+  GroupHead* g_;
   [[no_unique_address]] std::conditional_t<kHoldsPool, HeldPool, PoolOfState> pool_;
   F f_;
 };
@@ -357,8 +378,10 @@ class Group {
   template <class F>
   Admission add(F&& f, TaskOptions&& opts, bool may_block) {
     using D = std::decay_t<F>;
-    const Admission pre = detail::group_prepare(state_, opts, is_long_task_v<D>);
-    if (pre != Admission::accepted) return pre;
+    if (!state_->plain() || state_->cancelled()) {
+      const Admission pre = detail::group_prepare(state_, opts, is_long_task_v<D>);
+      if (pre != Admission::accepted) return pre;
+    }
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
       if (opts.name.empty() && opts.queue_timeout.count() == 0 && pool_->core_->counted_ok()) {
         const std::size_t level = pool_->core_->level_of(opts);
@@ -373,7 +396,7 @@ class Group {
   }
 
   Pool* pool_;
-  detail::GroupState* state_;
+  detail::GroupHead* state_;
 };
 
 }  // namespace crew

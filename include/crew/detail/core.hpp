@@ -607,10 +607,11 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   }
 
   void after_push() noexcept {
-    // The push claimed its slot with a seq_cst read-modify-write, so these
-    // loads see any worker that went to sleep before it (it re-checks the
-    // claimed size after announcing itself), and any shutdown that began
-    // before it.
+    // A shared-queue push claimed its slot with a seq_cst read-modify-write,
+    // so these loads see any worker that went to sleep before it (it
+    // re-checks the claimed size after announcing itself), and any shutdown
+    // that began before it. A local push is ordered against a shutdown by
+    // its light_fence and the shutdown's heavy_fence (barrier.hpp).
     const PoolState st = state_.load(std::memory_order_seq_cst);
     if (st != PoolState::running) [[unlikely]] {
       if (st >= PoolState::stopping) on_push_after_close();

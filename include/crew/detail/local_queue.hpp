@@ -17,6 +17,17 @@
 // owner from refilling a slot a slow thief is still moving out of, which
 // is the only way a bounded ring could reuse a slot too early.
 //
+// The algorithm needs a full fence in the owner's pop and one in each
+// steal, so that the two cannot both miss each other's index. Pops are as
+// frequent as tasks and steals are rare in fork-join (a steal takes the
+// oldest, biggest piece of work: fib(30) on 2 workers steals a few dozen
+// times in 2.7 million tasks), so the pop pays only a light_fence and the
+// thief a heavy_fence (barrier.hpp). A queue that is stolen from often (a
+// worker's task posting many small tasks that others take) would make every
+// steal a system call: once thieves have stolen kHeavySteals times within
+// kHeavyWindowNs, they ask the owner to switch the queue to full fences on
+// both sides (`fenced_`, for the rest of the queue's life).
+//
 // Ownership of a queue passes from a worker that exits to the next worker
 // that claims its slot (LocalQueues::claim / release, under a mutex), so a
 // queue an exiting worker leaves non-empty is still stolen from, and later
@@ -29,7 +40,9 @@
 #include <memory>
 #include <mutex>
 
+#include "crew/detail/barrier.hpp"
 #include "crew/detail/cell.hpp"
+#include "crew/detail/clock.hpp"
 
 namespace crew::detail {
 
@@ -37,14 +50,22 @@ class LocalQueue {
  public:
   static constexpr std::size_t kCapacity = 512;  // 32 KiB of slots
 
-  LocalQueue() : slots_(std::make_unique<Slot[]>(kCapacity)) {}
+  // Thieves that made kHeavySteals heavy steals within kHeavyWindowNs ask
+  // for full fences (see the top of this file).
+  static constexpr std::uint32_t kHeavySteals = 16;
+  static constexpr std::int64_t kHeavyWindowNs = 1'000'000;
+
+  // `heavy_steals`: kHeavySteals but in tests.
+  explicit LocalQueue(std::uint32_t heavy_steals = kHeavySteals)
+      : slots_(std::make_unique<Slot[]>(kCapacity)), heavy_steals_(heavy_steals) {}
   LocalQueue(const LocalQueue&) = delete;
   LocalQueue& operator=(const LocalQueue&) = delete;
 
   // Owner only. Calls fill(Cell&) on the next slot; false when full. The
-  // bottom is published seq_cst: a worker that is about to sleep announces
-  // itself and then looks at every queue, and the pusher reads the sleepers
-  // after this store, so one of the two sees the other.
+  // bottom is published with a release store and a light_fence: a shutdown
+  // that changed the pool's state runs heavy_fence before it sweeps the
+  // queues, so either it sees this cell or the pusher sees the new state
+  // (barrier.hpp, which also says what a worker going to sleep may miss).
   template <class Fill>
   bool try_push(Fill& fill) noexcept {
     const std::int64_t b = bottom_.load(std::memory_order_relaxed);
@@ -56,7 +77,8 @@ class LocalQueue {
     s.busy.store(true, std::memory_order_relaxed);
     // Counted before it can run: "submitted" never trails an outcome.
     pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    bottom_.store(b + 1, std::memory_order_seq_cst);
+    bottom_.store(b + 1, std::memory_order_release);
+    light_fence();
     return true;
   }
 
@@ -65,7 +87,7 @@ class LocalQueue {
     const std::int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
     if (b < top_.load(std::memory_order_relaxed)) return false;  // empty: no fence needed
     bottom_.store(b, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    owner_fence();
     std::int64_t t = top_.load(std::memory_order_relaxed);
     if (t > b) {
       bottom_.store(b + 1, std::memory_order_relaxed);
@@ -86,7 +108,9 @@ class LocalQueue {
   bool try_steal(Cell& out) noexcept {
     for (;;) {
       std::int64_t t = top_.load(std::memory_order_acquire);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      // Looks empty: no fence (a racing push is found by the next look).
+      if (t >= bottom_.load(std::memory_order_acquire)) return false;
+      thief_fence();
       const std::int64_t b = bottom_.load(std::memory_order_acquire);
       if (t >= b) return false;
       if (top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
@@ -105,6 +129,8 @@ class LocalQueue {
     return b > t ? static_cast<std::size_t>(b - t) : 0;
   }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  // Whether pops and steals use full fences (see the top of this file).
+  [[nodiscard]] bool fenced() const noexcept { return fenced_.load(std::memory_order_acquire); }
   // Cells ever pushed (written by the owner, read by anyone).
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return pushed_.load(std::memory_order_relaxed);
@@ -116,6 +142,39 @@ class LocalQueue {
     Cell cell;
   };
 
+  // The pop's fence: light while the queue is not `fenced_`. The switch is
+  // stored before this pop reads top_, and a thief that reads it (acquire)
+  // sees every earlier light pop's bottom_, so it may then use a plain fence.
+  [[gnu::always_inline]] void owner_fence() noexcept {
+    if (!fenced_.load(std::memory_order_relaxed)) [[likely]] {
+      if (!want_fence_.load(std::memory_order_relaxed)) [[likely]] {
+        light_fence();
+        return;
+      }
+      fenced_.store(true, std::memory_order_release);
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+  // The steal's fence: heavy while the owner may pop with a light one.
+  void thief_fence() noexcept {
+    if (fenced_.load(std::memory_order_acquire) ||
+        !g_light_fences.load(std::memory_order_relaxed)) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      return;
+    }
+    heavy_fence();
+    // Counting heavy steals per window; races between thieves only blur
+    // the count.
+    const std::int64_t now = now_ns();
+    if (now - window_start_ns_.load(std::memory_order_relaxed) > kHeavyWindowNs) {
+      window_start_ns_.store(now, std::memory_order_relaxed);
+      heavy_in_window_.store(1, std::memory_order_relaxed);
+    } else if (heavy_in_window_.fetch_add(1, std::memory_order_relaxed) + 1 >= heavy_steals_) {
+      want_fence_.store(true, std::memory_order_relaxed);
+    }
+  }
+
   Slot& slot(std::int64_t i) noexcept {
     return slots_[static_cast<std::size_t>(i) & (kCapacity - 1)];
   }
@@ -125,9 +184,15 @@ class LocalQueue {
   }
 
   std::unique_ptr<Slot[]> slots_;
+  const std::uint32_t heavy_steals_;
   alignas(64) std::atomic<std::int64_t> top_{0};
   alignas(64) std::atomic<std::int64_t> bottom_{0};
   std::atomic<std::uint64_t> pushed_{0};
+  std::atomic<bool> fenced_{false};      // written by the owner
+  std::atomic<bool> want_fence_{false};  // written by thieves, once
+  // Thieves' window of heavy steals.
+  alignas(64) std::atomic<std::int64_t> window_start_ns_{0};
+  std::atomic<std::uint32_t> heavy_in_window_{0};
 };
 
 // The local queues of one pool: a fixed table of slots, each a queue
