@@ -118,10 +118,10 @@ struct Worker final : Runner {
   std::atomic<std::uint64_t> task_seq{0};
   // Futex word of the idle stack: bumped by the waker that pops this worker.
   std::atomic<std::uint32_t> wake_word{0};
-  bool in_idle_stack = false;  // guarded by Control::idle_mu
+  bool in_idle_stack = false;  // guarded by the pool's IdleWorkers
   // The CPU the thread that woke this worker ran on (-1 from
   // wake_all_sleepers: not a wake-up for work). Written by every waker that
-  // takes this worker off the idle stack, under Control::idle_mu, before it
+  // takes this worker off the idle stack, under IdleWorkers' mutex, before it
   // bumps wake_word; read by the worker only after such a wake-up.
   int waker_cpu = -1;
   // Worker-thread only.
@@ -215,12 +215,6 @@ struct Control {
   // (on_push_after_close); restart() waits until there are none.
   int sweepers CREW_GUARDED_BY(mu) = 0;
   OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
-
-  // Idle stack (LIFO: the most recently idle worker is woken first, so the
-  // others can reach their idle timeout; a worker that was woken onto its
-  // waker's CPU goes to the bottom, see Worker::crowded).
-  Mutex idle_mu;
-  std::vector<Worker*> idle CREW_GUARDED_BY(idle_mu);
 
   // Supervisor.
   std::thread supervisor;

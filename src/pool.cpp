@@ -168,13 +168,13 @@ void Core::grow() noexcept {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
-      spinning_.fetch_add(1, std::memory_order_seq_cst);
+      idle_.take_token();
       MutexLock lock(ctl_->mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter
         // sweeps what it queued (on_push_after_close), and a worker started
         // now could outlive the pool's last join.
-        spinning_.fetch_sub(1, std::memory_order_seq_cst);
+        (void)idle_.give_token();
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
@@ -195,7 +195,7 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
     });
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
-    if (spinning) spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    if (spinning) (void)idle_.give_token();
     log(LogLevel::error, {.pool = opts_.name},
         std::string("cannot start a worker thread: ") + e.what());
     return;
@@ -237,7 +237,7 @@ void Core::resume() {
     attention_.fetch_add(1, std::memory_order_release);
   }
   ctl_->workers_changed.notify_all();
-  wake_all_sleepers();
+  idle_.wake_all();
   // Tasks queued while paused may need workers that were never started.
   const std::size_t queued = queue_.size();
   for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
@@ -255,7 +255,7 @@ void Core::resize(std::size_t max_workers) {
   }
   max_workers_.store(max_workers, std::memory_order_seq_cst);
   attention_.fetch_add(1, std::memory_order_release);
-  wake_all_sleepers();
+  idle_.wake_all();
   if (state() == PoolState::running) {
     const std::size_t queued = queue_.size();
     for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers; ++i) grow();
@@ -279,7 +279,7 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
     attention_.fetch_add(1, std::memory_order_release);
   }
   target.fire();  // user stop callbacks run outside our locks
-  wake_all_sleepers();
+  idle_.wake_all();
   ctl_->workers_changed.notify_all();  // a paused worker exits too
   wake_supervisor();                   // keeps min_workers, watches the grace period
   return true;

@@ -196,7 +196,7 @@ void Core::give_up_shutdown() noexcept {
 }
 
 void Core::wake_everyone() noexcept {
-  wake_all_sleepers();
+  idle_.wake_all();
   ctl_->workers_changed.notify_all();  // paused workers
   space_ec_.notify_all();              // blocked submitters see `closed`
 }

@@ -49,7 +49,7 @@ bool take_spinner_slot() noexcept {
 // the whole process; a worker that finds every slot taken goes to sleep
 // after one look at the queues.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
-  if (!already_spinning) spinning_.fetch_add(1, std::memory_order_seq_cst);
+  if (!already_spinning) idle_.take_token();
   bool token = true;
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
@@ -67,14 +67,14 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
       // held here: a failed pop below takes it back.)
       if (queued >= 2 && help_due(w, queued)) {
         token = false;
-        if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1) bring_in_help();
+        if (idle_.give_token()) bring_in_help();
       }
       if (queue_.try_pop(cell, w.pop)) {
         found = true;
         break;
       }
       if (!token) {  // taken by others meanwhile: spin on
-        spinning_.fetch_add(1, std::memory_order_seq_cst);
+        idle_.take_token();
         token = true;
       }
     }
@@ -89,8 +89,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found && !queue_.empty() &&
-      help_due(w, queue_.size())) {
+  if (token && idle_.give_token() && found && !queue_.empty() && help_due(w, queue_.size())) {
     bring_in_help();
   }
   return found;
@@ -107,7 +106,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
 // no sleeper at all: help is then a new worker) or kBurst or more tasks
 // queued, help comes now.
 bool Core::help_due(Worker& w, std::size_t queued) noexcept {
-  if (queued >= kBurst || watchers_.load(std::memory_order_seq_cst) == 0) return true;
+  if (queued >= kBurst || idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
   if (w.backlog_since_ns == 0) {
     w.backlog_since_ns = now;
@@ -125,14 +124,14 @@ void Core::help_with_backlog(Worker& w) noexcept {
   const std::size_t queued = queue_.size();
   if (queued == 0) {
     w.backlog_since_ns = 0;
-  } else if (spinning_.load(std::memory_order_seq_cst) == 0 && help_due(w, queued)) {
+  } else if (idle_.spinning() == 0 && help_due(w, queued)) {
     bring_in_help();
   }
 }
 
 void Core::bring_in_help() noexcept {
-  if (sleepers_.load(std::memory_order_seq_cst) != 0) {
-    wake_sleeper();
+  if (idle_.sleepers() != 0) {
+    (void)idle_.wake_one(sched_getcpu());
   } else if (live_workers_.load(std::memory_order_relaxed) <
                  max_workers_.load(std::memory_order_relaxed) &&
              state_.load(std::memory_order_relaxed) == PoolState::running) {
@@ -144,66 +143,70 @@ void Core::bring_in_help() noexcept {
 // spinning token and has (almost) nothing queued is most often between two
 // short tasks and takes a token again within a microsecond; a wake-up costs
 // the submitter a system call and, on a machine without an idle CPU,
-// preempts it or the worker. So then the submitter polls spinning_ for about
+// preempts it or the worker. So then the submitter polls the tokens for about
 // a microsecond before it wakes anyone: a worker that is really busy (a long
 // task) costs its submitters that microsecond and nothing more. With a
 // backlog queued the awake workers are busy clearing it, and help is brought
 // in at once, as a burst needs.
 void Core::help_submitter() noexcept {
   static constexpr int kPolls = 16;
-  const int sleeping = sleepers_.load(std::memory_order_seq_cst);
+  const int sleeping = idle_.sleepers();
   if (sleeping != 0 &&
       live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
       queue_.size() <= 2) {
     for (int i = 0; i < kPolls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
-      if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // it takes the task
+      if (idle_.spinning() != 0) return;  // it takes the task
     }
   }
   bring_in_help();
 }
 
-void Core::wake_sleeper() noexcept {
-  Control& ctl = *ctl_;
-  MutexLock lock(ctl.idle_mu);
-  if (ctl.idle.empty()) return;
-  Worker* w = ctl.idle.back();
-  ctl.idle.pop_back();
-  w->in_idle_stack = false;
+void IdleWorkers::pop_locked(Worker& w, int waker_cpu) noexcept {
+  w.in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
-  w->waker_cpu = sched_getcpu();
-  w->wake_word.fetch_add(1, std::memory_order_release);
-  futex_wake(w->wake_word, 1);
+  w.waker_cpu = waker_cpu;
+  w.wake_word.fetch_add(1, std::memory_order_release);
+  futex_wake(w.wake_word, 1);
 }
 
-// Wakes every sleeper at once. Callers change what sleepers re-check (state,
-// attention) before calling, so a worker that goes to sleep afterwards sees
-// the change and does not stay asleep.
-void Core::wake_all_sleepers() noexcept {
-  Control& ctl = *ctl_;
-  MutexLock lock(ctl.idle_mu);
-  for (Worker* w : ctl.idle) {
-    w->in_idle_stack = false;
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
-    w->waker_cpu = -1;
-    w->wake_word.fetch_add(1, std::memory_order_release);
-    futex_wake(w->wake_word, 1);
-  }
-  ctl.idle.clear();
+bool IdleWorkers::wake_one(int waker_cpu) noexcept {
+  MutexLock lock(mu_);
+  if (stack_.empty()) return false;
+  Worker* w = stack_.back();
+  stack_.pop_back();
+  pop_locked(*w, waker_cpu);
+  return true;
 }
 
-// Takes this worker out of the idle stack. False if a waker popped it first
-// (and so handed it a spinning token).
-bool Core::leave_idle_stack(Worker& w) noexcept {
-  MutexLock lock(ctl_->idle_mu);
+// Callers change what sleepers re-check (state, attention) before calling,
+// so a worker that goes to sleep afterwards sees the change and does not
+// stay asleep.
+void IdleWorkers::wake_all() noexcept {
+  MutexLock lock(mu_);
+  for (Worker* w : stack_) pop_locked(*w, -1);
+  stack_.clear();
+}
+
+void IdleWorkers::push(Worker& w, bool bottom) noexcept {
+  MutexLock lock(mu_);
+  stack_.push_back(&w);
+  if (bottom) std::rotate(stack_.begin(), stack_.end() - 1, stack_.end());
+  w.in_idle_stack = true;
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+bool IdleWorkers::leave(Worker& w) noexcept {
+  MutexLock lock(mu_);
   if (!w.in_idle_stack) return false;
-  std::erase(ctl_->idle, &w);
+  std::erase(stack_, &w);
   w.in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   return true;
 }
+
+void IdleWorkers::quiesce() noexcept { MutexLock lock(mu_); }
 
 // Holds the worker (and the cell it popped) while the pool is paused.
 // resume() and shutdown() change the state under ctl.mu and notify.
@@ -218,14 +221,7 @@ void Core::wait_out_pause(Worker& w) {
 Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
-  {
-    MutexLock lock(ctl_->idle_mu);
-    std::vector<Worker*>& idle = ctl_->idle;
-    idle.push_back(&w);
-    if (w.crowded) std::rotate(idle.begin(), idle.end() - 1, idle.end());  // to the bottom
-    w.in_idle_stack = true;
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  }
+  idle_.push(w, /*bottom=*/w.crowded);
   w.crowded = false;
   // Woken by a waker (it handed over a spinning token): note whether this
   // worker landed on the waker's CPU.
@@ -240,7 +236,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
-  if (told_to_look() || !queue_.empty()) return leave_idle_stack(w) ? Slept::woken : handed();
+  if (told_to_look() || !queue_.empty()) return idle_.leave(w) ? Slept::woken : handed();
   std::int64_t expire_at = 0;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
@@ -254,23 +250,23 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     // worker that took a task and deferred help for what it left queued
     // (help_due) may be in a long task.
     std::int64_t wake_at = expire_at;
-    const bool watch = live_workers_.load(std::memory_order_relaxed) >
-                       static_cast<std::size_t>(sleepers_.load(std::memory_order_seq_cst));
+    const bool watch =
+        live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(idle_.sleepers());
     if (watch) {
       const std::int64_t watch_at = saturating_add(now, kWatchNs);
       wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
-      watchers_.fetch_add(1, std::memory_order_seq_cst);
+      idle_.begin_watch();
     }
     futex_wait(w.wake_word, key, time_point_of(wake_at));
-    if (watch) watchers_.fetch_sub(1, std::memory_order_seq_cst);
+    if (watch) idle_.end_watch();
     if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
     // Timed out or woken spuriously: queued work a spinner will take is not
     // a reason to leave.
-    if (told_to_look() || (!queue_.empty() && spinning_.load(std::memory_order_seq_cst) == 0)) {
-      return leave_idle_stack(w) ? Slept::woken : handed();
+    if (told_to_look() || (!queue_.empty() && idle_.spinning() == 0)) {
+      return idle_.leave(w) ? Slept::woken : handed();
     }
     if (expire_at != 0 && now_ns() >= expire_at) {
-      if (!leave_idle_stack(w)) return handed();
+      if (!idle_.leave(w)) return handed();
       if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;
       return Slept::woken;  // needed after all: the minimum would be crossed
     }

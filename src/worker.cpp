@@ -39,7 +39,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
     // The hook is user code and may take long: while this worker holds the
     // spinning token no submission wakes or starts another, so hand it back
     // first, and let whatever is queued bring in a worker now.
-    c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    (void)c.idle_.give_token();
     spinning = false;
     if (!c.queue_.empty()) c.after_push();
   }
@@ -95,7 +95,7 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
   if (!started || written_off) {
     if (!written_off) set_worker_state(*w, WorkerState::stopping);
-    if (spinning) c.spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    if (spinning) (void)c.idle_.give_token();
   }
   c.worker_exited(w, how, /*died=*/!started);
   // A worker stopped or retired between tasks leaves while tasks may be
@@ -108,11 +108,9 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
 
 void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
   Control& ctl = *ctl_;
-  {
-    // A waker that popped this worker from the idle stack may still be
-    // inside futex_wake on its word: wait for it before the memory can go.
-    MutexLock idle_lock(ctl.idle_mu);
-  }
+  // A waker that popped this worker from the idle stack may still be
+  // inside futex_wake on its word: wait for it before the memory can go.
+  idle_.quiesce();
   bool written_off = false;
   bool last = false;
   {

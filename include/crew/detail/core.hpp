@@ -3,7 +3,7 @@
 // flow is described in docs/design.md.
 //
 // Who touches what on the hot path:
-//   submitter: queue_ tail and slot; reads state_, spinning_, sleepers_
+//   submitter: queue_ tail and slot; reads state_ and idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
 // Everything else (worker list, timer heap, shutdown report) is under the
 // mutexes of Control (src/control.hpp).
@@ -23,6 +23,7 @@
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/event_count.hpp"
+#include "crew/detail/idle_workers.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -335,13 +336,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::atomic<std::uint32_t> attention_{0};
   std::atomic<std::size_t> max_workers_;
   std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
-  // Workers polling the queue, and workers asleep in the idle stack. A
-  // submitter wakes a sleeper only when nobody spins; the woken worker
-  // starts out spinning, so one burst costs one wake-up per worker.
-  alignas(kCacheLine) std::atomic<int> spinning_{0};
-  std::atomic<int> sleepers_{0};
-  // Sleepers that look at the queue every kWatchNs (help_due).
-  std::atomic<int> watchers_{0};
+  // Spinning tokens and sleeping workers. A submitter wakes a sleeper only
+  // when nobody holds a token; the woken worker starts out with one, so one
+  // burst costs one wake-up per worker.
+  IdleWorkers idle_;
   EventCount space_ec_;          // submitters blocked on a full queue sleep here
   const std::size_t low_water_;  // see on_slot_freed
   EventCount sup_ec_;            // the supervisor sleeps here
@@ -617,7 +615,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       if (st >= PoolState::stopping) on_push_after_close();
       return;
     }
-    if (spinning_.load(std::memory_order_seq_cst) != 0) return;  // a spinner will take it
+    if (idle_.spinning() != 0) return;  // a spinner will take it
     help_submitter();
   }
 
@@ -692,9 +690,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void bring_in_help() noexcept;
   void help_submitter() noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
-  bool leave_idle_stack(Worker& w) noexcept;
-  void wake_sleeper() noexcept;
-  void wake_all_sleepers() noexcept;
   void wait_out_pause(Worker& w);
   // run.cpp
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;

@@ -1,0 +1,79 @@
+// crew/detail/idle_workers.hpp: the state of a pool's wake-up policy: who
+// holds a spinning token, and the stack of sleeping workers. The policy
+// itself (when to spin, sleep, wake) is Core's, in src/wake.cpp.
+//
+// Who touches what:
+//   spinning tokens  a worker takes one to poll the queues and gives it back;
+//                    a waker takes one for the worker it wakes or starts, and
+//                    that worker gives it back. Submitters read the count
+//                    (seq_cst, after their push) to decide whether to wake
+//                    anyone.
+//   sleeper stack    a worker pushes itself and takes itself off (leave);
+//                    wakers pop workers (wake_one, wake_all). All under mu_,
+//                    which also guards Worker::in_idle_stack and
+//                    Worker::waker_cpu. The count is stored under mu_ and
+//                    read by anyone.
+//   watchers         a sleeper that looks at the queues every Core::kWatchNs
+//                    counts itself for the length of each timed sleep.
+#pragma once
+
+#include <atomic>
+#include <vector>
+
+#include "crew/detail/mutex.hpp"
+#include "crew/detail/task_queue.hpp"
+#include "crew/detail/thread_annotations.hpp"
+
+namespace crew::detail {
+
+struct Worker;
+
+class IdleWorkers {
+ public:
+  IdleWorkers() = default;
+  IdleWorkers(const IdleWorkers&) = delete;
+  IdleWorkers& operator=(const IdleWorkers&) = delete;
+
+  // ---- spinning tokens ----
+  [[nodiscard]] int spinning() const noexcept { return spinning_.load(std::memory_order_seq_cst); }
+  void take_token() noexcept { spinning_.fetch_add(1, std::memory_order_seq_cst); }
+  // Gives a token back; true if it was the last one held.
+  bool give_token() noexcept { return spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1; }
+
+  // ---- sleepers (src/wake.cpp) ----
+  [[nodiscard]] int sleepers() const noexcept { return sleepers_.load(std::memory_order_seq_cst); }
+  [[nodiscard]] int watchers() const noexcept { return watchers_.load(std::memory_order_seq_cst); }
+  // Pushes `w` (a worker about to sleep, on its own thread) on the stack, at
+  // the bottom if `bottom`; it is counted in sleepers() (seq_cst) on return.
+  void push(Worker& w, bool bottom) noexcept;
+  // Takes `w` off the stack (its own thread). False if a waker popped it
+  // first, and so handed it a spinning token.
+  bool leave(Worker& w) noexcept;
+  // Pops the top sleeper, hands it a spinning token, notes `waker_cpu` in it
+  // and wakes it. False if nobody sleeps. Any thread.
+  bool wake_one(int waker_cpu) noexcept;
+  // Pops and wakes every sleeper, each with a token (waker_cpu -1: not a
+  // wake-up for work). Any thread.
+  void wake_all() noexcept;
+  // Returns once no waker is inside wake_one or wake_all, which touch a
+  // popped worker until its futex wake returns: an exiting worker calls it
+  // before its memory can go.
+  void quiesce() noexcept;
+  // Around a timed sleep that watches the queues.
+  void begin_watch() noexcept { watchers_.fetch_add(1, std::memory_order_seq_cst); }
+  void end_watch() noexcept { watchers_.fetch_sub(1, std::memory_order_seq_cst); }
+
+ private:
+  void pop_locked(Worker& w, int waker_cpu) noexcept CREW_REQUIRES(mu_);
+
+  alignas(kCacheLine) std::atomic<int> spinning_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<int> watchers_{0};
+  // LIFO: the most recently idle worker is woken first, so the others can
+  // reach their idle timeout; a worker that was woken onto its waker's CPU
+  // goes to the bottom (Worker::crowded).
+  Mutex mu_;
+  std::vector<Worker*> stack_ CREW_GUARDED_BY(mu_);
+};
+
+}  // namespace crew::detail
