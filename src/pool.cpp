@@ -127,9 +127,9 @@ Core::Core(PoolOptions options)
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      low_water_(opts_.queue_capacity == kUnbounded
-                     ? opts_.queue_capacity
-                     : opts_.queue_capacity * opts_.priority_levels / 2),
+      blocked_(opts_.queue_capacity == kUnbounded
+                   ? opts_.queue_capacity
+                   : opts_.queue_capacity * opts_.priority_levels / 2),
       ctl_(std::make_unique<Control>()) {
   enable_light_fences();
 }
@@ -327,7 +327,7 @@ PoolStats Core::stats() const {
     if (ws == WorkerState::idle) ++s.idle;
   }
   s.queued = queue_.size();
-  s.blocked_submitters = blocked_.load(std::memory_order_relaxed);
+  s.blocked_submitters = blocked_.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.

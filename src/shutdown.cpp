@@ -198,7 +198,7 @@ void Core::give_up_shutdown() noexcept {
 void Core::wake_everyone() noexcept {
   idle_.wake_all();
   ctl_->workers_changed.notify_all();  // paused workers
-  space_ec_.notify_all();              // blocked submitters see `closed`
+  blocked_.release_all();              // blocked submitters see `closed`
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "crew/detail/blocked_submitters.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
@@ -340,13 +341,13 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // when nobody holds a token; the woken worker starts out with one, so one
   // burst costs one wake-up per worker.
   IdleWorkers idle_;
-  EventCount space_ec_;          // submitters blocked on a full queue sleep here
-  const std::size_t low_water_;  // see on_slot_freed
-  EventCount sup_ec_;            // the supervisor sleeps here
+  // Submitters blocked on a full shared queue; released in batches once it
+  // is down to half its capacity.
+  BlockedSubmitters blocked_;
+  EventCount sup_ec_;  // the supervisor sleeps here
   // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
   std::atomic<std::int64_t> sup_next_wake_{0};
-  alignas(kCacheLine) std::atomic<std::size_t> blocked_{0};
-  std::atomic<std::uint64_t> next_id_{0};
+  alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
   std::atomic<std::uint64_t> helped_{0};      // taken by run_pending()
@@ -550,9 +551,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       return Route::run_here;
     }
     if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
-    const std::size_t limit = opts_.max_blocked_submitters;
-    if (blocked_.fetch_add(1, std::memory_order_seq_cst) >= limit && limit != 0) {
-      blocked_.fetch_sub(1, std::memory_order_relaxed);
+    if (!blocked_.enter(opts_.max_blocked_submitters)) {
       return refuse(Admission::too_many_blocked, why);
     }
     Route r = Route::refused;
@@ -569,40 +568,19 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         cpu_relax();
         continue;
       }
-      // Sleep until workers have freed a batch of slots (on_slot_freed) or
-      // a shutdown starts; at most a millisecond, then look again.
-      const EventCount::Key key = space_ec_.prepare_wait();
-      if (!queue_.full(level) || state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
-        space_ec_.cancel_wait();
-        continue;
-      }
-      (void)space_ec_.wait(key, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      // Sleep until workers have freed a batch of slots or a shutdown
+      // starts; at most a millisecond, then look again.
+      blocked_.sleep([&] {
+        return queue_.full(level) && state_.load(std::memory_order_seq_cst) < PoolState::stopping;
+      });
     }
-    blocked_.fetch_sub(1, std::memory_order_relaxed);
+    blocked_.leave();
     if (r == Route::queued) after_push();
     return r;
   }
 
-  // A cell left the queue. Submitters blocked on a full queue are released
-  // in batches: all of them once the shared queue is down to half its
-  // capacity (and, so that none waits on a level that stays full, every
-  // kReleaseBatch cells), not one per freed slot.
-  // In large queues the size is looked at every kCheckEvery cells a thread
-  // frees (it reads every shard's indices), so consumers do not pay for it
-  // on every pop; a blocked submitter also looks again every millisecond,
-  // which bounds the cost of a release this sampling misses.
-  void on_slot_freed() noexcept {
-    static constexpr std::uint32_t kCheckEvery = 16;
-    static constexpr std::uint32_t kReleaseBatch = 256;
-    if (space_ec_.waiters() == 0) [[likely]]
-      return;
-    static thread_local std::uint32_t freed = 0;
-    ++freed;
-    if (low_water_ >= 1024 && freed % kCheckEvery != 0) return;
-    if (freed % kReleaseBatch == 0 || queue_.shared_size() <= low_water_) {
-      space_ec_.notify_all();
-    }
-  }
+  // A cell left the queue: blocked submitters may be due for release.
+  void on_slot_freed() noexcept { blocked_.slot_freed(queue_); }
 
   void after_push() noexcept {
     // A shared-queue push claimed its slot with a seq_cst read-modify-write,
