@@ -83,10 +83,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept {
     w->cur_deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
     w->cur_mu.unlock();
-    if (deadline != 0) {
-      const std::int64_t next = sup_next_wake_.load(std::memory_order_seq_cst);
-      if (next == 0 || deadline < next) wake_supervisor();
-    }
+    if (deadline != 0) alarm_.need_by(deadline);
   } else if (s->is_long) {
     register_foreign(s, deadline);
   }
@@ -166,10 +163,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   cur_reason = StopReason::none;
   frame.stop_at_ns.store(0, std::memory_order_relaxed);
   cur_mu.unlock();
-  if (deadline != 0) {
-    const std::int64_t next = c.sup_next_wake_.load(std::memory_order_seq_cst);
-    if (next == 0 || deadline < next) c.wake_supervisor();
-  }
+  if (deadline != 0) c.alarm_.need_by(deadline);
   if (c.observes(Observer::task_started)) [[unlikely]] {
     c.emit_started(c.plain_event(true), enqueued_ns, start);
   }

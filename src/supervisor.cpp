@@ -12,7 +12,7 @@
 namespace crew::detail {
 namespace {
 
-constexpr std::int64_t kNever = INT64_MAX;
+constexpr std::int64_t kNever = SupervisorAlarm::kNever;
 
 using Heap = std::vector<TaskStateBase*>;
 
@@ -82,10 +82,7 @@ void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
     heap_push(ctl_->heap, s);
     earliest = s->heap_index == 0;
   }
-  if (earliest) {
-    const std::int64_t next = sup_next_wake_.load(std::memory_order_seq_cst);
-    if (next == 0 || at_ns < next) wake_supervisor();
-  }
+  if (earliest) alarm_.need_by(at_ns);
 }
 
 void Core::disarm_timer(TaskStateBase* s) noexcept {
@@ -172,14 +169,13 @@ std::int64_t Core::fire_timers(std::int64_t now) {
 void Core::supervise() noexcept {
   Control& ctl = *ctl_;
   for (;;) {
-    const EventCount::Key key = sup_ec_.prepare_wait();
-    sup_next_wake_.store(0, std::memory_order_seq_cst);  // scanning: wake me for anything
+    const SupervisorAlarm::Key key = alarm_.begin_scan();
     if (ctl.supervisor_exit.load(std::memory_order_acquire)) {
-      sup_ec_.cancel_wait();
+      alarm_.cancel();
       return;
     }
     if (ctl.root_stop_pending.exchange(false, std::memory_order_acq_rel)) {
-      sup_ec_.cancel_wait();
+      alarm_.cancel();
       (void)shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
       continue;
     }
@@ -190,10 +186,7 @@ void Core::supervise() noexcept {
     } catch (...) {  // out of memory while scanning: try again shortly
       next = now_ns() + std::chrono::nanoseconds(std::chrono::milliseconds(10)).count();
     }
-    sup_next_wake_.store(next, std::memory_order_seq_cst);
-    sup_ec_.wait(key, next == kNever
-                          ? kNoDeadline
-                          : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next)));
+    alarm_.sleep_until(key, next);
   }
 }
 
@@ -393,7 +386,7 @@ void Core::stop_supervisor() noexcept {
   Control& ctl = *ctl_;
   ctl.root_stop.reset();  // no callback can start after this
   ctl.supervisor_exit.store(true, std::memory_order_release);
-  sup_ec_.notify_all();
+  alarm_.wake_all();
   if (ctl.supervisor.joinable()) ctl.supervisor.join();
   // The supervisor is gone, so nothing hands the stopper more work.
   {

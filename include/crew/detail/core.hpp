@@ -25,6 +25,7 @@
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/event_count.hpp"
 #include "crew/detail/idle_workers.hpp"
+#include "crew/detail/supervisor_alarm.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -312,7 +313,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
                    const TaskEvent* task = nullptr) noexcept;
   void emit_pool_state(PoolState from, PoolState to) noexcept;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
-  void wake_supervisor() noexcept { sup_ec_.notify_one(); }
+  void wake_supervisor() noexcept { alarm_.wake(); }
   // Removes a task's queue deadline from the timer heap (it left the queue).
   void disarm_queue_deadline(TaskStateBase* s) noexcept;
 
@@ -344,9 +345,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Submitters blocked on a full shared queue; released in batches once it
   // is down to half its capacity.
   BlockedSubmitters blocked_;
-  EventCount sup_ec_;  // the supervisor sleeps here
-  // steady_clock ns of the supervisor's next planned wake-up (0 while it scans).
-  std::atomic<std::int64_t> sup_next_wake_{0};
+  // The supervisor's sleep and who wakes it.
+  SupervisorAlarm alarm_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
