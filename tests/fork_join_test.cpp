@@ -328,7 +328,9 @@ TEST(LocalQueues, StealingSurvivesRacingPauseResumeAndResize) {
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.succeeded, static_cast<std::uint64_t>(rounds) * fib_calls(n));
   EXPECT_EQ(s.outcomes.total(), s.submitted);
-  EXPECT_EQ(s.queued, 0u);
+  // The Task rounds leave cells of tasks a waiting worker ran itself; the
+  // idle workers drop them.
+  EXPECT_TRUE(eventually([&] { return pool.stats().queued == 0; }));
 }
 
 TEST(PoolOptions, StackSizeIsValidated) {

@@ -249,6 +249,10 @@ struct PoolStats {
   std::size_t idle = 0;
   std::size_t busy = 0;
   std::size_t max_workers = 0;
+  // Cells in the shared and the worker-local queues. A task that a waiting
+  // worker ran itself (Task::get/wait on a task it had queued) leaves its
+  // cell behind until a worker pops and drops it, so this can briefly count
+  // tasks that have already ended.
   std::size_t queued = 0;
   std::size_t blocked_submitters = 0;
   std::uint64_t submitted = 0;  // every submission, accepted or not

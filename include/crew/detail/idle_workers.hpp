@@ -71,8 +71,9 @@ class IdleWorkers {
   std::atomic<int> watchers_{0};
   // LIFO: the most recently idle worker is woken first, so the others can
   // reach their idle timeout; a worker that was woken onto its waker's CPU
-  // goes to the bottom (Worker::crowded).
-  Mutex mu_;
+  // goes to the bottom (Worker::crowded). Off the counts' line, which every
+  // submission reads.
+  alignas(kCacheLine) Mutex mu_;
   std::vector<Worker*> stack_ CREW_GUARDED_BY(mu_);
 };
 

@@ -122,7 +122,8 @@ class LocalQueue {
     }
   }
 
-  // Cells in the queue (seq_cst reads: the sleep protocol, see try_push).
+  // Cells in the queue (seq_cst reads, for the sleep protocol; what they
+  // can miss of a racing light push is in barrier.hpp).
   [[nodiscard]] std::size_t size() const noexcept {
     const std::int64_t b = bottom_.load(std::memory_order_seq_cst);
     const std::int64_t t = top_.load(std::memory_order_seq_cst);
