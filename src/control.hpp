@@ -120,7 +120,7 @@ struct Worker final : Runner {
   std::atomic<std::uint32_t> wake_word{0};
   bool in_idle_stack = false;  // guarded by the pool's IdleWorkers
   // The CPU the thread that woke this worker ran on (-1 from
-  // wake_all_sleepers: not a wake-up for work). Written by every waker that
+  // IdleWorkers::wake_all: not a wake-up for work). Written by every waker that
   // takes this worker off the idle stack, under IdleWorkers' mutex, before it
   // bumps wake_word; read by the worker only after such a wake-up.
   int waker_cpu = -1;

@@ -117,8 +117,6 @@ Admission admission_of(Task<void>& task) {
   return Admission::closed;
 }
 
-}  // namespace
-
 // A few freed group states per thread, for the next group made on it: in
 // recursion through groups (a group per node) states are made and freed on
 // the same threads at the rate of tasks. Off under AddressSanitizer, so that
@@ -153,6 +151,8 @@ class StateCache {
   int n_ = 0;
 };
 thread_local StateCache t_state_cache;
+
+}  // namespace
 
 class GroupState final : public GroupHead {
  public:
@@ -636,12 +636,13 @@ Group::Group(Pool& pool, GroupOptions options)
     : pool_(&pool), state_(new detail::GroupState(pool, std::move(options))) {}
 
 Group::~Group() {
-  if (!detail::state_of(state_)->quiet() && !detail::state_of(state_)->settled()) {
-    detail::state_of(state_)->cancel();
-    (void)detail::state_of(state_)->wait_until(std::chrono::steady_clock::time_point::max());
-    detail::state_of(state_)->close();
+  detail::GroupState* s = detail::state_of(state_);
+  if (!s->quiet() && !s->settled()) {
+    s->cancel();
+    (void)s->wait_until(std::chrono::steady_clock::time_point::max());
+    s->close();
   }
-  detail::state_of(state_)->release();
+  s->release();
 }
 
 void Group::wait() {

@@ -20,8 +20,9 @@
 // The algorithm needs a full fence in the owner's pop and one in each
 // steal, so that the two cannot both miss each other's index. Pops are as
 // frequent as tasks and steals are rare in fork-join (a steal takes the
-// oldest, biggest piece of work: fib(30) on 2 workers steals a few dozen
-// times in 2.7 million tasks), so the pop pays only a light_fence and the
+// oldest, biggest piece of work: on 2 workers, a benchmark process running
+// fib(30), 2.7 million tasks per run, several times stole fewer than a
+// hundred times in all), so the pop pays only a light_fence and the
 // thief a heavy_fence (barrier.hpp). A queue that is stolen from often (a
 // worker's task posting many small tasks that others take) would make every
 // steal a system call: once thieves have stolen kHeavySteals times within
