@@ -355,7 +355,10 @@ TEST_P(LocalQueueRace, EveryCellIsTakenExactlyOnce) {
   Watchdog dog(60s);
   crew::detail::enable_light_fences();
   const bool switch_to_fences = GetParam();
-  LocalQueue q(switch_to_fences ? 4 : UINT32_MAX);
+  // Switched: 4 heavy steals in the whole run (a loaded machine may
+  // schedule the thieves less than once a millisecond) switch the queue.
+  constexpr std::int64_t kWholeRun = std::int64_t{3600} * 1'000'000'000;
+  LocalQueue q(switch_to_fences ? 4 : UINT32_MAX, kWholeRun);
   const std::size_t n = kSanitized ? 20'000 : 400'000;
   std::vector<std::atomic<std::uint8_t>> taken(n);
   std::atomic<bool> done{false};

@@ -56,9 +56,13 @@ class LocalQueue {
   static constexpr std::uint32_t kHeavySteals = 16;
   static constexpr std::int64_t kHeavyWindowNs = 1'000'000;
 
-  // `heavy_steals`: kHeavySteals but in tests.
-  explicit LocalQueue(std::uint32_t heavy_steals = kHeavySteals)
-      : slots_(std::make_unique<Slot[]>(kCapacity)), heavy_steals_(heavy_steals) {}
+  // `heavy_steals` and `heavy_window_ns`: the constants but in tests,
+  // which cannot rely on thieves being scheduled within a millisecond.
+  explicit LocalQueue(std::uint32_t heavy_steals = kHeavySteals,
+                      std::int64_t heavy_window_ns = kHeavyWindowNs)
+      : slots_(std::make_unique<Slot[]>(kCapacity)),
+        heavy_steals_(heavy_steals),
+        heavy_window_ns_(heavy_window_ns) {}
   LocalQueue(const LocalQueue&) = delete;
   LocalQueue& operator=(const LocalQueue&) = delete;
 
@@ -169,7 +173,7 @@ class LocalQueue {
     // Counting heavy steals per window; races between thieves only blur
     // the count.
     const std::int64_t now = now_ns();
-    if (now - window_start_ns_.load(std::memory_order_relaxed) > kHeavyWindowNs) {
+    if (now - window_start_ns_.load(std::memory_order_relaxed) > heavy_window_ns_) {
       window_start_ns_.store(now, std::memory_order_relaxed);
       heavy_in_window_.store(1, std::memory_order_relaxed);
     } else if (heavy_in_window_.fetch_add(1, std::memory_order_relaxed) + 1 >= heavy_steals_) {
@@ -187,6 +191,7 @@ class LocalQueue {
 
   std::unique_ptr<Slot[]> slots_;
   const std::uint32_t heavy_steals_;
+  const std::int64_t heavy_window_ns_;
   alignas(64) std::atomic<std::int64_t> top_{0};
   alignas(64) std::atomic<std::int64_t> bottom_{0};
   std::atomic<std::uint64_t> pushed_{0};
