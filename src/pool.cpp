@@ -210,23 +210,17 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   ctl.workers.push_back(std::move(w));
 }
 
-void Core::set_state(PoolState to) noexcept {
-  const PoolState from = state_.load(std::memory_order_relaxed);
-  CREW_ASSERT(is_legal_transition(from, to), "illegal pool state transition");
-  state_.store(to, std::memory_order_seq_cst);
-  emit_pool_state(from, to);
-}
+void Core::set_state(PoolState to) noexcept { emit_pool_state(life_.set(to), to); }
 
 bool Core::transition(PoolState from, PoolState to) noexcept {
-  CREW_ASSERT(is_legal_transition(from, to), "illegal pool state transition");
-  if (!state_.compare_exchange_strong(from, to, std::memory_order_seq_cst)) return false;
+  if (!life_.transition(from, to)) return false;
   emit_pool_state(from, to);
   return true;
 }
 
 void Core::pause() {
   if (transition(PoolState::running, PoolState::paused)) {
-    attention_.fetch_add(1, std::memory_order_release);
+    life_.call_attention();
   }
 }
 
@@ -234,7 +228,7 @@ void Core::resume() {
   {
     MutexLock lock(ctl_->mu);
     if (!transition(PoolState::paused, PoolState::running)) return;
-    attention_.fetch_add(1, std::memory_order_release);
+    life_.call_attention();
   }
   ctl_->workers_changed.notify_all();
   idle_.wake_all();
@@ -254,7 +248,7 @@ void Core::resize(std::size_t max_workers) {
                                std::to_string(opts_.min_workers) + ")");
   }
   max_workers_.store(max_workers, std::memory_order_seq_cst);
-  attention_.fetch_add(1, std::memory_order_release);
+  life_.call_attention();
   idle_.wake_all();
   if (state() == PoolState::running) {
     const std::size_t queued = queue_.size();
@@ -276,7 +270,7 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
       (void)prepare_stop_locked(w, StopReason::cancelled, target);
       w.cur_mu.unlock();
     }
-    attention_.fetch_add(1, std::memory_order_release);
+    life_.call_attention();
   }
   target.fire();  // user stop callbacks run outside our locks
   idle_.wake_all();

@@ -54,9 +54,9 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     ctl.escalate_requested = false;
     ctl.report = &report;
     before = totals_locked();
-    if (mode != ShutdownMode::drain) drop_queued_.store(true, std::memory_order_seq_cst);
+    if (mode != ShutdownMode::drain) life_.start_dropping();
     set_state(PoolState::stopping);
-    attention_.fetch_add(1, std::memory_order_release);
+    life_.call_attention();
   }
   // A worker's push into its own queue has no full fence of its own: from
   // here on, either it saw `stopping` (and handles its cell), or its cell
@@ -91,8 +91,8 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
         MutexLock lock(ctl.mu);
         ctl.shutdown_mode = ShutdownMode::hard;
       }
-      drop_queued_.store(true, std::memory_order_seq_cst);
-      attention_.fetch_add(1, std::memory_order_release);
+      life_.start_dropping();
+      life_.call_attention();
       wake_everyone();
       drop_queue();
       stop_running();
@@ -149,9 +149,9 @@ bool Core::restart() {
     if (ctl_->shutting_down || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
     }
-    drop_queued_.store(false, std::memory_order_seq_cst);
+    life_.stop_dropping();
     set_state(PoolState::running);
-    attention_.fetch_add(1, std::memory_order_release);
+    life_.call_attention();
     for (std::size_t i = live_workers_.load(); i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
       spawn_worker_locked(false);
@@ -274,7 +274,7 @@ void Core::drop_queue() {
 // shutdown drops queued tasks; a task decided while queued is counted.
 void Core::settle_popped_here(Cell& cell) {
   TaskStateBase* s = cell.state();
-  const bool dropping = drop_queued_.load(std::memory_order_relaxed);
+  const bool dropping = life_.dropping();
   if (s == nullptr) {
     if (dropping) {
       cell.destroy();

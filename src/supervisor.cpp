@@ -118,8 +118,7 @@ void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept
     }
   }
   // A hard shutdown may have begun before this run registered.
-  if (drop_queued_.load(std::memory_order_seq_cst) &&
-      state_.load(std::memory_order_seq_cst) >= PoolState::stopping) {
+  if (life_.dropping(std::memory_order_seq_cst) && life_.closed(std::memory_order_seq_cst)) {
     s->request_stop(StopReason::shutdown);
   }
 }
@@ -235,7 +234,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
       ++ctl.replacements_due;  // at once: the pool keeps its capacity
     }
 
-    if (state_.load(std::memory_order_acquire) == PoolState::running) {
+    if (life_.state() == PoolState::running) {
       if (ctl.replacements_due > 0 && now < ctl.next_replace_ns) {
         next = std::min(next, ctl.next_replace_ns);
       }

@@ -78,8 +78,8 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
         token = true;
       }
     }
-    if (!slot || attention_.load(std::memory_order_relaxed) != w.seen_attention ||
-        state_.load(std::memory_order_relaxed) >= PoolState::stopping) {
+    if (!slot || life_.attention(std::memory_order_relaxed) != w.seen_attention ||
+        life_.closed(std::memory_order_relaxed)) {
       break;
     }
     if ((i & 15) == 15 && now_ns() >= until) break;
@@ -134,7 +134,7 @@ void Core::bring_in_help() noexcept {
     (void)idle_.wake_one(sched_getcpu());
   } else if (live_workers_.load(std::memory_order_relaxed) <
                  max_workers_.load(std::memory_order_relaxed) &&
-             state_.load(std::memory_order_relaxed) == PoolState::running) {
+             life_.state(std::memory_order_relaxed) == PoolState::running) {
     grow();
   }
 }
@@ -213,7 +213,7 @@ void IdleWorkers::quiesce() noexcept { MutexLock lock(mu_); }
 void Core::wait_out_pause(Worker& w) {
   set_worker_state(w, WorkerState::idle);
   MutexLock lock(ctl_->mu);
-  while (state_.load(std::memory_order_acquire) == PoolState::paused) {
+  while (life_.state() == PoolState::paused) {
     ctl_->workers_changed.wait(lock.native());
   }
 }
@@ -231,8 +231,8 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     return Slept::woken_spinning;
   };
   auto told_to_look = [&] {
-    return attention_.load(std::memory_order_acquire) != w.seen_attention ||
-           state_.load(std::memory_order_seq_cst) >= PoolState::stopping;
+    return life_.attention(std::memory_order_acquire) != w.seen_attention ||
+           life_.closed(std::memory_order_seq_cst);
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.

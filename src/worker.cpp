@@ -148,11 +148,11 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
 Core::Exit Core::work_loop(Worker& w, bool spinning) {
   Cell cell;
   Exit how = Exit::leave;
-  w.seen_attention = attention_.load(std::memory_order_acquire);
+  w.seen_attention = life_.attention(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
   for (;;) {
     if (!spinning) {
-      if (attention_.load(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
+      if (life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(w, how)) break;
       }
       if (queue_.try_pop(cell, w.pop)) {
@@ -160,7 +160,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }
-      if (state_.load(std::memory_order_acquire) >= PoolState::stopping) break;
+      if (life_.closed()) break;
     }
     const bool found = spin_for_work(w, cell, spinning);
     spinning = false;
@@ -183,16 +183,16 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
 // exit, with `how` saying whether it already left live_workers_.
 bool Core::attend(Worker& w, Exit& how) {
   for (;;) {
-    w.seen_attention = attention_.load(std::memory_order_acquire);
+    w.seen_attention = life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
       how = Exit::leave;
       return true;
     }
-    const PoolState st = state_.load(std::memory_order_acquire);
+    const PoolState st = life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
       MutexLock lock(ctl_->mu);
-      while (attention_.load(std::memory_order_acquire) == w.seen_attention) {
+      while (life_.attention(std::memory_order_acquire) == w.seen_attention) {
         ctl_->workers_changed.wait(lock.native());
       }
       continue;
@@ -213,12 +213,12 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
   // A task pushed after pause() returned is seen here as paused (its push
   // happened after the state change, its pop before this load), so it is
   // held until resume() or a shutdown, and handled then as any queued task.
-  if (state_.load(std::memory_order_acquire) == PoolState::paused) [[unlikely]] {
+  if (life_.state() == PoolState::paused) [[unlikely]] {
     wait_out_pause(w);
   }
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(w, s);
-  if (drop_queued_.load(std::memory_order_relaxed)) [[unlikely]] {
+  if (life_.dropping()) [[unlikely]] {
     cell.destroy();
     w.counts.rejected.inc();
     note_dropped(nullptr);
@@ -238,8 +238,8 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
 
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
   bool keep_going = true;
-  if (drop_queued_.load(std::memory_order_relaxed) &&
-      s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) [[unlikely]] {
+  if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
+      [[unlikely]] {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
     w.counts.rejected.inc();
     note_dropped(s);

@@ -3,7 +3,8 @@
 // flow is described in docs/design.md.
 //
 // Who touches what on the hot path:
-//   submitter: queue_ tail and slot; reads state_ and idle_ (its counts)
+//   submitter: queue_ tail and slot; reads life_ (the pool's state) and
+//              idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
 // Everything else (worker list, timer heap, shutdown report) is under the
 // mutexes of Control (src/control.hpp).
@@ -25,6 +26,7 @@
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/event_count.hpp"
 #include "crew/detail/idle_workers.hpp"
+#include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/supervisor_alarm.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -258,7 +260,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   [[nodiscard]] PoolStats stats() const;
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
-  [[nodiscard]] PoolState state() const noexcept { return state_.load(std::memory_order_acquire); }
+  [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
   // True on a thread inside one of this pool's tasks (on a worker, or run
   // inline elsewhere): a wait for the pool's tasks would wait for itself.
@@ -330,12 +332,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   const std::uint32_t observed_;
   const bool timed_;
   Queues queue_;
-  alignas(kCacheLine) std::atomic<PoolState> state_{PoolState::created};
-  // Soft or hard shutdown in progress: popped tasks are rejected, not run.
-  std::atomic<bool> drop_queued_{false};
-  // Bumped whenever workers must look at something besides the queue (pause,
-  // resize, stop_worker, shutdown); workers compare it once per task.
-  std::atomic<std::uint32_t> attention_{0};
+  // The pool's state, the shutdown's drop switch (popped tasks are
+  // rejected, not run) and the attention counter workers poll.
+  PoolLifecycle life_;
   std::atomic<std::size_t> max_workers_;
   std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
   // Spinning tokens and sleeping workers. A submitter wakes a sleeper only
@@ -517,7 +516,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   template <class Fill>
   Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
-    if (state_.load(std::memory_order_acquire) >= PoolState::stopping) [[unlikely]] {
+    if (life_.closed()) [[unlikely]] {
       return refuse(Admission::closed, why);
     }
     // From a worker of this pool: its own queue, where a wait of this
@@ -556,7 +555,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     }
     Route r = Route::refused;
     for (int spins = 0;; ++spins) {
-      if (state_.load(std::memory_order_acquire) >= PoolState::stopping) {
+      if (life_.closed()) {
         refuse(Admission::closed, why);
         break;
       }
@@ -570,9 +569,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       }
       // Sleep until workers have freed a batch of slots or a shutdown
       // starts; at most a millisecond, then look again.
-      blocked_.sleep([&] {
-        return queue_.full(level) && state_.load(std::memory_order_seq_cst) < PoolState::stopping;
-      });
+      blocked_.sleep(
+          [&] { return queue_.full(level) && !life_.closed(std::memory_order_seq_cst); });
     }
     blocked_.leave();
     if (r == Route::queued) after_push();
@@ -588,7 +586,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     // re-checks the claimed size after announcing itself), and any shutdown
     // that began before it. A local push is ordered against a shutdown by
     // its light_fence and the shutdown's heavy_fence (barrier.hpp).
-    const PoolState st = state_.load(std::memory_order_seq_cst);
+    const PoolState st = life_.state(std::memory_order_seq_cst);
     if (st != PoolState::running) [[unlikely]] {
       if (st >= PoolState::stopping) on_push_after_close();
       return;
