@@ -248,7 +248,11 @@ inline std::uint64_t nqueens_nodes(unsigned n, unsigned depth, Board& board) {
 }
 
 // Row-major N x N with stride N; a block is a pointer to its top-left entry.
-inline void matmul_leaf(const double* a, const double* b, double* c, std::size_t stride) {
+// Never inlined: every runtime calls the same machine code, so that the
+// comparison measures scheduling, not how the compiler laid out the kernel
+// inside each runtime's instantiation of matmul_node.
+[[gnu::noinline]] inline void matmul_leaf(const double* a, const double* b, double* c,
+                                          std::size_t stride) {
   for (std::size_t i = 0; i < kMatmulLeaf; ++i) {
     double* ci = c + i * stride;
     for (std::size_t k = 0; k < kMatmulLeaf; ++k) {
