@@ -54,7 +54,8 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const bool slot = opts_.spin.count() != 0 && !w.crowded && take_spinner_slot();
-  const std::int64_t until = slot ? saturating_add(now_ns(), opts_.spin.count()) : 0;
+  std::int64_t last_look = slot ? now_ns() : 0;
+  std::int64_t until = saturating_add(last_look, opts_.spin.count());
   bool found = false;
   for (unsigned i = 0;; ++i) {
     const std::size_t queued = queue_.size();
@@ -82,7 +83,19 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
         life_.closed(std::memory_order_relaxed)) {
       break;
     }
-    if ((i & 15) == 15 && now_ns() >= until) break;
+    if ((i & 15) == 15) {
+      // A spinner that lost its CPU meanwhile (preempted, or its virtual
+      // CPU descheduled) starts its window afresh: the time it did not run
+      // was not spent looking, and a spin cut short by it leaves the next
+      // task to a wake-up.
+      const std::int64_t now = now_ns();
+      if (now - last_look > kLostCpuNs) {
+        until = saturating_add(now, opts_.spin.count());
+      } else if (now >= until) {
+        break;
+      }
+      last_look = now;
+    }
     for (int k = 0; k < 8; ++k) cpu_relax();
   }
   if (slot) g_spinners.fetch_sub(1, std::memory_order_relaxed);
@@ -237,6 +250,23 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
   if (told_to_look() || !queue_.empty()) return idle_.leave(w) ? Slept::woken : handed();
+  // A watcher stays counted from its first timed sleep until it stops
+  // watching, across the looks between sleeps: a worker that sees the count
+  // drop while a watcher is only looking would bring in help at once
+  // (help_due), and on a busy machine that look has preempted it, so tasks
+  // are queued. It stops after kWatchLooks looks that found nothing to do,
+  // once the queues are empty: each look costs a busy machine two context
+  // switches, and a steady load that never defers help (help_due) has no
+  // use for them. A worker that defers help after that wakes it instead.
+  bool watching = false;
+  int looks = 0;
+  struct WatchEnd {
+    IdleWorkers& idle;
+    bool& on;
+    ~WatchEnd() {
+      if (on) idle.end_watch();
+    }
+  } watch_end{idle_, watching};
   std::int64_t expire_at = 0;
   for (;;) {
     const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
@@ -250,16 +280,31 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     // worker that took a task and deferred help for what it left queued
     // (help_due) may be in a long task.
     std::int64_t wake_at = expire_at;
-    const bool watch =
-        live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(idle_.sleepers());
+    bool watch = looks < kWatchLooks && live_workers_.load(std::memory_order_relaxed) >
+                                            static_cast<std::size_t>(idle_.sleepers());
+    if (watch != watching) {
+      watching = watch;
+      if (watch) {
+        idle_.begin_watch();
+      } else {
+        idle_.end_watch();
+        // A worker that saw this one watching may have deferred help for
+        // what is queued (it read the count after the queue; this reads the
+        // queue after the count, both seq_cst): then watch on.
+        if (!queue_.empty()) {
+          idle_.begin_watch();
+          watching = watch = true;
+          looks = 0;
+        }
+      }
+    }
     if (watch) {
       const std::int64_t watch_at = saturating_add(now, kWatchNs);
       wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
-      idle_.begin_watch();
     }
     futex_wait(w.wake_word, key, time_point_of(wake_at));
-    if (watch) idle_.end_watch();
     if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
+    if (watching) ++looks;
     // Timed out or woken spuriously: queued work a spinner will take is not
     // a reason to leave.
     if (told_to_look() || (!queue_.empty() && idle_.spinning() == 0)) {

@@ -809,6 +809,49 @@ TEST(PoolWake, DeferredHelpIsTakenByAWatchingSleeper) {
   ASSERT_TRUE(pool.wait_idle(10s));
 }
 
+// Voluntary context switches of this process's threads whose name starts
+// with `prefix` (Linux: /proc/self/task/*/status).
+std::uint64_t voluntary_switches(const std::string& prefix) {
+  std::uint64_t sum = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(dir)) {
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      std::ifstream comm(task + "/comm");
+      std::string name;
+      if (!std::getline(comm, name) || name.rfind(prefix, 0) != 0) continue;
+      std::ifstream status(task + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+          sum += std::stoull(line.substr(line.find(':') + 1));
+        }
+      }
+    }
+    closedir(dir);
+  }
+  return sum;
+}
+
+// A sleeper watches the queues (a look every 4 ms) while another worker is
+// awake, but only for a few looks once they stay empty: a pool with one
+// long task and nothing queued does not wake its idle worker 250 times a
+// second. (Counted as the idle worker's voluntary switches: each look is
+// one.)
+TEST(PoolWake, ASleeperStopsWatchingQueuesThatStayEmpty) {
+  Watchdog dog;
+  Pool pool({.name = "quiet", .min_workers = 2, .max_workers = 2});
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  Gate release;
+  ASSERT_EQ(pool.post([&] { release.wait(); }), Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  std::this_thread::sleep_for(100ms);  // the idle worker's looks are over
+  const std::uint64_t before = voluntary_switches("quiet-");
+  std::this_thread::sleep_for(400ms);  // 100 looks at the watch period
+  const std::uint64_t looks = voluntary_switches("quiet-") - before;
+  release.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_LE(looks, 5u);
+}
+
 // With the whole process on one CPU every woken worker lands on its waker's
 // CPU: it runs what is queued without spinning and sleeps at the bottom of
 // the idle stack. Every task still runs, and waiting pairs still complete.

@@ -176,8 +176,9 @@ struct PoolOptions {
   // replacement and abandonment, and shutdown summaries (crew/log.hpp).
   // Empty: crew::default_logger(), which writes to stderr.
   std::shared_ptr<Logger> logger{};
-  // How long an idle worker polls the queue before it sleeps. Longer spins
-  // catch bursts without a wake-up (~10 us each) at the cost of CPU after work.
+  // How long an idle worker polls the queue before it sleeps (time it spends
+  // off its CPU, preempted, does not count). Longer spins catch bursts
+  // without a wake-up (~10 us each) at the cost of CPU after work.
   // At most hardware threads / 2 workers spin at once in the process; a
   // worker woken onto the CPU of the thread that woke it does not spin
   // (docs/design.md, "Waking workers without losing a wake-up").

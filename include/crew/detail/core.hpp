@@ -653,12 +653,16 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void count_here(TaskStatus outcome) noexcept;
   // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
+  // A gap this long between two looks of a spinner (normally a few
+  // microseconds apart) means it did not have its CPU.
+  static constexpr std::int64_t kLostCpuNs = 20'000;
   // Deferred help (wake.cpp, help_due): a backlog shorter than kBurst tasks
   // gets help once it has lasted kBacklogNs; sleepers look at the queue every
   // kWatchNs while another worker is awake.
   static constexpr std::size_t kBurst = 4;
   static constexpr std::int64_t kBacklogNs = 20'000;
   static constexpr std::int64_t kWatchNs = 4'000'000;
+  static constexpr int kWatchLooks = 4;
   bool help_due(Worker& w, std::size_t queued) noexcept;
   void help_with_backlog(Worker& w) noexcept;
   // Wakes a sleeper, else starts a worker if every worker is busy and

@@ -14,7 +14,8 @@
 //                    Worker::waker_cpu. The count is stored under mu_ and
 //                    read by anyone.
 //   watchers         a sleeper that looks at the queues every Core::kWatchNs
-//                    counts itself for the length of each timed sleep.
+//                    counts itself from its first timed sleep until it
+//                    leaves the idle stack (its own thread).
 #pragma once
 
 #include <atomic>
@@ -59,7 +60,7 @@ class IdleWorkers {
   // popped worker until its futex wake returns: an exiting worker calls it
   // before its memory can go.
   void quiesce() noexcept;
-  // Around a timed sleep that watches the queues.
+  // A sleeper starts and stops watching the queues (see sleep_for_work).
   void begin_watch() noexcept { watchers_.fetch_add(1, std::memory_order_seq_cst); }
   void end_watch() noexcept { watchers_.fetch_sub(1, std::memory_order_seq_cst); }
 
