@@ -22,6 +22,7 @@
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "os_thread.hpp"
+#include "shutdown_book.hpp"
 
 namespace crew::detail {
 
@@ -165,13 +166,8 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
   CREW_ASSERT(is_legal_transition(from, to), "illegal worker state transition");
   w.state.store(to, std::memory_order_relaxed);
   Core& c = *w.frame.core;
-  if (c.observes(Observer::worker_state)) [[unlikely]] {
-    for (const Core::ObserverSlot& o : c.observers_) {
-      if ((o.events & Observer::worker_state) != 0) {
-        o.observer->on_worker_state(c.opts_.name, w.id, from, to);
-      }
-    }
-  }
+  if (c.observes(Observer::worker_state)) [[unlikely]]
+    c.emit_worker_state(w.id, from, to);
 }
 
 // The root stop token's callback. Runs on the thread that stops
@@ -202,18 +198,10 @@ struct Control {
   std::int64_t next_replace_ns CREW_GUARDED_BY(mu) = 0;
   std::condition_variable workers_changed;  // a worker exited; pause ended
 
-  // Shutdown: one runs at a time; the others wait for its report.
-  bool shutting_down CREW_GUARDED_BY(mu) = false;
-  ShutdownMode shutdown_mode CREW_GUARDED_BY(mu) = ShutdownMode::drain;  // of the running one
-  // A concurrent shutdown() asked for a harder mode: the running one
-  // escalates to hard at once.
-  bool escalate_requested CREW_GUARDED_BY(mu) = false;
+  // Shutdowns: one runs at a time; the others wait for its report.
+  ShutdownBook shutdowns CREW_GUARDED_BY(mu);
+  // A shutdown finished or was given up; the last sweeper left.
   std::condition_variable shutdown_done;
-  ShutdownReport* report CREW_GUARDED_BY(mu) = nullptr;  // the one being built
-  std::optional<ShutdownReport> last_report CREW_GUARDED_BY(mu);
-  // Submitters sweeping the queue after the last shutdown ended
-  // (on_push_after_close); restart() waits until there are none.
-  int sweepers CREW_GUARDED_BY(mu) = 0;
   OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
 
   // Supervisor.

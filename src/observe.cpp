@@ -73,6 +73,14 @@ void Core::emit_worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* 
   }
 }
 
+void Core::emit_worker_state(std::uint64_t worker, WorkerState from, WorkerState to) noexcept {
+  for (const ObserverSlot& o : observers_) {
+    if ((o.events & Observer::worker_state) != 0) {
+      o.observer->on_worker_state(opts_.name, worker, from, to);
+    }
+  }
+}
+
 void Core::emit_pool_state(PoolState from, PoolState to) noexcept {
   if (from == to || !observes(Observer::pool_state)) return;
   for (const ObserverSlot& o : observers_) {

@@ -151,9 +151,11 @@ void Core::start() {
   if (opts_.stop_token.stop_possible()) ctl_->root_stop.emplace(opts_.stop_token, RootStop{this});
 }
 
-void RootStop::operator()() const noexcept {
-  core->ctl_->root_stop_pending.store(true, std::memory_order_release);
-  core->wake_supervisor();
+void RootStop::operator()() const noexcept { core->on_root_stop(); }
+
+void Core::on_root_stop() noexcept {
+  ctl_->root_stop_pending.store(true, std::memory_order_release);
+  wake_supervisor();
 }
 
 void Core::throw_bad_priority(unsigned priority) const {
@@ -411,7 +413,7 @@ namespace {
 void refuse_self_wait(const detail::Core& core, const char* call) {
   if (!core.in_own_task()) return;
   throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call +
-                                        " called from a task of pool '" + core.opts_.name +
+                                        " called from a task of pool '" + core.options().name +
                                         "': it would wait for itself");
 }
 
@@ -424,21 +426,21 @@ Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move
 Pool::~Pool() {
   if (detail::t_current.core == core_.get()) {
     std::fprintf(stderr, "crew: pool '%s' destroyed from one of its own workers\n",
-                 core_->opts_.name.c_str());
+                 core_->options().name.c_str());
     std::abort();  // it would wait for itself forever
   }
   // A shutdown that throws (out of memory for its report) is given up
   // cleanly and can run again; after three such failures the process ends.
   for (int attempt = 0;; ++attempt) {
     try {
-      (void)core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+      (void)core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
       break;
     } catch (const std::bad_alloc&) {
       if (attempt == 2) std::terminate();
     }
   }
   core_->stop_supervisor();
-  core_->released_.store(true, std::memory_order_release);
+  core_->mark_released();
 }
 
 ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
@@ -447,7 +449,7 @@ ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
 }
 ShutdownReport Pool::shutdown() {
   refuse_self_wait(*core_, "shutdown()");
-  return core_->shutdown(core_->opts_.shutdown_mode, core_->opts_.shutdown_timeout);
+  return core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
 }
 bool Pool::restart() { return core_->restart(); }
 void Pool::pause() { core_->pause(); }
@@ -459,16 +461,16 @@ bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
 bool Pool::run_pending_task() { return core_->run_pending(); }
 PoolState Pool::state() const noexcept { return core_->state(); }
 PoolStats Pool::stats() const { return core_->stats(); }
-PoolStatsHandle Pool::stats_handle() const { return {core_, core_->opts_.name}; }
+PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
 
 std::optional<PoolStats> PoolStatsHandle::read() const {
   const std::shared_ptr<const detail::Core> core = core_.lock();
-  if (!core || core->released_.load(std::memory_order_acquire)) return std::nullopt;
+  if (!core || core->released()) return std::nullopt;
   return core->stats();
 }
 std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
-const PoolOptions& Pool::options() const noexcept { return core_->opts_; }
-std::string_view Pool::name() const noexcept { return core_->opts_.name; }
+const PoolOptions& Pool::options() const noexcept { return core_->options(); }
+std::string_view Pool::name() const noexcept { return core_->options().name; }
 bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
   refuse_self_wait(*core_, "wait_idle()");
   return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));

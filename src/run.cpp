@@ -163,7 +163,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   cur_reason = StopReason::none;
   frame.stop_at_ns.store(0, std::memory_order_relaxed);
   cur_mu.unlock();
-  if (deadline != 0) c.alarm_.need_by(deadline);
+  if (deadline != 0) c.supervise_by(deadline);
   if (c.observes(Observer::task_started)) [[unlikely]] {
     c.emit_started(c.plain_event(true), enqueued_ns, start);
   }

@@ -38,21 +38,15 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     MutexLock lock(ctl.mu);
     // Concurrent callers wait for the first one and share its report; one
     // asking for a harder mode makes the running one escalate to hard now.
-    if (ctl.shutting_down && mode > ctl.shutdown_mode && !ctl.escalate_requested) {
-      ctl.escalate_requested = true;
-      ctl.workers_changed.notify_all();
-    }
-    while (ctl.shutting_down) ctl.shutdown_done.wait(lock.native());
+    if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
+    while (ctl.shutdowns.running()) ctl.shutdown_done.wait(lock.native());
     const PoolState st = state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
-      if (ctl.last_report) return *ctl.last_report;
+      if (const ShutdownReport* last = ctl.shutdowns.last()) return *last;
       report.final_state = st;
       return report;
     }
-    ctl.shutting_down = true;
-    ctl.shutdown_mode = mode;
-    ctl.escalate_requested = false;
-    ctl.report = &report;
+    ctl.shutdowns.begin(mode, &report);
     before = totals_locked();
     if (mode != ShutdownMode::drain) life_.start_dropping();
     set_state(PoolState::stopping);
@@ -63,7 +57,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   // is visible to the sweeps below (detail/barrier.hpp).
   heavy_fence();
   // What follows may throw (it allocates for the report). Then this
-  // shutdown is given up: ctl.report no longer points at this frame, and a
+  // shutdown is given up: its report no longer points at this frame, and a
   // caller waiting for it (or a later one) runs the sequence again.
   struct GiveUpOnThrow {
     Core* core;
@@ -89,7 +83,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
       escalated = true;
       {
         MutexLock lock(ctl.mu);
-        ctl.shutdown_mode = ShutdownMode::hard;
+        ctl.shutdowns.escalated();
       }
       life_.start_dropping();
       life_.call_attention();
@@ -111,7 +105,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
 
   // Final sweep: cells of submissions that raced the start of the shutdown.
   // The sweep and the check run until the queue is seen empty under the
-  // mutex; a later racer finds shutting_down false and sweeps by itself.
+  // mutex; a later racer finds none running and sweeps by itself.
   const bool run_leftovers = mode == ShutdownMode::drain && !escalated;
   for (;;) {
     sweep_queue(run_leftovers);
@@ -127,10 +121,8 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     report.during.cancelled -= before.cancelled;
     report.during.timed_out -= before.timed_out;
     report.during.rejected -= before.rejected;
-    ctl.last_report = report;
+    ctl.shutdowns.finish(report);
     set_state(report.final_state);
-    ctl.report = nullptr;
-    ctl.shutting_down = false;
     give_up.done = true;
     break;
   }
@@ -144,9 +136,10 @@ bool Core::restart() {
     MutexLock lock(ctl_->mu);
     // A submitter that raced the last shutdown may still be sweeping what it
     // left in the queue; tasks submitted after this returns must not meet it.
-    while (ctl_->sweepers != 0) ctl_->shutdown_done.wait(lock.native());
+    while (ctl_->shutdowns.sweeping()) ctl_->shutdown_done.wait(lock.native());
     const PoolState st = state();
-    if (ctl_->shutting_down || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
+    if (ctl_->shutdowns.running() ||
+        (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
     }
     life_.stop_dropping();
@@ -167,10 +160,10 @@ void Core::on_push_after_close() noexcept {
     MutexLock lock(ctl_->mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
-    if (ctl_->shutting_down || state() < PoolState::stopping) return;
-    run = ctl_->last_report && ctl_->last_report->mode == ShutdownMode::drain &&
-          !ctl_->last_report->escalated;
-    ++ctl_->sweepers;  // restart() waits for this sweep
+    if (ctl_->shutdowns.running() || state() < PoolState::stopping) return;
+    const ShutdownReport* last = ctl_->shutdowns.last();
+    run = last != nullptr && last->mode == ShutdownMode::drain && !last->escalated;
+    ctl_->shutdowns.enter_sweep();  // restart() waits for this sweep
   }
   // The shutdown has finished: this submitter handles what it left behind
   // (drop_queue adds the rejections to the last report).
@@ -181,7 +174,7 @@ void Core::on_push_after_close() noexcept {
   bool last = false;
   {
     MutexLock lock(ctl_->mu);
-    last = --ctl_->sweepers == 0;
+    last = ctl_->shutdowns.leave_sweep();
   }
   if (last) ctl_->shutdown_done.notify_all();
 }
@@ -189,8 +182,7 @@ void Core::on_push_after_close() noexcept {
 void Core::give_up_shutdown() noexcept {
   {
     MutexLock lock(ctl_->mu);
-    ctl_->report = nullptr;
-    ctl_->shutting_down = false;
+    ctl_->shutdowns.give_up();
   }
   ctl_->shutdown_done.notify_all();
 }
@@ -205,7 +197,7 @@ void Core::wake_everyone() noexcept {
 bool Core::wait_for_workers(Clock::time_point deadline) {
   MutexLock lock(ctl_->mu);
   while (!ctl_->workers.empty()) {
-    if (ctl_->escalate_requested && ctl_->shutdown_mode != ShutdownMode::hard) return false;
+    if (ctl_->shutdowns.escalation_pending()) return false;
     if (deadline == Clock::time_point::max()) {
       ctl_->workers_changed.wait(lock.native());
     } else if (ctl_->workers_changed.wait_until(lock.native(), deadline) ==
@@ -252,10 +244,9 @@ void Core::drop_queue() {
   MutexLock lock(ctl_->mu);
   // A sweep after the shutdown returned (a submission that raced past its
   // end) adds to the last report, which later shutdown() calls return.
-  ShutdownReport* target = ctl_->report != nullptr ? ctl_->report
-                           : ctl_->last_report     ? &*ctl_->last_report
-                                                   : nullptr;
-  if (ctl_->report == nullptr && target != nullptr) {
+  ShutdownReport* const current = ctl_->shutdowns.current();
+  ShutdownReport* const target = current != nullptr ? current : ctl_->shutdowns.last();
+  if (current == nullptr && target != nullptr) {
     target->during.rejected += unnamed + dropped.size();
     target->lifetime.rejected += unnamed + dropped.size();
   }
@@ -339,7 +330,7 @@ void Core::abandon_busy(bool force) {
   {
     MutexLock lock(ctl_->mu);
     notes.reserve(ctl_->workers.size());
-    ShutdownReport* r = ctl_->report;
+    ShutdownReport* r = ctl_->shutdowns.current();
     std::vector<std::shared_ptr<Worker>> hung;
     hung.reserve(ctl_->workers.size());
     for (const auto& w : ctl_->workers) {
@@ -376,9 +367,9 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
                   Admission::accepted);
   }
   MutexLock lock(ctl_->mu);
-  ShutdownReport* r = ctl_->report;
-  if (r == nullptr && ctl_->last_report && state() >= PoolState::stopping) {
-    r = &*ctl_->last_report;  // after the shutdown returned: see drop_queue
+  ShutdownReport* r = ctl_->shutdowns.current();
+  if (r == nullptr && state() >= PoolState::stopping && ctl_->shutdowns.last() != nullptr) {
+    r = ctl_->shutdowns.last();  // after the shutdown returned: see drop_queue
     ++r->during.rejected;
     ++r->lifetime.rejected;
   }
@@ -395,7 +386,7 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
 
 void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
   MutexLock lock(ctl_->mu);
-  ShutdownReport* r = ctl_->report;
+  ShutdownReport* r = ctl_->shutdowns.current();
   if (r == nullptr) return;
   try {
     (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name});

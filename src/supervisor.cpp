@@ -213,7 +213,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            if (write_off_run_locked(*w, ctl.report, notes)) hung.push_back(w);
+            if (write_off_run_locked(*w, ctl.shutdowns.current(), notes)) hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
           }

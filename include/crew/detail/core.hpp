@@ -314,19 +314,33 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void emit_worker(WorkerEvent kind, std::uint64_t worker,
                    const TaskEvent* task = nullptr) noexcept;
   void emit_pool_state(PoolState from, PoolState to) noexcept;
+  // A worker's state changed (set_worker_state, on the worker's thread).
+  void emit_worker_state(std::uint64_t worker, WorkerState from, WorkerState to) noexcept;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
   void wake_supervisor() noexcept { alarm_.wake(); }
-  // Removes a task's queue deadline from the timer heap (it left the queue).
-  void disarm_queue_deadline(TaskStateBase* s) noexcept;
+  // Has the supervisor look again by `deadline_ns` (an execution deadline
+  // of a run just started; any thread).
+  void supervise_by(std::int64_t deadline_ns) noexcept { alarm_.need_by(deadline_ns); }
+  // PoolOptions::stop_token was stopped (RootStop, on the stopping thread):
+  // the supervisor runs the hard shutdown.
+  void on_root_stop() noexcept;
+  // ~Pool is done with the core (abandoned threads may still co-own it);
+  // PoolStatsHandle reads nothing after that.
+  void mark_released() noexcept { released_.store(true, std::memory_order_release); }
+  [[nodiscard]] bool released() const noexcept { return released_.load(std::memory_order_acquire); }
 
-  // ---- state shared with src/ ----
-  const PoolOptions opts_;
-  // The observers with their events() read once, the union of those, and
-  // whether any wants task timings.
   struct ObserverSlot {
     Observer* observer;
     std::uint32_t events;
   };
+  // Removes a task's queue deadline from the timer heap (it left the queue).
+  void disarm_queue_deadline(TaskStateBase* s) noexcept;
+
+ private:
+  // ---- state (the pool's parts; docs/design.md says which thread touches what) ----
+  const PoolOptions opts_;
+  // The observers with their events() read once, the union of those, and
+  // whether any wants task timings.
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::vector<ObserverSlot> observers_;
   const std::uint32_t observed_;
@@ -355,7 +369,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
   std::atomic<bool> released_{false};
 
- private:
   template <class D, class F>
   Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
     TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
