@@ -1,6 +1,7 @@
 // src/control.hpp (private): the pool's bookkeeping that is not on the
-// submission path: workers, the idle stack, the timer heap and the shutdown
-// in progress. See docs/design.md for who touches what.
+// submission path: workers (under Control::mu), the shutdown book (under
+// Control::mu), the timer heap and the stopper (each under its own mutex).
+// See docs/design.md for who touches what.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,8 @@
 #include "crew/detail/thread_annotations.hpp"
 #include "os_thread.hpp"
 #include "shutdown_book.hpp"
+#include "stopper.hpp"
+#include "timer_heap.hpp"
 
 namespace crew::detail {
 
@@ -50,8 +53,6 @@ struct WorkerCounters {
 
 inline void add_to(OutcomeCounts& sum, const OutcomeCounts& more) noexcept { sum += more; }
 
-// What to stop, taken under a worker's cur_mu and fired outside it (stop
-// callbacks are user code).
 // steady_clock time of a nanosecond count (0: no deadline).
 inline std::chrono::steady_clock::time_point time_point_of(std::int64_t ns) noexcept {
   return ns == 0 ? TaskStateBase::kNoDeadline
@@ -77,13 +78,6 @@ struct WriteOffNote {
   std::int64_t enqueued_ns = 0;
   std::int64_t started_ns = 0;
   std::int64_t ended_ns = 0;
-};
-
-struct StopTarget {
-  TaskStateBase* task = nullptr;  // holds a reference
-  std::stop_source source{std::nostopstate};
-  StopReason reason = StopReason::none;
-  void fire() noexcept;
 };
 
 struct Worker final : Runner {
@@ -207,15 +201,9 @@ struct Control {
   // Supervisor.
   std::thread supervisor;
   std::atomic<bool> supervisor_exit{false};
-  // Stop requests the supervisor makes (execution deadlines) run the
-  // tasks' stop callbacks, which are user code: a thread of their own, the
-  // stopper, fires them, so that a slow callback never delays a deadline,
-  // a write-off or a replacement. Started on first use.
-  Mutex stops_mu;
-  std::vector<StopTarget> stops CREW_GUARDED_BY(stops_mu);
-  bool stopper_exit CREW_GUARDED_BY(stops_mu) = false;
-  std::condition_variable stops_ready;
-  std::thread stopper;  // started under stops_mu; joined by stop_supervisor
+  // Fires the stop requests the supervisor makes (execution deadlines):
+  // stop callbacks are user code, on a thread of their own.
+  Stopper stopper;
   std::atomic<bool> root_stop_pending{false};
   std::optional<std::stop_callback<RootStop>> root_stop;
 
@@ -223,10 +211,8 @@ struct Control {
   // worker, or on a submitting thread): a hard shutdown stops them too.
   std::vector<TaskStateBase*> foreign CREW_GUARDED_BY(mu);
 
-  // The timer heap: a binary min-heap of task states by timer_at_ns, each
-  // entry holding one reference; TaskStateBase::heap_index is its slot.
-  Mutex timer_mu;
-  std::vector<TaskStateBase*> heap CREW_GUARDED_BY(timer_mu);
+  // Queue deadlines, and execution deadlines of foreign long runs.
+  TimerHeap timers;
 };
 
 }  // namespace crew::detail

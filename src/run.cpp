@@ -296,14 +296,4 @@ bool Core::prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexc
   return true;
 }
 
-void StopTarget::fire() noexcept {
-  if (task != nullptr) {
-    task->request_stop(reason);
-    task->release();
-    task = nullptr;
-  } else if (source.stop_possible()) {
-    source.request_stop();
-  }
-}
-
 }  // namespace crew::detail

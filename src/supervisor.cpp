@@ -14,60 +14,6 @@ namespace {
 
 constexpr std::int64_t kNever = SupervisorAlarm::kNever;
 
-using Heap = std::vector<TaskStateBase*>;
-
-bool earlier(const TaskStateBase* a, const TaskStateBase* b) noexcept {
-  return a->timer_at_ns < b->timer_at_ns;
-}
-
-void place(Heap& h, std::size_t i, TaskStateBase* s) noexcept {
-  h[i] = s;
-  s->heap_index = i;
-}
-
-void sift_up(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* s = h[i];
-  while (i > 0) {
-    const std::size_t parent = (i - 1) / 2;
-    if (!earlier(s, h[parent])) break;
-    place(h, i, h[parent]);
-    i = parent;
-  }
-  place(h, i, s);
-}
-
-void sift_down(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* s = h[i];
-  const std::size_t n = h.size();
-  for (;;) {
-    std::size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && earlier(h[child + 1], h[child])) ++child;
-    if (!earlier(h[child], s)) break;
-    place(h, i, h[child]);
-    i = child;
-  }
-  place(h, i, s);
-}
-
-void heap_push(Heap& h, TaskStateBase* s) {
-  h.push_back(s);
-  sift_up(h, h.size() - 1);
-}
-
-// Removes h[i]; O(log n).
-void heap_erase(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* removed = h[i];
-  TaskStateBase* last = h.back();
-  h.pop_back();
-  removed->heap_index = TaskStateBase::kNotInHeap;
-  if (i < h.size()) {
-    place(h, i, last);
-    sift_down(h, i);
-    sift_up(h, last->heap_index);
-  }
-}
-
 }  // namespace
 
 // ---- the timer heap ----
@@ -75,26 +21,17 @@ void heap_erase(Heap& h, std::size_t i) noexcept {
 void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   s->add_ref();
   bool earliest = false;
-  {
-    MutexLock lock(ctl_->timer_mu);
-    s->timer_at_ns = at_ns;
-    s->timer_exec = exec;
-    heap_push(ctl_->heap, s);
-    earliest = s->heap_index == 0;
+  try {
+    earliest = ctl_->timers.push(s, at_ns, exec);
+  } catch (...) {
+    s->release();
+    throw;
   }
   if (earliest) alarm_.need_by(at_ns);
 }
 
 void Core::disarm_timer(TaskStateBase* s) noexcept {
-  bool removed = false;
-  {
-    MutexLock lock(ctl_->timer_mu);
-    if (s->heap_index != TaskStateBase::kNotInHeap) {
-      heap_erase(ctl_->heap, s->heap_index);
-      removed = true;
-    }
-  }
-  if (removed) s->release();  // outside the lock: it may run a destructor
+  if (ctl_->timers.erase(s)) s->release();  // outside the lock: it may run a destructor
 }
 
 void Core::arm_queue_deadline(TaskStateBase* s) {
@@ -132,16 +69,7 @@ void Core::unregister_foreign(TaskStateBase* s) noexcept {
 // Fires due timers; returns the time of the next one.
 std::int64_t Core::fire_timers(std::int64_t now) {
   std::vector<TaskStateBase*> due;
-  std::int64_t next = kNever;
-  {
-    MutexLock lock(ctl_->timer_mu);
-    Heap& h = ctl_->heap;
-    while (!h.empty() && h.front()->timer_at_ns <= now) {
-      due.push_back(h.front());
-      heap_erase(h, 0);
-    }
-    if (!h.empty()) next = h.front()->timer_at_ns;
-  }
+  const std::int64_t next = ctl_->timers.pop_due(now, due);
   std::vector<StopTarget> to_stop;
   for (TaskStateBase* s : due) {
     if (s->timer_exec) {
@@ -338,47 +266,7 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
 }
 
 void Core::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
-  if (targets.empty()) return;
-  Control& ctl = *ctl_;
-  {
-    MutexLock lock(ctl.stops_mu);
-    try {
-      if (!ctl.stopper.joinable() && !ctl.stopper_exit) {
-        ctl.stopper = std::thread([this] { stopper_loop(); });
-      }
-      if (ctl.stopper.joinable()) {
-        ctl.stops.reserve(ctl.stops.size() + targets.size());
-        for (StopTarget& t : targets) ctl.stops.push_back(std::move(t));
-        targets.clear();
-      }
-    } catch (...) {  // no thread or no memory: fire them here
-    }
-  }
-  ctl.stops_ready.notify_one();
-  for (StopTarget& t : targets) t.fire();
-  targets.clear();
-}
-
-// The stopper thread: fires stop requests the supervisor made, until
-// stop_supervisor() asks it to exit (it fires what is left first).
-void Core::stopper_loop() noexcept {
-  Control& ctl = *ctl_;
-  std::vector<StopTarget> batch;
-  for (;;) {
-    bool exit = false;
-    {
-      MutexLock lock(ctl.stops_mu);
-      while (ctl.stops.empty() && !ctl.stopper_exit) ctl.stops_ready.wait(lock.native());
-      batch.swap(ctl.stops);
-      exit = ctl.stopper_exit;
-    }
-    for (StopTarget& t : batch) t.fire();  // user stop callbacks, outside the lock
-    batch.clear();
-    if (exit) {
-      MutexLock lock(ctl.stops_mu);
-      if (ctl.stops.empty()) return;
-    }
-  }
+  ctl_->stopper.hand(targets);
 }
 
 void Core::stop_supervisor() noexcept {
@@ -388,12 +276,7 @@ void Core::stop_supervisor() noexcept {
   alarm_.wake_all();
   if (ctl.supervisor.joinable()) ctl.supervisor.join();
   // The supervisor is gone, so nothing hands the stopper more work.
-  {
-    MutexLock lock(ctl.stops_mu);
-    ctl.stopper_exit = true;
-  }
-  ctl.stops_ready.notify_all();
-  if (ctl.stopper.joinable()) ctl.stopper.join();
+  ctl.stopper.stop();
   std::vector<std::shared_ptr<Worker>> to_join;
   std::vector<TaskStateBase*> armed;
   {
@@ -404,17 +287,11 @@ void Core::stop_supervisor() noexcept {
     while (!ctl.workers.empty()) ctl.workers_changed.wait(lock.native());
     to_join.swap(ctl.exited);
   }
-  {
-    MutexLock lock(ctl.timer_mu);
-    armed.swap(ctl.heap);
-  }
+  armed = ctl.timers.take_all();
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }
-  for (TaskStateBase* s : armed) {
-    s->heap_index = TaskStateBase::kNotInHeap;
-    s->release();
-  }
+  for (TaskStateBase* s : armed) s->release();
 }
 
 }  // namespace crew::detail

@@ -6,8 +6,9 @@
 //   submitter: queue_ tail and slot; reads life_ (the pool's state) and
 //              idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
-// Everything else (worker list, timer heap, shutdown report) is under the
-// mutexes of Control (src/control.hpp).
+// Everything else is in Control (src/control.hpp): the worker list and the
+// shutdown book under its mutex, the timer heap and the stopper with their
+// own. All of Core's state is private; docs/design.md maps the units.
 #pragma once
 
 #include <atomic>
@@ -698,7 +699,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void announce(std::vector<WriteOffNote>& notes) noexcept;
   // Fires `targets` on the stopper thread (inline if it cannot start).
   void hand_to_stopper(std::vector<StopTarget>& targets) noexcept;
-  void stopper_loop() noexcept;
   void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
   void disarm_timer(TaskStateBase* s) noexcept;
   void arm_queue_deadline(TaskStateBase* s);

@@ -7,6 +7,17 @@
 //
 // A slot is one cache line: 8-byte turn + 56-byte cell. A consumer moves the
 // cell out before running it, so a slow task never holds a slot.
+//
+// Who touches what:
+//   producers (submitters from outside the pool, and workers whose local
+//              queue is full): a ring's tail_ (CAS) and the slot they
+//              claimed; the spill deque's tail under its lock
+//   consumers (workers, waits that help, shutdown sweeps): a ring's head_
+//              (CAS) and the slot they claimed; the spill deque's head
+//              under its lock
+//   anyone:    size() and empty() (racy snapshots)
+// All state is private to its class; Queues (at the end) ties the shared
+// queue's priority levels to the worker-local queues (local_queue.hpp).
 #pragma once
 
 #include <sys/mman.h>
