@@ -13,11 +13,13 @@ namespace crew::detail {
 namespace {
 
 constexpr std::int64_t kNever = SupervisorAlarm::kNever;
+static_assert(TimerHeap::kNever == kNever, "fire_timers returns the heap's kNever to sleep_until");
 
 }  // namespace
 
 // ---- the timer heap ----
 
+// The heap's reference is taken here and dropped again if arming throws.
 void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   s->add_ref();
   bool earliest = false;
@@ -51,7 +53,6 @@ void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept
     try {
       arm_timer(s, deadline_ns, /*exec=*/true);
     } catch (...) {  // out of memory: the deadline is lost, the task still runs
-      s->release();
     }
   }
   // A hard shutdown may have begun before this run registered.
