@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <ranges>
 #include <set>
 #include <stdexcept>
@@ -182,6 +183,36 @@ TEST(RunBatch, TheTotalTimeoutCancelsWhatHasNotEnded) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::cancelled);
   }
+}
+
+// The timeout cancels the queued tasks before it stops the running ones: a
+// running task that returns at its stop request frees its worker, and that
+// worker must not find a task of the batch still queued. The stop callback
+// runs in the thread that requests the stop, and holds it (up to 200 ms)
+// until a short task ran, so cancelling in the other order fails every time.
+// The callback outlives the task: destroying it in the task would wait for
+// it to return, and keep the worker from the queue.
+TEST(RunBatch, AStoppedTaskDoesNotLetAQueuedOneStart) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  std::atomic<int> short_ran{0};
+  auto wait_for_a_short_task = [&] {
+    const auto until = std::chrono::steady_clock::now() + 200ms;
+    while (short_ran.load() == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  std::optional<std::stop_callback<decltype(wait_for_a_short_task)>> hold;
+  std::vector<std::function<void(std::stop_token)>> tasks;
+  tasks.emplace_back([&](const std::stop_token& s) {
+    hold.emplace(s, wait_for_a_short_task);
+    until_stopped(s);
+  });
+  for (int i = 0; i < 5; ++i) tasks.emplace_back([&](std::stop_token) { short_ran.fetch_add(1); });
+  BatchResult<void> r = run_batch(pool, tasks, {.timeout = 20ms});
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(short_ran.load(), 0);
+  EXPECT_EQ(r.counts.cancelled, 6u);
 }
 
 // A batch task written off (the batch's timeout stopped it, and it ignored

@@ -150,6 +150,20 @@ Outcome<R> outcome_of(Task<R>& task) {
   return o;
 }
 
+// Cancels every task of a batch: the queued ones first, then the running
+// ones. In the other order a running task that returns at its stop request
+// frees its worker, which may start a queued task of the batch before that
+// task's cancel() comes.
+template <class R>
+void cancel_all(std::vector<Task<R>>& tasks) {
+  for (Task<R>& t : tasks) {
+    if (t.valid() && t.status() == TaskStatus::queued) (void)t.cancel();
+  }
+  for (Task<R>& t : tasks) {
+    if (t.valid()) (void)t.cancel();
+  }
+}
+
 // Submits one task per element (make(element) builds it), waits for all,
 // and collects the outcomes.
 template <class R, class Range, class Make>
@@ -175,9 +189,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
   } catch (...) {
     // Out of memory while submitting: the tasks already submitted refer to
     // the caller's range, so they must end before the exception leaves.
-    for (Task<R>& t : tasks) {
-      if (t.valid()) (void)t.cancel();
-    }
+    cancel_all(tasks);
     for (Task<R>& t : tasks) {
       if (t.valid()) (void)await_task(pool, t, Clock::time_point::max(), help);
       (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
@@ -188,9 +200,7 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
     if (!t.valid()) continue;
     if (!expired && !await_task(pool, t, deadline, help)) {
       expired = true;
-      for (Task<R>& u : tasks) {
-        if (u.valid()) (void)u.cancel();
-      }
+      cancel_all(tasks);
     }
     if (expired) (void)await_task(pool, t, Clock::time_point::max(), help);
     (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
