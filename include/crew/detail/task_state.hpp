@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -67,6 +68,20 @@ class TaskStateBase {
   TaskStateBase(const TaskStateBase&) = delete;
   TaskStateBase& operator=(const TaskStateBase&) = delete;
   virtual ~TaskStateBase() = default;
+
+  // States of up to 512 bytes come from and return to a small per-thread
+  // cache of freed blocks (src/state_cache.cpp): a fork-join node frees its
+  // children's states in bursts that glibc's own cache does not hold. The
+  // aligned forms (a result type aligned beyond the default) use the heap.
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p, std::size_t size) noexcept;
+  static void* operator new(std::size_t size, std::align_val_t align) {
+    return ::operator new(size, align);
+  }
+  static void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept {
+    (void)size;
+    ::operator delete(p, align);
+  }
 
   // Runs the callable and stores its result; exceptions propagate.
   virtual void run(const TaskContext& ctx) = 0;

@@ -1,0 +1,108 @@
+// The per-thread cache of task-state blocks (src/state_cache.cpp): freed
+// blocks are reused without the heap, at most 64 of a size stay per thread,
+// and states aligned beyond the default keep their alignment.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "crew/detail/task_state.hpp"
+#include "crew/pool.hpp"
+#include "replaced_new.hpp"  // operator new: counts allocations
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCacheOff = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kCacheOff = true;
+#else
+constexpr bool kCacheOff = false;
+#endif
+#else
+constexpr bool kCacheOff = false;
+#endif
+
+constexpr std::size_t kCap = 64;  // blocks of one size a thread keeps
+
+struct Empty {
+  void operator()() const {}
+};
+using SmallState = detail::TaskState<void, Empty>;
+
+// Fills `v` (its room reserved before, so that only states allocate).
+void make_states(std::vector<detail::TaskStateBase*>& v, std::size_t n) {
+  v.reserve(v.size() + n);
+  for (std::size_t i = 0; i < n; ++i) v.push_back(new SmallState(Empty{}));
+}
+
+void release_all(const std::vector<detail::TaskStateBase*>& v) {
+  for (detail::TaskStateBase* s : v) s->release();
+}
+
+// Runs `body` on a new thread, whose cache starts empty.
+template <class F>
+void on_fresh_thread(F body) {
+  std::thread t(body);
+  t.join();
+}
+
+TEST(StateCache, AFreedStateIsReusedWithoutTheHeap) {
+  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  on_fresh_thread([] {
+    std::vector<detail::TaskStateBase*> first;
+    make_states(first, 10);
+    release_all(first);
+    std::vector<detail::TaskStateBase*> second;
+    second.reserve(10);
+    const std::uint64_t before = test::g_allocations.load();
+    make_states(second, 10);
+    EXPECT_EQ(test::g_allocations.load() - before, 0u);
+    // Last freed, first reused.
+    for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(second[i], first[9 - i]);
+    release_all(second);
+  });
+}
+
+// A thread that frees more than 64 blocks of a size returns the rest to
+// the heap, also when they were allocated on another thread: no cache grows
+// with what moves between threads.
+TEST(StateCache, AThreadKeepsAtMost64BlocksOfASize) {
+  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  std::vector<detail::TaskStateBase*> made;
+  on_fresh_thread([&] { make_states(made, 200); });
+  on_fresh_thread([&] {
+    release_all(made);
+    std::vector<detail::TaskStateBase*> again;
+    again.reserve(200);
+    const std::uint64_t before = test::g_allocations.load();
+    make_states(again, 200);
+    EXPECT_EQ(test::g_allocations.load() - before, 200 - kCap);
+    release_all(again);
+  });
+}
+
+struct alignas(128) Aligned {
+  std::array<char, 8> bytes{};
+};
+
+// An over-aligned result makes an over-aligned state, which must not come
+// from the cache's 16-byte-aligned blocks.
+TEST(StateCache, AStateAlignedBeyondTheDefaultKeepsItsAlignment) {
+  test::Watchdog dog;
+  Pool pool(test::fixed_workers("state-cache", 1));
+  for (int i = 0; i < 32; ++i) {
+    Task<Aligned> t = pool.submit([] { return Aligned{}; });
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.state()) % alignof(Aligned), 0u);
+    (void)t.get();
+  }
+}
+
+}  // namespace
+}  // namespace crew
