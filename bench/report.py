@@ -90,6 +90,19 @@ TARGETS = [
 ]
 
 
+
+# Footnote marks of the allocation notes, in the order the tables meet them.
+NOTE_MARKS = {}
+
+
+def note_mark(note):
+    """The superscript that marks `note` ("" for none)."""
+    if not note:
+        return ""
+    if note not in NOTE_MARKS:
+        NOTE_MARKS[note] = "¹²³⁴⁵⁶⁷⁸⁹"[len(NOTE_MARKS)]
+    return NOTE_MARKS[note]
+
 def load(path):
     with open(path, encoding="utf-8") as f:
         entries = json.load(f)
@@ -177,9 +190,7 @@ def throughput_table(rows):
         impl = f"**{e['impl']}**" if e["impl"] == "crew" else e["impl"]
         if e.get("executing_threads", 2) != 2:
             impl += f" ({e['executing_threads']} threads)"
-        allocs = f"{e['allocs_per_task']:.2f}"
-        if e.get("alloc_note"):
-            allocs += "¹"
+        allocs = f"{e['allocs_per_task']:.2f}" + note_mark(e.get("alloc_note"))
         lines.append(f"| {e['workload']} | {impl} | {fmt_ns(e['ns_per_task'])} | "
                      f"{fmt_ns(e['ns_per_task_min'])} – {fmt_ns(e['ns_per_task_max'])} | "
                      f"{allocs} | {fmt_ratio(e)} |")
@@ -272,7 +283,7 @@ def fork_join_table(rows):
         cell = fmt_ns(e["ns_per_task"])
         if e.get("failed_rounds"):
             cell += f" ({e['failure']} in {e['failed_rounds']} of {e['rounds']} rounds)"
-        allocs = f"{e['allocs_per_task']:.2f}" + ("¹" if e.get("alloc_note") else "")
+        allocs = f"{e['allocs_per_task']:.2f}" + note_mark(e.get("alloc_note"))
         lines.append(f"| {workload} | {impl} | {cell} | {fmt_ns(e['ns_per_task_min'])} – "
                      f"{fmt_ns(e['ns_per_task_max'])} | {e['ms_per_run']:,.1f} | {stack} | "
                      f"{allocs} | {fmt_ratio(e)} |")
@@ -390,8 +401,9 @@ def markdown_body(entries, json_path):
     if any(e.get("executing_threads", 2) == 3 for e in rows):
         out += ["", "tbb_task_group runs 2 workers plus the producer on the flat workloads, "
                     "which executes tasks inside `task_group::wait()` (TBB's best case)."]
-    notes = sorted({e["alloc_note"] for e in rows + fork_join if e.get("alloc_note")})
-    out += [f"\n¹ {n}." for n in notes]
+    for e in rows + fork_join:
+        note_mark(e.get("alloc_note"))
+    out += [f"\n{m} {n}." for n, m in NOTE_MARKS.items()]
     if skips:
         out += ["", "Skipped:", ""] + skip_lines(skips)
     extra = extras_lines(extras)
