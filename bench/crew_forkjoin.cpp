@@ -112,11 +112,7 @@ class CrewTaskImpl final : public Impl {
   [[nodiscard]] std::string_view skip_reason(Workload w) const override {
     return structured_skip_reason(name(), w);
   }
-  [[nodiscard]] std::string_view alloc_note() const override {
-    return "crew reuses task states freed on the same thread (a per-thread cache of up to 64 "
-           "blocks a size, src/state_cache.cpp); only the cache's misses reach malloc and are "
-           "counted";
-  }
+  [[nodiscard]] std::string_view alloc_note() const override { return kCrewAllocNote; }
   Sample run(Workload w, std::size_t /*tasks*/) override {
     if (!is_fork_join(w)) fail("crew_task runs the fork-join workloads only");
     return run_crew<CrewTaskRuntime>(w);

@@ -68,7 +68,7 @@ struct CrewAdapter {
                                             : kLevels > 1  ? "crew_priority"
                                             : kShards == 1 ? "crew_fifo"
                                                            : "crew";
-  static constexpr std::string_view kAllocNote = "";
+  static constexpr std::string_view kAllocNote = kCrewAllocNote;
   static constexpr bool kLatency = kName == "crew";
   static constexpr crew::TaskOptions options() {
     crew::TaskOptions o;

@@ -54,7 +54,7 @@ crew::PoolOptions observed_options(std::shared_ptr<crew::Observer> observer) {
 template <bool kNull>
 struct CrewObserved {
   static constexpr std::string_view kName = kNull ? "crew_null_observer" : "crew_metrics";
-  static constexpr std::string_view kAllocNote = "";
+  static constexpr std::string_view kAllocNote = kCrewAllocNote;
 
   // Declared before the pool: destroyed after it, like a process-wide one.
   std::shared_ptr<crew::PrometheusMetrics> metrics = std::make_shared<crew::PrometheusMetrics>();

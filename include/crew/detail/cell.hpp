@@ -1,6 +1,8 @@
 // crew/detail/cell.hpp: a type-erased, move-only callable stored inline in
 // 56 bytes, so that a queue slot (8-byte turn + cell) is one cache line.
-// Callables up to kInlineSize bytes never allocate; larger ones are boxed.
+// Callables up to kInlineSize bytes never allocate; larger ones are boxed,
+// in a block of the calling thread's block cache (block_cache.hpp) when they
+// are small enough and not over-aligned.
 //
 // A cell runs either a plain `void()` callable, or a callable with a member
 // `run_with(void* runner)` (a long task posted without a task state, see
@@ -13,6 +15,8 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#include "crew/detail/block_cache.hpp"
 
 namespace crew::detail {
 
@@ -43,6 +47,10 @@ class Cell {
       sizeof(F) <= kInlineSize &&
       alignof(F) <= alignof(void*) && std::is_nothrow_move_constructible_v<F>;
 
+  template <class F>
+  static constexpr bool boxed_in_cache = sizeof(F) <= kMaxCachedBlock &&
+                                         alignof(F) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+
   // Precondition: the cell is empty.
   template <class F>
   void emplace(F&& f) {
@@ -50,6 +58,17 @@ class Cell {
     if constexpr (fits_inline<D>) {
       ::new (static_cast<void*>(storage_)) D(std::forward<F>(f));
       ops_ = &inline_ops<D>;
+    } else if constexpr (boxed_in_cache<D>) {
+      void* block = cached_alloc(sizeof(D));
+      D* boxed;
+      try {
+        boxed = ::new (block) D(std::forward<F>(f));
+      } catch (...) {
+        cached_free(block, sizeof(D));
+        throw;
+      }
+      ::new (static_cast<void*>(storage_)) D*(boxed);
+      ops_ = &boxed_ops<D>;
     } else {
       ::new (static_cast<void*>(storage_)) D*(new D(std::forward<F>(f)));
       ops_ = &boxed_ops<D>;
@@ -159,7 +178,12 @@ class Cell {
         break;
       }
       case Op::destroy:
-        delete f;
+        if constexpr (boxed_in_cache<D>) {
+          f->~D();
+          cached_free(f, sizeof(D));
+        } else {
+          delete f;
+        }
         break;
     }
     return false;

@@ -70,7 +70,7 @@ class TaskStateBase {
   virtual ~TaskStateBase() = default;
 
   // States of up to 512 bytes come from and return to a small per-thread
-  // cache of freed blocks (src/state_cache.cpp): a fork-join node frees its
+  // cache of freed blocks (crew/detail/block_cache.hpp): a fork-join node frees its
   // children's states in bursts that glibc's own cache does not hold. The
   // aligned forms (a result type aligned beyond the default) use the heap.
   static void* operator new(std::size_t size);

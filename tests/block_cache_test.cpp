@@ -1,6 +1,7 @@
-// The per-thread cache of task-state blocks (src/state_cache.cpp): freed
-// blocks are reused without the heap, at most 64 of a size stay per thread,
-// and states aligned beyond the default keep their alignment.
+// The per-thread cache of small blocks (crew/detail/block_cache.hpp): freed
+// task states and boxed callables are reused without the heap, at most 64
+// blocks of a size stay per thread, and states aligned beyond the default
+// keep their alignment.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "crew/detail/cell.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/pool.hpp"
 #include "replaced_new.hpp"  // operator new: counts allocations
@@ -53,7 +55,7 @@ void on_fresh_thread(F body) {
   t.join();
 }
 
-TEST(StateCache, AFreedStateIsReusedWithoutTheHeap) {
+TEST(BlockCache, AFreedStateIsReusedWithoutTheHeap) {
   if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
   on_fresh_thread([] {
     std::vector<detail::TaskStateBase*> first;
@@ -70,10 +72,31 @@ TEST(StateCache, AFreedStateIsReusedWithoutTheHeap) {
   });
 }
 
+// A callable too large for a cell is boxed in a cached block: the second
+// one of its size on a thread reuses the first one's block.
+TEST(BlockCache, ABoxedCallableReusesAFreedBlock) {
+  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  on_fresh_thread([] {
+    std::array<char, 100> payload{};
+    int calls = 0;
+    auto big = [payload, &calls] { calls += payload[0] + 1; };
+    static_assert(!detail::Cell::fits_inline<decltype(big)>);
+    detail::Cell first;
+    first.emplace(big);
+    (void)first.invoke_and_destroy();
+    const std::uint64_t before = test::g_allocations.load();
+    detail::Cell second;
+    second.emplace(big);
+    EXPECT_EQ(test::g_allocations.load() - before, 0u);
+    (void)second.invoke_and_destroy();
+    EXPECT_EQ(calls, 2);
+  });
+}
+
 // A thread that frees more than 64 blocks of a size returns the rest to
 // the heap, also when they were allocated on another thread: no cache grows
 // with what moves between threads.
-TEST(StateCache, AThreadKeepsAtMost64BlocksOfASize) {
+TEST(BlockCache, AThreadKeepsAtMost64BlocksOfASize) {
   if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
   std::vector<detail::TaskStateBase*> made;
   on_fresh_thread([&] { make_states(made, 200); });
@@ -94,7 +117,7 @@ struct alignas(128) Aligned {
 
 // An over-aligned result makes an over-aligned state, which must not come
 // from the cache's 16-byte-aligned blocks.
-TEST(StateCache, AStateAlignedBeyondTheDefaultKeepsItsAlignment) {
+TEST(BlockCache, AStateAlignedBeyondTheDefaultKeepsItsAlignment) {
   test::Watchdog dog;
   Pool pool(test::fixed_workers("state-cache", 1));
   for (int i = 0; i < 32; ++i) {

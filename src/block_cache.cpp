@@ -1,5 +1,6 @@
-// A per-thread cache of freed task-state blocks (declared in
-// crew/detail/task_state.hpp, TaskStateBase's operator new and delete).
+// A per-thread cache of freed small blocks (crew/detail/block_cache.hpp):
+// task states (TaskStateBase's operator new and delete) and callables too
+// large for a cell (Cell::emplace).
 //
 // Why: a fork-join step allocates one state per child and frees it on the
 // parent's thread after get(); a node with more children than glibc's
@@ -18,6 +19,8 @@
 //
 // Under AddressSanitizer every block comes from and returns to the heap, so
 // that a use after free of a task state is still caught.
+#include "crew/detail/block_cache.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -25,14 +28,14 @@
 #include "crew/detail/task_state.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
-#define CREW_STATE_CACHE 0
+#define CREW_BLOCK_CACHE 0
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define CREW_STATE_CACHE 0
+#define CREW_BLOCK_CACHE 0
 #endif
 #endif
-#ifndef CREW_STATE_CACHE
-#define CREW_STATE_CACHE 1
+#ifndef CREW_BLOCK_CACHE
+#define CREW_BLOCK_CACHE 1
 #endif
 
 namespace crew::detail {
@@ -41,8 +44,8 @@ namespace {
 // Block sizes are multiples of malloc's own granule, so that a block that
 // comes from the heap is the size the heap would have given anyway.
 constexpr std::size_t kGrain = 16;
-constexpr std::size_t kClasses = 32;  // blocks of up to 512 bytes are cached
-constexpr std::uint32_t kCap = 64;    // blocks kept per size, per thread
+constexpr std::size_t kClasses = kMaxCachedBlock / kGrain;
+constexpr std::uint32_t kCap = 64;  // blocks kept per size, per thread
 // And at most this many bytes in all sizes together, per thread.
 constexpr std::size_t kMaxBytes = 64 * 1024;
 
@@ -51,7 +54,7 @@ constexpr std::size_t class_of(std::size_t size) noexcept {
 }
 constexpr std::size_t block_size(std::size_t cls) noexcept { return (cls + 1) * kGrain; }
 
-#if CREW_STATE_CACHE
+#if CREW_BLOCK_CACHE
 struct FreeBlock {
   FreeBlock* next;
 };
@@ -83,10 +86,10 @@ ThreadCache::~ThreadCache() {
 
 }  // namespace
 
-void* TaskStateBase::operator new(std::size_t size) {
+void* cached_alloc(std::size_t size) {
   const std::size_t cls = class_of(size);
   if (cls >= kClasses) return ::operator new(size);
-#if CREW_STATE_CACHE
+#if CREW_BLOCK_CACHE
   if (!t_cache_gone) {
     ThreadCache& cache = t_cache;
     if (FreeBlock* b = cache.head[cls]) {
@@ -100,13 +103,13 @@ void* TaskStateBase::operator new(std::size_t size) {
   return ::operator new(block_size(cls));
 }
 
-void TaskStateBase::operator delete(void* p, std::size_t size) noexcept {
+void cached_free(void* p, std::size_t size) noexcept {
   const std::size_t cls = class_of(size);
   if (cls >= kClasses) {
     ::operator delete(p);
     return;
   }
-#if CREW_STATE_CACHE
+#if CREW_BLOCK_CACHE
   if (!t_cache_gone) {
     ThreadCache& cache = t_cache;
     if (cache.count[cls] < kCap && cache.bytes + block_size(cls) <= kMaxBytes) {
@@ -121,5 +124,9 @@ void TaskStateBase::operator delete(void* p, std::size_t size) noexcept {
 #endif
   ::operator delete(p);
 }
+
+void* TaskStateBase::operator new(std::size_t size) { return cached_alloc(size); }
+
+void TaskStateBase::operator delete(void* p, std::size_t size) noexcept { cached_free(p, size); }
 
 }  // namespace crew::detail

@@ -1,0 +1,24 @@
+// crew/detail/block_cache.hpp: small blocks from a per-thread cache of freed
+// ones (src/block_cache.cpp), for task states and boxed callables.
+//
+// Each thread touches only its own cache. A block may be freed on another
+// thread than the one that allocated it; it then joins the freeing thread's
+// cache. A cache keeps at most 64 blocks of a size and 64 KiB in all; the
+// rest goes back to the heap, and all of it when its thread exits. Blocks of
+// more than kMaxCachedBlock bytes always come from the heap, and so do all
+// of them under AddressSanitizer (so that a use after free is caught).
+#pragma once
+
+#include <cstddef>
+
+namespace crew::detail {
+
+inline constexpr std::size_t kMaxCachedBlock = 512;
+
+// A block of at least `size` bytes, aligned for any fundamental type (16
+// bytes); throws std::bad_alloc like operator new.
+void* cached_alloc(std::size_t size);
+// Frees a block of cached_alloc(size), on any thread.
+void cached_free(void* p, std::size_t size) noexcept;
+
+}  // namespace crew::detail
