@@ -12,10 +12,9 @@
 // locks. A block may be allocated on one thread and freed on another; it
 // then joins the freeing thread's cache, or goes back to the heap when that
 // cache holds kCap blocks of its size or kMaxBytes in all: no cache grows
-// beyond 64 KiB, whatever moves between threads. A
-// thread's cache is returned to the heap when the thread exits; a state
-// freed after that (by another thread_local's destructor) goes straight to
-// the heap.
+// beyond 64 KiB, whatever moves between threads. A thread's cache is
+// returned to the heap when the thread exits; a block freed after that (by
+// another thread_local's destructor) goes straight to the heap.
 //
 // Under AddressSanitizer every block comes from and returns to the heap, so
 // that a use after free of a task state is still caught.
@@ -26,17 +25,6 @@
 #include <new>
 
 #include "crew/detail/task_state.hpp"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define CREW_BLOCK_CACHE 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CREW_BLOCK_CACHE 0
-#endif
-#endif
-#ifndef CREW_BLOCK_CACHE
-#define CREW_BLOCK_CACHE 1
-#endif
 
 namespace crew::detail {
 namespace {
@@ -54,7 +42,6 @@ constexpr std::size_t class_of(std::size_t size) noexcept {
 }
 constexpr std::size_t block_size(std::size_t cls) noexcept { return (cls + 1) * kGrain; }
 
-#if CREW_BLOCK_CACHE
 struct FreeBlock {
   FreeBlock* next;
 };
@@ -78,19 +65,15 @@ ThreadCache::~ThreadCache() {
       head[c] = b->next;
       ::operator delete(b);
     }
-    count[c] = 0;
   }
-  bytes = 0;
 }
-#endif
 
 }  // namespace
 
 void* cached_alloc(std::size_t size) {
   const std::size_t cls = class_of(size);
   if (cls >= kClasses) return ::operator new(size);
-#if CREW_BLOCK_CACHE
-  if (!t_cache_gone) {
+  if (kBlockCacheOn && !t_cache_gone) {
     ThreadCache& cache = t_cache;
     if (FreeBlock* b = cache.head[cls]) {
       cache.head[cls] = b->next;
@@ -99,7 +82,6 @@ void* cached_alloc(std::size_t size) {
       return b;
     }
   }
-#endif
   return ::operator new(block_size(cls));
 }
 
@@ -109,8 +91,7 @@ void cached_free(void* p, std::size_t size) noexcept {
     ::operator delete(p);
     return;
   }
-#if CREW_BLOCK_CACHE
-  if (!t_cache_gone) {
+  if (kBlockCacheOn && !t_cache_gone) {
     ThreadCache& cache = t_cache;
     if (cache.count[cls] < kCap && cache.bytes + block_size(cls) <= kMaxBytes) {
       auto* b = static_cast<FreeBlock*>(p);
@@ -121,7 +102,6 @@ void cached_free(void* p, std::size_t size) noexcept {
       return;
     }
   }
-#endif
   ::operator delete(p);
 }
 

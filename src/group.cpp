@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "crew/detail/block_cache.hpp"
 #include "crew/detail/futex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
@@ -123,11 +124,7 @@ Admission admission_of(Task<void>& task) {
 // a state used after it was freed is still caught.
 class StateCache {
  public:
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr int kKeep = 0;
-#else
-  static constexpr int kKeep = 8;
-#endif
+  static constexpr int kKeep = kBlockCacheOn ? 8 : 0;
   StateCache() = default;
   StateCache(const StateCache&) = delete;
   StateCache& operator=(const StateCache&) = delete;

@@ -2,6 +2,8 @@
 // task states and boxed callables are reused without the heap, at most 64
 // blocks of a size stay per thread, and states aligned beyond the default
 // keep their alignment.
+#include "crew/detail/block_cache.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -18,18 +20,6 @@
 
 namespace crew {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCacheOff = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kCacheOff = true;
-#else
-constexpr bool kCacheOff = false;
-#endif
-#else
-constexpr bool kCacheOff = false;
-#endif
 
 constexpr std::size_t kCap = 64;  // blocks of one size a thread keeps
 
@@ -56,7 +46,8 @@ void on_fresh_thread(F body) {
 }
 
 TEST(BlockCache, AFreedStateIsReusedWithoutTheHeap) {
-  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  if (!detail::kBlockCacheOn)
+    GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
   on_fresh_thread([] {
     std::vector<detail::TaskStateBase*> first;
     make_states(first, 10);
@@ -75,7 +66,8 @@ TEST(BlockCache, AFreedStateIsReusedWithoutTheHeap) {
 // A callable too large for a cell is boxed in a cached block: the second
 // one of its size on a thread reuses the first one's block.
 TEST(BlockCache, ABoxedCallableReusesAFreedBlock) {
-  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  if (!detail::kBlockCacheOn)
+    GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
   on_fresh_thread([] {
     std::array<char, 100> payload{};
     int calls = 0;
@@ -97,7 +89,8 @@ TEST(BlockCache, ABoxedCallableReusesAFreedBlock) {
 // the heap, also when they were allocated on another thread: no cache grows
 // with what moves between threads.
 TEST(BlockCache, AThreadKeepsAtMost64BlocksOfASize) {
-  if (kCacheOff) GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  if (!detail::kBlockCacheOn)
+    GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
   std::vector<detail::TaskStateBase*> made;
   on_fresh_thread([&] { make_states(made, 200); });
   on_fresh_thread([&] {

@@ -15,6 +15,21 @@ namespace crew::detail {
 
 inline constexpr std::size_t kMaxCachedBlock = 512;
 
+// Whether freed blocks are kept at all: not under AddressSanitizer, which
+// must see every free to catch a use after it. (Also read by the group
+// states' own cache, src/group.cpp, and by the tests.)
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kBlockCacheOn = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kBlockCacheOn = false;
+#else
+inline constexpr bool kBlockCacheOn = true;
+#endif
+#else
+inline constexpr bool kBlockCacheOn = true;
+#endif
+
 // A block of at least `size` bytes, aligned for any fundamental type (16
 // bytes); throws std::bad_alloc like operator new.
 void* cached_alloc(std::size_t size);

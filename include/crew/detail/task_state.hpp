@@ -70,16 +70,16 @@ class TaskStateBase {
   virtual ~TaskStateBase() = default;
 
   // States of up to 512 bytes come from and return to a small per-thread
-  // cache of freed blocks (crew/detail/block_cache.hpp): a fork-join node frees its
-  // children's states in bursts that glibc's own cache does not hold. The
-  // aligned forms (a result type aligned beyond the default) use the heap.
+  // cache of freed blocks (crew/detail/block_cache.hpp): a fork-join node
+  // frees its children's states in bursts that glibc's own cache does not
+  // hold. The aligned forms (a result type aligned beyond the default) use
+  // the heap.
   static void* operator new(std::size_t size);
   static void operator delete(void* p, std::size_t size) noexcept;
   static void* operator new(std::size_t size, std::align_val_t align) {
     return ::operator new(size, align);
   }
-  static void operator delete(void* p, std::size_t size, std::align_val_t align) noexcept {
-    (void)size;
+  static void operator delete(void* p, std::size_t /*size*/, std::align_val_t align) noexcept {
     ::operator delete(p, align);
   }
 
