@@ -458,6 +458,7 @@ TEST(PrometheusMetrics, ScrapesDuringTheWorkloadSeeMonotonicCountsAndExactTotals
 
 // ---- the text exposition ----
 
+#ifdef CREW_PROMTOOL
 std::string run_promtool(const std::string& exposition, int* status) {
   char path[] = "/tmp/crew_metrics_XXXXXX";
   const int fd = mkstemp(path);
@@ -475,6 +476,7 @@ std::string run_promtool(const std::string& exposition, int* status) {
   std::remove(path);
   return output;
 }
+#endif
 
 TEST(PrometheusExposition, PromtoolFindsNoProblemsAfterAWorkload) {
 #ifndef CREW_PROMTOOL
