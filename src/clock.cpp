@@ -2,6 +2,7 @@
 // new anchors.
 #include "crew/detail/clock.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -127,5 +128,22 @@ std::int64_t TscClock::slow_now_ns() noexcept { return steady_ns(); }
 bool TscClock::uses_tsc() noexcept { return false; }
 
 #endif
+
+std::uint64_t cycles_per_us() noexcept {
+  // Both counts go on while the thread is preempted, so a preemption in
+  // the window does not skew the ratio; only the reads at its ends must be
+  // close together, and 50 us makes their jitter (~0.1 us) small.
+  static const std::uint64_t rate = [] {
+    constexpr std::int64_t kWindowNs = 50'000;
+    const std::uint64_t c0 = cycles();
+    const std::int64_t t0 = steady_ns();
+    std::int64_t t1 = t0;
+    while (t1 - t0 < kWindowNs) t1 = steady_ns();
+    const std::uint64_t c1 = cycles();
+    const auto us = static_cast<std::uint64_t>(t1 - t0) / 1000;
+    return std::max<std::uint64_t>(1, (c1 - c0) / std::max<std::uint64_t>(1, us));
+  }();
+  return rate;
+}
 
 }  // namespace crew::detail

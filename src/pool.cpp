@@ -170,7 +170,7 @@ void Core::grow() noexcept {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
-      idle_.take_token();
+      idle_.hand_token();
       MutexLock lock(ctl_->mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter

@@ -38,16 +38,17 @@ bool take_spinner_slot() noexcept {
 // Polls the queues for opts_.spin. Always gives up the spinning token.
 //
 // The wake-up policy, after Go's scheduler: a submitter wakes a sleeper
-// only when no worker of the pool holds a spinning token (a spinner, or a
-// worker woken or started to become one); the last spinner to see work
-// wakes another if more is queued, before it takes its own task (so that
-// if the woken worker preempts it on its CPU, it holds no task meanwhile);
-// one that sees a single task takes it and wakes another only if more
-// arrived meanwhile. A spinner polls without giving its core away (a yield
-// could cost a whole time slice while a task waits, and submitters do not
-// wake anyone while it spins), and at most spinner_limit() workers spin in
-// the whole process; a worker that finds every slot taken goes to sleep
-// after one look at the queues.
+// only when no worker of the pool is actually spinning: holds a spinning
+// token and beat within IdleWorkers::kStaleUs (a spinner), or was woken or
+// started to become one within IdleWorkers::kWakeGraceUs. The last spinner
+// to see work wakes another if more is queued, before it takes its own task
+// (so that if the woken worker preempts it on its CPU, it holds no task
+// meanwhile); one that sees a single task takes it and wakes another only
+// if more arrived meanwhile. A spinner polls with `pause` and gives its core
+// away only when it sees work it cannot take (below); if it loses its CPU
+// anyway, its beat goes stale and submitters wake a sleeper. At most
+// spinner_limit() workers spin in the whole process; a worker that finds
+// every slot taken goes to sleep after one look at the queues.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) idle_.take_token();
   bool token = true;
@@ -56,11 +57,14 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   const bool slot = opts_.spin.count() != 0 && !w.crowded && take_spinner_slot();
   std::int64_t last_look = slot ? now_ns() : 0;
   std::int64_t until = saturating_add(last_look, opts_.spin.count());
+  if (slot) idle_.beat();
   bool found = false;
+  unsigned stuck = 0;  // looks in a row that saw work and could not take it
   for (unsigned i = 0;; ++i) {
     const std::size_t queued = queue_.size();
     if (queued == 0) {
       w.backlog_since_ns = 0;
+      stuck = 0;
     } else {
       // Help is brought in before this worker takes its task, not after: the
       // woken worker often lands on this CPU and preempts this one, which
@@ -78,11 +82,20 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
         idle_.take_token();
         token = true;
       }
+      // Work in the shared queue that stays untakeable look after look: its
+      // submitter claimed the slot and has not written the cell, so it is
+      // not running, and it may be waiting for this very CPU (a worker woken
+      // onto it preempted the submitter). Yield it.
+      if (++stuck == kStuckLooks) {
+        stuck = 0;
+        if (queue_.shared_size() != 0) sched_yield();
+      }
     }
     if (!slot || life_.attention(std::memory_order_relaxed) != w.seen_attention ||
         life_.closed(std::memory_order_relaxed)) {
       break;
     }
+    if ((i & 3) == 3) idle_.beat();
     if ((i & 15) == 15) {
       // A spinner that lost its CPU meanwhile (preempted, or its virtual
       // CPU descheduled) starts its window afresh: the time it did not run
@@ -137,7 +150,7 @@ void Core::help_with_backlog(Worker& w) noexcept {
   const std::size_t queued = queue_.size();
   if (queued == 0) {
     w.backlog_since_ns = 0;
-  } else if (idle_.spinning() == 0 && help_due(w, queued)) {
+  } else if (!idle_.spinner_running() && help_due(w, queued)) {
     bring_in_help();
   }
 }
@@ -152,24 +165,35 @@ void Core::bring_in_help() noexcept {
   }
 }
 
-// A submitter that found no spinner. A worker that is awake without a
-// spinning token and has (almost) nothing queued is most often between two
-// short tasks and takes a token again within a microsecond; a wake-up costs
-// the submitter a system call and, on a machine without an idle CPU,
-// preempts it or the worker. So then the submitter polls the tokens for about
-// a microsecond before it wakes anyone: a worker that is really busy (a long
-// task) costs its submitters that microsecond and nothing more. With a
-// backlog queued the awake workers are busy clearing it, and help is brought
-// in at once, as a burst needs.
+// A submitter that found no spinner running.
+//
+// A token held without a recent beat belongs to a worker that lost its CPU
+// (preempted, often by this very submitter, or its virtual CPU descheduled);
+// a task left to it waits up to a time slice. A sleeper is woken instead,
+// which the kernel places on an idle CPU if there is one. No worker is
+// started for it: the holder is alive and comes back.
+//
+// With no token held: a worker that is awake and has (almost) nothing
+// queued is most often between two short tasks and takes a token again
+// within a microsecond; a wake-up costs the submitter a system call and, on
+// a machine without an idle CPU, preempts it or the worker. So then the
+// submitter polls the tokens for about a microsecond before it wakes anyone:
+// a worker that is really busy (a long task) costs its submitters that
+// microsecond and nothing more. With a backlog queued the awake workers are
+// busy clearing it, and help is brought in at once, as a burst needs.
 void Core::help_submitter() noexcept {
   static constexpr int kPolls = 16;
   const int sleeping = idle_.sleepers();
+  if (idle_.spinning() != 0) {
+    if (sleeping != 0) (void)idle_.wake_one(sched_getcpu());
+    return;
+  }
   if (sleeping != 0 &&
       live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
       queue_.size() <= 2) {
     for (int i = 0; i < kPolls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
-      if (idle_.spinning() != 0) return;  // it takes the task
+      if (idle_.spinner_running()) return;  // it takes the task
     }
   }
   bring_in_help();
@@ -178,7 +202,7 @@ void Core::help_submitter() noexcept {
 void IdleWorkers::pop_locked(Worker& w, int waker_cpu) noexcept {
   w.in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-  spinning_.fetch_add(1, std::memory_order_seq_cst);  // handed to the woken worker
+  hand_token();  // to the woken worker
   w.waker_cpu = waker_cpu;
   w.wake_word.fetch_add(1, std::memory_order_release);
   futex_wake(w.wake_word, 1);
@@ -305,9 +329,9 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     futex_wait(w.wake_word, key, time_point_of(wake_at));
     if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
     if (watching) ++looks;
-    // Timed out or woken spuriously: queued work a spinner will take is not
-    // a reason to leave.
-    if (told_to_look() || (!queue_.empty() && idle_.spinning() == 0)) {
+    // Timed out or woken spuriously: queued work a running spinner will
+    // take is not a reason to leave.
+    if (told_to_look() || (!queue_.empty() && !idle_.spinner_running())) {
       return idle_.leave(w) ? Slept::woken : handed();
     }
     if (expire_at != 0 && now_ns() >= expire_at) {

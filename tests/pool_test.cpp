@@ -4,7 +4,10 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <latch>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -880,6 +884,99 @@ TEST(PoolWake, WorkersWokenOntoTheirWakersCpuStillRunEverything) {
     EXPECT_TRUE(pool.wait_idle(10s));
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+}
+
+// ---- a spinner that lost its CPU ----
+
+// Worker threads stopped in a signal handler stand in for spinners that
+// lost their CPU (preempted by the thread that submits, or a virtual CPU
+// the hypervisor took away): they hold their spinning tokens and do not
+// poll.
+std::atomic<bool> g_stall_release{false};
+std::atomic<int> g_stalled{0};
+
+extern "C" void stall_in_handler(int) {
+  g_stalled.fetch_add(1);
+  const timespec nap{0, 100'000};
+  // Bounded, so that a test that fails still ends: 20 s.
+  for (int i = 0; i < 200'000 && !g_stall_release.load(); ++i) nanosleep(&nap, nullptr);
+}
+
+// CPU time of a thread, in milliseconds.
+double cpu_ms(pthread_t thread) {
+  clockid_t clock{};
+  if (pthread_getcpuclockid(thread, &clock) != 0) return 0;
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// A submitter used to rely on any worker holding a spinning token, so a
+// task posted while the only spinner was off its CPU waited until the
+// spinner came back (a whole time slice, milliseconds, when it shared its
+// CPU with the submitter) although another worker slept. A token whose
+// holder has not polled for a few microseconds no longer counts: the
+// sleeper is woken and runs the task.
+TEST(PoolWake, ATaskIsNotLeftToASpinnerThatLostItsCpu) {
+  Watchdog dog;
+  struct sigaction action {};
+  action.sa_handler = stall_in_handler;
+  sigemptyset(&action.sa_mask);
+  struct sigaction saved {};
+  ASSERT_EQ(sigaction(SIGUSR2, &action, &saved), 0);
+  g_stall_release = false;
+  g_stalled = 0;
+
+  // One worker more than may spin at once in the process, so at least one
+  // sleeps; the others spin for as long as the test lasts.
+  const std::size_t spinners = std::max(1u, std::thread::hardware_concurrency() / 2);
+  std::mutex mu;
+  std::vector<pthread_t> threads;
+  PoolOptions o;
+  o.name = "stalled";
+  o.min_workers = spinners + 1;
+  o.max_workers = spinners + 1;
+  o.spin = 30s;
+  o.on_worker_start = [&](std::uint64_t) {
+    const std::lock_guard lock(mu);
+    threads.push_back(pthread_self());
+  };
+  {
+    Pool pool(std::move(o));
+    ASSERT_TRUE(eventually([&] {
+      const std::lock_guard lock(mu);
+      return threads.size() == spinners + 1;
+    }));
+    // The spinners are the threads that burn CPU while the pool is idle.
+    std::vector<pthread_t> spinning;
+    ASSERT_TRUE(eventually(
+        [&] {
+          std::vector<double> before;
+          for (const pthread_t t : threads) before.push_back(cpu_ms(t));
+          std::this_thread::sleep_for(100ms);
+          spinning.clear();
+          for (std::size_t i = 0; i < threads.size(); ++i) {
+            if (cpu_ms(threads[i]) - before[i] > 20.0) spinning.push_back(threads[i]);
+          }
+          return !spinning.empty() && spinning.size() < threads.size();
+        },
+        10'000ms))
+        << "expected some workers spinning and one asleep";
+    for (const pthread_t t : spinning) ASSERT_EQ(pthread_kill(t, SIGUSR2), 0);
+    ASSERT_TRUE(eventually([&] { return g_stalled.load() == static_cast<int>(spinning.size()); }));
+
+    const auto posted = std::chrono::steady_clock::now();
+    std::atomic<bool> ran{false};
+    ASSERT_EQ(pool.post([&] { ran = true; }), Admission::accepted);
+    const bool in_time = eventually([&] { return ran.load(); }, 1000ms);
+    const auto waited = std::chrono::steady_clock::now() - posted;
+    g_stall_release = true;
+    EXPECT_TRUE(in_time) << "the task waited for the stalled spinner ("
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                         << " ms)";
+    ASSERT_TRUE(pool.wait_idle(10s));
+  }
+  ASSERT_EQ(sigaction(SIGUSR2, &saved, nullptr), 0);
 }
 
 }  // namespace

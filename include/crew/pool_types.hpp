@@ -180,8 +180,10 @@ struct PoolOptions {
   // off its CPU, preempted, does not count). Longer spins catch bursts
   // without a wake-up (~10 us each) at the cost of CPU after work.
   // At most hardware threads / 2 workers spin at once in the process; a
-  // worker woken onto the CPU of the thread that woke it does not spin
-  // (docs/design.md, "Waking workers without losing a wake-up").
+  // worker woken onto the CPU of the thread that woke it does not spin; a
+  // spinner that lost its CPU for more than 10 us is not relied on: tasks
+  // submitted meanwhile wake a sleeping worker (docs/design.md, "Waking
+  // workers without losing a wake-up").
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
   // Stack size of each worker thread in bytes; 0 means the system default
   // (the RLIMIT_STACK soft limit, 8 MiB on most Linux systems). Otherwise at

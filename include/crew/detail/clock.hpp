@@ -88,4 +88,21 @@ class TscClock {
 // steady_clock nanoseconds; 0 means "none" wherever a time is optional.
 inline std::int64_t now_ns() noexcept { return TscClock::now_ns(); }
 
+// A cheap count for short intervals compared across threads (the wake-up
+// policy's heartbeat, crew/detail/idle_workers.hpp): the time-stamp counter
+// on x86, whatever clock source the kernel uses, else now_ns(). Not a time:
+// convert with cycles_per_us(). Counters of two CPUs may disagree by a
+// little; compare differences as signed numbers.
+inline std::uint64_t cycles() noexcept {
+#if CREW_HAVE_TSC
+  return __rdtsc();
+#else
+  return static_cast<std::uint64_t>(now_ns());
+#endif
+}
+
+// cycles() per microsecond, measured against steady_clock over about 50 us
+// on the first call (which then busy-waits that long); at least 1.
+std::uint64_t cycles_per_us() noexcept;
+
 }  // namespace crew::detail

@@ -538,7 +538,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     if (t_current.core == this) {
       const std::size_t local = t_current.worker_local;
       if (local != LocalQueues::kNone && queue_.try_push_local(fill, local)) [[likely]] {
-        after_push();
+        after_push(/*own_queue=*/true);
         return Route::queued;
       }
     }
@@ -594,7 +594,12 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A cell left the queue: blocked submitters may be due for release.
   void on_slot_freed() noexcept { blocked_.slot_freed(queue_); }
 
-  void after_push() noexcept {
+  // `own_queue`: the push went to the calling worker's own queue. That
+  // worker runs the task itself unless a thief takes it first, so any
+  // spinning token is enough there, running or not (and fork-join pushes,
+  // tens of nanoseconds apart, skip the heartbeat's clock read); a task in
+  // the shared queue is left only to a spinner that is running.
+  void after_push(bool own_queue = false) noexcept {
     // A shared-queue push claimed its slot with a seq_cst read-modify-write,
     // so these loads see any worker that went to sleep before it (it
     // re-checks the claimed size after announcing itself), and any shutdown
@@ -605,7 +610,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       if (st >= PoolState::stopping) on_push_after_close();
       return;
     }
-    if (idle_.spinning() != 0) return;  // a spinner will take it
+    if (own_queue ? idle_.spinning() != 0 : idle_.spinner_running()) return;
     help_submitter();
   }
 
@@ -670,6 +675,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A gap this long between two looks of a spinner (normally a few
   // microseconds apart) means it did not have its CPU.
   static constexpr std::int64_t kLostCpuNs = 20'000;
+  // A spinner that sees work it cannot take this many looks in a row (about
+  // 4 us) yields its CPU (wake.cpp, spin_for_work).
+  static constexpr unsigned kStuckLooks = 16;
   // Deferred help (wake.cpp, help_due): a backlog shorter than kBurst tasks
   // gets help once it has lasted kBacklogNs; sleepers look at the queue every
   // kWatchNs while another worker is awake.
