@@ -51,7 +51,9 @@
 //    time (a producer that falls behind is charged: coordinated omission)
 //    and minus the post() call (the pool's share). Before the rounds a
 //    search finds the highest rate crew sustains (achieved >= 0.95 x
-//    target over 1 s runs), which joins the rates of the rounds.
+//    target over 1 s runs), which joins the rates of the rounds. Before
+//    each round's latency runs, cpu_gaps.hpp measures how often and how
+//    long the machine takes each CPU away (the floor of any pool's tail).
 //
 // Google Benchmark is not used: it runs each benchmark to completion before
 // starting the next, so it cannot interleave rounds across implementations,
@@ -74,6 +76,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_gaps.hpp"
 #include "crew_extras.hpp"
 #include "forkjoin.hpp"
 #include "harness.hpp"
@@ -96,6 +99,7 @@ struct Options {
 };
 
 constexpr double kSearchSeconds = 1;      // per trial of the max-rate search
+constexpr double kGapSeconds = 0.5;       // the machine's CPU gaps, before each round
 constexpr double kSustained = 0.95;       // achieved / target
 constexpr double kSearchStart = 100'000;  // tasks/s, doubled until it fails
 constexpr double kSearchCap = 8'000'000;
@@ -564,6 +568,8 @@ JsonObject workload_entry(std::string_view impl, Workload w, const Options& o) {
 
 struct Extras {
   std::optional<RateSearch> rate_search;
+  // The machine's CPU gaps, measured before each round's latency runs.
+  std::vector<CpuGaps> gaps;
   std::vector<IdleCpu> idle;
   std::optional<QueuedMemory> queued;
   std::optional<PostAllocs> post;
@@ -639,6 +645,16 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
     e.str("impl", "crew").str("workload", "latency_max_rate").num("threads", kWorkers);
     e.num("rate", r->max_rate).num("seconds", kSearchSeconds).num("sustained_fraction", kSustained);
     e.nums("trial_rates", targets).nums("trial_achieved", achieved);
+    entries.push_back(e.text());
+  }
+  if (!extras.gaps.empty()) {
+    const CpuGaps g = median_of(extras.gaps);
+    JsonObject e;
+    e.str("impl", "machine").str("workload", "cpu_gaps").num("cpus", static_cast<double>(g.cpus));
+    e.num("seconds", g.seconds).num("rounds", static_cast<double>(extras.gaps.size()));
+    e.num("min_gap_us", static_cast<double>(kMinGapNs) / 1e3).num("gaps_per_ms", g.per_ms);
+    e.num("away_percent", g.away_percent).num("gap_p50_us", g.p50_us);
+    e.num("gap_p99_us", g.p99_us).num("gap_max_us", g.max_us);
     entries.push_back(e.text());
   }
   for (const Skip& s : skips) {
@@ -760,6 +776,15 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
                   l.impl.c_str(), m.achieved_rate, m.p50_us, m.p99_us, m.p999_us, m.sched_p50_us,
                   m.sched_p99_us, m.sched_p999_us, ratio);
     }
+  }
+  if (!extras.gaps.empty()) {
+    const CpuGaps g = median_of(extras.gaps);
+    std::printf(
+        "\nmachine: a thread pinned to each of %zu CPUs, %.1f s before each round's latency "
+        "runs, lost its CPU %.2f times a ms for more than %.0f us (%.1f%% of the time; gap "
+        "median %.1f us, p99 %.1f us, max %.0f us)\n",
+        g.cpus, g.seconds, g.per_ms, static_cast<double>(kMinGapNs) / 1e3, g.away_percent, g.p50_us,
+        g.p99_us, g.max_us);
   }
   if (const auto& r = extras.rate_search) {
     std::printf(
@@ -922,6 +947,7 @@ int run(const Options& o) {
   LatencySeries latency;
   for (std::size_t r = 0; r < o.rounds; ++r) {
     start = std::chrono::steady_clock::now();
+    if (!latency_impls.empty()) extras.gaps.push_back(measure_cpu_gaps(kGapSeconds));
     run_round(impls, workloads, latency_impls, rates, o, r, &series, &latency, buffers);
     std::fprintf(stderr, "crew_bench: round %zu/%zu took %.1f s\n", r + 1, o.rounds,
                  seconds_since(start));

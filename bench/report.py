@@ -34,7 +34,7 @@ FORK_JOIN = ["fib", "skynet", "nqueens", "matmul"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
              "group_wait", "funcpool_invoke", "parallel_for", "three_pools", "one_pool"] + FORK_JOIN
 EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft",
-          "metrics_scrape", "latency", "latency_max_rate"}
+          "metrics_scrape", "latency", "latency_max_rate", "cpu_gaps"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9
 DEFAULT_FJ_SIZES = {"fib": 30, "skynet": 6, "nqueens": 11, "matmul": 1024}
 DEFAULT_LATENCY_SECONDS = 2
@@ -255,6 +255,13 @@ def extras_lines(extras):
             lines.append(f"- latency_max_rate: the highest rate crew sustains (achieved ≥ "
                          f"{e['sustained_fraction']:g} x target over {e['seconds']:g} s runs) is "
                          f"{e['rate']:,.0f} tasks/s; trials (target → achieved): {trials}")
+        elif e["workload"] == "cpu_gaps":
+            lines.append(f"- cpu_gaps (the machine, measured before each round's latency runs): "
+                         f"a thread pinned to each of {e['cpus']:.0f} CPUs lost it "
+                         f"{e['gaps_per_ms']:.2f} times a ms for more than "
+                         f"{e['min_gap_us']:g} µs, {e['away_percent']:.1f} % of the time "
+                         f"(median gap {e['gap_p50_us']:.1f} µs, p99 {e['gap_p99_us']:.1f} µs); "
+                         f"a task whose worker's CPU is away waits, whatever the pool")
         elif e["workload"] == "post_allocs":
             lines.append(f"- post_allocs: a {e['callable_bytes']}-byte callable costs "
                          f"{e['allocs_per_task']:.4f} allocations per post() in steady state "
