@@ -68,6 +68,9 @@ struct Config {
     std::size_t workers = 0;  // 0: one per hardware thread
     std::size_t queue = 10'000;
     Millis queue_timeout{1000};  // a task not started by then: 503
+    // batch: a woken compute worker does not preempt the I/O thread that
+    // handed it the task (crew::WorkerPolicy::batch, Linux SCHED_BATCH).
+    crew::WorkerPolicy worker_policy = crew::WorkerPolicy::batch;
     // Compute on the connection's I/O thread instead of the pool: only for
     // measuring what the pool costs (README, "crewd figures").
     bool inline_factorial = false;

@@ -116,7 +116,8 @@ int run(const Config& config) {
                       .shutdown_mode = config.shutdown.mode,
                       .shutdown_timeout = config.shutdown.timeout,
                       .observers = compute_observers,
-                      .logger = crew_log});
+                      .logger = crew_log,
+                      .worker_policy = config.compute.worker_policy});
   crew::Pool jobs({.name = "jobs",
                    .max_workers = config.jobs.workers,
                    .queue_capacity = config.jobs.queue,

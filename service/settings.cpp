@@ -252,6 +252,12 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "compute.queue_timeout_ms", "a factorial task not started by then: 503",
         +[](Config& c) -> Millis& { return c.compute.queue_timeout; }, 1, kDay));
+    s.push_back(choice<crew::WorkerPolicy>(
+        "compute.worker_policy",
+        "scheduling of compute workers: batch (a woken worker does not preempt the I/O thread "
+        "that handed it work) or normal",
+        +[](Config& c) -> crew::WorkerPolicy& { return c.compute.worker_policy; },
+        {{"batch", crew::WorkerPolicy::batch}, {"normal", crew::WorkerPolicy::normal}}));
     s.push_back(boolean(
         "compute.inline_factorial",
         "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",

@@ -191,6 +191,8 @@ struct Control {
   std::chrono::nanoseconds replace_backoff CREW_GUARDED_BY(mu){0};
   std::int64_t next_replace_ns CREW_GUARDED_BY(mu) = 0;
   std::condition_variable workers_changed;  // a worker exited; pause ended
+  // A worker found PoolOptions::worker_policy refused (warned once).
+  std::atomic<bool> policy_refused{false};
 
   // Shutdowns: one runs at a time; the others wait for its report.
   ShutdownBook shutdowns CREW_GUARDED_BY(mu);

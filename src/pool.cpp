@@ -80,6 +80,10 @@ PoolOptions resolved(PoolOptions o) {
                               std::to_string(PoolOptions::kMinStackSize) + ".." +
                               std::to_string(PoolOptions::kMaxStackSize) + " bytes");
   }
+  if (o.worker_policy != WorkerPolicy::normal && o.worker_policy != WorkerPolicy::batch) {
+    invalid("worker_policy",
+            std::to_string(static_cast<int>(o.worker_policy)) + " is not normal or batch");
+  }
   if (!o.logger) o.logger = default_logger();
   for (std::size_t i = 0; i < o.observers.size(); ++i) {
     if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");

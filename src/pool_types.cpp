@@ -76,4 +76,14 @@ std::string_view to_string(WorkerStop v) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(WorkerPolicy v) noexcept {
+  switch (v) {
+    case WorkerPolicy::normal:
+      return "normal";
+    case WorkerPolicy::batch:
+      return "batch";
+  }
+  return "unknown";
+}
+
 }  // namespace crew

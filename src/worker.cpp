@@ -3,6 +3,7 @@
 // requests) and handling a popped cell. Spinning and sleeping are in
 // wake.cpp, running task states in run.cpp, waits that help in help.cpp.
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <string>
@@ -20,6 +21,18 @@ void name_this_thread(const std::string& pool, std::uint64_t id) noexcept {
   pthread_setname_np(pthread_self(), name.c_str());
 }
 
+// Puts the calling thread under `policy`. False if the system refused.
+bool apply_policy(WorkerPolicy policy) noexcept {
+#if defined(__linux__)
+  if (policy == WorkerPolicy::batch) {
+    const sched_param param{};
+    return sched_setscheduler(0, SCHED_BATCH, &param) == 0;
+  }
+#endif
+  (void)policy;
+  return true;
+}
+
 }  // namespace
 
 void Core::count_here(TaskStatus outcome) noexcept {
@@ -34,6 +47,15 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
                          bool replacement) {
   Core& c = *self;
   name_this_thread(c.opts_.name, w->id);
+  if (!apply_policy(c.opts_.worker_policy) &&
+      !c.ctl_->policy_refused.exchange(true, std::memory_order_relaxed)) {
+    try {
+      c.log(LogLevel::warning, {.pool = c.opts_.name, .worker_id = w->id},
+            "worker_policy " + std::string(to_string(c.opts_.worker_policy)) +
+                " refused by the system; workers keep the default policy");
+    } catch (...) {  // out of memory for the message
+    }
+  }
   bool started = true;
   if (spinning && c.opts_.on_worker_start) {
     // The hook is user code and may take long: while this worker holds the

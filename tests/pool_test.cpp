@@ -55,6 +55,38 @@ TEST(PoolOptions, InvalidValuesAreRejectedWithTheFieldName) {
   EXPECT_NE(invalid_message({.shutdown_timeout = -1ms}).find("shutdown_timeout"),
             std::string::npos);
   EXPECT_NE(invalid_message({.abandon_grace = -1ms}).find("abandon_grace"), std::string::npos);
+  EXPECT_NE(invalid_message({.worker_policy = static_cast<WorkerPolicy>(7)}).find("worker_policy"),
+            std::string::npos);
+}
+
+// The scheduling policy a task of `pool` runs under (sched_getscheduler).
+int policy_of_a_worker(Pool& pool) {
+  Task<int> t = pool.submit([] { return sched_getscheduler(0); });
+  return t.get();
+}
+
+TEST(PoolOptions, WorkerPolicyIsTheWorkersSchedulingPolicy) {
+#if !defined(__linux__)
+  GTEST_SKIP() << "WorkerPolicy::batch is SCHED_BATCH, a Linux policy";
+#else
+  Watchdog dog;
+  Pool normal({.name = "normal", .max_workers = 1});
+  EXPECT_EQ(policy_of_a_worker(normal), SCHED_OTHER);
+  Pool batch({.name = "batch", .max_workers = 1, .worker_policy = WorkerPolicy::batch});
+  EXPECT_EQ(policy_of_a_worker(batch), SCHED_BATCH);
+  EXPECT_EQ(to_string(WorkerPolicy::batch), "batch");
+  // Replacements too: a worker whose start hook throws dies and is replaced.
+  std::atomic<int> starts{0};
+  Pool replaced({.name = "replaced",
+                 .max_workers = 1,
+                 .on_worker_start =
+                     [&](std::uint64_t) {
+                       if (starts.fetch_add(1) == 0) throw std::runtime_error("first start fails");
+                     },
+                 .worker_policy = WorkerPolicy::batch});
+  EXPECT_EQ(policy_of_a_worker(replaced), SCHED_BATCH);
+  EXPECT_GE(starts.load(), 2);
+#endif
 }
 
 TEST(PoolOptions, ZeroMeansTheDocumentedDefaults) {

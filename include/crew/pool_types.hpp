@@ -53,6 +53,22 @@ enum class WorkerState : std::uint8_t { starting, idle, busy, stopping, stopped,
 
 enum class WorkerStop : std::uint8_t { graceful, hard };
 
+// How the operating system schedules the pool's worker threads.
+enum class WorkerPolicy : std::uint8_t {
+  // The system's default (Linux SCHED_OTHER): a worker woken for a task
+  // preempts the thread running on the CPU the kernel puts it on, if that
+  // thread has run longer.
+  normal,
+  // Linux SCHED_BATCH, same nice value: a woken worker does not preempt; it
+  // runs when the thread on its CPU waits or its time slice ends. For a
+  // pool fed by threads that have other work to do on a machine whose CPUs
+  // are all busy (an event loop handing CPU work over): the submitter keeps
+  // its CPU and serves more before the worker runs, at the cost of the
+  // tasks' start latency (up to a time slice, milliseconds). Elsewhere than
+  // Linux, the same as normal.
+  batch,
+};
+
 // The only legal transitions. A transition to the same state is a no-op and
 // always legal.
 [[nodiscard]] constexpr bool is_legal_transition(PoolState from, PoolState to) noexcept {
@@ -102,6 +118,7 @@ enum class WorkerStop : std::uint8_t { graceful, hard };
 [[nodiscard]] std::string_view to_string(PoolState v) noexcept;
 [[nodiscard]] std::string_view to_string(WorkerState v) noexcept;
 [[nodiscard]] std::string_view to_string(WorkerStop v) noexcept;
+[[nodiscard]] std::string_view to_string(WorkerPolicy v) noexcept;
 
 // Identifies a task in reports and callbacks. Unnamed fire-and-forget short
 // tasks have id 0 and no name.
@@ -193,6 +210,10 @@ struct PoolOptions {
   std::size_t stack_size = 0;
   static constexpr std::size_t kMinStackSize = std::size_t{64} << 10;
   static constexpr std::size_t kMaxStackSize = std::size_t{1} << 30;
+  // How the system schedules worker threads (see WorkerPolicy). Set by each
+  // worker on itself before on_worker_start; if the system refuses, the
+  // worker keeps the default and the pool logs a warning once.
+  WorkerPolicy worker_policy = WorkerPolicy::normal;
 };
 
 namespace detail {

@@ -2,12 +2,14 @@
 """What the compute pool costs crewd, and what the front door holds: wrk
 against GET /api/v1/factorial/20 with factorials on the compute pool (the
 default: the I/O thread hands each one to the pool and resumes when it is
-done) and on the connection's I/O thread (compute.inline_factorial=true),
-interleaved over rounds because the cost of crossing cores on a shared VM
-drifts over minutes; then the default at -c64 and -c1000 back to back on
-one crewd (socket errors, the throughput ratio). With --baseline, another crewd binary (say the one before a
-change) is measured in the same rounds, for a before/after beside each
-other. Prints each run, the medians as a Markdown table (with the socket
+done), on the pool with compute.worker_policy=normal (woken workers
+preempt the I/O thread), and on the connection's I/O thread
+(compute.inline_factorial=true), interleaved over rounds because the cost
+of crossing cores on a shared VM drifts over minutes; then the default at
+-c64 and -c1000 back to back on one crewd (socket errors, the throughput
+ratio). With --baseline, another crewd binary (say the one before a
+change) is measured in the same rounds (pool and inline), for a
+before/after beside each other. Prints each run, the medians as a Markdown table (with the socket
 errors and non-2xx responses of all rounds) and the median of the
 per-round ratios (README.md and docs/crewd.md, "Figures").
 
@@ -30,12 +32,17 @@ import time
 # mode -> crewd flags
 MODES = {
     "pool": [],
+    "normal": ["--compute-worker-policy", "normal"],
     "inline": ["--compute-inline-factorial", "true"],
 }
 LABELS = {
     "pool": "compute pool (default)",
+    "normal": "compute pool, workers preempt (`compute.worker_policy=normal`)",
     "inline": "connection's I/O thread (`compute.inline_factorial=true`)",
 }
+# Modes a --baseline crewd runs (one from before compute.worker_policy
+# would refuse the flag).
+BASELINE_MODES = ("pool", "inline")
 
 
 def port_of(crewd, flags):
@@ -99,7 +106,7 @@ def main():
 
     runs = [("", m) for m in MODES]
     if a.baseline:
-        runs += [("before", m) for m in MODES]
+        runs += [("before", m) for m in BASELINE_MODES]
     results = {r: [] for r in runs}
     many = []
     for r in range(a.rounds):

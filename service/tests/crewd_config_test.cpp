@@ -122,6 +122,10 @@ TEST(CrewdConfig, ABadValueNamesTheSettingAndWhereItCameFrom) {
       {{"--log-level", "loud"},
        {},
        "log_level = \"loud\" (from flag --log-level): must be one of debug, info, warning, error"},
+      {{},
+       {{"CREWD_COMPUTE_WORKER_POLICY", "fast"}},
+       "compute.worker_policy = \"fast\" (from env CREWD_COMPUTE_WORKER_POLICY): must be one of "
+       "batch, normal"},
       {{"--compute-inline-factorial", "maybe"},
        {},
        "compute.inline_factorial = \"maybe\" (from flag --compute-inline-factorial): must be true "
