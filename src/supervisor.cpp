@@ -47,7 +47,10 @@ void Core::disarm_queue_deadline(TaskStateBase* s) noexcept { disarm_timer(s); }
 void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
   {
     MutexLock lock(ctl_->mu);
-    ctl_->foreign.push_back(s);
+    try {
+      ctl_->foreign.push_back(s);
+    } catch (...) {  // out of memory: a hard shutdown will not stop it, its deadline still does
+    }
   }
   if (deadline_ns != 0) {
     try {
