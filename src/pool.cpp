@@ -131,9 +131,7 @@ Core::Core(PoolOptions options)
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      blocked_(opts_.queue_capacity == kUnbounded
-                   ? opts_.queue_capacity
-                   : opts_.queue_capacity * opts_.priority_levels / 2),
+      blocked_(opts_.queue_capacity, opts_.priority_levels),
       ctl_(std::make_unique<Control>()) {
   enable_light_fences();
 }

@@ -17,6 +17,7 @@
 #include <latch>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -262,6 +263,55 @@ TEST(PoolAdmission, BlockPolicyWaitsForRoom) {
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_EQ(pool.stats().outcomes.succeeded, 2u);
 }
+
+// A submitter blocked on a full queue goes on once its level is down to
+// half the capacity (the low-water mark), not at the first freed slot: the
+// worker here frees one slot per step, and the submitter must stay blocked
+// until the fourth. With priority levels the mark is per level.
+class BlockedSubmitterLowWater : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(BlockedSubmitterLowWater, GoesOnAtHalfTheCapacity) {
+  Watchdog dog;
+  const std::size_t levels = GetParam();
+  constexpr std::size_t kCapacity = 8;
+  Pool pool({.max_workers = 1, .queue_capacity = kCapacity, .priority_levels = levels});
+  TaskOptions top;
+  top.priority = static_cast<std::uint8_t>(levels - 1);
+  Gate first;
+  std::counting_semaphore<> step(0);
+  std::atomic<int> stuck{0};  // steps that timed out (a hang, not a pass)
+  auto one_step = [&] {
+    if (!step.try_acquire_for(20s * test::kSlowdown)) stuck.fetch_add(1);
+  };
+  ASSERT_EQ(pool.post([&] { (void)first.wait(); }, top), Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  for (std::size_t i = 0; i < kCapacity; ++i) {
+    ASSERT_EQ(pool.post(one_step, top), Admission::accepted);
+  }
+  std::atomic<bool> posted{false};
+  std::thread submitter([&] {
+    EXPECT_EQ(pool.post([] {}, top), Admission::accepted);
+    posted = true;
+  });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  // The worker takes one stepping task (7 queued), then one more per step.
+  first.open();
+  for (std::size_t queued = kCapacity - 1; queued > kCapacity / 2; --queued) {
+    ASSERT_TRUE(eventually([&] { return pool.stats().queued == queued; })) << queued;
+    std::this_thread::sleep_for(20ms);  // room for a wrong early release
+    EXPECT_FALSE(posted.load()) << "released with " << queued << " queued";
+    step.release();
+  }
+  // Now 4 queued: the mark.
+  ASSERT_TRUE(eventually([&] { return posted.load(); }));
+  submitter.join();
+  step.release(static_cast<std::ptrdiff_t>(kCapacity));
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(stuck.load(), 0);
+  EXPECT_EQ(pool.stats().outcomes.succeeded, kCapacity + 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, BlockedSubmitterLowWater, ::testing::Values(1u, 3u));
 
 TEST(PoolAdmission, TooManyBlockedSubmittersAreRejected) {
   Watchdog dog;

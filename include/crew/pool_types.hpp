@@ -24,7 +24,8 @@ inline constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
 
 // What a blocking submission does when the queue is full.
 enum class Overflow : std::uint8_t {
-  block,        // wait for room (bounded by max_blocked_submitters)
+  block,        // wait until the queue (the task's priority level) has drained
+                // to half its capacity, then queue (bounded by max_blocked_submitters)
   reject,       // refuse with Admission::full
   caller_runs,  // run the task on the submitting thread
 };

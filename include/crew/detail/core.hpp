@@ -567,8 +567,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     if (!blocked_.enter(opts_.max_blocked_submitters)) {
       return refuse(Admission::too_many_blocked, why);
     }
+    // Wait for the level to drain to its low-water mark rather than for
+    // the first free slot, then push (blocked_submitters.hpp says why).
     Route r = Route::refused;
-    for (int spins = 0;; ++spins) {
+    for (;;) {
       if (life_.closed()) {
         refuse(Admission::closed, why);
         break;
@@ -577,14 +579,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         r = Route::queued;
         break;
       }
-      if (spins < 64) {
-        cpu_relax();
-        continue;
-      }
-      // Sleep until workers have freed a batch of slots or a shutdown
-      // starts; at most a millisecond, then look again.
-      blocked_.sleep(
-          [&] { return queue_.full(level) && !life_.closed(std::memory_order_seq_cst); });
+      blocked_.wait([&] {
+        return queue_.level_size(level) > blocked_.low_water() &&
+               !life_.closed(std::memory_order_seq_cst);
+      });
     }
     blocked_.leave();
     if (r == Route::queued) after_push();
@@ -636,12 +634,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       report_exception(TaskRef{}, std::current_exception());
       count_here(TaskStatus::failed);
     }
-  }
-
-  static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
   }
 
   // ---- implementation (src/) ----

@@ -1,6 +1,7 @@
 // crew/detail/spin_lock.hpp: a tiny lock for critical sections of a few
 // instructions that are almost never contended (per-task and per-worker
-// bookkeeping), where a std::mutex would double the state's size.
+// bookkeeping), where a std::mutex would double the state's size; and
+// cpu_relax(), the pause of every spin-wait in the pool.
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,14 @@
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
+
+// One pause of a spin-wait: tells the CPU the loop waits on memory another
+// core writes (cheaper on the sibling hyper-thread and on the bus).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 class CREW_CAPABILITY("mutex") SpinLock {
  public:

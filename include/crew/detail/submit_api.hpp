@@ -24,10 +24,11 @@ namespace crew::detail {
 template <class Derived>
 class SubmitApi {
  public:
-  // Fire-and-forget. Blocks while the queue is full if the overflow policy is
-  // block (never when called from a task of this pool: the task then runs
-  // inline). Returns accepted, or why the task was refused; a refused task
-  // is counted as rejected.
+  // Fire-and-forget. If the queue is full and the overflow policy is block,
+  // waits until the task's priority level has drained to half its capacity
+  // or a shutdown starts (never when called from a task of this pool: the
+  // task then runs inline). Returns accepted, or why the task was refused;
+  // a refused task is counted as rejected.
   template <class F>
     requires(is_task_v<std::decay_t<F>>)
   [[nodiscard]] Admission post(F&& f) {

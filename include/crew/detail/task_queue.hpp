@@ -533,7 +533,9 @@ class Queues {
     }
     return locals_.empty();
   }
-  [[nodiscard]] bool full(std::size_t level) const noexcept { return levels_[level]->full(); }
+  [[nodiscard]] std::size_t level_size(std::size_t level) const noexcept {
+    return levels_[level]->size();
+  }
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     std::uint64_t n = locals_.pushed();
     for (const auto& q : levels_) n += q->pushed();
