@@ -115,7 +115,6 @@ class Ring {
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return tail_.load(std::memory_order_relaxed);
   }
-  [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
 
  private:
   struct alignas(kCacheLine) Slot {
@@ -324,9 +323,6 @@ class Shard {
   [[nodiscard]] std::size_t size() const noexcept {
     return ring_.size() + (spill_cap_ == 0 ? 0 : spill_->size());
   }
-  [[nodiscard]] std::size_t capacity() const noexcept {
-    return spill_cap_ == kUnbounded ? kUnbounded : ring_.capacity() + spill_cap_;
-  }
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return ring_.pushed() + (spill_cap_ == 0 ? 0 : spill_->pushed());
   }
@@ -410,13 +406,6 @@ class TaskQueue {
   [[nodiscard]] bool empty() const noexcept {
     for (std::size_t i = 0; i <= mask_; ++i) {
       if (shards_[i]->size() != 0) return false;
-    }
-    return true;
-  }
-  // Approximate under concurrency; callers re-try the push either way.
-  [[nodiscard]] bool full() const noexcept {
-    for (std::size_t i = 0; i <= mask_; ++i) {
-      if (shards_[i]->size() < shards_[i]->capacity()) return false;
     }
     return true;
   }
