@@ -23,11 +23,8 @@ namespace {
 using namespace std::chrono_literals;
 using test::Watchdog;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr int kTasks = 40'000;  // ThreadSanitizer is ~10x slower; the races are the same
-#else
-constexpr int kTasks = 1'000'000;
-#endif
+// ThreadSanitizer is ~10x slower; the races are the same with fewer tasks.
+constexpr int kTasks = test::kThreadSanitizer ? 40'000 : 1'000'000;
 constexpr int kProducers = 4;
 constexpr int kSeeds = 20;
 
