@@ -530,8 +530,10 @@ struct SlowMove {
 // here for good; the shared queue now rotates its starting shard).
 TEST(Restart, ATaskSubmittedAfterRestartRunsWhileOthersFloodTheQueue) {
   Watchdog dog(90s);
-  Pool pool({.name = "restart-race", .min_workers = 1, .max_workers = 1});
+  // Declared before the pool: the pool's destructor runs what the posters
+  // left queued, and those tasks count here.
   std::atomic<int> ran{0};
+  Pool pool({.name = "restart-race", .min_workers = 1, .max_workers = 1});
   std::atomic<bool> stop{false};
   std::vector<std::thread> posters;
   for (int t = 0; t < 3; ++t) {
