@@ -81,13 +81,15 @@ TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
   Watchdog dog(60s);
   constexpr std::size_t kWorkers = 2;
   constexpr std::uint32_t kAging = 16;
+  // Declared before the pool: its destructor runs the high tasks still
+  // queued, and they count here.
+  std::atomic<bool> flood{true};
+  std::atomic<long> highs{0};
   Pool pool({.min_workers = kWorkers,
              .max_workers = kWorkers,
              .queue_capacity = kUnbounded,
              .priority_levels = 4,
              .priority_aging = kAging});
-  std::atomic<bool> flood{true};
-  std::atomic<long> highs{0};
   std::vector<std::thread> producers;
   for (int p = 0; p < 2; ++p) {
     producers.emplace_back([&] {
