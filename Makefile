@@ -75,9 +75,10 @@ fuzz:
 	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/request.dict \
 	  build-fuzz/corpus service/fuzz/corpus
 
-# clang++ build with -Wthread-safety (from crew's warning flags) and -Werror.
-# TIDY_TARGETS limits it (CI builds the libraries and crewd, where the lock
-# annotations are); empty builds everything, tests included.
+# clang++ build with -Wthread-safety (from crew's warning flags) and -Werror,
+# without a sanitizer (CI gets the same warnings from `make asan`, whose
+# preset builds on this one). TIDY_TARGETS limits it (the libraries and
+# crewd hold the lock annotations); empty builds everything, tests included.
 TIDY_TARGETS ?=
 tidy-build:
 	$(DEPS) test
