@@ -4,12 +4,14 @@
 //
 // Thread creation is made to fail by interposing pthread_create, which is why
 // this is a binary of its own: the interposer forwards every other call to
-// the next definition (libc's, or a sanitizer's interceptor).
+// the next definition (libc's, or a sanitizer's interceptor; under clang's
+// ThreadSanitizer, a linker wrap: see below).
 #include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <stop_token>
@@ -24,16 +26,42 @@ namespace {
 
 // 0: off; n > 0: the n-th pthread_create from this thread on fails.
 thread_local int t_fail_at = 0;
+// Creations made to fail so far, on any thread.
+std::atomic<int> g_failed{0};
+
+// Whether this call of pthread_create is the one to fail (and counts it).
+bool fail_this_creation() noexcept {
+  if (t_fail_at <= 0 || --t_fail_at != 0) return false;
+  g_failed.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
 
 }  // namespace
 
+#if defined(CREW_TEST_WRAP_PTHREAD_CREATE)
+// clang's ThreadSanitizer runtime is linked into the binary, and its
+// pthread_create interceptor would be the one this definition replaces.
+// The binary is linked with -Wl,--wrap=pthread_create instead
+// (tests/CMakeLists.txt), which covers the calls from libcrew.a (the pool's
+// threads, os_thread.hpp) but not from libstdc++.so (std::thread).
+// NOLINTBEGIN(bugprone-reserved-identifier,readability-identifier-naming): the linker's names
+extern "C" int __real_pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                                     void* (*start)(void*), void* arg);
+extern "C" int __wrap_pthread_create(pthread_t* thread, const pthread_attr_t* attr,
+                                     void* (*start)(void*), void* arg) {
+  if (fail_this_creation()) return EAGAIN;
+  return __real_pthread_create(thread, attr, start, arg);
+}
+// NOLINTEND(bugprone-reserved-identifier,readability-identifier-naming)
+#else
 extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*),
                               void* arg) {
   using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
   static const auto real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
-  if (t_fail_at > 0 && --t_fail_at == 0) return EAGAIN;
+  if (fail_this_creation()) return EAGAIN;
   return real(thread, attr, start, arg);
 }
+#endif
 
 namespace crew {
 namespace {
@@ -62,6 +90,7 @@ struct Quiet final : Logger {
 // turn (and, last, none).
 void fail_each_thread_creation(const PoolOptions& options) {
   const std::size_t before = thread_count();
+  const int failed_before = g_failed.load();
   for (int k = 1; k <= 4; ++k) {
     SCOPED_TRACE("thread creation #" + std::to_string(k) + " fails");
     bool threw = false;
@@ -79,6 +108,8 @@ void fail_each_thread_creation(const PoolOptions& options) {
         << thread_count() << " threads left, " << before << " before"
         << (threw ? "; the constructor threw" : "");
   }
+  EXPECT_GT(g_failed.load() - failed_before, 0)
+      << "no thread creation was made to fail: the interposer is not in the path";
 }
 
 TEST(PoolStart, AConstructorThatCannotStartAThreadLeavesNoneBehind) {

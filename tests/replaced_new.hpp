@@ -3,6 +3,13 @@
 // allocation is counted, and the calling thread's N-th allocation from now
 // can be made to throw std::bad_alloc (fault injection). new and delete are
 // replaced as a pair, which g++'s mismatch warning cannot see.
+//
+// Under clang's ThreadSanitizer the runtime is linked into the binary whole,
+// with an operator new of its own, so a second definition does not link.
+// There (CREW_TEST_WRAP_NEW, set by crew_test_wraps() in CMakeLists.txt) the
+// binary is linked with -Wl,--wrap=_Znwm instead: calls of
+// operator new(std::size_t) from the binary's own objects (the test and
+// libcrew.a, not libstdc++.so) come here, and __real__Znwm is the runtime's.
 #pragma once
 
 #include <atomic>
@@ -19,14 +26,32 @@ inline thread_local long t_fail_allocation_in = 0;
 
 }  // namespace crew::test
 
+namespace crew::test {
+
+// Counts the allocation, and throws if the calling thread asked for it.
+inline void note_allocation() {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  long& fail_in = t_fail_allocation_in;
+  if (fail_in > 0 && --fail_in == 0) throw std::bad_alloc();
+}
+
+}  // namespace crew::test
+
+#if defined(CREW_TEST_WRAP_NEW)
+// NOLINTBEGIN(bugprone-reserved-identifier,readability-identifier-naming): the linker's names
+extern "C" void* __real__Znwm(std::size_t size);
+extern "C" void* __wrap__Znwm(std::size_t size) {
+  crew::test::note_allocation();
+  return __real__Znwm(size);
+}
+// NOLINTEND(bugprone-reserved-identifier,readability-identifier-naming)
+#else
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 void* operator new(std::size_t size) {
-  crew::test::g_allocations.fetch_add(1, std::memory_order_relaxed);
-  long& fail_in = crew::test::t_fail_allocation_in;
-  if (fail_in > 0 && --fail_in == 0) throw std::bad_alloc();
+  crew::test::note_allocation();
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
@@ -34,4 +59,5 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
