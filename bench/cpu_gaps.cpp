@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -72,6 +73,48 @@ CpuGaps measure_cpu_gaps(double seconds) {
     g.max_us = static_cast<double>(all.back()) / 1e3;
   }
   return g;
+}
+
+double cross_core_round_trip_ns() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::vector<std::size_t> cpus;
+  for (std::size_t c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) return 0;
+  auto pin = [](std::size_t cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+  };
+  // Odd values are the first thread's turn to be answered, even the second's.
+  alignas(64) std::atomic<int> ball{0};
+  std::int64_t start = 0;
+  std::int64_t stop = 0;
+  std::thread first([&] {
+    pin(cpus[0]);
+    start = now_ns();
+    for (int i = 0; i < kCrossCoreTrips; ++i) {
+      ball.store(2 * i + 1, std::memory_order_release);
+      while (ball.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    stop = now_ns();
+  });
+  std::thread second([&] {
+    pin(cpus[1]);
+    for (int i = 0; i < kCrossCoreTrips; ++i) {
+      while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
+      }
+      ball.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  first.join();
+  second.join();
+  return static_cast<double>(stop - start) / kCrossCoreTrips;
 }
 
 CpuGaps median_of(const std::vector<CpuGaps>& runs) {

@@ -29,4 +29,13 @@ CpuGaps measure_cpu_gaps(double seconds);
 // Medians of per_ms, away_percent and p50_us, the largest p99_us and max_us.
 CpuGaps median_of(const std::vector<CpuGaps>& runs);
 
+// The round trip of a cache line between the first two allowed CPUs, in ns
+// (two threads pinned one to each, passing a counter back and forth
+// kCrossCoreTrips times; a few ms), or 0 with fewer than two CPUs. A
+// virtual machine may place its CPUs close together (a shared cache) or far
+// apart and move between the two; every task a pool hands from one thread
+// to another pays this, so it says which of the two a measurement ran in.
+inline constexpr int kCrossCoreTrips = 20'000;
+double cross_core_round_trip_ns();
+
 }  // namespace bench

@@ -123,7 +123,7 @@ class CrewTaskImpl final : public Impl {
     CrewTaskRuntime rt;
     std::mutex mu;
     std::set<std::thread::id> seen;
-    std::atomic<std::uint64_t> done{0};
+    Counter done;
     for (std::uint64_t i = 0; i < kTasks; ++i) {
       const crew::Admission a = rt.pool.post([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -36,7 +36,7 @@ crew::PoolOptions structured_options() {
 
 void prime_pool(crew::Pool& pool) {
   constexpr std::uint64_t kTasks = 16 * kWorkers;
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   for (std::uint64_t i = 0; i < kTasks; ++i) {
     if (pool.post([&done]() noexcept { done.fetch_add(1, std::memory_order_release); }) !=
         crew::Admission::accepted) {
@@ -49,7 +49,7 @@ void prime_pool(crew::Pool& pool) {
 Sample run_group_wait(std::size_t tasks) {
   crew::Pool pool(structured_options());
   prime_pool(pool);
-  std::atomic<std::uint64_t> next{0};
+  Counter next;
   auto task = [&next]() noexcept { next.fetch_add(1, std::memory_order_relaxed); };
   std::uint64_t succeeded = 0;
   const Sample s = timed(tasks, [&] {
@@ -73,7 +73,7 @@ struct AddToCounter {
 };
 
 Sample run_funcpool_invoke(std::size_t tasks) {
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   crew::FuncPool<std::uint64_t> fp(structured_options(), AddToCounter{&done});
   static_assert(crew::FuncPool<std::uint64_t>::kInlineArg);
   constexpr std::uint64_t kPrime = 16 * kWorkers;

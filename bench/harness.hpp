@@ -121,6 +121,9 @@ struct Sample {
   // Fork-join runs with stack tracking on (forkjoin.hpp): the deepest stack
   // any thread reached while running the workload's tasks, in KiB.
   double stack_kib = 0;
+  // cross_core_round_trip_ns() measured just before this round's runs of
+  // the workload (the same figure for every implementation in the round).
+  double cross_core_ns = 0;
   // Empty when measured; otherwise why there is no figure ("SIGSEGV",
   // "timeout after 60 s": a run in a child process that did not finish).
   std::string failure;
@@ -212,6 +215,19 @@ inline constexpr int kFailedCheckExit = 86;
   std::abort();
 }
 
+// The counter a workload's tasks add to (completions, a running sum, the
+// next ticket), alone on its cache line. A plain local would share a line
+// with the producer's other locals (the closures it reads on every post),
+// and each task's update would stall the producer's next read of them: a
+// cross-core transfer per task, whichever pool runs the tasks, which
+// measured false sharing rather than the pool (on this machine it made
+// 1,000,000 posts 1.5-2x slower when cross-core transfers were dear).
+struct alignas(64) Counter : std::atomic<std::uint64_t> {
+  Counter() noexcept : std::atomic<std::uint64_t>(0) {}
+  using std::atomic<std::uint64_t>::operator=;
+};
+static_assert(sizeof(Counter) == 64);
+
 // ---- timing ----
 
 template <class Body>
@@ -277,7 +293,7 @@ concept HasSubmit = requires(A& a) {
 template <class A>
 void prime(A& pool) {
   constexpr std::uint64_t kTasks = 16 * kWorkers;
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   pool.produce([&] {
     for (std::uint64_t i = 0; i < kTasks; ++i) {
       pool.post([&done]() noexcept { done.fetch_add(1, std::memory_order_release); });
@@ -290,7 +306,7 @@ template <class A>
 Sample run_short_detached(std::size_t tasks) {
   A pool;
   prime(pool);
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   return timed(tasks, [&] {
     pool.produce([&] {
       for (std::size_t i = 0; i < tasks; ++i) {
@@ -306,7 +322,7 @@ template <class A>
 Sample run_short_future(std::size_t tasks) {
   A pool;
   prime(pool);
-  std::atomic<std::uint64_t> next{0};
+  Counter next;
   auto task = [&next]() noexcept { return next.fetch_add(1, std::memory_order_relaxed); };
   using Handle = decltype(pool.submit(task));
   // Reserved outside the timed region: the handles' storage is the caller's,
@@ -332,7 +348,7 @@ template <class A>
 Sample run_producers(std::size_t tasks) {
   A pool;
   prime(pool);
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   std::latch ready(static_cast<std::ptrdiff_t>(kProducers));
   std::atomic<bool> go{false};
   std::vector<std::jthread> producers;
@@ -365,7 +381,7 @@ template <class A>
 Sample run_factorial(std::size_t tasks) {
   A pool;
   prime(pool);
-  std::atomic<std::uint64_t> sum{0};
+  Counter sum;
   const std::uint64_t expected = static_cast<std::uint64_t>(tasks) * kFactorial20;
   return timed(tasks, [&] {
     pool.produce([&] {
@@ -386,7 +402,7 @@ std::size_t count_executing_threads() {
   A pool;
   std::mutex mu;
   std::set<std::thread::id> seen;
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   pool.produce([&] {
     for (std::uint64_t i = 0; i < kTasks; ++i) {
       pool.post([&] {
@@ -428,7 +444,7 @@ LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
   prime(pool);
   std::int64_t* const post_at = buffers.post_ns.data();
   std::int64_t* const start_at = buffers.start_ns.data();
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   const double period_ns = 1e9 / spec.rate;
   auto intended = [t0 = now_ns() + 1'000'000, period_ns](std::size_t i) {
     return t0 + static_cast<std::int64_t>(static_cast<double>(i) * period_ns);

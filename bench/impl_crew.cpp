@@ -107,7 +107,7 @@ template <class C>
 Sample run_long_deadline(std::size_t tasks) {
   C c;
   prime(c);
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   crew::TaskOptions deadline;
   deadline.timeout = std::chrono::seconds(1);
   const Sample s = timed(tasks, [&] {
@@ -133,9 +133,6 @@ template <class C, std::size_t kPools>
 Sample run_pools(std::size_t tasks) {
   std::array<C, kPools> pools;
   for (C& c : pools) prime(c);
-  struct alignas(64) Counter {
-    std::atomic<std::uint64_t> done{0};
-  };
   std::array<Counter, kProducers3> counters;
   std::array<std::size_t, kProducers3> shares{};
   for (std::size_t p = 0; p < kProducers3; ++p) {
@@ -147,7 +144,7 @@ Sample run_pools(std::size_t tasks) {
   for (std::size_t p = 0; p < kProducers3; ++p) {
     producers.emplace_back([&, p] {
       C& c = pools[p % kPools];
-      std::atomic<std::uint64_t>* done = &counters[p].done;
+      std::atomic<std::uint64_t>* done = &counters[p];
       ready.count_down();
       go.wait(false, std::memory_order_acquire);
       for (std::size_t i = 0; i < shares[p]; ++i) {
@@ -159,7 +156,7 @@ Sample run_pools(std::size_t tasks) {
   const Sample s = timed(tasks, [&] {
     go.store(true, std::memory_order_release);
     go.notify_all();
-    for (std::size_t p = 0; p < kProducers3; ++p) wait_for_value(counters[p].done, shares[p]);
+    for (std::size_t p = 0; p < kProducers3; ++p) wait_for_value(counters[p], shares[p]);
   });
   producers.clear();  // joins
   return s;
@@ -199,7 +196,7 @@ std::chrono::nanoseconds process_cpu_time() {
 // demand), then measures the idle window that follows, spin-down included.
 IdleCpu idle_cpu_of(std::string config, crew::PoolOptions options, double seconds) {
   crew::Pool pool(std::move(options));
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   constexpr std::uint64_t kWarmTasks = 10'000;
   for (std::uint64_t i = 0; i < kWarmTasks; ++i) {
     expect_accepted(pool.post([&done]() noexcept { done.fetch_add(1); }));
@@ -243,7 +240,7 @@ QueuedMemory measure_queued_memory(std::size_t tasks) {
   crew::Pool& pool = c.pool;
   pool.pause();
   malloc_trim(0);  // so freed heap is not silently reused and hidden
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   const double rss_before = resident_bytes();
   const Sample post = timed(tasks, [&] {
     for (std::size_t i = 0; i < tasks; ++i) {
@@ -265,7 +262,7 @@ QueuedMemory measure_queued_memory(std::size_t tasks) {
 PostAllocs measure_post_allocs(std::size_t tasks) {
   constexpr std::size_t kBatch = 4096;
   CrewUnbounded c;
-  std::atomic<std::uint64_t> done{0};
+  Counter done;
   std::uint64_t a = 1, b = 2, d = 3, e = 4, f = 5;
   auto task = [counter = &done, a, b, d, e, f]() noexcept {
     counter->fetch_add((a + b + d + e + f) / 15, std::memory_order_release);

@@ -25,6 +25,15 @@
 //    region divided by the number of tasks give allocs/task. Counting costs
 //    a few ns per allocation in every implementation. TBB's allocations
 //    through libtbbmalloc cannot be seen (noted in the output).
+//  * The machine's state. Before each workload's runs in a round, two
+//    threads pinned to two CPUs pass a cache line back and forth
+//    (cross_core_round_trip_ns, cpu_gaps.hpp): on a virtual machine that
+//    places its CPUs close together or far apart by turns, this says which
+//    a round ran in. The JSON has it per round; when it moved by more than
+//    2x, the table is followed by the crew/impl ratios of the near and the
+//    far rounds apart.
+//  * Shared counters. The counter a workload's tasks add to is alone on its
+//    cache line (harness.hpp, Counter).
 //  * Configuration. Every crew row is a pool with default PoolOptions but
 //    for kWorkers workers (min and max), so the default bounded queue is
 //    what the table shows; variants are extra rows named for what they
@@ -330,9 +339,11 @@ void run_round(const std::vector<Impl*>& impls, const std::vector<Workload>& wor
                const Options& o, std::size_t round, std::map<SeriesKey, Series>* record,
                LatencySeries* latency, LatencyBuffers& buffers) {
   for (Workload w : rotated(workloads, round)) {
+    const double cross_core_ns = cross_core_round_trip_ns();
     for (Impl* impl : rotated(impls, round)) {
       if (!impl->skip_reason(w).empty()) continue;
-      const Sample s = impl->run(w, o.tasks);
+      Sample s = impl->run(w, o.tasks);
+      s.cross_core_ns = cross_core_ns;
       if (record != nullptr) {
         Series& series = (*record)[{impl->name(), w}];
         series.impl = impl;
@@ -387,8 +398,10 @@ struct Summary {
   Workload workload{};
   std::vector<double> ns;  // per round; NaN for a failed run
   double ns_median = 0, ns_min = 0, ns_max = 0, allocs_median = 0;
-  std::vector<double> crew_ratios;  // per round both ran: crew ns / this ns
+  std::vector<double> crew_ratios;          // per round both ran: crew ns / this ns
+  std::vector<double> ratio_cross_core_ns;  // the cross-core round trip of those rounds
   std::optional<double> crew_ratio_median;
+  std::vector<double> cross_core_ns;  // per round (Sample::cross_core_ns)
   std::size_t executing_threads = 0;
   std::string alloc_note;
   std::size_t failed = 0;       // rounds without a figure
@@ -415,6 +428,7 @@ std::vector<Summary> summarize(const std::map<SeriesKey, Series>& all,
     std::vector<double> ok, allocs;
     std::set<std::string> reasons;
     for (const Sample& r : series.rounds) {
+      s.cross_core_ns.push_back(r.cross_core_ns);
       if (!r.failure.empty()) {
         ++s.failed;
         reasons.insert(r.failure);
@@ -444,6 +458,7 @@ std::vector<Summary> summarize(const std::map<SeriesKey, Series>& all,
         const Sample& x = series.rounds[r];
         if (c.failure.empty() && x.failure.empty()) {
           s.crew_ratios.push_back(c.ns_per_task / x.ns_per_task);
+          s.ratio_cross_core_ns.push_back(x.cross_core_ns);
         }
       }
       if (!s.crew_ratios.empty()) s.crew_ratio_median = median(s.crew_ratios);
@@ -595,6 +610,7 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
       e.num("allocs_per_task", s.allocs_median);
     }
     e.nums("ns_per_task_rounds", s.ns);
+    if (!is_fork_join(s.workload)) e.nums("cross_core_ns_rounds", s.cross_core_ns);
     if (is_fork_join(s.workload) && s.measured()) {
       // ns_per_task is thread time: wall time x threads / tasks.
       const double tasks =
@@ -726,6 +742,44 @@ std::string workload_label(Workload w) {
   return label;
 }
 
+// The cross-core round trip measured before each workload's runs, and,
+// when it moved by more than 2x during the run (a virtual machine whose
+// CPUs were close together for some rounds and far apart for others), the
+// crew/impl ratios split at the geometric middle of its range: a ratio can
+// differ between the two.
+void print_by_cross_core(const std::vector<Summary>& rows) {
+  std::vector<double> all;
+  for (const Summary& s : rows) {
+    if (is_fork_join(s.workload)) continue;
+    for (const double x : s.cross_core_ns) {
+      if (x > 0) all.push_back(x);
+    }
+  }
+  if (all.empty()) return;
+  const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+  std::printf(
+      "\nmachine: a cache line's round trip between two CPUs, before each workload's runs: "
+      "median %.0f ns (min %.0f, max %.0f)\n",
+      median(all), *lo, *hi);
+  if (*hi < 2 * *lo) return;
+  const double split = std::sqrt(*lo * *hi);
+  std::printf("crew/impl in the rounds under / over %.0f ns (rounds)\n", split);
+  for (const Summary& s : rows) {
+    if (is_fork_join(s.workload) || s.crew_ratios.empty()) continue;
+    std::vector<double> near, far;
+    for (std::size_t r = 0; r < s.crew_ratios.size(); ++r) {
+      (s.ratio_cross_core_ns[r] < split ? near : far).push_back(s.crew_ratios[r]);
+    }
+    auto cell = [](const std::vector<double>& v) {
+      char out[32] = "-";
+      if (!v.empty()) std::snprintf(out, sizeof out, "%.3f (%zu)", median(v), v.size());
+      return std::string(out);
+    };
+    std::printf("  %-15s %-18s %14s %14s\n", workload_label(s.workload).c_str(), s.impl.c_str(),
+                cell(near).c_str(), cell(far).c_str());
+  }
+}
+
 void print_table(const Options& o, const std::vector<Summary>& rows,
                  const std::vector<LatencySummary>& latency, const std::vector<Skip>& skips,
                  const Extras& extras) {
@@ -777,6 +831,7 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
                   m.sched_p99_us, m.sched_p999_us, ratio);
     }
   }
+  print_by_cross_core(rows);
   if (!extras.gaps.empty()) {
     const CpuGaps g = median_of(extras.gaps);
     std::printf(
