@@ -19,6 +19,25 @@ std::int64_t now_ns() {
       .count();
 }
 
+// The CPUs this process may run on.
+std::vector<std::size_t> allowed_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return {};
+  std::vector<std::size_t> cpus;
+  for (std::size_t c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+void pin_calling_thread(std::size_t cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -28,22 +47,14 @@ double median(std::vector<double> v) {
 }  // namespace
 
 CpuGaps measure_cpu_gaps(double seconds) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return {};
-  std::vector<std::size_t> cpus;
-  for (std::size_t c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
+  const std::vector<std::size_t> cpus = allowed_cpus();
+  if (cpus.empty()) return {};
   const auto span = static_cast<std::int64_t>(seconds * 1e9);
   std::vector<std::vector<std::int64_t>> gaps(cpus.size());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < cpus.size(); ++i) {
     threads.emplace_back([&, i] {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[i], &one);
-      (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+      pin_calling_thread(cpus[i]);
       const std::int64_t start = now_ns();
       std::int64_t last = start;
       for (std::int64_t t = start; t - start < span; t = now_ns()) {
@@ -76,26 +87,14 @@ CpuGaps measure_cpu_gaps(double seconds) {
 }
 
 double cross_core_round_trip_ns() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
-  std::vector<std::size_t> cpus;
-  for (std::size_t c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
+  const std::vector<std::size_t> cpus = allowed_cpus();
   if (cpus.size() < 2) return 0;
-  auto pin = [](std::size_t cpu) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  };
   // Odd values are the first thread's turn to be answered, even the second's.
   alignas(64) std::atomic<int> ball{0};
   std::int64_t start = 0;
   std::int64_t stop = 0;
   std::thread first([&] {
-    pin(cpus[0]);
+    pin_calling_thread(cpus[0]);
     start = now_ns();
     for (int i = 0; i < kCrossCoreTrips; ++i) {
       ball.store(2 * i + 1, std::memory_order_release);
@@ -105,7 +104,7 @@ double cross_core_round_trip_ns() {
     stop = now_ns();
   });
   std::thread second([&] {
-    pin(cpus[1]);
+    pin_calling_thread(cpus[1]);
     for (int i = 0; i < kCrossCoreTrips; ++i) {
       while (ball.load(std::memory_order_acquire) != 2 * i + 1) {
       }

@@ -610,7 +610,7 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
       e.num("allocs_per_task", s.allocs_median);
     }
     e.nums("ns_per_task_rounds", s.ns);
-    if (!is_fork_join(s.workload)) e.nums("cross_core_ns_rounds", s.cross_core_ns);
+    e.nums("cross_core_ns_rounds", s.cross_core_ns);
     if (is_fork_join(s.workload) && s.measured()) {
       // ns_per_task is thread time: wall time x threads / tasks.
       const double tasks =
@@ -750,7 +750,6 @@ std::string workload_label(Workload w) {
 void print_by_cross_core(const std::vector<Summary>& rows) {
   std::vector<double> all;
   for (const Summary& s : rows) {
-    if (is_fork_join(s.workload)) continue;
     for (const double x : s.cross_core_ns) {
       if (x > 0) all.push_back(x);
     }
@@ -765,7 +764,7 @@ void print_by_cross_core(const std::vector<Summary>& rows) {
   const double split = std::sqrt(*lo * *hi);
   std::printf("crew/impl in the rounds under / over %.0f ns (rounds)\n", split);
   for (const Summary& s : rows) {
-    if (is_fork_join(s.workload) || s.crew_ratios.empty()) continue;
+    if (s.crew_ratios.empty()) continue;
     std::vector<double> near, far;
     for (std::size_t r = 0; r < s.crew_ratios.size(); ++r) {
       (s.ratio_cross_core_ns[r] < split ? near : far).push_back(s.crew_ratios[r]);

@@ -359,15 +359,14 @@ TEST_P(LocalQueueRace, EveryCellIsTakenExactlyOnce) {
   // schedule the thieves less than once a millisecond) switch the queue.
   constexpr std::int64_t kWholeRun = std::int64_t{3600} * 1'000'000'000;
   LocalQueue q(switch_to_fences ? 4 : UINT32_MAX, kWholeRun);
-  // At least n cells; more (up to kMost, for at most 20 s) while the
+  // At least n cells; more (up to `most`, for at most 20 s) while the
   // thieves have stolen nothing yet or not switched the queue: on a loaded
-  // machine they may not have run at all by then. kMost is the same in
+  // machine they may not have run at all by then. `most` is the same in
   // sanitizer builds, where n is smaller: an owner that pushes a cell in
   // 100 ns used up 16n = 320,000 cells in 30 ms once, under ASan with
   // ctest -j2, before the thieves had made the 4 steals that switch it.
   const std::size_t n = kSanitized ? 20'000 : 400'000;
-  constexpr std::size_t kMost = 6'400'000;
-  const std::size_t most = kMost;
+  constexpr std::size_t most = 6'400'000;
   const auto give_up = std::chrono::steady_clock::now() + 20s;
   std::vector<std::atomic<std::uint8_t>> taken(most);
   std::atomic<bool> done{false};

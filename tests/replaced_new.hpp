@@ -6,7 +6,7 @@
 //
 // Under clang's ThreadSanitizer the runtime is linked into the binary whole,
 // with an operator new of its own, so a second definition does not link.
-// There (CREW_TEST_WRAP_NEW, set by crew_test_wraps() in CMakeLists.txt) the
+// There (CREW_TEST_WRAP_NEW, set by crew_test_replaces() in tests/CMakeLists.txt) the
 // binary is linked with -Wl,--wrap=_Znwm instead: calls of
 // operator new(std::size_t) from the binary's own objects (the test and
 // libcrew.a, not libstdc++.so) come here, and __real__Znwm is the runtime's.
@@ -23,10 +23,6 @@ namespace crew::test {
 inline std::atomic<std::uint64_t> g_allocations{0};
 // 0: off; N > 0: the N-th allocation on this thread from now throws.
 inline thread_local long t_fail_allocation_in = 0;
-
-}  // namespace crew::test
-
-namespace crew::test {
 
 // Counts the allocation, and throws if the calling thread asked for it.
 inline void note_allocation() {
