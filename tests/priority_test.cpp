@@ -3,6 +3,7 @@
 // higher-priority work, and a pool without priorities rejects them.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -72,24 +73,39 @@ TEST(PriorityAging, ALowTaskRunsAfterAgingHighTasksOnOneWorker) {
 }
 
 // Two producers keep the high level full; each low task must still run,
-// after at most max_workers x aging high tasks taken after it was queued.
-// The reference point is a pause: a worker may have popped one high task
-// just before it saw the pause and holds it until resume() (docs/design.md
-// "Pause"); that task was taken before the low one was queued but runs after
-// `base` is read, so the bound measured here is max_workers x (aging + 1).
+// after at most `aging` high tasks taken by the worker that takes it since
+// it was queued (docs/api.md, "Priorities"). The reference point is a
+// pause: a worker may have popped one high task just before it saw the
+// pause and holds it until resume() (docs/design.md "Pause"); that task was
+// taken before the low one was queued but runs after the counts are read,
+// so the bound checked here is aging + 1.
+//
+// The count is per worker: the worker that takes the low task runs its
+// tasks one after another, so its high tasks counted when the low one
+// starts are exactly those it took before. The other worker's count is not
+// exact (it may take and finish high tasks between the low task's pop and
+// the start of its body, as many as it likes if the low task's worker is
+// preempted there), so the total is printed, not checked.
+thread_local int t_worker_slot = -1;
+
 TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
   Watchdog dog(60s);
   constexpr std::size_t kWorkers = 2;
   constexpr std::uint32_t kAging = 16;
+  // Room for replaced workers too (a worker is replaced only if it dies).
+  constexpr std::size_t kSlots = 8;
   // Declared before the pool: its destructor runs the high tasks still
   // queued, and they count here.
   std::atomic<bool> flood{true};
   std::atomic<long> highs{0};
+  std::array<std::atomic<long>, kSlots> highs_by_worker{};
+  std::atomic<int> next_slot{0};
   Pool pool({.min_workers = kWorkers,
              .max_workers = kWorkers,
              .queue_capacity = kUnbounded,
              .priority_levels = 4,
-             .priority_aging = kAging});
+             .priority_aging = kAging,
+             .on_worker_start = [&](std::uint64_t) { t_worker_slot = next_slot.fetch_add(1); }});
   std::vector<std::thread> producers;
   for (int p = 0; p < 2; ++p) {
     producers.emplace_back([&] {
@@ -97,7 +113,12 @@ TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
         // Keep plenty queued at the top level, never letting it run dry.
         if (pool.stats().queued < 1000) {
           for (int i = 0; i < 100; ++i) {
-            (void)pool.post([&] { highs.fetch_add(1); }, {.priority = 3});
+            (void)pool.post(
+                [&] {
+                  highs_by_worker.at(static_cast<std::size_t>(t_worker_slot)).fetch_add(1);
+                  highs.fetch_add(1);
+                },
+                {.priority = 3});
           }
         } else {
           std::this_thread::yield();
@@ -106,31 +127,45 @@ TEST(PriorityAging, ConstantHighPriorityLoadCannotStarveALowTask) {
     });
   }
   ASSERT_TRUE(eventually([&] { return highs.load() > 10'000; }));
-  long worst = 0;
+  long worst_own = 0;
+  long worst_total = 0;
   for (int round = 0; round < 20; ++round) {
     // An exact reference point: paused, with nothing running, nothing can
-    // happen between reading `highs` and resuming.
+    // happen between reading the counts and resuming.
     pool.pause();
     ASSERT_TRUE(eventually([&] { return pool.stats().busy == 0; }));
     ASSERT_TRUE(eventually([&] { return pool.stats().queued >= 500; }));
-    std::atomic<long> ran_at{-1};
-    ASSERT_EQ(pool.post([&] { ran_at = highs.load(); }, {.priority = 0}), Admission::accepted);
-    const long base = highs.load();
+    std::array<long, kSlots> base{};
+    for (std::size_t i = 0; i < kSlots; ++i) base.at(i) = highs_by_worker.at(i).load();
+    const long base_total = highs.load();
+    std::atomic<long> own{-1};
+    std::atomic<long> total{-1};
+    ASSERT_EQ(pool.post(
+                  [&] {
+                    const auto slot = static_cast<std::size_t>(t_worker_slot);
+                    total = highs.load() - base_total;
+                    own = highs_by_worker.at(slot).load() - base.at(slot);
+                  },
+                  {.priority = 0}),
+              Admission::accepted);
     pool.resume();
-    ASSERT_TRUE(eventually([&] { return ran_at.load() >= 0; }, 10s)) << "starved";
-    worst = std::max(worst, ran_at.load() - base);
+    ASSERT_TRUE(eventually([&] { return own.load() >= 0; }, 10s)) << "starved";
+    worst_own = std::max(worst_own, own.load());
+    worst_total = std::max(worst_total, total.load());
   }
   flood = false;
   for (auto& t : producers) t.join();
-  // The bound: at most kAging taken from above by each worker, plus the one
-  // task each worker may hold across the pause.
-  constexpr long kBound = static_cast<long>(kWorkers * (kAging + 1));
-  EXPECT_LE(worst, kBound);
-  RecordProperty("worst_high_tasks_before_low", std::to_string(worst));
+  EXPECT_EQ(next_slot.load(), static_cast<int>(kWorkers)) << "a worker was replaced";
+  // At most kAging taken from above by the worker, plus the one it may hold
+  // across the pause.
+  constexpr long kBound = static_cast<long>(kAging + 1);
+  EXPECT_LE(worst_own, kBound);
+  RecordProperty("worst_high_tasks_before_low_same_worker", std::to_string(worst_own));
+  RecordProperty("worst_high_tasks_before_low_all_workers", std::to_string(worst_total));
   std::printf(
-      "priority aging: worst case %ld high-priority tasks ran before a low one "
-      "(bound %ld)\n",
-      worst, kBound);
+      "priority aging: worst case %ld high-priority tasks ran on the low task's worker "
+      "before it (bound %ld); %ld on all workers (about %zu x %ld expected, not checked)\n",
+      worst_own, kBound, worst_total, kWorkers, kBound);
 }
 
 TEST(Priority, APriorityAboveThePoolsLevelsIsAnError) {
