@@ -3,10 +3,12 @@
 //
 //   reader thread (owns reader_):  XREADGROUP / XAUTOCLAIM (+ XPENDING for a
 //       claimed entry's delivery count) -> Job -> pool.post(long task);
-//       re-dispatches due retries; waits while max_in_flight jobs are out.
+//       re-dispatches due retries; waits while max_in_flight jobs are out;
+//       every claim_idle / 4, XCLAIM JUSTID on the entries it holds, which
+//       resets their idle time so that no live consumer claims them.
 //   worker (a pool task):          handler(job) -> writer_ (under writer_mu):
 //       XADD results + XACK in one round trip, or XADD dead + XACK, or a
-//       retry entry for the reader thread. in_flight is released last.
+//       retry entry for the reader thread. The entry leaves `held` last.
 //
 // The state is shared with the tasks in flight, so a task that runs after
 // the StreamSource object is gone touches only memory it co-owns.
@@ -20,6 +22,7 @@
 #include <condition_variable>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 
 #include "crew/detail/mutex.hpp"
 #include "crew/error.hpp"
@@ -122,10 +125,12 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   detail::Mutex writer_mu;
   detail::RedisConn writer CREW_GUARDED_BY(writer_mu);
 
-  // In flight: dispatched to the pool or waiting for a retry.
+  // The ids of the entries in flight here (dispatched to the pool or
+  // waiting for a retry): read by this consumer and neither acknowledged
+  // nor given up. Their count is what max_in_flight bounds.
   detail::Mutex mu;
-  std::condition_variable cv;  // in_flight dropped, a retry added, stop
-  std::size_t in_flight CREW_GUARDED_BY(mu) = 0;
+  std::condition_variable cv;  // an entry left `held`, a retry added, stop
+  std::unordered_set<std::string> held CREW_GUARDED_BY(mu);
   std::vector<Retry> retries CREW_GUARDED_BY(mu);
   bool stopping CREW_GUARDED_BY(mu) = false;
 
@@ -138,6 +143,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       n_pending{0}, n_reconnects{0};
   std::string claim_cursor = "0-0";  // reader thread only
   Clock::time_point next_claim{};    // reader thread only
+  Clock::time_point next_refresh{};  // reader thread only
   std::jthread thread;
 
   void log(LogLevel level, const std::string& message) const noexcept {
@@ -170,6 +176,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
         backoff = opts.reconnect_min;
       }
       dispatch_due_retries();
+      refresh_held();
       const std::size_t room = free_room(stop);
       if (room == 0) {
         // No room, so no reads: check the connection now and then anyway.
@@ -219,11 +226,11 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   // How many more jobs may be taken now; waits (up to `block`) while none.
   std::size_t free_room(std::stop_token& stop) {
     detail::MutexLock lock(mu);
-    if (in_flight >= opts.max_in_flight && !stopping && !stop.stop_requested()) {
+    if (held.size() >= opts.max_in_flight && !stopping && !stop.stop_requested()) {
       cv.wait_for(lock.native(), opts.block);
     }
-    if (stopping || in_flight >= opts.max_in_flight) return 0;
-    return std::min(opts.max_in_flight - in_flight, opts.max_batch);
+    if (stopping || held.size() >= opts.max_in_flight) return 0;
+    return std::min(opts.max_in_flight - held.size(), opts.max_batch);
   }
 
   void read_new(std::size_t room) {
@@ -263,12 +270,46 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     }
     claim_cursor = std::string(text_of(r->element[0]));
     for (Job& job : jobs_of(r->element[1])) {
+      // One of its own, idle that long only if refresh_held() was late (the
+      // reader was stalled): it is running or queued here already.
+      if (is_held(job.id)) continue;
       job.attempt = delivery_count(job.id);
       n_claimed.fetch_add(1);
       log(LogLevel::info, "claimed " + job.id + " (attempt " + std::to_string(job.attempt) + ")");
       dispatch(std::move(job));
     }
     return claim_cursor != "0-0";
+  }
+
+  [[nodiscard]] bool is_held(const std::string& id) {
+    detail::MutexLock lock(mu);
+    return held.contains(id);
+  }
+
+  // Resets the idle time of the entries held here (XCLAIM to this consumer,
+  // JUSTID: the delivery count is left alone), so that a job running longer
+  // than claim_idle is not claimed by another live consumer, or by this one.
+  // Only entries idle for half of claim_idle are touched; it runs every
+  // quarter. An entry another consumer claimed meanwhile (this reader was
+  // stalled past claim_idle) is already running there too; claiming it back
+  // changes no outcome, since either acknowledgement settles it.
+  void refresh_held() {
+    const auto now = Clock::now();
+    if (now < next_refresh) return;
+    next_refresh =
+        now + std::max<Clock::duration>(opts.claim_idle / 4, std::chrono::milliseconds(1));
+    std::vector<std::string> command = {"XCLAIM", opts.stream, opts.group, opts.consumer,
+                                        std::to_string((opts.claim_idle / 2).count())};
+    {
+      detail::MutexLock lock(mu);
+      if (held.empty()) return;
+      command.insert(command.end(), held.begin(), held.end());
+    }
+    command.emplace_back("JUSTID");
+    Reply r = reader.command(command);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+      log(LogLevel::error, "XCLAIM (refresh) failed: " + std::string(text_of(r.get())));
+    }
   }
 
   // Redis' count of deliveries of a pending entry (XAUTOCLAIM counts one).
@@ -293,8 +334,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       for (auto it = retries.begin(); it != retries.end();) {
         if (it->due <= now) {
           due.push_back(std::move(it->job));
-          it = retries.erase(it);
-          --in_flight;  // dispatch() counts it again
+          it = retries.erase(it);  // stays held: dispatch() finds it there
         } else {
           ++it;
         }
@@ -308,13 +348,14 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   // pending and its room given back.
   class Ticket {
    public:
-    explicit Ticket(std::shared_ptr<StreamSourceState> s) : state_(std::move(s)) {}
-    Ticket(Ticket&& o) noexcept : state_(std::move(o.state_)) {}
+    Ticket(std::shared_ptr<StreamSourceState> s, std::string id)
+        : state_(std::move(s)), id_(std::move(id)) {}
+    Ticket(Ticket&& o) noexcept : state_(std::move(o.state_)), id_(std::move(o.id_)) {}
     Ticket& operator=(Ticket&&) = delete;
     ~Ticket() {
       if (state_) {
         state_->n_pending.fetch_add(1);
-        state_->release_one();
+        state_->release(id_);
       }
     }
     // The task runs: it settles the job itself.
@@ -322,21 +363,21 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
 
    private:
     std::shared_ptr<StreamSourceState> state_;
+    std::string id_;
   };
 
   void dispatch(Job job) {
     {
       detail::MutexLock lock(mu);
-      ++in_flight;
+      held.insert(job.id);
     }
     std::string name = "stream-job " + job.id;
     // Refused (closed or full) or dropped: the entry stays in this
     // consumer's pending list and is claimed again after claim_idle, here
     // or elsewhere; the Ticket accounts for it.
     (void)pool.post(
-        [ticket = Ticket(shared_from_this()), job = std::move(job)](std::stop_token stop) mutable {
-          ticket.take()->run_job(std::move(job), stop);
-        },
+        [ticket = Ticket(shared_from_this(), job.id), job = std::move(job)](
+            std::stop_token stop) mutable { ticket.take()->run_job(std::move(job), stop); },
         {.name = std::move(name), .timeout = opts.job_timeout});
   }
 
@@ -356,7 +397,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     if (stop.stop_requested()) {
       if (stopped.load() || pool.state() >= PoolState::stopping) {
         n_pending.fetch_add(1);  // stopped by a shutdown: not completed, not acknowledged
-        release_one();
+        release(job.id);
         return;
       }
       result = {false, "timed out"};  // the job's own deadline stopped it
@@ -379,7 +420,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       }
       // Stopped: no reader will retry it here; it stays pending.
       n_pending.fetch_add(1);
-      --in_flight;
+      held.erase(job.id);
       cv.notify_all();
       return;
     } else {
@@ -389,7 +430,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
                                    std::to_string(job.attempt) + " attempts: " + result.value);
       }
     }
-    release_one();
+    release(job.id);
   }
 
   // Writes the outcome, then acknowledges, in one round trip. Retries with
@@ -452,9 +493,9 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     }
   }
 
-  void release_one() {
+  void release(const std::string& id) {
     detail::MutexLock lock(mu);
-    --in_flight;
+    held.erase(id);
     cv.notify_all();
   }
 };
@@ -482,7 +523,7 @@ void StreamSource::stop() noexcept {
     // Retries not yet due are not attempted again here: their entries stay
     // pending for another consumer.
     s.n_pending.fetch_add(s.retries.size());
-    s.in_flight -= s.retries.size();
+    for (const Retry& r : s.retries) s.held.erase(r.job.id);
     s.retries.clear();
     s.cv.notify_all();
   }
@@ -497,8 +538,8 @@ bool StreamSource::wait_idle(std::chrono::milliseconds timeout) {
   StreamSourceState& s = *state_;
   detail::MutexLock lock(s.mu);
   const auto until = detail::saturating_deadline(Clock::now(), timeout);
-  while (s.in_flight != 0) {
-    if (s.cv.wait_until(lock.native(), until) == std::cv_status::timeout) return s.in_flight == 0;
+  while (!s.held.empty()) {
+    if (s.cv.wait_until(lock.native(), until) == std::cv_status::timeout) return s.held.empty();
   }
   return true;
 }
@@ -519,7 +560,7 @@ StreamSourceStats StreamSource::stats() const {
   out.left_pending = s.n_pending.load();
   out.reconnects = s.n_reconnects.load();
   detail::MutexLock lock(s.mu);
-  out.in_flight = s.in_flight;
+  out.in_flight = s.held.size();
   return out;
 }
 

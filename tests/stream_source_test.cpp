@@ -151,6 +151,43 @@ TEST(StreamSource, NeverTakesMoreThanItHasRoomFor) {
   EXPECT_LE(most.load(), 3);
 }
 
+// A job that runs for over three times claim_idle on a live consumer is not
+// claimed again, by that consumer or by a second one claiming beside it:
+// the first keeps its entry's idle time under claim_idle.
+TEST(StreamSource, AJobRunningLongerThanClaimIdleIsNotClaimedAgain) {
+  Watchdog dog;
+  RedisServer redis;
+  enqueue(redis, 1);
+  std::atomic<int> runs{0};
+  Gate gate;
+  auto handler = [&](const Job& job, std::stop_token) {
+    runs.fetch_add(1);
+    gate.wait();
+    return JobResult{true, job.id};
+  };
+  auto opts_a = options_for(redis, "a");
+  opts_a.claim_idle = 600ms;
+  Pool pool_a({.max_workers = 2});
+  StreamSource a(pool_a, opts_a, handler);
+  a.start();
+  ASSERT_TRUE(eventually([&] { return runs.load() == 1; }));
+  auto opts_b = options_for(redis, "b");
+  opts_b.claim_idle = 600ms;
+  Pool pool_b({.max_workers = 2});
+  StreamSource b(pool_b, opts_b, handler);
+  b.start();
+  std::this_thread::sleep_for(2s);  // about 13 claim rounds of each consumer
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(a.stats().claimed + b.stats().claimed, 0u);
+  EXPECT_EQ(a.stats().in_flight, 1u);
+  gate.open();
+  ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
+  ASSERT_TRUE(a.wait_idle(10s));
+  EXPECT_EQ(pending(redis), 0);
+  EXPECT_EQ(read_stream(redis, "crew:results").at(0).attempt, 1);
+  EXPECT_EQ(runs.load(), 1);
+}
+
 TEST(StreamSource, AFailingJobIsRetriedThenDeadLettered) {
   Watchdog dog;
   RedisServer redis;

@@ -13,6 +13,11 @@
 //
 // Recovery: entries left pending by a consumer that died or stopped (idle
 // longer than claim_idle) are claimed with XAUTOCLAIM by live consumers.
+// A live consumer keeps the entries it holds (running, queued or waiting
+// for a retry) from being claimed, however long their jobs run: every
+// claim_idle / 4 its reader thread resets their idle time (XCLAIM JUSTID,
+// which leaves the delivery count alone). Only a consumer whose reader is
+// stalled for most of claim_idle can lose a running job to another.
 // Delivery is therefore at least once: every result carries the entry's id
 // and its attempt number (Redis' delivery count plus local retries), so a
 // duplicate is visible to whoever reads the results.
