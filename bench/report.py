@@ -355,7 +355,10 @@ def markdown_body(entries, json_path):
         f"machine: {machine()}. {tasks:,} tasks per run, {rounds} interleaved rounds, 2 worker "
         "threads per pool; each figure is the median over rounds. Every `crew` row is a pool "
         "with default `PoolOptions` (a bounded queue) but for 2 workers; `crew_unbounded` is "
-        "the same with `queue_capacity = crew::kUnbounded`.",
+        "the same with `queue_capacity = crew::kUnbounded`. Past 65,536 tasks on a shard, an "
+        "unbounded queue holds the rest in its spill queue (see "
+        "`PoolOptions::queue_capacity`), so with one fast producer most of crew_unbounded's "
+        "tasks go through the spill, not the ring.",
         "",
     ]
     if rows:

@@ -139,8 +139,10 @@ struct PoolOptions {
   // Upper bound of workers; 0 means 2 x std::thread::hardware_concurrency().
   std::size_t max_workers = 0;
   // Queued tasks at most; 0 means 1000 x hardware threads; kUnbounded for none.
-  // The first 65,536 slots (64 bytes each) are a lock-free ring whose pages are
-  // touched only as they are used; beyond that, a locked deque.
+  // Each shard (below) holds its share in a lock-free ring of up to 65,536
+  // slots (64 bytes each) whose pages are touched only as they are used;
+  // beyond that, in a spill queue of blocks with one lock for pushes and one
+  // for pops.
   std::size_t queue_capacity = 0;
   // The queue is split into shards so that concurrent submitters do not
   // contend on one tail; order is FIFO per submitting thread. 0 picks one
