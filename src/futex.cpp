@@ -5,24 +5,34 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bit>
 #include <climits>
 
 namespace crew::detail {
 namespace {
 
-long futex(const std::atomic<std::uint32_t>& word, int op, std::uint32_t val,
-           const struct timespec* ts, unsigned bitset) noexcept {
-  // std::atomic<uint32_t> is layout-compatible with uint32_t on Linux targets.
-  return syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(&word), op, val, ts, nullptr,
-                 static_cast<std::uint32_t>(bitset));
+// std::atomic<uint32_t> and <uint64_t> are layout-compatible with the plain
+// integers on Linux targets; the low half of a 64-bit word is its first
+// four bytes on little-endian ones.
+static_assert(std::endian::native == std::endian::little, "futex_*_low assume little-endian");
+
+const std::uint32_t* address(const std::atomic<std::uint32_t>& word) noexcept {
+  return reinterpret_cast<const std::uint32_t*>(&word);
+}
+const std::uint32_t* address(const std::atomic<std::uint64_t>& word) noexcept {
+  return reinterpret_cast<const std::uint32_t*>(&word);
 }
 
-}  // namespace
+long futex(const std::uint32_t* word, int op, std::uint32_t val, const struct timespec* ts,
+           unsigned bitset) noexcept {
+  return syscall(SYS_futex, word, op, val, ts, nullptr, static_cast<std::uint32_t>(bitset));
+}
 
-void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                std::chrono::steady_clock::time_point deadline) noexcept {
+void wait(const std::uint32_t* word, std::uint32_t expected,
+          std::chrono::steady_clock::time_point deadline) noexcept {
   if (deadline == kNoDeadline) {
-    futex_wait(word, expected);
+    futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr,
+          static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
     return;
   }
   // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time, which is what
@@ -35,13 +45,32 @@ void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
         static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
 }
 
+void wake(const std::uint32_t* word, int count) noexcept {
+  futex(word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, static_cast<std::uint32_t>(count), nullptr, 0);
+}
+
+}  // namespace
+
+void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::steady_clock::time_point deadline) noexcept {
+  wait(address(word), expected, deadline);
+}
+
 void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
-  futex(word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, nullptr,
-        static_cast<unsigned>(FUTEX_BITSET_MATCH_ANY));
+  wait(address(word), expected, kNoDeadline);
 }
 
 void futex_wake(const std::atomic<std::uint32_t>& word, int count) noexcept {
-  futex(word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, static_cast<std::uint32_t>(count), nullptr, 0);
+  wake(address(word), count);
+}
+
+void futex_wait_low(const std::atomic<std::uint64_t>& word, std::uint32_t expected,
+                    std::chrono::steady_clock::time_point deadline) noexcept {
+  wait(address(word), expected, deadline);
+}
+
+void futex_wake_low(const std::atomic<std::uint64_t>& word, int count) noexcept {
+  wake(address(word), count);
 }
 
 }  // namespace crew::detail

@@ -79,7 +79,7 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
     if (help_once(/*own=*/true, /*foreign=*/false)) continue;
     if (s->leave_queue(TaskStatus::running)) {
       if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
-      run_claimed_here(s);
+      run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
       return true;
     }
     if (help_once(/*own=*/false, /*foreign=*/true)) {

@@ -282,7 +282,8 @@ void Core::settle_popped_here(Cell& cell) {
     count_here(TaskStatus::rejected);
   } else if (s->leave_queue(TaskStatus::running)) {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
-    run_claimed_here(s);
+    run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
+    return;
   } else if (!s->ran()) {
     emit_settled_in_queue(s);
     count_here(s->status());

@@ -49,8 +49,8 @@ template <class Settled>
 bool TaskStateBase::park_until(Settled settled,
                                std::chrono::steady_clock::time_point deadline) const noexcept {
   for (;;) {
-    std::uint32_t cur = word_.load(std::memory_order_acquire);
-    if (settled(cur)) return true;
+    std::uint64_t cur = word_.load(std::memory_order_acquire);
+    if (settled(static_cast<std::uint32_t>(cur))) return true;
     if ((cur & kWaitersBit) == 0 &&
         !word_.compare_exchange_weak(cur, cur | kWaitersBit, std::memory_order_acq_rel)) {
       continue;
@@ -59,7 +59,7 @@ bool TaskStateBase::park_until(Settled settled,
         std::chrono::steady_clock::now() >= deadline) {
       return false;
     }
-    futex_wait(word_, cur | kWaitersBit, deadline);
+    futex_wait_low(word_, static_cast<std::uint32_t>(cur | kWaitersBit), deadline);
   }
 }
 
@@ -84,8 +84,8 @@ bool TaskStateBase::wait_returned_until(
       deadline);
 }
 
-void TaskStateBase::wake(std::uint32_t prev) noexcept {
-  if ((prev & kWaitersBit) != 0) futex_wake(word_, INT32_MAX);
+void TaskStateBase::wake(std::uint64_t prev) noexcept {
+  if ((prev & kWaitersBit) != 0) futex_wake_low(word_, INT32_MAX);
 }
 
 bool TaskStateBase::request_stop(StopReason why) noexcept {

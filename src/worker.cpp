@@ -259,7 +259,6 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
 }
 
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
-  bool keep_going = true;
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
@@ -276,10 +275,10 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
     if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);
     w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    keep_going = run_claimed(&w, s, /*top_level=*/true);
+    return run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference
   }
   s->release();
-  return keep_going;
+  return true;
 }
 
 }  // namespace crew::detail

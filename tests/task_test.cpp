@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <latch>
+#include <memory>
+#include <stdexcept>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -288,6 +290,67 @@ TEST(Outcome, EachHandleSeesExactlyOneFinalOutcome) {
   }
   EXPECT_EQ(failed, 100);
   EXPECT_EQ(ok, 900);
+}
+
+// A task state is freed by whichever holder lets go last: the handle, or
+// the thread that ran it (which publishes the outcome and drops the queue's
+// reference in one step when nobody is parked on the task, in two when
+// somebody is). The callable's captures die with the state, so a token's
+// use count tells when it was freed.
+TEST(Ownership, TheLastHolderFreesTheStateWhoeverItIs) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  auto token = std::make_shared<int>(0);
+  auto freed = [&token] { return eventually([&token] { return token.use_count() == 1; }); };
+
+  // The handle goes first, while the task is queued behind a blocked one.
+  Gate gate;
+  auto blocker = pool.submit([&gate] { EXPECT_TRUE(gate.wait()); });
+  (void)pool.submit([token] { (void)token; });
+  EXPECT_EQ(token.use_count(), 2);
+  gate.open();
+  blocker.get();
+  EXPECT_TRUE(freed());
+
+  // The runner goes first; the handle frees the state.
+  {
+    auto t = pool.submit([token] { return *token + 1; });
+    EXPECT_EQ(t.get(), 1);
+  }
+  EXPECT_TRUE(freed());
+
+  // A failure keeps the state (and its exception) until the handle goes.
+  {
+    auto t = pool.submit([token]() -> int { throw std::runtime_error("no"); });
+    t.wait();
+    EXPECT_EQ(t.status(), TaskStatus::failed);
+    EXPECT_THROW(t.get(), std::runtime_error);
+  }
+  EXPECT_TRUE(freed());
+
+  // Another thread is parked in get() when the task finishes.
+  {
+    Gate running;
+    auto t = pool.submit([token, &running] { EXPECT_TRUE(running.wait()); });
+    std::thread waiter([&t] { t.get(); });
+    std::this_thread::sleep_for(20ms);  // past get()'s polling, into its futex wait
+    running.open();
+    waiter.join();
+    EXPECT_EQ(t.status(), TaskStatus::succeeded);
+  }
+  EXPECT_TRUE(freed());
+
+  // Fork-join: children submitted and waited for from a worker, most of
+  // them run by the parent's own wait.
+  pool.submit([&pool, token] {
+        std::vector<Task<int>> children;
+        for (int i = 0; i < 100; ++i) children.push_back(pool.submit([token, i] { return i; }));
+        int sum = 0;
+        for (auto& c : children) sum += c.get();
+        EXPECT_EQ(sum, 4950);
+      })
+      .get();
+  EXPECT_TRUE(freed());
 }
 
 TEST(Outcome, LegalTaskTransitionsAreExactlyTheDocumentedOnes) {

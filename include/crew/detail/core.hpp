@@ -282,8 +282,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // anywhere else (`foreign`, only while the stack has room).
   bool help_once(bool own, bool foreign);
   // Runs a task state on the calling thread (nested waits, caller_runs).
-  // The caller has already moved it from queued to running.
-  void run_claimed_here(TaskStateBase* s) noexcept;
+  // The caller has already moved it from queued to running. `drop_ref`:
+  // the caller's reference (the queue cell's) is dropped here, and the
+  // caller must not touch `s` afterwards (see run_claimed).
+  void run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept;
   // Reports an exception nobody else will see (handler, else the logger).
   void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
   // Logs through opts_.logger if `level` passes its threshold.
@@ -463,7 +465,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
     auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
     s->id = new_task_id();
-    s->name = std::move(o.name);
+    if (!o.name.empty()) s->name = std::move(o.name);  // most tasks have none
     s->owner = this;
     s->is_long = is_long_task_v<D>;
     s->level = o.priority;
@@ -503,8 +505,11 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
         return Admission::accepted;
       case Route::run_here:
         if (timed) disarm_queue_deadline(s);
-        if (s->leave_queue(TaskStatus::running)) run_claimed_here(s);
-        s->release();
+        if (s->leave_queue(TaskStatus::running)) {
+          run_claimed_here(s, /*drop_ref=*/true);
+        } else {
+          s->release();
+        }
         return Admission::accepted;
       case Route::refused:
         break;
@@ -686,7 +691,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   Slept sleep_for_work(Worker& w) noexcept;
   void wait_out_pause(Worker& w);
   // run.cpp
-  bool run_claimed(Worker* w, TaskStateBase* s, bool top_level) noexcept;
+  bool run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept;
   bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept;
   // supervisor.cpp
   void supervise() noexcept;

@@ -5,12 +5,19 @@
 // task is popped and settled; each Task handle holds one; the pool's timer
 // heap holds one while a queue deadline is armed.
 //
-// Status word (32 bits, futex-waitable): bits 0-7 TaskStatus, bits 8-15 the
-// Errc of a non-success outcome, bit 29 "written off: its callable still
-// runs", bit 30 "it went through running", bit 31 "someone waits". The status leaves `queued` by
-// exactly one compare-exchange (to running, cancelled or rejected) and leaves `running` by exactly
-// one compare-exchange to its outcome: that is what makes every task end in exactly one outcome,
-// even when a worker and the supervisor race.
+// One 64-bit atomic holds both the status and the count, so that a runner
+// can publish the outcome and drop the queue's reference in one
+// read-modify-write (finish_and_release):
+//   bits 0-31   the status word, futex-waitable (the low half on the
+//               little-endian targets crew builds for): bits 0-7
+//               TaskStatus, bits 8-15 the Errc of a non-success outcome,
+//               bit 29 "written off: its callable still runs", bit 30 "it
+//               went through running", bit 31 "someone waits"
+//   bits 32-63  the reference count
+// The status leaves `queued` by exactly one compare-exchange (to running,
+// cancelled or rejected) and leaves `running` by exactly one
+// compare-exchange to its outcome: that is what makes every task end in
+// exactly one outcome, even when a worker and the supervisor race.
 #pragma once
 
 #include <atomic>
@@ -86,14 +93,24 @@ class TaskStateBase {
   // Runs the callable and stores its result; exceptions propagate.
   virtual void run(const TaskContext& ctx) = 0;
 
-  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void add_ref() noexcept { word_.fetch_add(kOneRef, std::memory_order_relaxed); }
   // Before the state is shared with another thread: one more reference
   // without a locked instruction.
   void add_ref_unshared() noexcept {
-    refs_.store(refs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    word_.store(word_.load(std::memory_order_relaxed) + kOneRef, std::memory_order_relaxed);
   }
+  // A sole holder (count 1) frees without the read-modify-write: nobody
+  // else can take a reference to a state only it holds (add_ref on a
+  // pointer found in a worker's run slot, the foreign-run set or the timer
+  // heap happens while the running or arming thread still holds one). The
+  // acquire load pairs with the other holders' releasing decrements. Most
+  // often the last holder is a Task handle, after the runner dropped the
+  // queue's reference.
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs(word_.load(std::memory_order_acquire)) == 1 ||
+        refs(word_.fetch_sub(kOneRef, std::memory_order_acq_rel)) == 1) {
+      delete this;
+    }
   }
 
   [[nodiscard]] TaskStatus status() const noexcept {
@@ -111,12 +128,12 @@ class TaskStateBase {
   // queued -> running | cancelled | rejected. False if it had already left
   // `queued`.
   bool leave_queue(TaskStatus to, Errc why = Errc{}) noexcept {
-    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    std::uint64_t cur = word_.load(std::memory_order_relaxed);
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
       CREW_ASSERT(is_legal_transition(TaskStatus::queued, to), "illegal task transition");
-      const std::uint32_t next =
-          (cur & kWaitersBit) | encode(to, why) | (to == TaskStatus::running ? kRanBit : 0u);
+      const std::uint64_t next = (cur & (kRefMask | kWaitersBit)) | encode(to, why) |
+                                 (to == TaskStatus::running ? kRanBit : 0u);
       if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
         if (is_final(to)) wake(cur);
         return true;
@@ -129,6 +146,27 @@ class TaskStateBase {
   bool finish(TaskStatus outcome, Errc why = Errc{}) noexcept {
     return leave_running(kRanBit | encode(outcome, why));
   }
+  // finish(), then release() of the caller's reference, in one
+  // read-modify-write when nobody waits on the word (with a waiter, the
+  // wake-up needs the state alive: two steps, as before). The reference is
+  // dropped even when the result is false. The caller must not touch the
+  // state afterwards.
+  bool finish_and_release(TaskStatus outcome, Errc why = Errc{}) noexcept {
+    const std::uint64_t to = kRanBit | encode(outcome, why);
+    std::uint64_t cur = word_.load(std::memory_order_relaxed);
+    while ((cur & kWaitersBit) == 0) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) break;
+      CREW_ASSERT(refs(cur) != 0, "finish_and_release without a reference");
+      if (word_.compare_exchange_weak(cur, (cur & kRefMask) - kOneRef + to,
+                                      std::memory_order_acq_rel)) {
+        if (refs(cur) == 1) delete this;
+        return true;
+      }
+    }
+    const bool finished = leave_running(static_cast<std::uint32_t>(to));
+    release();
+    return finished;
+  }
   // running -> outcome for a run the pool writes off while its callable
   // still runs (it ignored its stop for abandon_grace): the outcome is
   // decided now, and callable_live() stays true until the running thread
@@ -137,7 +175,9 @@ class TaskStateBase {
     return leave_running(kRanBit | kLiveBit | encode(outcome, Errc::abandoned));
   }
   // Called by the thread that ran a written-off callable, once it returned.
-  void callable_returned() noexcept { wake(word_.fetch_and(~kLiveBit, std::memory_order_acq_rel)); }
+  void callable_returned() noexcept {
+    wake(word_.fetch_and(~std::uint64_t{kLiveBit}, std::memory_order_acq_rel));
+  }
   // True while a written-off callable still runs.
   [[nodiscard]] bool callable_live() const noexcept {
     return (word_.load(std::memory_order_acquire) & kLiveBit) != 0;
@@ -196,16 +236,24 @@ class TaskStateBase {
   static constexpr std::uint32_t encode(TaskStatus s, Errc why) noexcept {
     return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(why) << 8);
   }
-  void wake(std::uint32_t prev) noexcept;
-  // The one compare-exchange out of `running`, to the word `next`.
+  static constexpr std::uint64_t kOneRef = std::uint64_t{1} << 32;
+  static constexpr std::uint64_t kRefMask = ~std::uint64_t{0} << 32;
+  static constexpr std::uint32_t refs(std::uint64_t word) noexcept {
+    return static_cast<std::uint32_t>(word >> 32);
+  }
+  // Wakes the word's waiters if `prev` (its value before the change) says
+  // there are any.
+  void wake(std::uint64_t prev) noexcept;
+  // The one compare-exchange out of `running`, to the status word `next`
+  // (the waiters bit is not kept: the waiters are woken).
   bool leave_running(std::uint32_t next) noexcept {
     CREW_ASSERT(
         is_legal_transition(TaskStatus::running, static_cast<TaskStatus>(next & kStatusMask)),
         "illegal task transition");
-    std::uint32_t cur = word_.load(std::memory_order_relaxed);
+    std::uint64_t cur = word_.load(std::memory_order_relaxed);
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
-      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
+      if (word_.compare_exchange_weak(cur, (cur & kRefMask) | next, std::memory_order_acq_rel)) {
         wake(cur);
         return true;
       }
@@ -215,8 +263,10 @@ class TaskStateBase {
   template <class Settled>
   bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
 
-  mutable std::atomic<std::uint32_t> word_{static_cast<std::uint32_t>(TaskStatus::queued)};
-  std::atomic<std::uint32_t> refs_{1};
+  // The status word and the reference count (top of file); one reference
+  // (the creator's), queued.
+  mutable std::atomic<std::uint64_t> word_{kOneRef |
+                                           static_cast<std::uint32_t>(TaskStatus::queued)};
   std::atomic<StopReason> stop_reason_{StopReason::none};
   SpinLock stop_mu_;
   RunFrame* runner_ CREW_GUARDED_BY(stop_mu_) = nullptr;
