@@ -484,7 +484,10 @@ struct LatencySummary {
 
 std::vector<LatencySummary> summarize_latency(const LatencySeries& all) {
   std::vector<LatencySummary> out;
-  for (const auto& [key, runs] : all) {
+  for (const auto& entry : all) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const auto& key = entry.first;
+    const auto& runs = entry.second;
     LatencySummary s;
     s.impl = std::string(key.first);
     s.rate = key.second;

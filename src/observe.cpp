@@ -6,7 +6,7 @@
 namespace crew::detail {
 
 TaskEvent Core::event_of(const TaskStateBase* s) const noexcept {
-  return TaskEvent{opts_.name, s->id, s->name, s->is_long};
+  return TaskEvent{opts_.name, s->id, s->name(), s->is_long};
 }
 
 TaskEvent Core::plain_event(bool is_long) const noexcept {

@@ -349,7 +349,7 @@ std::vector<WorkerInfo> Core::workers() const {
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
     w->cur_mu.lock();
-    if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name};
+    if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name()};
     if (w->cur_started_ns != 0)
       info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
     w->cur_mu.unlock();

@@ -86,7 +86,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
       ready_source(*frame);
     } catch (...) {  // out of memory for the stop state: run without one
     }
-    if (s->timeout.count() > 0) deadline = saturating_add(start, s->timeout.count());
+    if (s->timeout().count() > 0) deadline = saturating_add(start, s->timeout().count());
   }
   if (watched) {
     w->cur_mu.lock();
@@ -109,7 +109,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     TaskContext ctx;
     if (s->is_long) ctx.stop_token = frame->source.get_token();
     ctx.id = s->id;
-    ctx.name = s->name;
+    ctx.name = s->name();
     ctx.deadline = time_point_of(deadline);
     s->run(ctx);
   } catch (...) {
@@ -148,7 +148,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
   } else {
     if (!s->finish(outcome, why)) return true;  // cannot happen off the top level
     if (outcome == TaskStatus::failed && s->detached) {
-      report_exception(TaskRef{s->id, s->name}, s->error);
+      report_exception(TaskRef{s->id, s->name()}, s->error);
     }
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
       note_stopped(s, outcome);
@@ -259,7 +259,9 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
   CallState* s = nullptr;
   try {
     s = new CallState(call, fn);
+    s->extras_for_submission().timeout = timeout;  // a long task's Extras hold its runner link
   } catch (...) {
+    delete s;  // not shared yet
     count_here(TaskStatus::failed);
     report_exception(TaskRef{}, std::current_exception());
     return;
@@ -268,7 +270,6 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
   s->owner = this;
   s->is_long = true;
   s->detached = true;
-  s->timeout = timeout;
   s->enqueued_ns = enqueued_ns;
   s->leave_queue(TaskStatus::running);
   run_claimed_here(s, /*drop_ref=*/true);

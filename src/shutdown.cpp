@@ -232,10 +232,10 @@ void Core::drop_queue() {
       ~Release() { s->release(); }
     } release{s};
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+      if (s->has_queue_deadline()) disarm_queue_deadline(s);
       emit_settled_in_queue(s);
       shared_.add(TaskStatus::rejected);
-      dropped.push_back({s->id, s->name});
+      dropped.push_back({s->id, s->name()});
     } else if (!s->ran()) {
       emit_settled_in_queue(s);
       shared_.add(s->status());  // cancelled or expired while queued
@@ -277,11 +277,11 @@ void Core::settle_popped_here(Cell& cell) {
     return;
   }
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    if (s->has_queue_deadline()) disarm_queue_deadline(s);
     note_dropped(s);
     count_here(TaskStatus::rejected);
   } else if (s->leave_queue(TaskStatus::running)) {
-    if (s->queue_deadline != TaskStateBase::kNoDeadline) disarm_queue_deadline(s);
+    if (s->has_queue_deadline()) disarm_queue_deadline(s);
     run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {
@@ -380,7 +380,7 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
     return;
   }
   try {
-    r->rejected.push_back({s->id, s->name});
+    r->rejected.push_back({s->id, s->name()});
   } catch (...) {  // out of memory: the count in `during` still has it
   }
 }
@@ -390,7 +390,7 @@ void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
   ShutdownReport* r = ctl_->shutdowns.current();
   if (r == nullptr) return;
   try {
-    (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name});
+    (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name()});
   } catch (...) {
   }
 }

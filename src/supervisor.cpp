@@ -38,7 +38,8 @@ void Core::disarm_timer(TaskStateBase* s) noexcept {
 
 void Core::arm_queue_deadline(TaskStateBase* s) {
   const auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(s->queue_deadline.time_since_epoch());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+      s->extras()->queue_deadline.time_since_epoch());
   arm_timer(s, ns.count(), /*exec=*/false);
 }
 
@@ -216,7 +217,7 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
     note.enqueued_ns = s->enqueued_ns;
     if (report != nullptr) {
       try {
-        report->abandoned.push_back({s->id, s->name});
+        report->abandoned.push_back({s->id, s->name()});
       } catch (...) {
       }
     }

@@ -94,16 +94,17 @@ bool TaskStateBase::request_stop(StopReason why) noexcept {
   std::stop_source src;
   bool signalled = false;
   stop_mu_.lock();
-  if (runner_ != nullptr) {
+  RunFrame* const runner = extras_ != nullptr ? extras_->runner : nullptr;
+  if (runner != nullptr) {
     // The runner replaces a poisoned source before its next task.
-    runner_->poisoned = true;
+    runner->poisoned = true;
     std::int64_t unset = 0;
-    runner_->stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
-    src = runner_->source;
+    runner->stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+    src = runner->source;
     signalled = true;
     // While the runner is attached its thread is inside the task, so its
     // pool is alive; the wake must happen before the lock is released.
-    if (runner_->core != nullptr) runner_->core->wake_supervisor();
+    if (runner->core != nullptr) runner->core->wake_supervisor();
   }
   stop_mu_.unlock();
   // Outside the lock: stop callbacks are user code.
@@ -112,8 +113,9 @@ bool TaskStateBase::request_stop(StopReason why) noexcept {
 }
 
 void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
+  CREW_ASSERT(extras_ != nullptr, "a long task without Extras");
   stop_mu_.lock();
-  runner_ = frame;
+  extras_->runner = frame;
   // A stop requested between leaving the queue and attaching.
   const bool stop_now = stop_reason_.load(std::memory_order_acquire) != StopReason::none;
   if (stop_now) {
@@ -129,7 +131,7 @@ void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
 
 void TaskStateBase::detach_runner() noexcept {
   stop_mu_.lock();
-  runner_ = nullptr;
+  extras_->runner = nullptr;
   stop_mu_.unlock();
 }
 

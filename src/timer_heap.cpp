@@ -3,18 +3,20 @@
 
 #include <utility>
 
+#include "crew/detail/assert.hpp"
+
 namespace crew::detail {
 namespace {
 
 using Heap = std::vector<TaskStateBase*>;
 
 bool earlier(const TaskStateBase* a, const TaskStateBase* b) noexcept {
-  return a->timer_at_ns < b->timer_at_ns;
+  return a->extras()->timer_at_ns < b->extras()->timer_at_ns;
 }
 
 void place(Heap& h, std::size_t i, TaskStateBase* s) noexcept {
   h[i] = s;
-  s->heap_index = i;
+  s->extras()->heap_index = i;
 }
 
 void sift_up(Heap& h, std::size_t i) noexcept {
@@ -47,46 +49,48 @@ void erase_at(Heap& h, std::size_t i) noexcept {
   TaskStateBase* removed = h[i];
   TaskStateBase* last = h.back();
   h.pop_back();
-  removed->heap_index = TaskStateBase::kNotInHeap;
+  removed->extras()->heap_index = TaskStateBase::kNotInHeap;
   if (i < h.size()) {
     place(h, i, last);
     sift_down(h, i);
-    sift_up(h, last->heap_index);
+    sift_up(h, last->extras()->heap_index);
   }
 }
 
 }  // namespace
 
 bool TimerHeap::push(TaskStateBase* s, std::int64_t at_ns, bool exec) {
+  CREW_ASSERT(s->extras() != nullptr, "a timer on a task without Extras");
   MutexLock lock(mu_);
   heap_.push_back(s);  // may throw: nothing armed yet
-  s->timer_at_ns = at_ns;
+  s->extras()->timer_at_ns = at_ns;
   s->timer_exec = exec;
   sift_up(heap_, heap_.size() - 1);
-  return s->heap_index == 0;
+  return s->extras()->heap_index == 0;
 }
 
 bool TimerHeap::erase(TaskStateBase* s) noexcept {
   MutexLock lock(mu_);
-  if (s->heap_index == TaskStateBase::kNotInHeap) return false;
-  erase_at(heap_, s->heap_index);
+  TaskStateBase::Extras* x = s->extras();
+  if (x == nullptr || x->heap_index == TaskStateBase::kNotInHeap) return false;
+  erase_at(heap_, x->heap_index);
   return true;
 }
 
 std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& due) {
   MutexLock lock(mu_);
-  while (!heap_.empty() && heap_.front()->timer_at_ns <= now) {
+  while (!heap_.empty() && heap_.front()->extras()->timer_at_ns <= now) {
     due.push_back(heap_.front());  // may throw: the front stays armed
     erase_at(heap_, 0);
   }
-  return heap_.empty() ? kNever : heap_.front()->timer_at_ns;
+  return heap_.empty() ? kNever : heap_.front()->extras()->timer_at_ns;
 }
 
 std::vector<TaskStateBase*> TimerHeap::take_all() noexcept {
   Heap armed;
   MutexLock lock(mu_);
   armed.swap(heap_);
-  for (TaskStateBase* s : armed) s->heap_index = TaskStateBase::kNotInHeap;
+  for (TaskStateBase* s : armed) s->extras()->heap_index = TaskStateBase::kNotInHeap;
   return armed;
 }
 

@@ -1,8 +1,9 @@
 // src/timer_heap.hpp (private): a pool's deadlines that live on task
 // states: queue deadlines (a task not started by then expires) and the
 // execution deadlines of long tasks that run outside a worker's top level.
-// A binary min-heap by TaskStateBase::timer_at_ns, each entry holding one
-// reference to its state; TaskStateBase::heap_index is its slot.
+// A binary min-heap by the states' Extras::timer_at_ns, each entry holding
+// one reference to its state; Extras::heap_index is its slot. Every task
+// with a deadline has Extras (TaskStateBase::Extras).
 //
 // Who touches what: everything is under the heap's own mutex.
 //   push   a submitter with a queue deadline; a thread that starts a
@@ -10,8 +11,8 @@
 //   erase  whoever takes the task out of the queue (a worker, a sweep),
 //          or ends the foreign run
 //   pop_due, take_all  the supervisor (take_all once, after it stopped)
-// A state's timer fields (timer_at_ns, timer_exec, heap_index) are written
-// only under the mutex.
+// A state's timer fields (Extras::timer_at_ns and heap_index,
+// TaskStateBase::timer_exec) are written only under the mutex.
 #pragma once
 
 #include <cstdint>

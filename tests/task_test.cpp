@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <latch>
 #include <memory>
@@ -351,6 +352,90 @@ TEST(Ownership, TheLastHolderFreesTheStateWhoeverItIs) {
       })
       .get();
   EXPECT_TRUE(freed());
+}
+
+// A result counting its live copies; Align > alignof(void*) takes the
+// states' over-aligned allocation path.
+template <std::size_t Align>
+struct alignas(Align) CountedResult {
+  explicit CountedResult(std::atomic<int>* l) : live(l) { live->fetch_add(1); }
+  CountedResult(CountedResult&& o) noexcept : live(o.live) { live->fetch_add(1); }
+  CountedResult(const CountedResult&) = delete;
+  CountedResult& operator=(const CountedResult&) = delete;
+  CountedResult& operator=(CountedResult&&) = delete;
+  ~CountedResult() { live->fetch_sub(1); }
+  std::atomic<int>* live;
+};
+
+template <std::size_t Align>
+void expect_results_destroyed_once() {
+  using R = CountedResult<Align>;
+  Pool pool({.max_workers = 1});
+  std::atomic<int> live{0};
+  auto none_live = [&live] { return eventually([&live] { return live.load() == 0; }); };
+
+  // get() moves the result out; the moved-from one goes with the state.
+  {
+    auto t = pool.submit([&live] { return R(&live); });
+    const R r = t.get();
+    EXPECT_EQ(r.live, &live);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(&r) % Align, 0u);
+    EXPECT_EQ(live.load(), 2);
+  }
+  EXPECT_TRUE(none_live());
+
+  // Never taken: destroyed with the state.
+  {
+    auto t = pool.submit([&live] { return R(&live); });
+    t.wait();
+    EXPECT_EQ(live.load(), 1);
+  }
+  EXPECT_TRUE(none_live());
+
+  // The handle goes while the task is queued; the runner builds the result
+  // and frees it with the state.
+  Gate gate;
+  auto blocker = pool.submit([&gate] { EXPECT_TRUE(gate.wait()); });
+  (void)pool.submit([&live] { return R(&live); });
+  gate.open();
+  blocker.get();
+  EXPECT_TRUE(none_live());
+
+  // A task that failed or never ran has no result to destroy.
+  {
+    auto failed = pool.submit([]() -> R { throw std::runtime_error("no"); });
+    EXPECT_THROW((void)failed.get(), std::runtime_error);
+    Gate hold;
+    auto blocker2 = pool.submit([&hold] { EXPECT_TRUE(hold.wait()); });
+    auto cancelled = pool.submit([&live] { return R(&live); });
+    EXPECT_EQ(cancelled.cancel(), CancelResult::cancelled);
+    hold.open();
+    blocker2.get();
+    EXPECT_THROW((void)cancelled.get(), Error);
+    EXPECT_EQ(live.load(), 0);
+  }
+}
+
+TEST(Ownership, AResultIsDestroyedOnceWhetherOrNotGetTookIt) {
+  Watchdog dog;
+  expect_results_destroyed_once<alignof(void*)>();
+  expect_results_destroyed_once<64>();
+}
+
+// The common state, a short task with a handle and a word-sized result, is
+// 80 bytes (a 96-byte block from the allocator): a name, deadlines and a
+// long task's runner link sit in Extras, a block of their own. A field added
+// to TaskStateBase shows up here.
+TEST(Ownership, AShortTaskWithAHandleKeepsItsStateWithinEightyBytes) {
+  auto f = []() noexcept { return std::uint64_t{1}; };
+  EXPECT_LE(sizeof(detail::TaskState<std::uint64_t, decltype(f)>), 80u);
+  Pool pool({.max_workers = 1});
+  auto plain = pool.submit(f);
+  EXPECT_EQ(plain.state()->extras(), nullptr);
+  auto named = pool.submit(f, {.name = "n"});
+  ASSERT_NE(named.state()->extras(), nullptr);
+  EXPECT_EQ(named.name(), "n");
+  EXPECT_EQ(plain.get() + named.get(), 2u);
 }
 
 TEST(Outcome, LegalTaskTransitionsAreExactlyTheDocumentedOnes) {

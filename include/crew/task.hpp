@@ -114,7 +114,7 @@ class [[nodiscard]] Task {
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
   [[nodiscard]] std::uint64_t id() const noexcept { return state_ ? state_->id : 0; }
   [[nodiscard]] std::string_view name() const noexcept {
-    return state_ ? std::string_view(state_->name) : std::string_view{};
+    return state_ ? std::string_view(state_->name()) : std::string_view{};
   }
   [[nodiscard]] TaskStatus status() const noexcept {
     return state_ ? state_->status() : TaskStatus::rejected;
@@ -159,7 +159,7 @@ class [[nodiscard]] Task {
         if constexpr (std::is_void_v<T>) {
           return;
         } else {
-          return std::move(*static_cast<detail::ResultStateBase<T>*>(state_)->value);
+          return std::move(static_cast<detail::ResultStateBase<T>*>(state_)->value());
         }
       case TaskStatus::failed:
         std::rethrow_exception(state_->error);
@@ -196,8 +196,9 @@ class [[nodiscard]] Task {
     if (!state_) throw Error(Errc::empty_handle, "crew::Task: empty handle");
   }
   std::string describe() const {
-    return state_->name.empty() ? "#" + std::to_string(state_->id)
-                                : "'" + state_->name + "' #" + std::to_string(state_->id);
+    const std::string& name = state_->name();
+    return name.empty() ? "#" + std::to_string(state_->id)
+                        : "'" + name + "' #" + std::to_string(state_->id);
   }
   void reset() noexcept {
     if (state_) std::exchange(state_, nullptr)->release();

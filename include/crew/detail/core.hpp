@@ -463,16 +463,23 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   template <class D, class F>
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
+    // Most tasks have no Extras (TaskStateBase::Extras). Made first: if
+    // either allocation throws, nothing leaks.
+    std::unique_ptr<TaskStateBase::Extras> x;
+    if (is_long_task_v<D> || !o.name.empty() || o.queue_timeout.count() != 0) {
+      x = std::make_unique<TaskStateBase::Extras>();
+      x->name = std::move(o.name);
+      if (is_long_task_v<D>) x->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
+      if (o.queue_timeout.count() != 0) {
+        x->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
+      }
+    }
     auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
+    s->adopt_extras(std::move(x));
     s->id = new_task_id();
-    if (!o.name.empty()) s->name = std::move(o.name);  // most tasks have none
     s->owner = this;
     s->is_long = is_long_task_v<D>;
     s->level = o.priority;
-    if (s->is_long) s->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
-    if (o.queue_timeout.count() != 0) {
-      s->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
-    }
     return s;
   }
 
@@ -494,7 +501,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->add_ref_unshared();  // the cell's reference (`s` is not queued yet)
     if (timed_) [[unlikely]]
       s->enqueued_ns = now_ns();
-    const bool timed = s->queue_deadline != TaskStateBase::kNoDeadline;
+    const bool timed = s->has_queue_deadline();
     if (timed) arm_queue_deadline(s);
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;

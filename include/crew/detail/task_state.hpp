@@ -25,8 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
-#include <optional>
 #include <stop_token>
 #include <string>
 #include <type_traits>
@@ -208,29 +208,78 @@ class TaskStateBase {
     return stop_reason_.load(std::memory_order_acquire);
   }
 
+  // What only some tasks carry, in a block of its own so that the common
+  // state (a short task with a handle) stays 64 bytes: allocated at
+  // submission for a task with a name, a queue deadline or an execution
+  // deadline, and for every long task (its runner link).
+  struct Extras {
+    std::string name;
+    std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
+    std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
+    // Owned by the pool's timer heap (guarded by its mutex). A task is in
+    // the heap at most once: for its queue deadline while queued, or for
+    // its execution deadline while it runs on a thread that is not a
+    // worker; either way it has Extras.
+    std::size_t heap_index = kNotInHeap;
+    std::int64_t timer_at_ns = 0;
+    // The frame of the thread running this long task, guarded by the
+    // state's stop lock (attach_runner, detach_runner, request_stop).
+    RunFrame* runner = nullptr;
+  };
+  // Before the state is shared: the task's Extras, made if it has none; or
+  // ones made by the caller.
+  Extras& extras_for_submission() {
+    if (!extras_) extras_ = std::make_unique<Extras>();
+    return *extras_;
+  }
+  void adopt_extras(std::unique_ptr<Extras> x) noexcept { extras_ = std::move(x); }
+  // Null for a task that has none (most short tasks).
+  [[nodiscard]] Extras* extras() const noexcept { return extras_.get(); }
+  [[nodiscard]] const std::string& name() const noexcept {
+    static const std::string kNoName;
+    return extras_ ? extras_->name : kNoName;
+  }
+  [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept {
+    return extras_ ? extras_->timeout : std::chrono::nanoseconds{0};
+  }
+  [[nodiscard]] bool has_queue_deadline() const noexcept {
+    return extras_ && extras_->queue_deadline != kNoDeadline;
+  }
+
+  // The data members are declared in this order so that they pack into
+  // 56 bytes after the vtable pointer: the status word first (the runner's
+  // and the waiters' line), the one-byte fields together.
+ private:
+  // The status word and the reference count (top of file); one reference
+  // (the creator's), queued.
+  mutable std::atomic<std::uint64_t> word_{kOneRef |
+                                           static_cast<std::uint32_t>(TaskStatus::queued)};
+
+ public:
   // Set at submission, immutable afterwards.
   std::uint64_t id = 0;
-  std::string name;
   Core* owner = nullptr;  // the pool core that runs it (for nested waits)
-  bool is_long = false;
-  bool detached = false;
-  std::uint8_t level = 0;  // priority level  // no handle: exceptions go to the pool's handler
-  Admission refused_as = Admission::accepted;
-  std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
-  std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
-
   // Set at submission when task observers want timings.
   std::int64_t enqueued_ns = 0;
-
   // Written by the runner before finish(), read after done() says failed.
   std::exception_ptr error;
 
-  // Owned by the pool's timer heap (guarded by its mutex). A task is in the
-  // heap at most once: for its queue deadline while queued, or for its
-  // execution deadline while it runs on a thread that is not a worker.
-  std::size_t heap_index = kNotInHeap;
-  std::int64_t timer_at_ns = 0;
-  bool timer_exec = false;  // the entry stops a running task (else expires a queued one)
+ private:
+  std::unique_ptr<Extras> extras_;  // set before the state is shared
+
+ public:
+  bool is_long = false;
+  bool detached = false;  // no handle: exceptions go to the pool's handler
+  std::uint8_t level = 0;  // priority level
+  Admission refused_as = Admission::accepted;
+  // The timer heap's entry stops a running task (else it expires a queued
+  // one); guarded by the heap's mutex.
+  bool timer_exec = false;
+
+ protected:
+  // ResultStateBase: the result was constructed (written by the runner
+  // before finish(), read after done() or by the last holder).
+  bool has_value_ = false;
 
  private:
   static constexpr std::uint32_t encode(TaskStatus s, Errc why) noexcept {
@@ -263,13 +312,8 @@ class TaskStateBase {
   template <class Settled>
   bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
 
-  // The status word and the reference count (top of file); one reference
-  // (the creator's), queued.
-  mutable std::atomic<std::uint64_t> word_{kOneRef |
-                                           static_cast<std::uint32_t>(TaskStatus::queued)};
   std::atomic<StopReason> stop_reason_{StopReason::none};
   SpinLock stop_mu_;
-  RunFrame* runner_ CREW_GUARDED_BY(stop_mu_) = nullptr;
 };
 
 // The wait of a worker of the pool that owns `state`: until it ends or the
@@ -282,10 +326,31 @@ int wait_as_worker(TaskStateBase* state, std::chrono::steady_clock::time_point d
 // True if the calling thread is a worker of the pool that owns `state`.
 bool is_worker_of(const TaskStateBase* state) noexcept;
 
+// The result in place, its presence in the base's has_value_ (a
+// std::optional would add 8 bytes of padding for a word-sized result).
 template <class R>
 class ResultStateBase : public TaskStateBase {
  public:
-  std::optional<R> value;
+  ResultStateBase() noexcept {}  // NOLINT(modernize-use-equals-default): storage_ stays raw
+  ~ResultStateBase() override {
+    if (has_value_) std::destroy_at(ptr());
+  }
+  // Called once, by the runner.
+  template <class V>
+  void set_value(V&& v) {
+    std::construct_at(reinterpret_cast<R*>(storage_), std::forward<V>(v));
+    has_value_ = true;
+  }
+  // After the task succeeded.
+  [[nodiscard]] R& value() noexcept {
+    CREW_ASSERT(has_value_, "no result");
+    return *ptr();
+  }
+
+ private:
+  // The constructed result (set_value made it).
+  R* ptr() noexcept { return std::launder(reinterpret_cast<R*>(storage_)); }
+  alignas(R) unsigned char storage_[sizeof(R)];
 };
 template <>
 class ResultStateBase<void> : public TaskStateBase {};
@@ -300,7 +365,7 @@ class TaskState final : public ResultStateBase<R> {
     if constexpr (std::is_void_v<R>) {
       call(ctx);
     } else {
-      this->value.emplace(call(ctx));
+      this->set_value(call(ctx));
     }
   }
 
