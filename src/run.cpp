@@ -4,6 +4,7 @@
 // deadline; plain long and observed runs; stop requests to a running task.
 #include <algorithm>
 #include <exception>
+#include <memory>
 
 #include "control.hpp"
 
@@ -258,10 +259,11 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
                     void* fn) noexcept {
   CallState* s = nullptr;
   try {
+    auto x = std::make_unique<TaskStateBase::Extras>();  // a long task's: its runner link
+    x->timeout = timeout;
     s = new CallState(call, fn);
-    s->extras_for_submission().timeout = timeout;  // a long task's Extras hold its runner link
+    s->adopt_extras(std::move(x));
   } catch (...) {
-    delete s;  // not shared yet
     count_here(TaskStatus::failed);
     report_exception(TaskRef{}, std::current_exception());
     return;

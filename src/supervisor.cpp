@@ -37,8 +37,7 @@ void Core::disarm_timer(TaskStateBase* s) noexcept {
 }
 
 void Core::arm_queue_deadline(TaskStateBase* s) {
-  const auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
       s->extras()->queue_deadline.time_since_epoch());
   arm_timer(s, ns.count(), /*exec=*/false);
 }

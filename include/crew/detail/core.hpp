@@ -463,8 +463,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   template <class D, class F>
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
-    // Most tasks have no Extras (TaskStateBase::Extras). Made first: if
-    // either allocation throws, nothing leaks.
+    // Most tasks have no Extras (TaskStateBase::Extras).
     std::unique_ptr<TaskStateBase::Extras> x;
     if (is_long_task_v<D> || !o.name.empty() || o.queue_timeout.count() != 0) {
       x = std::make_unique<TaskStateBase::Extras>();

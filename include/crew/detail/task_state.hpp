@@ -226,12 +226,8 @@ class TaskStateBase {
     // state's stop lock (attach_runner, detach_runner, request_stop).
     RunFrame* runner = nullptr;
   };
-  // Before the state is shared: the task's Extras, made if it has none; or
-  // ones made by the caller.
-  Extras& extras_for_submission() {
-    if (!extras_) extras_ = std::make_unique<Extras>();
-    return *extras_;
-  }
+  // Before the state is shared: the Extras its submitter made (made first,
+  // so that a failed allocation of either leaks nothing), or none.
   void adopt_extras(std::unique_ptr<Extras> x) noexcept { extras_ = std::move(x); }
   // Null for a task that has none (most short tasks).
   [[nodiscard]] Extras* extras() const noexcept { return extras_.get(); }
@@ -269,7 +265,7 @@ class TaskStateBase {
 
  public:
   bool is_long = false;
-  bool detached = false;  // no handle: exceptions go to the pool's handler
+  bool detached = false;   // no handle: exceptions go to the pool's handler
   std::uint8_t level = 0;  // priority level
   Admission refused_as = Admission::accepted;
   // The timer heap's entry stops a running task (else it expires a queued
