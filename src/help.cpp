@@ -78,7 +78,7 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
     // Own newest tasks first: most often `s` and its siblings are among them.
     if (help_once(/*own=*/true, /*foreign=*/false)) continue;
     if (s->leave_queue(TaskStatus::running)) {
-      if (s->has_queue_deadline()) disarm_queue_deadline(s);
+      disarm_queue_deadline(s);
       run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
       return true;
     }

@@ -232,7 +232,7 @@ void Core::drop_queue() {
       ~Release() { s->release(); }
     } release{s};
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      if (s->has_queue_deadline()) disarm_queue_deadline(s);
+      disarm_queue_deadline(s);
       emit_settled_in_queue(s);
       shared_.add(TaskStatus::rejected);
       dropped.push_back({s->id, s->name()});
@@ -277,11 +277,11 @@ void Core::settle_popped_here(Cell& cell) {
     return;
   }
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-    if (s->has_queue_deadline()) disarm_queue_deadline(s);
+    disarm_queue_deadline(s);
     note_dropped(s);
     count_here(TaskStatus::rejected);
   } else if (s->leave_queue(TaskStatus::running)) {
-    if (s->has_queue_deadline()) disarm_queue_deadline(s);
+    disarm_queue_deadline(s);
     run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {

@@ -42,8 +42,6 @@ void Core::arm_queue_deadline(TaskStateBase* s) {
   arm_timer(s, ns.count(), /*exec=*/false);
 }
 
-void Core::disarm_queue_deadline(TaskStateBase* s) noexcept { disarm_timer(s); }
-
 void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
   {
     MutexLock lock(ctl_->mu);

@@ -261,7 +261,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
-    if (s->has_queue_deadline()) disarm_queue_deadline(s);
+    disarm_queue_deadline(s);
     w.counts.rejected.inc();
     note_dropped(s);
   } else if (!s->leave_queue(TaskStatus::running)) {
@@ -272,7 +272,7 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
       w.counts.add(s->status());
     }
   } else {
-    if (s->has_queue_deadline()) disarm_queue_deadline(s);
+    disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);
     w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference

@@ -313,6 +313,79 @@ TEST_P(BlockedSubmitterLowWater, GoesOnAtHalfTheCapacity) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, BlockedSubmitterLowWater, ::testing::Values(1u, 3u));
 
+// A worker whose local queue is empty takes up to 8 cells in a row from a
+// shared ring of 256 slots or more: the first to run, the rest into its
+// local queue (task_queue.hpp, Queues::pop_batch). One worker must still
+// run one submitter's tasks in submission order, and each task must count
+// as submitted once, though its cell moved from one queue to another.
+TEST(SharedBatches, OneWorkerRunsOneSubmittersTasksInOrderCountingEachOnce) {
+  Watchdog dog;
+  constexpr int kTasks = 1000;
+  Pool pool({.min_workers = 1, .max_workers = 1, .queue_capacity = 4096, .queue_shards = 1});
+  std::vector<int> order;
+  order.reserve(kTasks);
+  pool.pause();  // every cell is published before the worker looks
+  for (int i = 0; i < kTasks; ++i) {
+    ASSERT_EQ(pool.post([&order, i] { order.push_back(i); }), Admission::accepted);
+  }
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(20s * test::kSlowdown));
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[static_cast<std::size_t>(i)], i) << "at " << i;
+  const PoolStats st = pool.stats();
+  EXPECT_EQ(st.submitted, static_cast<std::uint64_t>(kTasks));
+  EXPECT_EQ(st.outcomes.succeeded, static_cast<std::uint64_t>(kTasks));
+  EXPECT_EQ(st.queued, 0u);
+}
+
+// The cells a batch moved behind a running task are not held by it: a task
+// that waits for the tasks queued right behind it (which its own worker may
+// have taken in the same batch) sees them run on the other worker.
+TEST(SharedBatches, ATaskWaitingForTheTasksBehindItSeesThemRunElsewhere) {
+  Watchdog dog;
+  constexpr int kBehind = 7;
+  for (int round = 0; round < 20; ++round) {
+    Pool pool({.min_workers = 2, .max_workers = 2, .queue_capacity = 4096, .queue_shards = 1});
+    std::atomic<int> ran{0};
+    std::atomic<bool> saw_all{false};
+    pool.pause();
+    ASSERT_EQ(pool.post([&] { saw_all = eventually([&] { return ran.load() == kBehind; }, 20s); }),
+              Admission::accepted);
+    for (int i = 0; i < kBehind; ++i) {
+      ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+    }
+    pool.resume();
+    ASSERT_TRUE(pool.wait_idle(30s * test::kSlowdown));
+    ASSERT_TRUE(saw_all.load()) << "round " << round << ": " << ran.load() << " of " << kBehind;
+  }
+}
+
+// Small rings give one cell at a time, so the capacity stays exact: with
+// the queue full and the one worker in the first task, exactly one more
+// task fits (a batch would have freed up to 8 slots).
+TEST(SharedBatches, ASmallQueueKeepsItsExactCapacity) {
+  Watchdog dog;
+  constexpr std::size_t kCapacity = 64;
+  Pool pool({.min_workers = 1,
+             .max_workers = 1,
+             .queue_capacity = kCapacity,
+             .queue_shards = 1,
+             .overflow = Overflow::reject});
+  Gate gate;
+  pool.pause();
+  ASSERT_EQ(pool.post([&] { (void)gate.wait(); }), Admission::accepted);
+  for (std::size_t i = 1; i < kCapacity; ++i) ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::full);
+  pool.resume();
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::full);
+  EXPECT_EQ(pool.stats().queued, kCapacity);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(pool.stats().outcomes.succeeded, kCapacity + 1);
+}
+
 TEST(PoolAdmission, TooManyBlockedSubmittersAreRejected) {
   Watchdog dog;
   Pool pool({.max_workers = 1, .queue_capacity = 1, .max_blocked_submitters = 1});

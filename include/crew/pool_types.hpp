@@ -142,7 +142,11 @@ struct PoolOptions {
   // Each shard (below) holds its share in a lock-free ring of up to 65,536
   // slots (64 bytes each) whose pages are touched only as they are used;
   // beyond that, in a spill queue of blocks with one lock for pushes and one
-  // for pops.
+  // for pops. From a ring of 256 slots or more a worker takes up to 8 tasks
+  // at a time, the first to run and the rest into its own queue (other
+  // workers steal them from there); those 7 per worker no longer count
+  // against the capacity, so with the defaults up to 1.4 % more tasks may be
+  // queued in all. Smaller shares keep the capacity exact.
   std::size_t queue_capacity = 0;
   // The queue is split into shards so that concurrent submitters do not
   // contend on one tail; order is FIFO per submitting thread. 0 picks one

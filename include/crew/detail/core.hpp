@@ -336,8 +336,12 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     Observer* observer;
     std::uint32_t events;
   };
-  // Removes a task's queue deadline from the timer heap (it left the queue).
-  void disarm_queue_deadline(TaskStateBase* s) noexcept;
+  // Removes a task's queue deadline from the timer heap (it left the queue);
+  // for a task without one, a flag test and nothing else: the heap's mutex
+  // stays off the common path.
+  void disarm_queue_deadline(TaskStateBase* s) noexcept {
+    if (s->has_queue_deadline()) disarm_timer(s);
+  }
 
  private:
   // ---- state (the pool's parts; docs/design.md says which thread touches what) ----
@@ -500,8 +504,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->add_ref_unshared();  // the cell's reference (`s` is not queued yet)
     if (timed_) [[unlikely]]
       s->enqueued_ns = now_ns();
-    const bool timed = s->has_queue_deadline();
-    if (timed) arm_queue_deadline(s);
+    if (s->has_queue_deadline()) arm_queue_deadline(s);
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;
     switch (route(fill, s->level, may_block, why)) {
@@ -510,7 +513,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
           emit_enqueued(event_of(s));
         return Admission::accepted;
       case Route::run_here:
-        if (timed) disarm_queue_deadline(s);
+        disarm_queue_deadline(s);
         if (s->leave_queue(TaskStatus::running)) {
           run_claimed_here(s, /*drop_ref=*/true);
         } else {
@@ -520,7 +523,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       case Route::refused:
         break;
     }
-    if (timed) disarm_queue_deadline(s);
+    disarm_queue_deadline(s);
     s->refused_as = why;
     s->leave_queue(TaskStatus::rejected, Errc::rejected);
     if (observes(Observer::task_rejected)) [[unlikely]] {

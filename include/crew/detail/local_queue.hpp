@@ -5,13 +5,18 @@
 // Pop, Cohen and Zappa Nardelli, 2013). The owner pushes and pops at the
 // bottom, newest first, so a task that waits for the tasks it just forked
 // finds them on top; other threads steal from the top, oldest first, which
-// for divide-and-conquer is the biggest piece of work.
+// for divide-and-conquer is the biggest piece of work. A worker that finds
+// its queue empty also moves a batch of the shared queue's oldest cells
+// into it (push_moved, from Queues::pop_batch in task_queue.hpp), newest
+// first, so that it pops them oldest first.
 //
 // Who touches what:
 //   owner (one thread at a time):  bottom_, and the cells at the bottom
 //   thieves (any thread):          top_ (compare-exchange), the cell they won
 //   both:                          a slot's `busy` flag, set by the owner's
-//                                  push, cleared by whoever moved the cell out
+//                                  push, cleared by whoever moved the cell out;
+//                                  moved_, counted up by the owner's
+//                                  push_moved, down by whoever takes such a cell
 // A cell is moved out only after its index was won (a thief's CAS on top_,
 // or the owner's pop), so no cell is copied speculatively; `busy` keeps the
 // owner from refilling a slot a slow thief is still moving out of, which
@@ -23,8 +28,10 @@
 // oldest, biggest piece of work: on 2 workers, a benchmark process running
 // fib(30), 2.7 million tasks per run, several times stole fewer than a
 // hundred times in all), so the pop pays only a light_fence and the
-// thief a heavy_fence (barrier.hpp). A queue that is stolen from often (a
-// worker's task posting many small tasks that others take) would make every
+// thief a heavy_fence (barrier.hpp). A batch moved in from the shared
+// queue is stolen from only when the shared queue runs dry. A queue that is
+// stolen from often (a worker's task posting many small tasks that others
+// take) would make every
 // steal a system call: once thieves have stolen kHeavySteals times within
 // kHeavyWindowNs, they ask the owner to switch the queue to full fences on
 // both sides (`fenced_`, for the rest of the queue's life).
@@ -41,6 +48,7 @@
 #include <memory>
 #include <mutex>
 
+#include "crew/detail/assert.hpp"
 #include "crew/detail/barrier.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
@@ -73,18 +81,24 @@ class LocalQueue {
   // (barrier.hpp, which also says what a worker going to sleep may miss).
   template <class Fill>
   bool try_push(Fill& fill) noexcept {
-    const std::int64_t b = bottom_.load(std::memory_order_relaxed);
-    const std::int64_t t = top_.load(std::memory_order_acquire);
-    if (b - t >= static_cast<std::int64_t>(kCapacity)) return false;
-    Slot& s = slot(b);
-    if (s.busy.load(std::memory_order_acquire)) return false;  // a thief is still moving out
-    fill(s.cell);
-    s.busy.store(true, std::memory_order_relaxed);
-    // Counted before it can run: "submitted" never trails an outcome.
-    pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    bottom_.store(b + 1, std::memory_order_release);
-    light_fence();
-    return true;
+    return push(fill, /*counted=*/true);
+  }
+
+  // Owner only: whether the push `ahead` pushes from now would succeed
+  // (thieves only ever make room, so it still will when made).
+  [[nodiscard]] bool can_push(std::size_t ahead) const noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_relaxed) +
+                           static_cast<std::int64_t>(ahead);
+    return b - top_.load(std::memory_order_acquire) < static_cast<std::int64_t>(kCapacity) &&
+           !slot(b).busy.load(std::memory_order_acquire);
+  }
+
+  // Owner only: moves in a cell taken from the shared queue, where it was
+  // counted as submitted already. can_push(0) must hold.
+  void push_moved(Cell& from) noexcept {
+    auto fill = [&from](Cell& c) noexcept { from.relocate_to(c); };
+    [[maybe_unused]] const bool pushed = push(fill, /*counted=*/false);
+    CREW_ASSERT(pushed, "LocalQueue::push_moved without can_push()");
   }
 
   // Owner only: the newest cell.
@@ -137,16 +151,46 @@ class LocalQueue {
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   // Whether pops and steals use full fences (see the top of this file).
   [[nodiscard]] bool fenced() const noexcept { return fenced_.load(std::memory_order_acquire); }
+  // Cells push_moved() brought in that nobody has taken yet (a racy
+  // snapshot).
+  [[nodiscard]] std::uint32_t moved() const noexcept {
+    return moved_.load(std::memory_order_relaxed);
+  }
   // Cells ever pushed (written by the owner, read by anyone).
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return pushed_.load(std::memory_order_relaxed);
   }
 
  private:
+  template <class Fill>
+  bool push(Fill& fill, bool counted) noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_relaxed);
+    const std::int64_t t = top_.load(std::memory_order_acquire);
+    if (b - t >= static_cast<std::int64_t>(kCapacity)) return false;
+    Slot& s = slot(b);
+    if (s.busy.load(std::memory_order_acquire)) return false;  // a thief is still moving out
+    fill(s.cell);
+    s.busy.store(true, std::memory_order_relaxed);
+    s.moved = !counted;
+    if (counted) {
+      // Counted before it can run: "submitted" never trails an outcome.
+      pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    } else {
+      moved_.fetch_add(1, std::memory_order_relaxed);
+    }
+    bottom_.store(b + 1, std::memory_order_release);
+    light_fence();
+    return true;
+  }
+
   struct alignas(64) Slot {
     std::atomic<bool> busy{false};
+    // Set by the owner's push, read by whoever wins the cell (published
+    // with it): the cell came from the shared queue (push_moved).
+    bool moved = false;
     Cell cell;
   };
+  static_assert(sizeof(Slot) == 64);
 
   // The pop's fence: light while the queue is not `fenced_`. The switch is
   // stored before this pop reads top_, and a thief that reads it (acquire)
@@ -184,7 +228,11 @@ class LocalQueue {
   Slot& slot(std::int64_t i) noexcept {
     return slots_[static_cast<std::size_t>(i) & (kCapacity - 1)];
   }
-  static void take(Slot& s, Cell& out) noexcept {
+  const Slot& slot(std::int64_t i) const noexcept {
+    return slots_[static_cast<std::size_t>(i) & (kCapacity - 1)];
+  }
+  void take(Slot& s, Cell& out) noexcept {
+    if (s.moved) moved_.fetch_sub(1, std::memory_order_relaxed);
     s.cell.relocate_to(out);
     s.busy.store(false, std::memory_order_release);
   }
@@ -195,6 +243,7 @@ class LocalQueue {
   alignas(64) std::atomic<std::int64_t> top_{0};
   alignas(64) std::atomic<std::int64_t> bottom_{0};
   std::atomic<std::uint64_t> pushed_{0};
+  std::atomic<std::uint32_t> moved_{0};  // moved cells not yet taken
   std::atomic<bool> fenced_{false};      // written by the owner
   std::atomic<bool> want_fence_{false};  // written by thieves, once
   // Thieves' window of heavy steals.

@@ -84,22 +84,42 @@ class Ring {
   }
 
   bool try_pop(Cell& out) noexcept {
+    return try_pop_batch(out, [](std::size_t) { return false; }, [](Cell&) noexcept {}) != 0;
+  }
+
+  // Takes the oldest cell into `out` and the published cells right after
+  // it while more(n) (n: the cells taken so far) allows, each handed to
+  // sink(Cell&) (which moves it out and must not throw), all with one claim
+  // of head_: 0 if the ring looks empty (or a producer is still writing its
+  // oldest slot), else how many.
+  template <class More, class Sink>
+  std::size_t try_pop_batch(Cell& out, More&& more, Sink&& sink) noexcept {
     std::uint64_t pos = head_.load(std::memory_order_relaxed);
     for (;;) {
       auto [idx, lap] = split(pos);
       Slot& s = slots_[idx];
       const std::uint64_t turn = s.turn.load(std::memory_order_acquire);
       if (turn == 2 * lap + 1) {
-        // seq_cst claim: pairs with a blocked submitter's re-check of size()
-        // (see Core::route_full) as the tail claim does with sleeping workers.
-        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst,
+        std::size_t n = 1;
+        while (more(n) && published(pos + n)) ++n;
+        // seq_cst claim: a blocked submitter re-checks size() after it
+        // announced its wait (see Core::route_full), as the tail claim
+        // pairs with sleeping workers.
+        if (head_.compare_exchange_weak(pos, pos + n, std::memory_order_seq_cst,
                                         std::memory_order_relaxed)) {
+          // Newest first, so that a sink that stacks them (a worker's local
+          // queue, popped newest first) gives them back oldest first.
+          for (std::size_t k = n; k-- > 1;) {
+            auto [i, l] = split(pos + k);
+            sink(slots_[i].cell);
+            slots_[i].turn.store(2 * l + 2, std::memory_order_release);
+          }
           s.cell.relocate_to(out);
           s.turn.store(2 * lap + 2, std::memory_order_release);
-          return true;
+          return n;
         }
       } else if (turn < 2 * lap + 1) {
-        return false;  // empty (or a producer is still writing this slot)
+        return 0;  // empty (or a producer is still writing this slot)
       } else {
         pos = head_.load(std::memory_order_relaxed);
       }
@@ -115,6 +135,7 @@ class Ring {
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return tail_.load(std::memory_order_relaxed);
   }
+  [[nodiscard]] std::size_t capacity() const noexcept { return cap_; }
 
  private:
   struct alignas(kCacheLine) Slot {
@@ -133,6 +154,12 @@ class Ring {
   }
 
   std::size_t bytes() const noexcept { return cap_ * sizeof(Slot); }
+
+  // Whether the cell at `pos` is written and not yet taken.
+  bool published(std::uint64_t pos) const noexcept {
+    auto [idx, lap] = split(pos);
+    return slots_[idx].turn.load(std::memory_order_acquire) == 2 * lap + 1;
+  }
 
   // Zeroed memory aligned for Slot: all turns 0 (= free for lap 0), cells
   // empty. Large rings are mapped, so their pages are touched (and count as
@@ -320,6 +347,22 @@ class Shard {
     return spill_->try_pop(out) || ring_.try_pop(out);
   }
 
+  // Rings smaller than this give one cell at a time: cells a batch moves
+  // out no longer count against the capacity, and in a ring this size or
+  // larger that is at most Queues::kMaxBatch - 1 per worker against 256
+  // slots.
+  static constexpr std::size_t kMinBatchRing = 256;
+
+  // try_pop, taking more than one cell from a ring of kMinBatchRing slots
+  // or more (Ring::try_pop_batch), and one at most from the spill.
+  template <class More, class Sink>
+  std::size_t try_pop_batch(Cell& out, More& more, Sink& sink) noexcept {
+    if (ring_.capacity() < kMinBatchRing) return try_pop(out) ? 1 : 0;
+    if (const std::size_t n = ring_.try_pop_batch(out, more, sink)) return n;
+    if (spill_cap_ == 0 || !spill_->may_have_items()) return 0;
+    return spill_->try_pop(out) || ring_.try_pop(out) ? 1 : 0;
+  }
+
   [[nodiscard]] std::size_t size() const noexcept {
     return ring_.size() + (spill_cap_ == 0 ? 0 : spill_->size());
   }
@@ -379,19 +422,14 @@ class TaskQueue {
   // last had work (locality), but every kRotate-th pop starts at the next
   // shard: a producer that keeps its shard fed cannot starve the others.
   bool try_pop(Cell& out, std::size_t& hint) noexcept {
-    static constexpr unsigned kShardBits = 8;
-    static constexpr std::size_t kRotate = 16;
-    const std::size_t pops = hint >> kShardBits;
-    const std::size_t first =
-        (hint & ((std::size_t{1} << kShardBits) - 1)) + (pops % kRotate == kRotate - 1 ? 1 : 0);
-    for (std::size_t i = 0; i <= mask_; ++i) {
-      const std::size_t k = (first + i) & mask_;
-      if (shards_[k]->try_pop(out)) {
-        hint = ((pops + 1) << kShardBits) | k;
-        return true;
-      }
-    }
-    return false;
+    return scan(hint, [&](Shard& s) { return s.try_pop(out); });
+  }
+  // try_pop, with Shard::try_pop_batch on each shard: how many it took.
+  template <class More, class Sink>
+  std::size_t try_pop_batch(Cell& out, std::size_t& hint, More&& more, Sink&& sink) noexcept {
+    std::size_t n = 0;
+    scan(hint, [&](Shard& s) { return (n = s.try_pop_batch(out, more, sink)) != 0; });
+    return n;
   }
   bool try_pop(Cell& out) noexcept {
     std::size_t hint = 0;
@@ -418,6 +456,25 @@ class TaskQueue {
   [[nodiscard]] std::size_t shards() const noexcept { return mask_ + 1; }
 
  private:
+  // Calls pop(Shard&) on each shard in the order try_pop describes, until
+  // one returns true; updates `hint`.
+  template <class Pop>
+  bool scan(std::size_t& hint, Pop&& pop) noexcept {
+    static constexpr unsigned kShardBits = 8;
+    static constexpr std::size_t kRotate = 16;
+    const std::size_t pops = hint >> kShardBits;
+    const std::size_t first =
+        (hint & ((std::size_t{1} << kShardBits) - 1)) + (pops % kRotate == kRotate - 1 ? 1 : 0);
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      const std::size_t k = (first + i) & mask_;
+      if (pop(*shards_[k])) {
+        hint = ((pops + 1) << kShardBits) | k;
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Each thread that submits gets the next index once, so concurrent
   // producers land on different shards.
   static std::size_t producer_index() noexcept {
@@ -449,10 +506,13 @@ struct PopState {
 // branch per operation), and the worker-local queues (local_queue.hpp).
 //
 // Order of a worker's pop: its own local queue (newest first), then the
-// shared queue, then stealing from the other local queues (oldest first);
-// every kSharedFirst-th pop takes the shared queue first, so forked work
-// cannot starve submissions from outside (Go's scheduler checks its global
-// queue every 61 ticks for the same reason).
+// shared queue (a batch, see pop_batch), then stealing from the other local
+// queues (oldest first); every kSharedFirst-th pop takes the shared queue
+// first, so forked work cannot starve submissions from outside (Go's
+// scheduler checks its global queue every 61 ticks for the same reason),
+// except while cells of a batch are still in the local queue: they are
+// older than anything in the shared queue, and one worker runs one
+// submitter's tasks in order.
 //
 // Aging rule: a consumer takes from the highest level that has work, except
 // that a lower level with work waiting is served first once this consumer
@@ -491,8 +551,13 @@ class Queues {
   // A worker's pop (see the order above).
   bool try_pop(Cell& out, PopState& st) noexcept {
     if (st.local != LocalQueues::kNone) {
-      if (++st.ticks % kSharedFirst == 0 && pop_shared(out, st)) return true;
-      if (locals_.at(st.local).try_pop(out)) return true;
+      LocalQueue& mine = locals_.at(st.local);
+      // Not while cells of a batch wait in the local queue: they are older
+      // than any in the shared queue.
+      if (++st.ticks % kSharedFirst == 0 && mine.moved() == 0 && pop_shared(out, st)) return true;
+      if (mine.try_pop(out)) return true;
+      if (levels_.size() == 1) [[likely]]
+        return pop_batch(out, st, mine) || locals_.try_steal(out, st.hint, st.local);
     }
     return pop_shared(out, st) || locals_.try_steal(out, st.hint, st.local);
   }
@@ -538,6 +603,24 @@ class Queues {
     return pop_prioritized(out, st);
   }
 
+  // A worker whose local queue is empty takes from the shared queue a
+  // batch of what is published there in a row, at most kMaxBatch cells
+  // (Go's scheduler moves part of its global queue into the local queue
+  // the same way). The first cell goes to `out`, the others to the
+  // worker's local queue, where it takes them oldest first and idle
+  // workers may steal them. Workers then take turns on a shard's head once
+  // per batch instead of once per task, and the tasks of a batch run one
+  // after another on one CPU instead of alternating between CPUs over the
+  // lines they share. docs/design.md ("Batches from the shared queue") has
+  // the measurements.
+  bool pop_batch(Cell& out, PopState& st, LocalQueue& mine) noexcept {
+    auto more = [&mine](std::size_t taken) {
+      return taken < kMaxBatch && mine.can_push(taken - 1);
+    };
+    auto sink = [&](Cell& c) noexcept { mine.push_moved(c); };
+    return levels_[0]->try_pop_batch(out, st.hint, more, sink) != 0;
+  }
+
   bool pop_prioritized(Cell& out, PopState& st) noexcept {
     const std::size_t n = levels_.size();
     std::size_t top = n;
@@ -566,6 +649,8 @@ class Queues {
     }
     return false;
   }
+
+  static constexpr std::size_t kMaxBatch = 8;
 
   std::vector<std::unique_ptr<TaskQueue>> levels_;
   const std::uint32_t aging_;
