@@ -87,8 +87,8 @@ class LocalQueue {
   // Owner only: whether the push `ahead` pushes from now would succeed
   // (thieves only ever make room, so it still will when made).
   [[nodiscard]] bool can_push(std::size_t ahead) const noexcept {
-    const std::int64_t b = bottom_.load(std::memory_order_relaxed) +
-                           static_cast<std::int64_t>(ahead);
+    const std::int64_t b =
+        bottom_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(ahead);
     return b - top_.load(std::memory_order_acquire) < static_cast<std::int64_t>(kCapacity) &&
            !slot(b).busy.load(std::memory_order_acquire);
   }

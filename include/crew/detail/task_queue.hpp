@@ -84,7 +84,8 @@ class Ring {
   }
 
   bool try_pop(Cell& out) noexcept {
-    return try_pop_batch(out, [](std::size_t) { return false; }, [](Cell&) noexcept {}) != 0;
+    return try_pop_batch(
+               out, [](std::size_t) { return false; }, [](Cell&) noexcept {}) != 0;
   }
 
   // Takes the oldest cell into `out` and the published cells right after
@@ -339,13 +340,7 @@ class Shard {
     return spill_->try_push(fill);
   }
 
-  bool try_pop(Cell& out) noexcept {
-    if (ring_.try_pop(out)) return true;
-    if (spill_cap_ == 0 || !spill_->may_have_items()) return false;
-    // The ring may have been refilled before the spill was used; order
-    // within the shard is kept by taking the ring first.
-    return spill_->try_pop(out) || ring_.try_pop(out);
-  }
+  bool try_pop(Cell& out) noexcept { return ring_.try_pop(out) || pop_spill(out); }
 
   // Rings smaller than this give one cell at a time: cells a batch moves
   // out no longer count against the capacity, and in a ring this size or
@@ -359,8 +354,7 @@ class Shard {
   std::size_t try_pop_batch(Cell& out, More& more, Sink& sink) noexcept {
     if (ring_.capacity() < kMinBatchRing) return try_pop(out) ? 1 : 0;
     if (const std::size_t n = ring_.try_pop_batch(out, more, sink)) return n;
-    if (spill_cap_ == 0 || !spill_->may_have_items()) return 0;
-    return spill_->try_pop(out) || ring_.try_pop(out) ? 1 : 0;
+    return pop_spill(out) ? 1 : 0;
   }
 
   [[nodiscard]] std::size_t size() const noexcept {
@@ -371,6 +365,14 @@ class Shard {
   }
 
  private:
+  // The spill's oldest cell once the ring looked empty.
+  bool pop_spill(Cell& out) noexcept {
+    if (spill_cap_ == 0 || !spill_->may_have_items()) return false;
+    // The ring may have been refilled before the spill was used; order
+    // within the shard is kept by taking the ring first.
+    return spill_->try_pop(out) || ring_.try_pop(out);
+  }
+
   Ring ring_;
   const std::size_t spill_cap_;
   std::unique_ptr<SpillQueue> spill_;
