@@ -321,7 +321,10 @@ INSTANTIATE_TEST_SUITE_P(Levels, BlockedSubmitterLowWater, ::testing::Values(1u,
 TEST(SharedBatches, OneWorkerRunsOneSubmittersTasksInOrderCountingEachOnce) {
   Watchdog dog;
   constexpr int kTasks = 1000;
-  Pool pool({.min_workers = 1, .max_workers = 1, .queue_capacity = 4096, .queue_shards = 1});
+  // No worker until resume(): one started at construction may still be
+  // spinning when pause() returns and take the first task, which would
+  // leave the batch test to the tasks behind it.
+  Pool pool({.min_workers = 0, .max_workers = 1, .queue_capacity = 4096, .queue_shards = 1});
   std::vector<int> order;
   order.reserve(kTasks);
   pool.pause();  // every cell is published before the worker looks
@@ -366,7 +369,9 @@ TEST(SharedBatches, ATaskWaitingForTheTasksBehindItSeesThemRunElsewhere) {
 TEST(SharedBatches, ASmallQueueKeepsItsExactCapacity) {
   Watchdog dog;
   constexpr std::size_t kCapacity = 64;
-  Pool pool({.min_workers = 1,
+  // No worker until resume(): one started at construction may still be
+  // spinning when pause() returns, take the first task and free its slot.
+  Pool pool({.min_workers = 0,
              .max_workers = 1,
              .queue_capacity = kCapacity,
              .queue_shards = 1,
