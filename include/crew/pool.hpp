@@ -107,8 +107,10 @@ class Pool : public detail::SubmitApi<Pool> {
   // pause() returned until resume() (a task already queued may still be
   // starting while pause() runs); submissions are still queued, and a wait
   // on a worker may still run the very task it waits for. A worker that
-  // took a task just as the pool paused holds it (it is not counted busy)
-  // and runs it first after resume(). Neither blocks;
+  // took a task just as the pool paused holds it (counted neither busy nor
+  // queued, and its slot is free again: a paused pool with a full queue of
+  // queue_capacity may hold one more task per worker that was awake) and
+  // runs it first after resume(). Neither blocks;
   // both may be called from a worker of the pool.
   void pause();
   void resume();
