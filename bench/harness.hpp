@@ -199,6 +199,7 @@ Sample run_crew_fork_join(Workload w);
 Sample run_crew_task_fork_join(Workload w);
 std::unique_ptr<Impl> make_asio_impl();
 std::unique_ptr<Impl> make_thread_pool_deb_impl();
+std::unique_ptr<Impl> make_polling_thread_impl();  // latency only: the machine's floor
 
 // Set in a child process of run_isolated() (isolate.hpp): fail() then exits
 // with kFailedCheckExit, which the parent turns into a failure of the run.

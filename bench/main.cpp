@@ -62,7 +62,9 @@
 //    search finds the highest rate crew sustains (achieved >= 0.95 x
 //    target over 1 s runs), which joins the rates of the rounds. Before
 //    each round's latency runs, cpu_gaps.hpp measures how often and how
-//    long the machine takes each CPU away (the floor of any pool's tail).
+//    long the machine takes each CPU away, and impl polling_thread (one
+//    thread polling a single-producer ring, never sleeping) runs in the
+//    rounds beside the pools: the floor of any pool's tail on the machine.
 //
 // Google Benchmark is not used: it runs each benchmark to completion before
 // starting the next, so it cannot interleave rounds across implementations,
@@ -124,7 +126,8 @@ constexpr std::string_view kUsage =
     "  --idle-seconds S   idle-CPU window per configuration; 0 skips it (default 5)\n"
     "  --impl LIST        crew,crew_unbounded,crew_fifo,crew_priority,crew_metrics,\n"
     "                     crew_null_observer,crew_task,tbb_enqueue,tbb_task_group,\n"
-    "                     tbb_parallel_for,asio,thread_pool_deb\n"
+    "                     tbb_parallel_for,asio,thread_pool_deb,polling_thread (latency\n"
+    "                     only: one thread polling a ring, the machine's floor)\n"
     "  --workload LIST    short_detached,short_future,producers_4,factorial,long_deadline,\n"
     "                     group_wait,funcpool_invoke,parallel_for,fib,skynet,nqueens,\n"
     "                     matmul,three_pools,one_pool,latency\n"
@@ -281,6 +284,7 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   all.push_back(make_tbb_parallel_for_impl());
   all.push_back(make_asio_impl());
   all.push_back(make_thread_pool_deb_impl());
+  all.push_back(make_polling_thread_impl());
   for (const std::string& want : o.impls) {
     if (std::none_of(all.begin(), all.end(), [&](const auto& i) { return i->name() == want; })) {
       usage_error("unknown implementation: " + want);
@@ -475,6 +479,7 @@ std::vector<Summary> summarize(const std::map<SeriesKey, Series>& all,
 
 struct LatencySummary {
   std::string impl;
+  std::size_t threads = kWorkers;  // that ran the tasks
   double rate = 0;
   LatencySample median;  // field by field over rounds
   std::vector<double> sched_p99_rounds;
@@ -637,7 +642,7 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
   }
   for (const LatencySummary& l : latency) {
     JsonObject e;
-    e.str("impl", l.impl).str("workload", kLatency).num("threads", kWorkers);
+    e.str("impl", l.impl).str("workload", kLatency).num("threads", static_cast<double>(l.threads));
     e.num("rate", l.rate)
         .num("seconds", o.latency_seconds)
         .num("rounds", static_cast<double>(o.rounds));
@@ -1031,7 +1036,8 @@ int run(const Options& o) {
 #endif
 
   const std::vector<Summary> rows = summarize(series, threads, stacks);
-  const std::vector<LatencySummary> latency_rows = summarize_latency(latency);
+  std::vector<LatencySummary> latency_rows = summarize_latency(latency);
+  for (LatencySummary& l : latency_rows) l.threads = threads.at(l.impl);
   print_table(o, rows, latency_rows, skips, extras);
   if (!o.json_path.empty()) write_json(o.json_path, o, rows, latency_rows, skips, extras);
   return 0;

@@ -29,7 +29,8 @@ CLOSE_MARK = "<!-- /bench-table -->"
 
 IMPLS = ["crew", "crew_unbounded", "crew_fifo", "crew_priority", "crew_metrics",
          "crew_null_observer", "crew_task", "tbb_enqueue", "tbb_task_group", "tbb_parallel_for",
-         "asio", "thread_pool_deb"]
+         "asio", "thread_pool_deb", "polling_thread"]
+LATENCY_ONLY = {"polling_thread"}  # a reference, not a pool
 FORK_JOIN = ["fib", "skynet", "nqueens", "matmul"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
              "group_wait", "funcpool_invoke", "parallel_for", "three_pools", "one_pool"] + FORK_JOIN
@@ -218,12 +219,20 @@ def target_lines(rows):
 
 
 def skip_lines(skips):
-    """One bullet per (workload, reason), listing the implementations it skips."""
+    """One bullet per (workload, reason), listing the implementations it skips;
+    an implementation that runs the latency workload only (LATENCY_ONLY) gets
+    one bullet for all of them."""
     grouped = {}
+    latency_only = {}
     for e in skips:
+        if e["impl"] in LATENCY_ONLY:
+            latency_only[e["impl"]] = e["skipped"]
+            continue
         grouped.setdefault((e["workload"], e["skipped"]), []).append(e["impl"])
-    return [f"- {workload} for {', '.join(impls)}: {reason}"
-            for (workload, reason), impls in grouped.items()]
+    return ([f"- {workload} for {', '.join(impls)}: {reason}"
+             for (workload, reason), impls in grouped.items()] +
+            [f"- every workload but latency for {impl}: {reason}"
+             for impl, reason in latency_only.items()])
 
 
 def extras_lines(extras):
@@ -400,7 +409,9 @@ def markdown_body(entries, json_path):
             "target rate; the task records its start time and adds to an atomic. p50 / p99 / "
             "p99.9 are taken from the intended send time (a producer that falls behind is "
             "charged: coordinated omission), sched p50 / p99 / p99.9 from the `post()` call "
-            "(the pool's share). crew/impl is the median of the per-round ratios of sched p99.",
+            "(the pool's share). crew/impl is the median of the per-round ratios of sched p99. "
+            "polling_thread is not a pool but the machine's floor: one thread that polls a "
+            "single-producer ring and never sleeps (bench/impl_polling_thread.cpp).",
             "",
         ]
         out += latency_table(latency)
@@ -432,7 +443,8 @@ def write_results_md(body):
 
 COLORS = {"crew": "#d95f02", "crew_unbounded": "#fdae6b", "crew_task": "#e6550d",
           "tbb_enqueue": "#7570b3", "tbb_task_group": "#a6a1d9", "tbb_parallel_for": "#5a4fcf",
-          "asio": "#1b9e77", "thread_pool_deb": "#808080"}
+          "asio": "#1b9e77", "thread_pool_deb": "#808080",
+          "polling_thread": "#000000"}
 
 
 def gnuplot_script(rows, data_file, png, title, producer_note):
