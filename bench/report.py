@@ -532,7 +532,7 @@ def write_latency_plot(rows):
             "set terminal pngcairo size 1500,560 font 'Sans,11' noenhanced",
             f"set output '{OUT_DIR / png}'",
             "set multiplot layout 1,3 title 'crew_bench latency: one producer at a target "
-            "rate, 2 workers (solid: from intended time, dashed: from post())'",
+            "rate, 2 workers per pool, polling_thread 1 (solid: from intended time, dashed: from post())'",
             "set logscale xy",
             f"set yrange [{lo:g}:{hi:g}]",
             f"set xrange [{rates[0] * 0.7:g}:{rates[-1] * 1.4:g}]",
