@@ -87,10 +87,7 @@ class LocalQueue {
   // Owner only: whether the push `ahead` pushes from now would succeed
   // (thieves only ever make room, so it still will when made).
   [[nodiscard]] bool can_push(std::size_t ahead) const noexcept {
-    const std::int64_t b =
-        bottom_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(ahead);
-    return b - top_.load(std::memory_order_acquire) < static_cast<std::int64_t>(kCapacity) &&
-           !slot(b).busy.load(std::memory_order_acquire);
+    return has_room(bottom_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(ahead));
   }
 
   // Owner only: moves in a cell taken from the shared queue, where it was
@@ -162,13 +159,18 @@ class LocalQueue {
   }
 
  private:
+  // Owner only: whether index `b` may be filled: the ring has room for it
+  // and no slow thief is still moving out of its slot.
+  [[nodiscard]] bool has_room(std::int64_t b) const noexcept {
+    return b - top_.load(std::memory_order_acquire) < static_cast<std::int64_t>(kCapacity) &&
+           !slot(b).busy.load(std::memory_order_acquire);
+  }
+
   template <class Fill>
   bool push(Fill& fill, bool counted) noexcept {
     const std::int64_t b = bottom_.load(std::memory_order_relaxed);
-    const std::int64_t t = top_.load(std::memory_order_acquire);
-    if (b - t >= static_cast<std::int64_t>(kCapacity)) return false;
+    if (!has_room(b)) return false;
     Slot& s = slot(b);
-    if (s.busy.load(std::memory_order_acquire)) return false;  // a thief is still moving out
     fill(s.cell);
     s.busy.store(true, std::memory_order_relaxed);
     s.moved = !counted;
