@@ -117,7 +117,9 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     s->error = std::current_exception();
     outcome = TaskStatus::failed;
   }
-  if (s->is_long) s->detach_runner();
+  // A long task's outcome is decided from the stop reason as it stands when
+  // it detaches: a cancel() after that is told it came too late.
+  const StopReason stop = s->is_long ? s->detach_runner() : s->stop_reason();
   const std::int64_t end = clocked ? now_ns() : 0;
   if (watched) {
     if (clocked) end_time(*w, end);
@@ -139,7 +141,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
   }
 
   Errc why{};
-  outcome = decide(outcome, s->stop_reason(), deadline, end, why);
+  outcome = decide(outcome, stop, deadline, end, why);
   const bool plain = outcome == TaskStatus::succeeded && !observes(Observer::task_finished);
   if (plain && ref.s != nullptr) {
     // The reference goes with the outcome: `s` may be gone after this. False

@@ -88,12 +88,15 @@ void TaskStateBase::wake(std::uint64_t prev) noexcept {
   if ((prev & kWaitersBit) != 0) futex_wake_low(word_, INT32_MAX);
 }
 
-bool TaskStateBase::request_stop(StopReason why) noexcept {
-  StopReason none = StopReason::none;
-  stop_reason_.compare_exchange_strong(none, why, std::memory_order_acq_rel);
+StopRequest TaskStateBase::request_stop(StopReason why) noexcept {
   std::stop_source src;
   bool signalled = false;
   stop_mu_.lock();
+  if (extras_ != nullptr && extras_->run_over) {
+    stop_mu_.unlock();
+    return StopRequest::too_late;
+  }
+  note_stop_reason(why);
   RunFrame* const runner = extras_ != nullptr ? extras_->runner : nullptr;
   if (runner != nullptr) {
     // The runner replaces a poisoned source before its next task.
@@ -109,7 +112,7 @@ bool TaskStateBase::request_stop(StopReason why) noexcept {
   stop_mu_.unlock();
   // Outside the lock: stop callbacks are user code.
   if (signalled) src.request_stop();
-  return signalled;
+  return signalled ? StopRequest::signalled : StopRequest::recorded;
 }
 
 void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
@@ -129,10 +132,13 @@ void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
   }
 }
 
-void TaskStateBase::detach_runner() noexcept {
+StopReason TaskStateBase::detach_runner() noexcept {
   stop_mu_.lock();
   extras_->runner = nullptr;
+  extras_->run_over = true;
+  const StopReason why = stop_reason_.load(std::memory_order_acquire);
   stop_mu_.unlock();
+  return why;
 }
 
 }  // namespace detail

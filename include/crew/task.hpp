@@ -172,19 +172,24 @@ class [[nodiscard]] Task {
   }
 
   // Cancels a queued task (it never runs), or stops the token of a running
-  // long task (it ends `cancelled` however it returns). A running short task
-  // cannot be interrupted and finishes normally.
+  // long task (it then ends `cancelled` however it returns). A running short
+  // task cannot be interrupted and finishes normally.
+  //
+  // `already_finished` also when a long task's callable had returned and
+  // its outcome was decided but not yet published: cancel() then waits for
+  // the publication, which runs no user code (a few bookkeeping steps on
+  // the task's thread), so that status() reads the outcome afterwards. May
+  // be called from any thread, a worker of the task's pool included.
   CancelResult cancel() noexcept {
     if (!state_) return CancelResult::already_finished;
     if (state_->leave_queue(TaskStatus::cancelled, Errc::cancelled)) return CancelResult::cancelled;
     if (state_->done()) return CancelResult::already_finished;
     if (!state_->is_long) return CancelResult::not_interruptible;
-    // Recorded even when the runner is between tasks' bookkeeping steps: the
-    // outcome is decided from the recorded reason.
-    if (state_->request_stop(detail::StopReason::cancelled)) return CancelResult::stop_requested;
-    return state_->done() && state_->status() != TaskStatus::cancelled
-               ? CancelResult::already_finished
-               : CancelResult::stop_requested;
+    if (state_->request_stop(detail::StopReason::cancelled) != detail::StopRequest::too_late) {
+      return CancelResult::stop_requested;
+    }
+    (void)state_->wait_until(std::chrono::steady_clock::time_point::max());
+    return CancelResult::already_finished;
   }
 
   // For crew internals and adapters: the shared state (may be null).

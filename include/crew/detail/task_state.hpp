@@ -49,6 +49,13 @@ class Core;
 // Why a running long task's token was stopped. The first reason wins.
 enum class StopReason : std::uint8_t { none, cancelled, timed_out, shutdown };
 
+// What TaskStateBase::request_stop did.
+enum class StopRequest : std::uint8_t {
+  signalled,  // the task runs: its token is stopped, it ends as the reason says
+  recorded,   // the task has not started to run: it starts with its token stopped
+  too_late,   // its callable returned and its outcome is decided: nothing changed
+};
+
 // The stop source a long task runs under. A worker keeps one for its
 // top-level tasks and reuses it until a stop is requested through it; nested
 // and caller-thread runs get their own.
@@ -190,9 +197,11 @@ class TaskStateBase {
   bool wait_returned_until(std::chrono::steady_clock::time_point deadline) const noexcept;
   static constexpr int kSpinPolls = 16;
 
-  // Records why the task should stop and, if it runs now, stops its token.
-  // Returns true if a running task was signalled.
-  bool request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
+  // Records why the task should stop and, if it runs now, stops its token;
+  // unless its callable already returned (detach_runner), when the outcome
+  // the runner decided stands. Under the stop lock, so that the two cannot
+  // both miss each other.
+  StopRequest request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
   // Records only the reason (the first one wins), for a stop whose token is
   // stopped later on another thread (see Control::stops).
   void note_stop_reason(StopReason why) noexcept {
@@ -201,8 +210,10 @@ class TaskStateBase {
   }
 
   // Called by the thread running a long task around its execution.
+  // detach_runner returns the stop reason its outcome is decided from: a
+  // request_stop after it is too late.
   void attach_runner(RunFrame* frame) noexcept CREW_EXCLUDES(stop_mu_);
-  void detach_runner() noexcept CREW_EXCLUDES(stop_mu_);
+  StopReason detach_runner() noexcept CREW_EXCLUDES(stop_mu_);
 
   [[nodiscard]] StopReason stop_reason() const noexcept {
     return stop_reason_.load(std::memory_order_acquire);
@@ -225,6 +236,9 @@ class TaskStateBase {
     // The frame of the thread running this long task, guarded by the
     // state's stop lock (attach_runner, detach_runner, request_stop).
     RunFrame* runner = nullptr;
+    // The callable returned (detach_runner): stop requests come too late.
+    // Guarded by the stop lock too.
+    bool run_over = false;
   };
   // Before the state is shared: the Extras its submitter made (made first,
   // so that a failed allocation of either leaks nothing), or none.
