@@ -150,9 +150,10 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     if (!s->finish_and_release(outcome, why)) return true;
   } else {
     if (!s->finish(outcome, why)) return true;  // cannot happen off the top level
-    if (outcome == TaskStatus::failed && s->detached) {
-      report_exception(TaskRef{s->id, s->name()}, s->error);
-    }
+    // A task nobody holds a handle to reports what its callable threw, also
+    // when it counts as cancelled or timed out (it threw after its stop or
+    // deadline).
+    if (s->error && s->detached) report_exception(TaskRef{s->id, s->name()}, s->error);
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
       note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
@@ -215,7 +216,9 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   if (written_off) return;  // counted when it was written off
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
-  if (outcome == TaskStatus::failed) c.report_exception(TaskRef{}, error);
+  // Also when the task counts as cancelled or timed out (it threw after its
+  // stop or deadline): nobody holds a handle that could carry the exception.
+  if (error) c.report_exception(TaskRef{}, error);
   if (c.observes(Observer::task_finished)) [[unlikely]] {
     c.emit_finished(c.plain_event(true), outcome, enqueued_ns, start, end);
   }

@@ -770,6 +770,38 @@ TEST(PoolExceptions, PostedTaskExceptionsReachTheHandler) {
   EXPECT_EQ(pool.stats().outcomes.failed, 2u);
 }
 
+// A posted long task that throws after its deadline counts as timed out,
+// and what it threw still reaches the handler: nobody else could see it.
+TEST(PoolExceptions, ALongTaskThrowingAfterItsDeadlineStillReportsTheException) {
+  Watchdog dog;
+  std::mutex mu;
+  std::vector<std::string> seen;
+  Pool pool({.max_workers = 2, .on_exception = [&](const TaskRef& task, std::exception_ptr e) {
+               try {
+                 std::rethrow_exception(e);
+               } catch (const std::exception& ex) {
+                 const std::lock_guard lock(mu);
+                 seen.push_back(task.name + ":" + ex.what());
+               }
+             }});
+  auto throw_when_stopped = [](const std::string& what) {
+    return [what](std::stop_token stop) {
+      while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
+      throw std::runtime_error(what);
+    };
+  };
+  ASSERT_EQ(pool.post(throw_when_stopped("unnamed"), {.timeout = 20ms}), Admission::accepted);
+  ASSERT_EQ(pool.post(throw_when_stopped("named"), {.name = "job", .timeout = 20ms}),
+            Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(std::find(seen.begin(), seen.end(), ":unnamed"), seen.end());
+  EXPECT_NE(std::find(seen.begin(), seen.end(), "job:named"), seen.end());
+  EXPECT_EQ(pool.stats().outcomes.timed_out, 2u);
+  EXPECT_EQ(pool.stats().outcomes.failed, 0u);
+}
+
 TEST(PoolExceptions, WithoutAHandlerTheyGoToStderrWithTheTaskName) {
   Watchdog dog;
   testing::internal::CaptureStderr();

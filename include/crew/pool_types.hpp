@@ -177,9 +177,12 @@ struct PoolOptions {
   std::chrono::nanoseconds abandon_grace = std::chrono::seconds(1);
   // When stopped, the pool shuts down hard by itself.
   std::stop_token stop_token{};
-  // Receives exceptions of tasks nobody holds a handle to. Without it they
-  // are written to stderr with the task's name. Must not throw. Runs on the
-  // thread that ran the task (a worker, or the submitter for caller_runs).
+  // Receives exceptions of tasks nobody holds a handle to, also of a long
+  // task that threw after its stop or deadline (it counts as cancelled or
+  // timed out). Without it they are written to stderr with the task's
+  // name. Must not throw. Runs on the thread that ran the task (a worker,
+  // or the submitter for caller_runs); not for a task whose worker was
+  // written off (its run is over for the pool, see abandon_grace).
   std::function<void(const TaskRef&, std::exception_ptr)> on_exception{};
   // Run on each worker thread as it starts and before it exits. A start hook
   // that throws kills the worker; the pool replaces it (with backoff).
