@@ -348,7 +348,9 @@ class Group {
   // A task must not wait for its own group: it would wait for itself.
   void wait();
   // As wait(), giving up at the timeout; true if every task has ended. A
-  // timeout too large to add to the clock means no deadline.
+  // timeout too large to add to the clock means no deadline. On a worker of
+  // the pool the deadline is looked at between the tasks it runs meanwhile:
+  // the call returns late by as long as such a task runs.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) {
     return wait_until(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));

@@ -106,7 +106,10 @@ class Pool : public detail::SubmitApi<Pool> {
   // Workers finish their current task and start no task submitted after
   // pause() returned until resume() (a task already queued may still be
   // starting while pause() runs); submissions are still queued, and a wait
-  // on a worker may still run the very task it waits for. A worker that
+  // on a worker may still run the very task it waits for (a task with a
+  // handle, a task of a named Group). The tasks of an unnamed Group carry
+  // no handle to find them by, so a Group::wait for them on a worker sleeps
+  // until resume() like any other wait on a paused pool. A worker that
   // took a task just as the pool paused holds it (counted neither busy nor
   // queued, and its slot is free again: a paused pool with a full queue of
   // queue_capacity may hold one more task per worker that was awake) and

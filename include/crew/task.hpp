@@ -140,7 +140,10 @@ class [[nodiscard]] Task {
   bool wait_for(std::chrono::duration<Rep, Period> d) const {
     return wait_until(detail::saturating_deadline(std::chrono::steady_clock::now(), d));
   }
-  // As wait(), giving up at the deadline; true if the task has ended.
+  // As wait(), giving up at the deadline; true if the task has ended. On a
+  // worker of the task's pool the deadline is looked at between the tasks
+  // it runs meanwhile: the call returns late by as long as such a task
+  // runs.
   bool wait_until(std::chrono::steady_clock::time_point deadline) const {
     check();
     if (state_->done()) return true;
