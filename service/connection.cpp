@@ -236,7 +236,11 @@ Connection::Step Connection::fail_request(int status, std::string message, Close
 Connection::Step Connection::respond(Response r) {
   if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
   const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
-  if (!keep || peer_eof_ || s_.gate.halting() || served_ + 1 >= s_.config.http.keep_alive_max) {
+  // A client that shut its sending side after pipelining requests is still
+  // answered for those already read: the connection closes after the last.
+  const bool nothing_more = peer_eof_ && in_.empty();
+  if (!keep || nothing_more || s_.gate.halting() ||
+      served_ + 1 >= s_.config.http.keep_alive_max) {
     r.close = true;
   }
   // HTTP/1.0 closes unless the response says otherwise.

@@ -160,6 +160,45 @@ TEST_F(CrewdLimits, PipelinedGetsAreAnsweredInOrder) {
   EXPECT_TRUE(in.closed(2'000ms));
 }
 
+// A client that pipelines requests and then shuts its sending side gets
+// every response, the last one with Connection: close. The requests after
+// the job arrive while it runs, 8,704 bytes in all: exactly what the
+// connection's first reads take (its 512-byte landing buffer, then an
+// 8 KiB chunk), so that the read after them finds the end of the stream
+// before the first of them is answered. Such a connection used to be closed
+// after the response that followed the end of the stream, dropping the
+// rest.
+TEST_F(CrewdLimits, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
+  auto get_of_size = [](std::size_t size) {
+    const std::string base = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: \r\n\r\n";
+    return "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(size - base.size(), 'a') +
+           "\r\n\r\n";
+  };
+  const std::string job = R"({"kind":"sleep","ms":200})";
+  const std::string first = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(job.size()) + "\r\n\r\n" + job;
+  // Each under the fixture's 4,096-byte header limit.
+  const std::string rest =
+      get_of_size(300) + get_of_size(2800) + get_of_size(2800) + get_of_size(8704 - 5900);
+  ASSERT_EQ(rest.size(), 8704u);
+  for (int run = 0; run < 3; ++run) {
+    Socket s = connect_to(port_);
+    ASSERT_GE(s.fd(), 0);
+    ASSERT_TRUE(send_all(s.fd(), first));
+    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(send_all(s.fd(), rest));
+    ::shutdown(s.fd(), SHUT_WR);
+    Responses in(s.fd());
+    for (int i = 0; i < 5; ++i) {
+      const Exchange ex = in.next();
+      ASSERT_EQ(ex.outcome, Outcome::response) << "run " << run << ", response " << i;
+      EXPECT_EQ(ex.status, 200) << ex.body;
+      EXPECT_EQ(ex.header("connection"), i == 4 ? "close" : "") << "run " << run << ", " << i;
+    }
+    EXPECT_TRUE(in.closed(2'000ms));
+  }
+}
+
 // ---- header limits ----
 
 TEST_F(CrewdLimits, AHeaderSectionOverTheLimitIs431) {
