@@ -108,6 +108,10 @@ void RequestParser::fail(const error_code& ec) {
     case Why::unknown_coding:
       error_ = {501, "only the chunked transfer coding is supported"};
       return;
+    case Why::bad_host:
+      error_ = {400, "malformed request: an HTTP/1.1 request has exactly one Host header field, "
+                     "an HTTP/1.0 request at most one"};
+      return;
     case Why::none:
       break;
   }
@@ -133,7 +137,9 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view,
     ec = http::error::header_limit;
     return;
   }
-  if (name == http::field::expect) {
+  if (name == http::field::host) {
+    ++hosts_;
+  } else if (name == http::field::expect) {
     if (iequals(value, "100-continue")) {
       request_.expect_continue = true;
     } else {
@@ -163,6 +169,13 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view,
 }
 
 void RequestParser::on_header_impl(error_code& ec) {
+  // RFC 9112, section 3.2: a server answers 400 to an HTTP/1.1 request
+  // without a Host field and to any request with more than one.
+  if (hosts_ > 1 || (hosts_ == 0 && request_.version >= 11)) {
+    why_ = Why::bad_host;
+    ec = http::error::bad_field;
+    return;
+  }
   if (transfer_encoding_ && !chunked_last_) {
     why_ = Why::bad_coding;
     ec = http::error::bad_transfer_encoding;

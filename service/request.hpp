@@ -97,8 +97,9 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   bool failed_ = false;
   bool line_done_ = false;
   // Why a parse error was raised from a callback (beast only carries the code).
-  enum class Why : std::uint8_t { none, too_many_fields, bad_coding, unknown_coding };
+  enum class Why : std::uint8_t { none, too_many_fields, bad_coding, unknown_coding, bad_host };
   Why why_ = Why::none;
+  int hosts_ = 0;  // Host fields seen
   bool transfer_encoding_ = false;
   bool chunked_last_ = false;
 };

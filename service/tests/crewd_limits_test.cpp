@@ -272,6 +272,11 @@ TEST_F(CrewdLimits, BadContentLengthsAreRefusedAtOnce) {
       {"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", "", 400},
       {"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "", 400},
       {"GET  /healthz HTTP/1.1\r\n\r\n", "", 400},
+      // RFC 9112, 3.2: HTTP/1.1 needs exactly one Host field, 1.0 at most one.
+      {"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", "", 400},
+      {"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "", 400},
+      {"GET /healthz HTTP/1.0\r\nHost: x\r\nHost: x\r\n\r\n", "", 400},
+      {"GET /healthz HTTP/1.0\r\n\r\n", "", 200},
   };
   for (const Case& c : cases) {
     const Exchange ex = send_request(port_, c.head + c.body, 2'000ms);
@@ -571,7 +576,7 @@ TEST(CrewdConnectionLimit, IdleConnectionsMakeRoomAndBusyOnesMean503) {
             std::string::npos)
       << full.body;
   // They finish their requests; room again.
-  for (auto& s : busy) ASSERT_TRUE(send_all(s.fd(), "Connection: close\r\n\r\n"));
+  for (auto& s : busy) ASSERT_TRUE(send_all(s.fd(), "Host: x\r\nConnection: close\r\n\r\n"));
   for (auto& s : busy) {
     Responses in(s.fd());
     EXPECT_EQ(in.next().status, 200);
