@@ -205,6 +205,16 @@ Connection::Step Connection::on_head() {
   }
   if (expect && req.expect_continue && req.has_body && !parser_->done()) {
     const bool wants_body = match_.route == Route::jobs && match_.method_allowed && !refused_;
+    if (wants_body && s_.pools.jobs.stats().queued >= s_.config.jobs.queue) {
+      // The pool would refuse the job: say so before the client sends its
+      // body (a slot may free meanwhile; then the client retries).
+      parser_->request().keep_alive = false;
+      phase_ = Phase::handling;
+      deadline_ = Clock::time_point::max();
+      Response r = error_response(503, "pool jobs refused the task (full)");
+      r.retry_after = true;
+      return respond(std::move(r));
+    }
     if (!wants_body) {
       // Answer without the body; the client must not send it, so the
       // connection cannot be trusted past this response.

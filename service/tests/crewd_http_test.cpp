@@ -303,6 +303,16 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
   const Json j = json_of(ex);
   EXPECT_EQ(j["outcome"], "rejected");
   EXPECT_EQ(ex.header("retry-after"), "1");
+  // A client that asks before sending its body is told at once, without a
+  // 100 Continue first.
+  const std::string body = R"({"kind":"sleep","ms":1})";
+  const Exchange asked = send_request(
+      port, "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  ASSERT_EQ(asked.outcome, Outcome::response);
+  EXPECT_EQ(asked.status, 503) << "no 100 Continue first: " << asked.body;
+  EXPECT_EQ(asked.header("retry-after"), "1");
+  EXPECT_EQ(asked.header("connection"), "close");
   for (auto& t : holders) t.join();
 }
 
