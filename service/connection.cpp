@@ -131,6 +131,7 @@ Connection::Read Connection::read_available() {
 void Connection::wait_readable() {
   if (waiting_read_) return;
   waiting_read_ = true;
+  landing_[0] = 0;  // see read_landed()
   socket_.async_read_some(
       net::buffer(landing_),
       [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
@@ -418,7 +419,7 @@ void Connection::request_timed_out(std::string_view part, Millis bound, CloseRea
 // in the socket; such a request is served, not cut off.
 void Connection::close_if_idle(CloseReason why) {
   net::post(w_.ioc, [self = shared_from_this(), why] {
-    if (self->phase_ != Phase::idle || !self->in_.empty()) return;
+    if (self->phase_ != Phase::idle || !self->in_.empty() || self->read_landed()) return;
     error_code ec;
     if (self->socket_.available(ec) > 0) return;  // the pending read takes it
     self->graceful_close(why);
@@ -428,7 +429,7 @@ void Connection::close_if_idle(CloseReason why) {
 // Whether the connection is idle with nothing arriving (a candidate to
 // close for room).
 bool Connection::quiet() const {
-  if (phase_ != Phase::idle || !in_.empty()) return false;
+  if (phase_ != Phase::idle || !in_.empty() || read_landed()) return false;
   error_code ec;
   return socket_.available(ec) == 0 && !ec;
 }

@@ -142,6 +142,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool admitted_open_ = false;
   CloseReason close_reason_ = CloseReason::client;
   std::array<char, 512> landing_;  // where a pending read lands
+  // Whether the pending read has taken bytes whose completion has not run
+  // yet: the reactor reads on this connection's I/O thread and queues the
+  // completion, so until it runs the connection looks idle while a request
+  // sits in landing_. wait_readable zeroes the first byte, which no request
+  // starts with.
+  [[nodiscard]] bool read_landed() const noexcept { return waiting_read_ && landing_[0] != 0; }
 };
 
 }  // namespace crewd::http
