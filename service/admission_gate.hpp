@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 namespace crewd::http {
 
@@ -60,26 +61,52 @@ class Gate {
     }
   }
 
-  void on_close(bool& counted, bool& admitted_open) noexcept {
+  // An admitted request whose body is still arriving (`receiving`: the
+  // connection's flag): the stop waits for it before it stops the pools,
+  // which then still take its task.
+  void begin_body(bool& receiving) noexcept {
+    if (receiving) return;
+    receiving = true;
+    receiving_.fetch_add(1);
+  }
+  void end_body(bool& receiving) noexcept {
+    if (!receiving) return;
+    receiving = false;
+    receiving_.fetch_sub(1);
+  }
+
+  void on_close(bool& counted, bool& admitted_open, bool& receiving) noexcept {
     if (counted) {
       counted = false;
       first_pending_.fetch_sub(1);
     }
+    end_body(receiving);
     on_response_done(admitted_open);
   }
 
   void halt() noexcept { halting_.store(true); }
-  void cut() noexcept { cut_.store(true); }
+  // `receive_by`: what a request still arriving after the cut must have sent
+  // by (steady clock, ns), so that the pools can still run its task within
+  // the termination timeout.
+  void cut(std::int64_t receive_by_ns) noexcept {
+    receive_by_ns_.store(receive_by_ns);
+    cut_.store(true);
+  }
   [[nodiscard]] bool halting() const noexcept { return halting_.load(std::memory_order_relaxed); }
   [[nodiscard]] bool is_cut() const noexcept { return cut_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::size_t first_pending() const noexcept { return first_pending_.load(); }
   [[nodiscard]] std::size_t admitted_open() const noexcept { return admitted_open_.load(); }
+  [[nodiscard]] std::size_t receiving() const noexcept { return receiving_.load(); }
+  // Meaningful once is_cut().
+  [[nodiscard]] std::int64_t receive_by_ns() const noexcept { return receive_by_ns_.load(); }
 
  private:
   std::atomic<bool> halting_{false};
   std::atomic<bool> cut_{false};
   std::atomic<std::size_t> first_pending_{0};
   std::atomic<std::size_t> admitted_open_{0};
+  std::atomic<std::size_t> receiving_{0};
+  std::atomic<std::int64_t> receive_by_ns_{0};
 };
 
 }  // namespace crewd::http

@@ -51,6 +51,14 @@ void Connection::enter_idle() {
   deadline_ = idle_since_ + wait;
 }
 
+// After the cut a request still arriving must be complete by the gate's
+// receive_by, so that the pools can run its task within the termination
+// timeout: no client holds the stop past its deadlines.
+Clock::time_point Connection::receive_deadline(Clock::time_point t) const {
+  if (!s_.gate.is_cut()) return t;
+  return std::min(t, Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns())));
+}
+
 void Connection::advance() {
   bool full = false;
   for (;;) {
@@ -171,7 +179,7 @@ Connection::Step Connection::parse() {
     head_seen_ = false;
     refused_ = false;
     phase_ = Phase::head;
-    deadline_ = now + s_.config.http.head_timeout;
+    deadline_ = receive_deadline(now + s_.config.http.head_timeout);
   }
   const std::size_t n = parser_->feed(in_.data());
   in_.consume(n);
@@ -198,7 +206,8 @@ Connection::Step Connection::on_head() {
   refused_ = !s_.gate.on_request(counted_, admitted_open_, work);
   if (!parser_->done()) {
     phase_ = Phase::body;
-    body_deadline_ = deadline_ = now + s_.config.http.body_timeout;
+    body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
+    if (work && !refused_) s_.gate.begin_body(receiving_);
   }
   const bool expect = req.version >= 11;
   if (expect && req.expect_other) {
@@ -246,6 +255,7 @@ Connection::Step Connection::fail_request(int status, std::string message, Close
 
 Connection::Step Connection::respond(Response r) {
   if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
+  s_.gate.end_body(receiving_);  // answered without its body (an error)
   const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
   // A client that shut its sending side after pipelining requests is still
   // answered for those already read: the connection closes after the last.
@@ -335,7 +345,7 @@ void Connection::stop_serving(CloseReason why) {
 void Connection::graceful_close(CloseReason why) {
   if (phase_ == Phase::closing || phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_);
+  s_.gate.on_close(counted_, admitted_open_, receiving_);
   phase_ = Phase::closing;
   deadline_ = Clock::now() + kLinger;
   parser_.reset();
@@ -370,7 +380,7 @@ void Connection::drain() {
 void Connection::close_now(CloseReason why) {
   if (phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_);
+  s_.gate.on_close(counted_, admitted_open_, receiving_);
   phase_ = Phase::closed;
   deadline_ = Clock::time_point::max();
   error_code ec;
@@ -407,9 +417,16 @@ void Connection::on_deadline(Clock::time_point) {
 // 408 for a request whose `part` (head, body) did not arrive within its
 // http.<part>_timeout_ms.
 void Connection::request_timed_out(std::string_view part, Millis bound, CloseReason why) {
-  const std::string message = "the request " + std::string(part) + " did not arrive within http." +
-                              std::string(part) + "_timeout_ms (" + std::to_string(bound.count()) +
-                              " ms)";
+  // Cut short by the stop (receive_deadline): say so rather than the timeout.
+  const bool stop =
+      s_.gate.is_cut() &&
+      deadline_ == Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns()));
+  const std::string message =
+      stop ? "the request " + std::string(part) +
+                 " did not arrive before crewd stops taking work (shutdown.timeout_ms before "
+                 "shutdown.termination_timeout_ms)"
+           : "the request " + std::string(part) + " did not arrive within http." +
+                 std::string(part) + "_timeout_ms (" + std::to_string(bound.count()) + " ms)";
   if (fail_request(408, message, why) == Step::more) advance();
 }
 
@@ -437,6 +454,11 @@ bool Connection::quiet() const {
 // The cut: idle keep-alive connections are closed at once; one that has
 // not sent a byte yet gets the admit grace from its accept.
 void Connection::on_cut() {
+  if (phase_ == Phase::head || phase_ == Phase::body) {
+    deadline_ = receive_deadline(deadline_);
+    body_deadline_ = receive_deadline(body_deadline_);
+    return;
+  }
   if (phase_ != Phase::idle) return;
   if (served_ > 0) {
     close_if_idle(CloseReason::shutdown);

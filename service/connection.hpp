@@ -94,6 +94,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Step after_write(After after);
   void on_written(const error_code& ec, After after);
   Read read_available();
+  [[nodiscard]] Clock::time_point receive_deadline(Clock::time_point t) const;
   void wait_readable();
   void on_read(const error_code& ec, std::size_t n);
   // The most a connection buffers: a head at its limit plus one read.
@@ -140,6 +141,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open_ = false;          // counted in State::open and the connections gauge
   bool counted_;               // Gate: first request pending
   bool admitted_open_ = false;
+  bool receiving_ = false;     // Gate: an admitted request's body is arriving
   CloseReason close_reason_ = CloseReason::client;
   std::array<char, 512> landing_;  // where a pending read lands
   // Whether the pending read has taken bytes whose completion has not run

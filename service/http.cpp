@@ -220,14 +220,16 @@ void HttpServer::serve() {
 
 void HttpServer::halt() noexcept { state_->gate.halt(); }
 
-void HttpServer::close_admission() noexcept {
-  state_->gate.cut();
+void HttpServer::close_admission(Clock::time_point receive_by) noexcept {
+  state_->gate.cut(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(receive_by.time_since_epoch()).count());
   for (auto& w : state_->workers) net::post(w->ioc, [worker = w.get()] { worker->cut(); });
 }
 
 bool HttpServer::wait_first_requests(Clock::time_point deadline, std::stop_token stop) const {
   const Gate& g = state_->gate;
-  return poll_until([&g] { return g.first_pending() == 0; }, deadline, stop);
+  return poll_until([&g] { return g.first_pending() == 0 && g.receiving() == 0; }, deadline,
+                    stop);
 }
 
 bool HttpServer::wait_admitted(Clock::time_point deadline, std::stop_token stop) const {

@@ -16,14 +16,18 @@
 //
 // Stopping (driven by main.cpp, docs/crewd.md "Lifecycle"):
 //   halt()             /readyz answers 503; responses say Connection: close.
-//   close_admission()  the cut: from now on a request for work (factorial,
-//                      jobs) gets 503, except the first request of a
-//                      connection accepted before the cut; /healthz,
+//   close_admission(receive_by)  the cut: from now on a request for work
+//                      (factorial, jobs) gets 503, except the first request
+//                      of a connection accepted before the cut; /healthz,
 //                      /metrics and /api/v1/pools keep answering. Idle
-//                      keep-alive connections are closed at once.
+//                      keep-alive connections are closed at once. A request
+//                      still arriving must be complete by `receive_by` (its
+//                      head and body deadlines are cut to it: 408).
 //   wait_first_requests()  every connection accepted before the cut has had
-//                      its first request admitted (or was closed without one:
-//                      a half-sent request is cut at its deadline).
+//                      its first request admitted, and every admitted
+//                      request its body (or was closed without: a half-sent
+//                      request is cut at its deadline), so that the pools
+//                      stopped after it still take their tasks.
 //   wait_admitted()    every admitted request has its response written.
 //   stop(deadline)     closes the listener (new connections are refused) and
 //                      idle connections; connections still reading a request
@@ -91,7 +95,7 @@ class HttpServer {
   void serve();
 
   void halt() noexcept;
-  void close_admission() noexcept;
+  void close_admission(std::chrono::steady_clock::time_point receive_by) noexcept;
   // Both return false if `deadline` passed or `stop` was requested first.
   [[nodiscard]] bool wait_first_requests(std::chrono::steady_clock::time_point deadline,
                                          std::stop_token stop) const;

@@ -79,6 +79,7 @@ struct JobTimes {
 // ---- Connection: requests ----
 
 Connection::Step Connection::on_request() {
+  s_.gate.end_body(receiving_);
   phase_ = Phase::handling;
   deadline_ = Clock::time_point::max();
   const Request& req = parser_->request();

@@ -198,7 +198,13 @@ int run(const Config& config) {
 
     // Requests sent before the signal may still sit in the kernel's queues.
     sleep_until(halted + config.shutdown.admit_grace, ctx.stop_token());
-    server.close_admission();
+    // What still arrives must leave the pools their shutdown.timeout and a
+    // margin before the termination deadline (at least 100 ms from now).
+    const auto pools_margin = std::min<Clock::duration>(
+        1s, std::chrono::duration_cast<Clock::duration>(config.shutdown.termination_timeout) / 10);
+    const auto receive_by =
+        std::max(Clock::now() + 100ms, deadline - config.shutdown.timeout - pools_margin);
+    server.close_admission(receive_by);
     log->info(
         "admission closed (monotonic_ns={}): new work gets 503; {} connections still owe "
         "their first request, {} requests in flight",

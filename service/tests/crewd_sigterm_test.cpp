@@ -258,5 +258,71 @@ TEST(CrewdSigtermHostile, IdleAndSlowConnectionsDoNotHoldTheStop) {
   EXPECT_EQ(answered_408, static_cast<std::size_t>(kSlow));
 }
 
+// A job whose head arrived before the cut and whose body arrives after it
+// is admitted, and its task still reaches the pools: the stop waits for the
+// body before it stops them. It used to get 503 (the pool refused the
+// task: closed) whenever the body came more than about 100 ms late.
+TEST(CrewdSigtermHostile, AJobWhoseBodyArrivesAfterTheCutStillRuns) {
+  Crewd crewd({"--listen", "127.0.0.1:0"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const std::string body = R"({"kind":"sleep","ms":50})";
+  const std::string head = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n";
+  Socket s = connect_to(port);
+  int err = 0;
+  ASSERT_TRUE(write_all(s.fd(), head + body.substr(0, 5), err));
+  std::this_thread::sleep_for(100ms);
+  crewd.signal(SIGTERM);
+  std::this_thread::sleep_for(500ms);  // well past the admit grace (100 ms)
+  ASSERT_TRUE(write_all(s.fd(), body.substr(5), err));
+  Exchange ex;
+  read_response(s.fd(), ex, Clock::now() + 10s * kSlowdown);
+  ASSERT_EQ(ex.outcome, Outcome::response) << to_string(ex.outcome) << "\n" << crewd.log();
+  EXPECT_EQ(ex.status, 200) << ex.body;
+  const auto status = crewd.wait_exit(30s * kSlowdown);
+  ASSERT_TRUE(status.has_value()) << "crewd did not exit\n" << crewd.log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd.log();
+}
+
+// A request still arriving after the cut must be complete early enough to
+// leave the pools their shutdown.timeout before the termination timeout:
+// here a head trickled by a client that started it before the signal, with
+// a head timeout that alone would outlast that budget. It gets 408 saying
+// so, and crewd exits 0 within its termination timeout (it used to answer
+// at the head timeout and exit 4).
+TEST(CrewdSigtermHostile, ARequestStillArrivingIsCutToLeaveThePoolsTheirTimeout) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-head-timeout-ms", "3800",
+               "--shutdown-termination-timeout-ms", "4000", "--shutdown-timeout-ms", "2000"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  Socket s = connect_to(port);
+  int err = 0;
+  ASSERT_TRUE(write_all(s.fd(), "GET /healthz HTTP/1.1\r\nX-Slow: ", err));
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      (void)::send(s.fd(), "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  const auto signal = Clock::now();
+  crewd.signal(SIGTERM);
+  std::string got;
+  const bool closed = peer_closed(s.fd(), got, 6'000ms * kSlowdown);
+  const auto answered = Clock::now();
+  stop = true;
+  trickle.join();
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(got.rfind("HTTP/1.1 408 ", 0), 0u) << got;
+  EXPECT_NE(got.find("before crewd stops taking work"), std::string::npos) << got;
+  // The budget: 4 s - 2 s - 0.4 s margin after the signal.
+  EXPECT_LT(answered - signal, 3'000ms * kSlowdown);
+  const auto status = crewd.wait_exit(20s * kSlowdown);
+  ASSERT_TRUE(status.has_value()) << "crewd did not exit\n" << crewd.log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << crewd.log();
+  EXPECT_LT(crewd.exit_time() - signal, 4'000ms * kSlowdown);
+}
+
 }  // namespace
 }  // namespace crewd::test
