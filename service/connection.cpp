@@ -468,7 +468,16 @@ void Connection::on_cut() {
 }
 
 void Connection::on_stop() {
-  if (phase_ == Phase::idle) close_if_idle(CloseReason::shutdown);
+  if (phase_ != Phase::idle) return;
+  if (served_ == 0) {
+    // Accepted while the listener was closing (its handshake was answered
+    // before the SYN filter): its request is on the way, and it gets an
+    // answer (503 for work) rather than a bare close. The admit grace from
+    // its accept, as at the cut.
+    deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
+    return;
+  }
+  close_if_idle(CloseReason::shutdown);
 }
 
 // At http.max_connections with nothing idle to close: 503, then close.
