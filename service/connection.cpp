@@ -61,8 +61,15 @@ Clock::time_point Connection::receive_deadline(Clock::time_point t) const {
 
 void Connection::advance() {
   bool full = false;
+  const std::size_t served_before = served_;
   for (;;) {
     if (phase_ != Phase::idle && phase_ != Phase::head && phase_ != Phase::body) return;
+    if (served_ - served_before >= kPipelineBurst && !in_.empty()) {
+      // Pipelined requests answered back to back: let the I/O thread's other
+      // connections have their turn before the next ones.
+      net::post(w_.ioc, [self = shared_from_this()] { self->advance(); });
+      return;
+    }
     if (!in_.empty()) {
       const std::size_t before = in_.size();
       const Phase phase = phase_;

@@ -94,6 +94,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Step after_write(After after);
   void on_written(const error_code& ec, After after);
   Read read_available();
+  // Pipelined requests one advance() answers before it lets the I/O
+  // thread's other connections run: a client that pipelines hundreds of
+  // requests (and need not read the responses until its socket buffer is
+  // full) delays the others by this many responses, not by all of them.
+  static constexpr std::size_t kPipelineBurst = 2;
   [[nodiscard]] Clock::time_point receive_deadline(Clock::time_point t) const;
   void wait_readable();
   void on_read(const error_code& ec, std::size_t n);
