@@ -65,7 +65,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle && in_.empty(); }
   [[nodiscard]] bool quiet() const;
   [[nodiscard]] Clock::time_point idle_since() const noexcept { return idle_since_; }
-  void evict() { graceful_close(CloseReason::evicted); }
+  // Idle with nothing arriving (quiet()): no response to protect, so no
+  // linger either; its descriptor is free for the connection that takes
+  // its slot.
+  void evict() { close_now(CloseReason::evicted); }
 
   Connection* prev = nullptr;
   Connection* next = nullptr;
