@@ -103,7 +103,7 @@ void RequestParser::fail(const error_code& ec) {
                          ") header fields"};
       return;
     case Why::bad_coding:
-      error_ = {400, "malformed request: chunked must be the last transfer coding"};
+      error_ = {400, "malformed request: chunked must be the last transfer coding, and once"};
       return;
     case Why::unknown_coding:
       error_ = {501, "only the chunked transfer coding is supported"};
@@ -149,20 +149,25 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view,
     // Beast marks the body chunked only when chunked is the last coding;
     // anything else is refused in on_header_impl.
     transfer_encoding_ = true;
-    bool chunked_seen = false;
+    // Across fields too: chunked in an earlier Transfer-Encoding field
+    // counts (chunked_seen_).
     bool other = false;
+    bool twice = false;
     for (const auto& coding : http::token_list(value)) {
       if (iequals(coding, "chunked")) {
-        if (chunked_seen) other = true;  // chunked twice
-        chunked_seen = true;
+        if (chunked_seen_) twice = true;
+        chunked_seen_ = true;
         chunked_last_ = true;
       } else {
         other = true;
         chunked_last_ = false;
       }
     }
-    if (other) {
-      why_ = chunked_seen && !chunked_last_ ? Why::bad_coding : Why::unknown_coding;
+    if (twice || (chunked_seen_ && !chunked_last_)) {
+      why_ = Why::bad_coding;  // chunked twice, or not last: malformed (400)
+      ec = http::error::bad_transfer_encoding;
+    } else if (other) {
+      why_ = Why::unknown_coding;  // a coding crewd does not do (501)
       ec = http::error::bad_transfer_encoding;
     }
   }

@@ -102,6 +102,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   int hosts_ = 0;  // Host fields seen
   bool transfer_encoding_ = false;
   bool chunked_last_ = false;
+  bool chunked_seen_ = false;
 };
 
 // Routes, by method and path.

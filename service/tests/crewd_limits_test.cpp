@@ -269,6 +269,11 @@ TEST_F(CrewdLimits, BadContentLengthsAreRefusedAtOnce) {
       {post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", 400},
       {post + "Transfer-Encoding: gzip\r\n\r\n", "x", 501},
       {post + "Transfer-Encoding: chunked, gzip\r\n\r\n", "x", 400},
+      {post + "Transfer-Encoding: gzip, chunked\r\n\r\n", "0\r\n\r\n", 501},
+      // chunked twice, in one field or two: malformed either way
+      {post + "Transfer-Encoding: chunked, chunked\r\n\r\n", "0\r\n\r\n", 400},
+      {post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n",
+       400},
       {"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", "", 400},
       {"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "", 400},
       {"GET  /healthz HTTP/1.1\r\n\r\n", "", 400},
