@@ -267,8 +267,7 @@ Connection::Step Connection::respond(Response r) {
   // A client that shut its sending side after pipelining requests is still
   // answered for those already read: the connection closes after the last.
   const bool nothing_more = peer_eof_ && in_.empty();
-  if (!keep || nothing_more || s_.gate.halting() ||
-      served_ + 1 >= s_.config.http.keep_alive_max) {
+  if (!keep || nothing_more || s_.gate.halting() || served_ + 1 >= s_.config.http.keep_alive_max) {
     r.close = true;
   }
   // HTTP/1.0 closes unless the response says otherwise.

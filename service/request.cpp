@@ -109,8 +109,9 @@ void RequestParser::fail(const error_code& ec) {
       error_ = {501, "only the chunked transfer coding is supported"};
       return;
     case Why::bad_host:
-      error_ = {400, "malformed request: an HTTP/1.1 request has exactly one Host header field, "
-                     "an HTTP/1.0 request at most one"};
+      error_ = {400,
+                "malformed request: an HTTP/1.1 request has exactly one Host header field, "
+                "an HTTP/1.0 request at most one"};
       return;
     case Why::none:
       break;

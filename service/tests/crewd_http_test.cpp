@@ -306,9 +306,11 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
   // A client that asks before sending its body is told at once, without a
   // 100 Continue first.
   const std::string body = R"({"kind":"sleep","ms":1})";
-  const Exchange asked = send_request(
-      port, "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  const Exchange asked =
+      send_request(port,
+                   "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   "Content-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n");
   ASSERT_EQ(asked.outcome, Outcome::response);
   EXPECT_EQ(asked.status, 503) << "no 100 Continue first: " << asked.body;
   EXPECT_EQ(asked.header("retry-after"), "1");

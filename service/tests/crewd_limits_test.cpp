@@ -175,8 +175,9 @@ TEST_F(CrewdLimits, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
            "\r\n\r\n";
   };
   const std::string job = R"({"kind":"sleep","ms":200})";
-  const std::string first = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                            std::to_string(job.size()) + "\r\n\r\n" + job;
+  const std::string first =
+      "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(job.size()) +
+      "\r\n\r\n" + job;
   // Each under the fixture's 4,096-byte header limit.
   const std::string rest =
       get_of_size(300) + get_of_size(2800) + get_of_size(2800) + get_of_size(8704 - 5900);
@@ -272,8 +273,7 @@ TEST_F(CrewdLimits, BadContentLengthsAreRefusedAtOnce) {
       {post + "Transfer-Encoding: gzip, chunked\r\n\r\n", "0\r\n\r\n", 501},
       // chunked twice, in one field or two: malformed either way
       {post + "Transfer-Encoding: chunked, chunked\r\n\r\n", "0\r\n\r\n", 400},
-      {post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n",
-       400},
+      {post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "0\r\n\r\n", 400},
       {"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", "", 400},
       {"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "", 400},
       {"GET  /healthz HTTP/1.1\r\n\r\n", "", 400},
@@ -597,13 +597,14 @@ TEST(CrewdConnectionLimit, IdleConnectionsMakeRoomAndBusyOnesMean503) {
 // (200 for the first, 503 for the rest), none a bare close. crewd used to
 // evict such connections as idle in 8 of 10 bursts (150 clients, limit 50).
 TEST(CrewdConnectionLimit, AConnectionWhoseRequestHasArrivedIsNotEvicted) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--http-max-connections", "50", "--http-io-threads",
-               "2", "--jobs-workers", "64"});
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-max-connections", "50", "--http-io-threads", "2",
+               "--jobs-workers", "64"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   const std::string body = R"({"kind":"sleep","ms":1000})";
-  const std::string job = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string job =
+      "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   for (int burst = 0; burst < 3; ++burst) {
     std::vector<Socket> clients;
     for (int i = 0; i < 150; ++i) {

@@ -267,8 +267,9 @@ TEST(CrewdSigtermHostile, AJobWhoseBodyArrivesAfterTheCutStillRuns) {
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   const std::string body = R"({"kind":"sleep","ms":50})";
-  const std::string head = "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n";
+  const std::string head =
+      "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n";
   Socket s = connect_to(port);
   int err = 0;
   ASSERT_TRUE(write_all(s.fd(), head + body.substr(0, 5), err));
