@@ -266,6 +266,8 @@ TEST(CrewdSigtermHostile, AJobWhoseBodyArrivesAfterTheCutStillRuns) {
   Crewd crewd({"--listen", "127.0.0.1:0"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
+  // Serving (the port is known during init, before a signal stops serving).
+  ASSERT_EQ(get(port, "/healthz").status, 200) << crewd.log();
   const std::string body = R"({"kind":"sleep","ms":50})";
   const std::string head =
       "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
@@ -297,6 +299,8 @@ TEST(CrewdSigtermHostile, ARequestStillArrivingIsCutToLeaveThePoolsTheirTimeout)
                "--shutdown-termination-timeout-ms", "4000", "--shutdown-timeout-ms", "2000"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
+  // Serving (the port is known during init, before a signal stops serving).
+  ASSERT_EQ(get(port, "/healthz").status, 200) << crewd.log();
   Socket s = connect_to(port);
   int err = 0;
   ASSERT_TRUE(write_all(s.fd(), "GET /healthz HTTP/1.1\r\nX-Slow: ", err));
@@ -315,7 +319,7 @@ TEST(CrewdSigtermHostile, ARequestStillArrivingIsCutToLeaveThePoolsTheirTimeout)
   stop = true;
   trickle.join();
   EXPECT_TRUE(closed);
-  EXPECT_EQ(got.rfind("HTTP/1.1 408 ", 0), 0u) << got;
+  EXPECT_EQ(got.rfind("HTTP/1.1 408 ", 0), 0u) << got << "\n" << crewd.log();
   EXPECT_NE(got.find("before crewd stops taking work"), std::string::npos) << got;
   // The budget: 4 s - 2 s - 0.4 s margin after the signal.
   EXPECT_LT(answered - signal, 3'000ms * kSlowdown);
