@@ -166,6 +166,14 @@ void Core::throw_bad_priority(unsigned priority) const {
                                          std::to_string(queue_.levels() - 1));
 }
 
+void Core::throw_negative_timeout(const TaskOptions& o) {
+  const bool execution = o.timeout.count() < 0;
+  throw Error(Errc::invalid_options,
+              std::string("crew::TaskOptions.") + (execution ? "timeout" : "queue_timeout") +
+                  ": " + std::to_string((execution ? o.timeout : o.queue_timeout).count()) +
+                  " ns is negative");
+}
+
 void Core::grow() noexcept {
   std::size_t live = live_workers_.load(std::memory_order_relaxed);
   while (live < max_workers_.load(std::memory_order_relaxed)) {

@@ -138,6 +138,27 @@ TEST(LongTask, AStopTokenAcceptingCallbackSeesTheStop) {
   EXPECT_EQ(t.status(), TaskStatus::timed_out);
 }
 
+// A negative timeout is a mistake, not "none": it used to mean no deadline
+// at all, not even the pool's task_timeout.
+TEST(LongTask, ANegativeTimeoutIsAnError) {
+  Watchdog dog;
+  Pool pool({.task_timeout = 1s});
+  auto long_task = [](std::stop_token) {};
+  for (const TaskOptions& o : {TaskOptions{.timeout = -5s}, TaskOptions{.queue_timeout = -1ms}}) {
+    try {
+      (void)pool.submit(long_task, TaskOptions(o));
+      ADD_FAILURE() << "submit: expected a throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_options);
+      EXPECT_NE(std::string(e.what()).find("is negative"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)pool.post(long_task, TaskOptions(o)), Error);
+    EXPECT_THROW((void)pool.post([] {}, TaskOptions(o)), Error);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().submitted, 0u);
+}
+
 TEST(Cancel, AQueuedTaskNeverRuns) {
   Watchdog dog;
   Pool pool({.max_workers = 1});

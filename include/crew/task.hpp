@@ -34,6 +34,7 @@ struct TaskOptions {
   // Shown in reports, worker snapshots, logs and metrics.
   std::string name{};
   // Execution deadline of a long task; 0 uses the pool's task_timeout.
+  // Negative: submitting throws Error(invalid_options), as for queue_timeout.
   std::chrono::nanoseconds timeout{0};
   // A task still queued this long after submission is never started; it ends
   // rejected with Errc::expired. 0 means no queue deadline.

@@ -231,13 +231,17 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   }
   [[nodiscard]] bool counted_ok() const noexcept { return !observes(kTaskEvents); }
 
-  // The queue level of a submission; throws for a priority the pool lacks.
+  // The queue level of a submission; throws for a priority the pool lacks
+  // and for a negative timeout (the options' one validation).
   std::size_t level_of(const TaskOptions& o) const {
     if (o.priority >= queue_.levels()) [[unlikely]]
       throw_bad_priority(o.priority);
+    if (o.timeout.count() < 0 || o.queue_timeout.count() < 0) [[unlikely]]
+      throw_negative_timeout(o);
     return o.priority;
   }
   [[noreturn]] void throw_bad_priority(unsigned priority) const;
+  [[noreturn]] static void throw_negative_timeout(const TaskOptions& o);
 
   static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
                                                Observer::task_finished | Observer::task_rejected;
