@@ -37,21 +37,45 @@ class Gate {
 
   // A request's head arrived; `work` says whether it would start work.
   // Returns whether it may. The first request of a connection accepted
-  // before the cut is always admitted: the client sent it before it could know.
-  bool on_request(bool& counted, bool& admitted_open, bool work) noexcept {
+  // before the cut is always admitted: the client sent it before it could
+  // know. An admitted request counts as being handed over (see
+  // begin_handover) before the first request is uncounted, so that the
+  // stop, which reads first_pending() and then handing_over(), cannot see
+  // neither.
+  bool on_request(bool& counted, bool& admitted_open, bool& handing_over, bool work) noexcept {
     const bool first = counted;
-    if (work) admitted_open_.fetch_add(1);  // before the first is uncounted
+    if (work) {
+      admitted_open_.fetch_add(1);  // before the first is uncounted
+      begin_handover(handing_over);
+    }
     if (first) {
       counted = false;
       first_pending_.fetch_sub(1);
     }
     if (!work) return true;
     if (!first && cut_.load()) {
+      end_handover(handing_over);
       admitted_open_.fetch_sub(1);
       return false;
     }
     admitted_open = true;
     return true;
+  }
+
+  // An admitted request not yet handed to its pool (`handing_over`: the
+  // connection's flag): its body may still be arriving, or its task not yet
+  // submitted. on_request begins it; the submission, a response or the
+  // connection's close ends it. The stop waits for none to be left before
+  // it stops the pools, which then still take every admitted task.
+  void begin_handover(bool& handing_over) noexcept {
+    if (handing_over) return;
+    handing_over = true;
+    handing_over_.fetch_add(1);
+  }
+  void end_handover(bool& handing_over) noexcept {
+    if (!handing_over) return;
+    handing_over = false;
+    handing_over_.fetch_sub(1);
   }
 
   void on_response_done(bool& admitted_open) noexcept {
@@ -61,26 +85,12 @@ class Gate {
     }
   }
 
-  // An admitted request whose body is still arriving (`receiving`: the
-  // connection's flag): the stop waits for it before it stops the pools,
-  // which then still take its task.
-  void begin_body(bool& receiving) noexcept {
-    if (receiving) return;
-    receiving = true;
-    receiving_.fetch_add(1);
-  }
-  void end_body(bool& receiving) noexcept {
-    if (!receiving) return;
-    receiving = false;
-    receiving_.fetch_sub(1);
-  }
-
-  void on_close(bool& counted, bool& admitted_open, bool& receiving) noexcept {
+  void on_close(bool& counted, bool& admitted_open, bool& handing_over) noexcept {
     if (counted) {
       counted = false;
       first_pending_.fetch_sub(1);
     }
-    end_body(receiving);
+    end_handover(handing_over);
     on_response_done(admitted_open);
   }
 
@@ -96,7 +106,7 @@ class Gate {
   [[nodiscard]] bool is_cut() const noexcept { return cut_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::size_t first_pending() const noexcept { return first_pending_.load(); }
   [[nodiscard]] std::size_t admitted_open() const noexcept { return admitted_open_.load(); }
-  [[nodiscard]] std::size_t receiving() const noexcept { return receiving_.load(); }
+  [[nodiscard]] std::size_t handing_over() const noexcept { return handing_over_.load(); }
   // Meaningful once is_cut().
   [[nodiscard]] std::int64_t receive_by_ns() const noexcept { return receive_by_ns_.load(); }
 
@@ -105,7 +115,7 @@ class Gate {
   std::atomic<bool> cut_{false};
   std::atomic<std::size_t> first_pending_{0};
   std::atomic<std::size_t> admitted_open_{0};
-  std::atomic<std::size_t> receiving_{0};
+  std::atomic<std::size_t> handing_over_{0};
   std::atomic<std::int64_t> receive_by_ns_{0};
 };
 

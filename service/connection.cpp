@@ -210,11 +210,10 @@ Connection::Step Connection::on_head() {
   Request& req = parser_->request();
   match_ = match_route(req.method, req.path());
   const bool work = match_.route != Route::unmatched && match_.method_allowed && match_.work();
-  refused_ = !s_.gate.on_request(counted_, admitted_open_, work);
+  refused_ = !s_.gate.on_request(counted_, admitted_open_, handing_over_, work);
   if (!parser_->done()) {
     phase_ = Phase::body;
     body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
-    if (work && !refused_) s_.gate.begin_body(receiving_);
   }
   const bool expect = req.version >= 11;
   if (expect && req.expect_other) {
@@ -262,7 +261,7 @@ Connection::Step Connection::fail_request(int status, std::string message, Close
 
 Connection::Step Connection::respond(Response r) {
   if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
-  s_.gate.end_body(receiving_);  // answered without its body (an error)
+  s_.gate.end_handover(handing_over_);  // answered: nothing to hand over
   const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
   // A client that shut its sending side after pipelining requests is still
   // answered for those already read: the connection closes after the last.
@@ -351,7 +350,7 @@ void Connection::stop_serving(CloseReason why) {
 void Connection::graceful_close(CloseReason why) {
   if (phase_ == Phase::closing || phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_, receiving_);
+  s_.gate.on_close(counted_, admitted_open_, handing_over_);
   phase_ = Phase::closing;
   deadline_ = Clock::now() + kLinger;
   parser_.reset();
@@ -386,7 +385,7 @@ void Connection::drain() {
 void Connection::close_now(CloseReason why) {
   if (phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_, receiving_);
+  s_.gate.on_close(counted_, admitted_open_, handing_over_);
   phase_ = Phase::closed;
   deadline_ = Clock::time_point::max();
   error_code ec;

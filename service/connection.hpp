@@ -149,7 +149,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool open_ = false;          // counted in State::open and the connections gauge
   bool counted_;               // Gate: first request pending
   bool admitted_open_ = false;
-  bool receiving_ = false;  // Gate: an admitted request's body is arriving
+  bool handing_over_ = false;  // Gate: admitted, its task not yet handed to a pool
   CloseReason close_reason_ = CloseReason::client;
   std::array<char, 512> landing_;  // where a pending read lands
   // Whether the pending read has taken bytes whose completion has not run

@@ -228,7 +228,8 @@ void HttpServer::close_admission(Clock::time_point receive_by) noexcept {
 
 bool HttpServer::wait_first_requests(Clock::time_point deadline, std::stop_token stop) const {
   const Gate& g = state_->gate;
-  return poll_until([&g] { return g.first_pending() == 0 && g.receiving() == 0; }, deadline, stop);
+  return poll_until([&g] { return g.first_pending() == 0 && g.handing_over() == 0; }, deadline,
+                    stop);
 }
 
 bool HttpServer::wait_admitted(Clock::time_point deadline, std::stop_token stop) const {

@@ -25,9 +25,10 @@
 //                      head and body deadlines are cut to it: 408).
 //   wait_first_requests()  every connection accepted before the cut has had
 //                      its first request admitted, and every admitted
-//                      request its body (or was closed without: a half-sent
+//                      request has been handed to its pool (its body read,
+//                      its task submitted) or closed without (a half-sent
 //                      request is cut at its deadline), so that the pools
-//                      stopped after it still take their tasks.
+//                      stopped after it still take every admitted task.
 //   wait_admitted()    every admitted request has its response written.
 //   stop(deadline)     closes the listener (new connections are refused) and
 //                      idle connections; connections still reading a request

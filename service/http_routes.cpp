@@ -79,7 +79,6 @@ struct JobTimes {
 // ---- Connection: requests ----
 
 Connection::Step Connection::on_request() {
-  s_.gate.end_body(receiving_);
   phase_ = Phase::handling;
   deadline_ = Clock::time_point::max();
   const Request& req = parser_->request();
@@ -126,6 +125,7 @@ Connection::Step Connection::factorial(std::string_view arg) {
       [self = shared_from_this(), n](std::exception_ptr e, std::uint64_t value) {
         self->on_factorial(n, std::move(e), value);
       });
+  s_.gate.end_handover(handing_over_);  // the pool has it (or refused it)
   return Step::waiting;
 }
 
@@ -177,6 +177,7 @@ Connection::Step Connection::job() {
       [self = shared_from_this(), job, times, submitted](std::exception_ptr e) {
         self->on_job(job, times, submitted, std::move(e));
       });
+  s_.gate.end_handover(handing_over_);  // the pool has it (or refused it)
   return Step::waiting;
 }
 
