@@ -55,8 +55,11 @@ void Connection::enter_idle() {
 // receive_by, so that the pools can run its task within the termination
 // timeout: no client holds the stop past its deadlines.
 Clock::time_point Connection::receive_deadline(Clock::time_point t) const {
-  if (!s_.gate.is_cut()) return t;
-  return std::min(t, Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns())));
+  return s_.gate.is_cut() ? std::min(t, receive_by()) : t;
+}
+
+Clock::time_point Connection::receive_by() const {
+  return Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns()));
 }
 
 void Connection::advance() {
@@ -423,9 +426,7 @@ void Connection::on_deadline(Clock::time_point) {
 // http.<part>_timeout_ms.
 void Connection::request_timed_out(std::string_view part, Millis bound, CloseReason why) {
   // Cut short by the stop (receive_deadline): say so rather than the timeout.
-  const bool stop =
-      s_.gate.is_cut() &&
-      deadline_ == Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns()));
+  const bool stop = s_.gate.is_cut() && deadline_ == receive_by();
   const std::string message =
       stop ? "the request " + std::string(part) +
                  " did not arrive before crewd stops taking work (shutdown.timeout_ms before "
@@ -456,33 +457,33 @@ bool Connection::quiet() const {
   return socket_.available(ec) == 0 && !ec;
 }
 
-// The cut: idle keep-alive connections are closed at once; one that has
-// not sent a byte yet gets the admit grace from its accept.
+// The cut: a request still arriving gets the stop's receive deadline, and
+// idle connections are handled as by stop_idle().
 void Connection::on_cut() {
   if (phase_ == Phase::head || phase_ == Phase::body) {
     deadline_ = receive_deadline(deadline_);
     body_deadline_ = receive_deadline(body_deadline_);
     return;
   }
-  if (phase_ != Phase::idle) return;
+  if (phase_ == Phase::idle) stop_idle();
+}
+
+void Connection::on_stop() {
+  if (phase_ == Phase::idle) stop_idle();
+}
+
+// An idle connection when crewd stops taking work (the cut, the listener's
+// close): a keep-alive one is closed at once; one that has not sent a
+// request yet gets the admit grace from its accept, since its request may
+// be on the way (accepted before the cut, or while the listener closed: its
+// handshake was answered before the SYN filter), and gets an answer (503
+// for work) rather than a bare close.
+void Connection::stop_idle() {
   if (served_ > 0) {
     close_if_idle(CloseReason::shutdown);
     return;
   }
   deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
-}
-
-void Connection::on_stop() {
-  if (phase_ != Phase::idle) return;
-  if (served_ == 0) {
-    // Accepted while the listener was closing (its handshake was answered
-    // before the SYN filter): its request is on the way, and it gets an
-    // answer (503 for work) rather than a bare close. The admit grace from
-    // its accept, as at the cut.
-    deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
-    return;
-  }
-  close_if_idle(CloseReason::shutdown);
 }
 
 // At http.max_connections with nothing idle to close: 503, then close.

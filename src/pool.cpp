@@ -169,8 +169,8 @@ void Core::throw_bad_priority(unsigned priority) const {
 void Core::throw_negative_timeout(const TaskOptions& o) {
   const bool execution = o.timeout.count() < 0;
   throw Error(Errc::invalid_options,
-              std::string("crew::TaskOptions.") + (execution ? "timeout" : "queue_timeout") +
-                  ": " + std::to_string((execution ? o.timeout : o.queue_timeout).count()) +
+              std::string("crew::TaskOptions.") + (execution ? "timeout" : "queue_timeout") + ": " +
+                  std::to_string((execution ? o.timeout : o.queue_timeout).count()) +
                   " ns is negative");
 }
 
