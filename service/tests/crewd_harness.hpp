@@ -140,6 +140,41 @@ inline Socket connect_to(int port) {
   return s;
 }
 
+// Waits (at most 3 minutes) until the kernel's connection-tracking table,
+// if the machine has one, has room for `connections` more.
+//
+// Where netfilter tracks connections (any machine with NAT rules), every
+// closed loopback connection keeps an entry for 2 minutes
+// (nf_conntrack_tcp_timeout_time_wait) and a full table drops new SYNs: the
+// client's connect() then stalls for a second or more per retry. A load test
+// opening ten thousand connections a run fills a 262,144-entry table when it
+// is repeated back to back; it waits here instead of failing on the kernel.
+inline void wait_for_connection_tracking_room(std::size_t connections) {
+  const auto read = [](const char* path) -> std::optional<std::size_t> {
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return std::nullopt;
+    unsigned long long v = 0;
+    const bool ok = std::fscanf(f, "%llu", &v) == 1;
+    std::fclose(f);
+    if (!ok) return std::nullopt;
+    return static_cast<std::size_t>(v);
+  };
+  const auto max = read("/proc/sys/net/netfilter/nf_conntrack_max");
+  if (!max) return;  // no connection tracking
+  const auto deadline = Clock::now() + 180s;
+  bool told = false;
+  while (Clock::now() < deadline) {
+    const auto count = read("/proc/sys/net/netfilter/nf_conntrack_count");
+    if (!count || *count + connections <= *max) return;
+    if (!told) {
+      std::printf("[ harness  ] waiting for room in the connection-tracking table (%zu of %zu)\n",
+                  *count, *max);
+      told = true;
+    }
+    std::this_thread::sleep_for(1s);
+  }
+}
+
 inline bool write_all(int fd, std::string_view data, int& err) {
   while (!data.empty()) {
     const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);

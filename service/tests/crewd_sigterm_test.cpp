@@ -63,6 +63,8 @@ TEST_P(CrewdSigterm, RequestsSentBeforeTheSignalAreAnsweredAndCrewdExitsZero) {
   // just before the signal may sit in the kernel for longer than the
   // default 100 ms before crewd reads it: widen the window it is admitted in.
   if (kSlowdown > 1) args.insert(args.end(), {"--shutdown-admit-grace-ms", "1000"});
+  // About 10,000 connections, most of them before the signal.
+  wait_for_connection_tracking_room(20'000);
   Crewd crewd(args);
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
@@ -71,6 +73,7 @@ TEST_P(CrewdSigterm, RequestsSentBeforeTheSignalAreAnsweredAndCrewdExitsZero) {
   std::atomic<int> in_flight{0};
   std::atomic<int> peak_before_signal{0};
   std::atomic<bool> signalled{false};
+  std::atomic<int> job_clients_served{0};  // job clients that have had a job answered
   std::vector<std::vector<Sent>> sent(kClients);
   std::vector<std::thread> clients;
   clients.reserve(kClients);
@@ -87,6 +90,9 @@ TEST_P(CrewdSigterm, RequestsSentBeforeTheSignalAreAnsweredAndCrewdExitsZero) {
         Sent s{job, job ? post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":200})")
                         : get(port, "/api/v1/factorial/20")};
         in_flight.fetch_sub(1);
+        if (job && sent[static_cast<std::size_t>(i)].empty() && s.ex.outcome == Outcome::response) {
+          job_clients_served.fetch_add(1);
+        }
         const bool refused = s.ex.outcome == Outcome::refused;
         sent[static_cast<std::size_t>(i)].push_back(std::move(s));
         if (refused) break;  // the listener is closed: nothing more to send
@@ -94,8 +100,13 @@ TEST_P(CrewdSigterm, RequestsSentBeforeTheSignalAreAnsweredAndCrewdExitsZero) {
     });
   }
 
-  // Let the load settle (every job client has had a job run), then signal.
-  std::this_thread::sleep_for(1500ms * kSlowdown);
+  // Let the load settle (every job client has had a job run and the
+  // requests in flight have reached 9 in 10 clients), then signal.
+  const auto settle_by = Clock::now() + 1500ms * kSlowdown;
+  while (Clock::now() < settle_by && (job_clients_served.load() < kClients / 2 ||
+                                      peak_before_signal.load() < kClients * 9 / 10)) {
+    std::this_thread::sleep_for(10ms);
+  }
   const Clock::time_point signal = Clock::now();
   signalled.store(true);
   crewd.signal(SIGTERM);
