@@ -71,6 +71,10 @@ struct Config {
     // batch: a woken compute worker does not preempt the I/O thread that
     // handed it the task (crew::WorkerPolicy::batch, Linux SCHED_BATCH).
     crew::WorkerPolicy worker_policy = crew::WorkerPolicy::batch;
+    // How long an idle compute worker polls for the next task before it
+    // sleeps (crew::PoolOptions::spin).
+    std::chrono::microseconds spin =
+        std::chrono::duration_cast<std::chrono::microseconds>(crew::PoolOptions{}.spin);
     // Compute on the connection's I/O thread instead of the pool: only for
     // measuring what the pool costs (README, "crewd figures").
     bool inline_factorial = false;

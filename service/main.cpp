@@ -117,6 +117,7 @@ int run(const Config& config) {
                       .shutdown_timeout = config.shutdown.timeout,
                       .observers = compute_observers,
                       .logger = crew_log,
+                      .spin = config.compute.spin,
                       .worker_policy = config.compute.worker_policy});
   crew::Pool jobs({.name = "jobs",
                    .max_workers = config.jobs.workers,

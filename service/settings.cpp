@@ -258,6 +258,10 @@ const std::vector<Setting>& settings() {
         "that handed it work) or normal",
         +[](Config& c) -> crew::WorkerPolicy& { return c.compute.worker_policy; },
         {{"batch", crew::WorkerPolicy::batch}, {"normal", crew::WorkerPolicy::normal}}));
+    s.push_back(integer(
+        "compute.spin_us",
+        "microseconds an idle compute worker polls for the next task before it sleeps",
+        +[](Config& c) -> std::chrono::microseconds& { return c.compute.spin; }, 0, 1'000'000));
     s.push_back(boolean(
         "compute.inline_factorial",
         "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",
