@@ -36,6 +36,8 @@ std::string_view to_string(Errc e) noexcept {
       return "empty handle";
     case Errc::would_deadlock:
       return "called from a task it would wait for";
+    case Errc::stack_exhausted:
+      return "not run: the waiting worker's stack was exhausted";
   }
   return "unknown";
 }

@@ -235,6 +235,13 @@ class GroupState final : public GroupHead {
     if (cancel_now) cancel();
   }
 
+  // Whether a wait cancelled the group for want of stack since the last
+  // call (Group::wait then throws Error(stack_exhausted)).
+  bool take_stack_cancel() noexcept { return stack_cancel_.exchange(false); }
+  [[nodiscard]] std::string describe() const {
+    return opts_.name.empty() ? std::string("a group") : "group '" + opts_.name + "'";
+  }
+
   bool wait_until(Clock::time_point deadline) {
     const bool help = t_running_pool == &pool();
     for (;;) {
@@ -253,6 +260,10 @@ class GroupState final : public GroupHead {
         r = begin_read_locked();
       }
       OutcomeCounts tally;
+      // The handles' waits do not throw for want of stack: the span read is
+      // open. Below the reserve, wait_counted has cancelled the group, so
+      // they have nothing left to nest.
+      const NoStackThrowScope no_throw;
       const std::uint64_t upto = r.each([&](const Task<void>& t) {
         if (!await_task(pool(), t, deadline, help) ||
             !await_returned(pool(), t.state(), "group", opts_.name, deadline)) {
@@ -517,6 +528,12 @@ class GroupState final : public GroupHead {
     for (;;) {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
       if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
+      // Too little stack left to nest the group's tasks here: they are
+      // cancelled (Group::wait throws once they have settled).
+      if ((help || on_worker_of_pool()) && !stack_allows_nesting() && waits_may_throw_for_stack() &&
+          !stack_cancel_.exchange(true)) {
+        cancel();
+      }
       if ((help || on_worker_of_pool()) && pool().run_pending_task()) {
         nap = std::chrono::microseconds(50);
         continue;
@@ -565,6 +582,7 @@ class GroupState final : public GroupHead {
   // Bumped when the pending count falls to zero while a waiter is announced.
   std::atomic<std::uint32_t> counted_zero_{0};
   std::atomic<std::uint32_t> counted_waiters_{0};
+  std::atomic<bool> stack_cancel_{false};  // a wait cancelled the group for want of stack
   const GroupOptions opts_;
   const Clock::time_point deadline_;
   std::atomic<bool> has_handles_{false};  // a handle was ever appended (quiet())
@@ -635,6 +653,7 @@ Group::Group(Pool& pool, GroupOptions options)
 Group::~Group() {
   detail::GroupState* s = detail::state_of(state_);
   if (!s->quiet() && !s->settled()) {
+    const detail::NoStackThrowScope no_throw;  // a destructor: nest rather than throw
     s->cancel();
     (void)s->wait_until(std::chrono::steady_clock::time_point::max());
     s->close();
@@ -642,11 +661,15 @@ Group::~Group() {
   s->release();
 }
 
-void Group::wait() {
-  (void)detail::state_of(state_)->wait_until(std::chrono::steady_clock::time_point::max());
-}
+void Group::wait() { (void)wait_until(std::chrono::steady_clock::time_point::max()); }
 bool Group::wait_until(std::chrono::steady_clock::time_point deadline) {
-  return detail::state_of(state_)->wait_until(deadline);
+  detail::GroupState* s = detail::state_of(state_);
+  const bool ended = s->wait_until(deadline);
+  if (s->take_stack_cancel()) {
+    throw Error(Errc::stack_exhausted,
+                detail::stack_exhausted_message(s->describe() + ": its queued tasks"));
+  }
+  return ended;
 }
 void Group::cancel() { detail::state_of(state_)->cancel(); }
 GroupStats Group::stats() const { return detail::state_of(state_)->stats(); }

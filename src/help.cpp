@@ -1,12 +1,17 @@
 // Waits that help: a worker (or a thread running a task of the pool) that
 // waits for a task runs queued tasks meanwhile, its own newest first, and
 // foreign ones only while little of its stack is used, so that recursion
-// through waits stays within a bounded stack.
+// through waits stays within a bounded stack. Below the stack's reserve a
+// wait nests nothing: the task it waits for, if still queued, is cancelled
+// and the wait throws Error(stack_exhausted), instead of the stack
+// overflowing.
 #include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <string>
 
 #include "control.hpp"
 
@@ -19,6 +24,7 @@ struct StackBounds {
   std::uintptr_t high = 0;
 };
 thread_local StackBounds t_stack{};
+thread_local int t_no_stack_throw = 0;  // NoStackThrowScope depth
 
 StackBounds this_stack() noexcept {
   if (t_stack.high == 0) {
@@ -35,20 +41,87 @@ StackBounds this_stack() noexcept {
   return t_stack;
 }
 
+// The frame's address, not a local's: under AddressSanitizer locals may
+// live on a fake stack in the heap.
+std::uintptr_t stack_pointer() noexcept {
+  return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
 }  // namespace
 
 // Taking a task that is not the caller's own (the shared queue, another
 // worker's queue) nests a task of unknown depth on this stack; it is allowed
 // while at most 1/kForeignHelpShare of the stack is in use. Own tasks are
-// always taken: their nesting follows the program's recursion.
+// taken much deeper (stack_allows_own_help): their nesting follows the
+// program's recursion.
 bool stack_allows_help() noexcept {
   constexpr std::uintptr_t kForeignHelpShare = 16;
   const StackBounds b = this_stack();
   if (b.high == b.low) return true;  // unknown: as before
-  const char here = 0;
-  const auto sp = reinterpret_cast<std::uintptr_t>(&here);
+  const std::uintptr_t sp = stack_pointer();
   return sp > b.low && (b.high - sp) * kForeignHelpShare <= b.high - b.low;
 }
+
+namespace {
+
+// Bytes left below the caller's frame, and the reserve a wait keeps.
+struct StackRoom {
+  std::uintptr_t left = 0;
+  std::uintptr_t reserve = 0;
+  std::uintptr_t size = 0;
+};
+// The reserve: a sixteenth of the stack, at least 32 KiB but at most a
+// quarter (8 MiB: 512 KiB; 256 KiB: 32 KiB; 64 KiB: 16 KiB).
+StackRoom stack_room() noexcept {
+  constexpr std::uintptr_t kMinReserve = 32 * 1024;
+  const StackBounds b = this_stack();
+  const std::uintptr_t sp = stack_pointer();
+  const std::uintptr_t size = b.high - b.low;
+  return {sp > b.low ? sp - b.low : 0, std::min(size / 4, std::max(kMinReserve, size / 16)), size};
+}
+
+// Whether the stack's bounds are known and the caller's frame lies within.
+bool stack_known() noexcept {
+  const StackBounds b = this_stack();
+  const std::uintptr_t sp = stack_pointer();
+  return b.high != b.low && sp > b.low && sp <= b.high;
+}
+
+}  // namespace
+
+bool waits_may_throw_for_stack() noexcept {
+  return t_no_stack_throw == 0 && std::uncaught_exceptions() == 0;
+}
+
+bool stack_allows_nesting() noexcept {
+  if (!stack_known()) return true;
+  const StackRoom r = stack_room();
+  return r.left >= r.reserve;
+}
+
+namespace {
+
+// Own tasks run in a wait only above half the reserve, where the wait may
+// throw: what is left is for the wait's own frames and the unwinding of its
+// throw.
+bool stack_allows_own_help() noexcept {
+  if (!stack_known() || !waits_may_throw_for_stack()) return true;
+  const StackRoom r = stack_room();
+  return r.left >= r.reserve / 2;
+}
+
+}  // namespace
+
+std::string stack_exhausted_message(std::string_view what) {
+  const StackRoom r = stack_room();
+  return "crew: " + std::string(what) + " was not run: the waiting worker had " +
+         std::to_string(r.left / 1024) + " KiB of its " + std::to_string(r.size / 1024) +
+         " KiB stack left, under the " + std::to_string(r.reserve / 1024) +
+         " KiB reserve (nested waits this deep need a larger PoolOptions::stack_size, or a loop)";
+}
+
+NoStackThrowScope::NoStackThrowScope() noexcept { ++t_no_stack_throw; }
+NoStackThrowScope::~NoStackThrowScope() { --t_no_stack_throw; }
 
 bool Core::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
 
@@ -57,7 +130,7 @@ bool Core::help_once(bool own, bool foreign) {
   Cell cell;
   Worker* w = t_current.core == this ? t_current.worker : nullptr;
   if (w != nullptr) {
-    if (!(own && queue_.pop_own(cell, w->pop)) &&
+    if (!(own && stack_allows_own_help() && queue_.pop_own(cell, w->pop)) &&
         !(foreign && stack_allows_help() && queue_.pop_foreign(cell, w->pop))) {
       return false;
     }
@@ -75,16 +148,27 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
   using Clock = std::chrono::steady_clock;
   Clock::duration nap = std::chrono::microseconds(50);
   while (!s->done()) {
-    // Own newest tasks first: most often `s` and its siblings are among them.
-    if (help_once(/*own=*/true, /*foreign=*/false)) continue;
-    if (s->leave_queue(TaskStatus::running)) {
-      disarm_queue_deadline(s);
-      run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
-      return true;
-    }
-    if (help_once(/*own=*/false, /*foreign=*/true)) {
-      nap = std::chrono::microseconds(50);
-      continue;
+    if (!stack_allows_nesting() && waits_may_throw_for_stack()) {
+      // Nothing more nests here. Still queued: it never will run (its
+      // cell, wherever it is, settles it as cancelled), and the caller's
+      // frames, which it may refer to, can unwind. Running elsewhere: sleep
+      // on it below.
+      if (s->leave_queue(TaskStatus::cancelled, Errc::stack_exhausted)) {
+        throw Error(Errc::stack_exhausted, stack_exhausted_message("the task waited for"));
+      }
+    } else {
+      // Own newest tasks first: most often `s` and its siblings are among
+      // them.
+      if (help_once(/*own=*/true, /*foreign=*/false)) continue;
+      if (s->leave_queue(TaskStatus::running)) {
+        disarm_queue_deadline(s);
+        run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
+        return true;
+      }
+      if (help_once(/*own=*/false, /*foreign=*/true)) {
+        nap = std::chrono::microseconds(50);
+        continue;
+      }
     }
     // It runs elsewhere (stolen, or nested in another wait): sleep on it in
     // short naps, then look for work again (its children may queue here).

@@ -168,6 +168,76 @@ TEST_P(ForkJoin, RunsOnAWorkerStackSizedForItsDepth) {
   EXPECT_LT(probe.peak(), pool.options().stack_size);
 }
 
+// A chain of nested waits: each level a task that submits the next and
+// waits for it, `depth` levels, through Task handles or through Group.
+// Returns the depth the chain reached (its deepest task's level).
+int chain(Pool& pool, Join join, int level, int depth, std::atomic<int>& deepest) {
+  int seen = deepest.load(std::memory_order_relaxed);
+  while (level > seen && !deepest.compare_exchange_weak(seen, level, std::memory_order_relaxed)) {
+  }
+  if (level == depth) return level;
+  if (join == Join::task) {
+    return pool
+        .submit([&pool, join, level, depth, &deepest] {
+          return chain(pool, join, level + 1, depth, deepest);
+        })
+        .get();
+  }
+  int reached = 0;
+  Group g(pool);
+  g.submit([&] { reached = chain(pool, join, level + 1, depth, deepest); });
+  g.wait();
+  g.rethrow_if_failed();
+  return reached;
+}
+
+class NestedWaitChain : public ::testing::TestWithParam<Join> {};
+
+// Deeper than the stack holds (about 1 KiB a level): the wait that would
+// nest the next level on the stack's last sixteenth throws
+// Error(stack_exhausted) instead of overflowing, the error travels up the
+// chain, and every task has exactly one outcome.
+TEST_P(NestedWaitChain, DeeperThanTheStackThrowsStackExhausted) {
+  Watchdog dog(60s);
+  std::atomic<int> deepest{0};
+  Pool pool(test::fixed_workers("chain", 2));
+  try {
+    (void)pool.submit_wait([&] { return chain(pool, GetParam(), 0, 1'000'000, deepest); });
+    ADD_FAILURE() << "a chain of 1,000,000 nested waits completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::stack_exhausted) << e.what();
+    EXPECT_NE(std::string(e.what()).find("PoolOptions::stack_size"), std::string::npos) << e.what();
+  }
+  // It went deep before it stopped: the reserve is a sixteenth of 8 MiB.
+  EXPECT_GT(deepest.load(), kSanitized ? 100 : 1000);
+  ASSERT_TRUE(pool.wait_idle(30s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_GE(s.outcomes.cancelled, 1u);
+  RecordProperty("deepest_level", std::to_string(deepest.load()));
+}
+
+// The same chain within the stack completes; a larger stack holds a
+// deeper one.
+TEST_P(NestedWaitChain, WithinTheStackCompletes) {
+  Watchdog dog(60s);
+  std::atomic<int> deepest{0};
+  const int depth = kSanitized ? 100 : 2'000;
+  {
+    Pool pool(test::fixed_workers("chain", 2));
+    EXPECT_EQ(pool.submit_wait([&] { return chain(pool, GetParam(), 0, depth, deepest); }), depth);
+  }
+  PoolOptions o = test::fixed_workers("chain", 2);
+  o.stack_size = std::size_t{256} << 20;
+  Pool big(std::move(o));
+  deepest = 0;
+  EXPECT_EQ(big.submit_wait([&] { return chain(big, GetParam(), 0, depth * 10, deepest); }),
+            depth * 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Joins, NestedWaitChain, ::testing::Values(Join::task, Join::group),
+                         [](const auto& p) { return p.param == Join::task ? "Task" : "Group"; });
+
 // skynet: 10-way fan-out through Group, on each worker count and queue.
 TEST(ForkJoinWide, FanOutSumsEveryLeaf) {
   Watchdog dog(60s);

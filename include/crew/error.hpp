@@ -4,7 +4,9 @@
 // returned as an `Admission` value, never thrown. `crew::Error` is thrown only
 // by `Task<T>::get()` for a task that produced no value of its own (it was
 // rejected, cancelled or timed out), by constructors given invalid options,
-// and by a blocking call made from a task it would wait for (would_deadlock).
+// by a blocking call made from a task it would wait for (would_deadlock), and
+// by a wait on a worker whose stack has no room left to run the task it waits
+// for (stack_exhausted).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,12 @@ enum class Errc : std::uint8_t {
   // A call that waits for a pool's tasks (Pool::wait_idle, Pool::shutdown)
   // made from one of those tasks: it would wait for itself. Thrown at once.
   would_deadlock,
+  // A wait on a worker (Task::wait/get, Group::wait) would have run a queued
+  // task nested on a stack with less than its reserve left (a sixteenth of
+  // the stack, at least 32 KiB and at most a quarter): the task was cancelled
+  // instead, and the wait throws. A chain of nested waits that deep needs a larger
+  // PoolOptions::stack_size, or a loop.
+  stack_exhausted,
 };
 
 [[nodiscard]] std::string_view to_string(Admission a) noexcept;

@@ -346,6 +346,9 @@ class Group {
   // tasks of the pool meanwhile; otherwise it blocks on the tasks' handles
   // (a worker of the pool still runs a queued task of the group itself).
   // A task must not wait for its own group: it would wait for itself.
+  // On a worker with less than its stack's reserve left (a chain of nested
+  // waits thousands deep), it runs none of them: it cancels the group, waits
+  // until its tasks have settled, then throws Error(Errc::stack_exhausted).
   void wait();
   // As wait(), giving up at the timeout; true if every task has ended. A
   // timeout too large to add to the clock means no deadline. On a worker of

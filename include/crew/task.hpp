@@ -133,7 +133,11 @@ class [[nodiscard]] Task {
   // then others while the stack has room), so a worker waiting for a
   // subtask never deadlocks its pool, and nested waits use stack in
   // proportion to the depth of the recursion, not to the number of tasks
-  // (docs/api.md, "Fork-join"). From any other thread it sleeps.
+  // (docs/api.md, "Fork-join"). From any other thread it sleeps. On a worker
+  // with less than its stack's reserve left (a chain of nested waits
+  // thousands deep) it nests nothing: a task still queued is cancelled
+  // (reason Errc::stack_exhausted) and the call throws
+  // Error(Errc::stack_exhausted); one running elsewhere is slept on.
   void wait() const { (void)wait_until(std::chrono::steady_clock::time_point::max()); }
   // Any duration: one too large to add to the clock (nanoseconds::max(),
   // hours::max()) means no deadline.

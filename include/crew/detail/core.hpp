@@ -49,6 +49,24 @@ struct WriteOffNote;
 // from the shared queue or another worker) in a wait: while at most a
 // sixteenth of its stack is in use.
 bool stack_allows_help() noexcept;
+// Whether the calling thread's stack has its reserve left below the current
+// frame (a sixteenth of the stack, at least 32 KiB and at most a quarter;
+// true when the stack is unknown): a wait nests a queued task only then, and otherwise cancels the
+// task it waits for and throws Error(stack_exhausted) (see
+// waits_may_throw_for_stack).
+bool stack_allows_nesting() noexcept;
+// The text of that Error, naming `what` was not run.
+std::string stack_exhausted_message(std::string_view what);
+// False while the calling thread waits where it cannot throw (~Group, or
+// while an exception unwinds): there a wait nests as before, reserve or not.
+bool waits_may_throw_for_stack() noexcept;
+// Marks the calling thread's scope as one whose waits cannot throw.
+struct NoStackThrowScope {
+  NoStackThrowScope() noexcept;
+  ~NoStackThrowScope();
+  NoStackThrowScope(const NoStackThrowScope&) = delete;
+  NoStackThrowScope& operator=(const NoStackThrowScope&) = delete;
+};
 
 // The worker running on this thread, if any (set for the life of its loop).
 struct CurrentWorker {
