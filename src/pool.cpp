@@ -26,6 +26,10 @@ std::size_t hardware_threads() noexcept {
   return n == 0 ? 1 : n;
 }
 
+bool valid(ShutdownMode m) noexcept {
+  return m == ShutdownMode::drain || m == ShutdownMode::soft || m == ShutdownMode::hard;
+}
+
 [[noreturn]] void invalid(const std::string& field, const std::string& why) {
   throw Error(Errc::invalid_options, "crew::PoolOptions." + field + ": " + why);
 }
@@ -79,6 +83,15 @@ PoolOptions resolved(PoolOptions o) {
     invalid("stack_size", std::to_string(o.stack_size) + " is not 0 (the default) and not in " +
                               std::to_string(PoolOptions::kMinStackSize) + ".." +
                               std::to_string(PoolOptions::kMaxStackSize) + " bytes");
+  }
+  if (o.overflow != Overflow::block && o.overflow != Overflow::reject &&
+      o.overflow != Overflow::caller_runs) {
+    invalid("overflow",
+            std::to_string(static_cast<int>(o.overflow)) + " is not block, reject or caller_runs");
+  }
+  if (!valid(o.shutdown_mode)) {
+    invalid("shutdown_mode",
+            std::to_string(static_cast<int>(o.shutdown_mode)) + " is not drain, soft or hard");
   }
   if (o.worker_policy != WorkerPolicy::normal && o.worker_policy != WorkerPolicy::batch) {
     invalid("worker_policy",
@@ -454,6 +467,11 @@ Pool::~Pool() {
 }
 
 ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  if (!detail::valid(mode)) {
+    throw Error(Errc::invalid_options, "crew::Pool::shutdown: mode " +
+                                           std::to_string(static_cast<int>(mode)) +
+                                           " is not drain, soft or hard");
+  }
   refuse_self_wait(*core_, "shutdown()");
   return core_->shutdown(mode, timeout);
 }

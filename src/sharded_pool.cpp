@@ -47,6 +47,16 @@ void shard_unplace(ShardSlot* slot) noexcept {
 namespace {
 
 std::size_t shard_count(const ShardedPoolOptions& o) {
+  if (o.shards > ShardedPoolOptions::kMaxShards) {
+    throw Error(Errc::invalid_options,
+                "crew::ShardedPoolOptions.shards: " + std::to_string(o.shards) +
+                    " exceeds the limit of " + std::to_string(ShardedPoolOptions::kMaxShards));
+  }
+  if (o.placement != Placement::round_robin && o.placement != Placement::least_loaded) {
+    throw Error(Errc::invalid_options, "crew::ShardedPoolOptions.placement: " +
+                                           std::to_string(static_cast<int>(o.placement)) +
+                                           " is not round_robin or least_loaded");
+  }
   if (o.shards != 0) return o.shards;
   return std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }

@@ -58,6 +58,24 @@ TEST(PoolOptions, InvalidValuesAreRejectedWithTheFieldName) {
   EXPECT_NE(invalid_message({.abandon_grace = -1ms}).find("abandon_grace"), std::string::npos);
   EXPECT_NE(invalid_message({.worker_policy = static_cast<WorkerPolicy>(7)}).find("worker_policy"),
             std::string::npos);
+  EXPECT_NE(invalid_message({.overflow = static_cast<Overflow>(7)}).find("overflow"),
+            std::string::npos);
+  EXPECT_NE(invalid_message({.shutdown_mode = static_cast<ShutdownMode>(7)}).find("shutdown_mode"),
+            std::string::npos);
+}
+
+// A shutdown mode out of the enum's range is refused, and the pool runs on.
+TEST(PoolOptions, ShutdownRefusesAModeOutOfRange) {
+  Pool pool({.max_workers = 1});
+  try {
+    (void)pool.shutdown(static_cast<ShutdownMode>(7), 1s);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    EXPECT_NE(std::string(e.what()).find("mode 7"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pool.state(), PoolState::running);
+  EXPECT_EQ(pool.submit_wait([] { return 4; }), 4);
 }
 
 // The scheduling policy a task of `pool` runs under (sched_getscheduler).

@@ -256,6 +256,22 @@ TEST(ShardedPool, BadOptionsAreRejectedNamingTheField) {
   }
 }
 
+TEST(ShardedPool, TooManyShardsOrAnUnknownPlacementIsAnError) {
+  const auto code_and_what = [](const ShardedPoolOptions& o) -> std::string {
+    try {
+      ShardedPool sp(o);
+    } catch (const Error& e) {
+      return e.code() == Errc::invalid_options ? e.what() : "";
+    }
+    return "";
+  };
+  ShardedPoolOptions many = shards(ShardedPoolOptions::kMaxShards + 1, 1);
+  EXPECT_NE(code_and_what(many).find("ShardedPoolOptions.shards"), std::string::npos);
+  ShardedPoolOptions odd = shards(2, 1);
+  odd.placement = static_cast<Placement>(7);
+  EXPECT_NE(code_and_what(odd).find("ShardedPoolOptions.placement"), std::string::npos);
+}
+
 TEST(ShardedPool, ZeroShardsMeansOnePerHardwareThread) {
   ShardedPoolOptions o;
   o.pool.max_workers = 1;

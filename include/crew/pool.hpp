@@ -96,7 +96,8 @@ class Pool : public detail::SubmitApi<Pool> {
   // its tasks, stop its PoolOptions::stop_token (the supervisor then shuts it
   // down hard) or call shutdown() from another thread. Out of memory for
   // its report it throws std::bad_alloc with the pool still stopping (it
-  // takes no new task); the next call runs the shutdown again.
+  // takes no new task); the next call runs the shutdown again. A mode other
+  // than drain, soft or hard throws Error(Errc::invalid_options).
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.
   ShutdownReport shutdown();
