@@ -78,6 +78,10 @@ std::variant<unsigned, ParseError> parse_factorial_n(std::string_view segment) {
 
 std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
                                                        const JobLimits& limits) {
+  // nlohmann's lexer takes a NUL byte for the end of the input: a body
+  // `{...}\0anything` would parse. JSON has no raw NUL (RFC 8259: not
+  // whitespace, and escaped inside strings).
+  if (body.find('\0') != std::string_view::npos) return ParseError{"body is not valid JSON"};
   // No exceptions: a malformed body yields a discarded value. nlohmann's
   // parser keeps its own stack, so deep nesting cannot overflow ours.
   const Json doc = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);

@@ -74,6 +74,19 @@ RequestParser::RequestParser(const HttpLimits& limits) : limits_(limits) {
 std::size_t RequestParser::feed(std::string_view data) {
   if (failed_ || is_done()) return 0;
   std::size_t consumed = 0;
+  // RFC 9112 section 2.2: a server SHOULD ignore at least one empty line
+  // (CRLF) before the request line (some clients send one after a POST
+  // body). Up to kLeadingEmptyLines are dropped; more reach the parser,
+  // which answers 400.
+  while (!started_ && skipped_lines_ < kLeadingEmptyLines && consumed < data.size() &&
+         data[consumed] == '\r') {
+    if (consumed + 1 == data.size()) return consumed;  // its LF has not arrived yet
+    if (data[consumed + 1] != '\n') break;
+    consumed += 2;
+    ++skipped_lines_;
+  }
+  if (consumed == data.size()) return consumed;
+  started_ = true;
   while (!is_done() && consumed < data.size()) {
     error_code ec;
     const std::size_t n =

@@ -96,6 +96,10 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   std::uint64_t declared_ = 0;
   bool failed_ = false;
   bool line_done_ = false;
+  // Empty lines dropped before the request line (feed()).
+  static constexpr int kLeadingEmptyLines = 4;
+  int skipped_lines_ = 0;
+  bool started_ = false;  // a byte other than a leading empty line arrived
   // Why a parse error was raised from a callback (beast only carries the code).
   enum class Why : std::uint8_t { none, too_many_fields, bad_coding, unknown_coding, bad_host };
   Why why_ = Why::none;

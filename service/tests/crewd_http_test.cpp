@@ -157,6 +157,45 @@ TEST_F(CrewdHttp, AMalformedRequestIs400) {
   EXPECT_EQ(ex.status, 400);
 }
 
+// RFC 9112 section 2.2: empty lines before the request line are ignored
+// (up to four; a client sending an endless run of them gets 400), whether
+// they come first, split across reads, or after a body on a kept-alive
+// connection.
+TEST_F(CrewdHttp, EmptyLinesBeforeTheRequestLineAreIgnored) {
+  const std::string get3 = "GET /api/v1/factorial/3 HTTP/1.1\r\nHost: x\r\n\r\n";
+  const Exchange first = send_request(port_, "\r\n" + request_text("GET", "/healthz"));
+  ASSERT_EQ(first.outcome, Outcome::response) << to_string(first.outcome);
+  EXPECT_EQ(first.status, 200);
+
+  Socket s = connect_to(port_);
+  ASSERT_GE(s.fd(), 0);
+  int err = 0;
+  const std::string job = R"({"kind":"sleep","ms":0})";
+  ASSERT_TRUE(write_all(s.fd(),
+                        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(job.size()) + "\r\n\r\n" + job + "\r\n",
+                        err));
+  Exchange posted;
+  read_response(s.fd(), posted, Clock::now() + 5s * kSlowdown);
+  ASSERT_EQ(posted.outcome, Outcome::response);
+  EXPECT_EQ(posted.status, 200) << posted.body;
+  // A lone CR, then its LF and the request in a later segment.
+  ASSERT_TRUE(write_all(s.fd(), "\r", err));
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(write_all(s.fd(), "\n\r\n" + get3, err));
+  Exchange after;
+  read_response(s.fd(), after, Clock::now() + 5s * kSlowdown);
+  ASSERT_EQ(after.outcome, Outcome::response);
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.body, R"({"n":3,"result":6})");
+
+  std::string many;
+  for (int i = 0; i < 5; ++i) many += "\r\n";
+  const Exchange too_many = send_request(port_, many + request_text("GET", "/healthz"));
+  ASSERT_EQ(too_many.outcome, Outcome::response) << to_string(too_many.outcome);
+  EXPECT_EQ(too_many.status, 400);
+}
+
 TEST_F(CrewdHttp, HealthAndReadiness) {
   const Exchange h = get(port_, "/healthz");
   EXPECT_EQ(h.status, 200);

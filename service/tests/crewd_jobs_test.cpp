@@ -62,6 +62,13 @@ TEST(CrewdJobRequest, RefusesMalformedJson) {
                            "\xff\xfe", "{\"kind\":\"sleep\",\"ms\":1}x"}) {
     EXPECT_EQ(error_of(body), "body is not valid JSON") << body;
   }
+  // A NUL byte ends nlohmann's input: what follows it was ignored.
+  using namespace std::string_literals;
+  for (const std::string& body :
+       {"{\"kind\":\"sleep\",\"ms\":1}\0"s, "{\"kind\":\"sleep\",\"ms\":1}\0garbage"s,
+        "{\"kind\":\"sleep\",\"name\":\"a\0b\",\"ms\":1}"s}) {
+    EXPECT_EQ(error_of(body), "body is not valid JSON") << body.size() << " bytes";
+  }
 }
 
 TEST(CrewdJobRequest, RefusesNonObjects) {
