@@ -193,7 +193,11 @@ class Client {
       }
       for (int i = 0; i < batch; ++i) {
         void* r = nullptr;
-        if (redisGetReply(ctx_, &r) != REDIS_OK) return ids;
+        if (redisGetReply(ctx_, &r) != REDIS_OK) {
+          ADD_FAILURE() << "XADD " << ids.size() << " of " << n << ": " << ctx_->errstr;
+          reset();
+          return ids;
+        }
         const Reply reply(static_cast<redisReply*>(r));
         ids.push_back(str(reply.get()));
       }
@@ -276,7 +280,10 @@ class Client {
  private:
   bool ensure() {
     if (ctx_ != nullptr) return true;
-    timeval tv{2, 0};
+    // Generous: with appendonly, Redis' writes to its file can stall for
+    // seconds while the disk is busy (a parallel build, the rest of the
+    // suite); a reply that late is slow, not lost.
+    timeval tv{10 * kSlowdown, 0};
     ctx_ = redisConnectWithTimeout("127.0.0.1", port_, tv);
     if (ctx_ == nullptr || ctx_->err != 0) {
       reset();
