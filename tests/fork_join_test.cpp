@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "crew/batch.hpp"
 #include "crew/detail/local_queue.hpp"
 #include "crew/group.hpp"
 #include "crew/pool.hpp"
@@ -103,7 +104,7 @@ std::uint64_t skynet(Pool& pool, StackProbe& probe, std::uint64_t index, int dep
   return sum;
 }
 
-enum class Join { group, task };
+enum class Join { group, task, batch };
 enum class Queue { bounded, unbounded };
 
 struct Shape {
@@ -169,7 +170,7 @@ TEST_P(ForkJoin, RunsOnAWorkerStackSizedForItsDepth) {
 }
 
 // A chain of nested waits: each level a task that submits the next and
-// waits for it, `depth` levels, through Task handles or through Group.
+// waits for it, `depth` levels, through Task handles, Group or run_batch.
 // Returns the depth the chain reached (its deepest task's level).
 int chain(Pool& pool, Join join, int level, int depth, std::atomic<int>& deepest) {
   int seen = deepest.load(std::memory_order_relaxed);
@@ -182,6 +183,13 @@ int chain(Pool& pool, Join join, int level, int depth, std::atomic<int>& deepest
           return chain(pool, join, level + 1, depth, deepest);
         })
         .get();
+  }
+  if (join == Join::batch) {
+    const std::vector<int> next{level + 1};
+    BatchResult<int> r = run_batch(pool, next, [&pool, join, depth, &deepest](int l) {
+      return chain(pool, join, l, depth, deepest);
+    });
+    return r.outcomes.at(0).get();
   }
   int reached = 0;
   Group g(pool);
@@ -235,8 +243,13 @@ TEST_P(NestedWaitChain, WithinTheStackCompletes) {
             depth * 10);
 }
 
-INSTANTIATE_TEST_SUITE_P(Joins, NestedWaitChain, ::testing::Values(Join::task, Join::group),
-                         [](const auto& p) { return p.param == Join::task ? "Task" : "Group"; });
+INSTANTIATE_TEST_SUITE_P(Joins, NestedWaitChain,
+                         ::testing::Values(Join::task, Join::group, Join::batch),
+                         [](const auto& p) {
+                           return p.param == Join::task    ? "Task"
+                                  : p.param == Join::group ? "Group"
+                                                           : "RunBatch";
+                         });
 
 // skynet: 10-way fan-out through Group, on each worker count and queue.
 TEST(ForkJoinWide, FanOutSumsEveryLeaf) {

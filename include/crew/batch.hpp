@@ -176,6 +176,18 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
     tasks.reserve(static_cast<std::size_t>(std::ranges::size(range)));
   }
   bool expired = false;
+  // On an exception the tasks already submitted refer to the caller's
+  // range: they are cancelled and must end before it leaves. These waits
+  // nest rather than throw again (a catch handler has no exception in
+  // flight for the waits to see).
+  const auto settle_all = [&] {
+    cancel_all(tasks);
+    const NoStackThrowScope no_throw;
+    for (Task<R>& t : tasks) {
+      if (t.valid()) (void)await_task(pool, t, Clock::time_point::max(), help);
+      (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
+    }
+  };
   try {
     for (auto&& element : range) {
       if (timed && !expired && Clock::now() >= deadline) expired = true;
@@ -187,23 +199,22 @@ BatchResult<R> run_tasks(Pool& pool, Range& range, Make make, const BatchOptions
       tasks.back() = pool.submit(make(std::forward<decltype(element)>(element)), std::move(o));
     }
   } catch (...) {
-    // Out of memory while submitting: the tasks already submitted refer to
-    // the caller's range, so they must end before the exception leaves.
-    cancel_all(tasks);
-    for (Task<R>& t : tasks) {
-      if (t.valid()) (void)await_task(pool, t, Clock::time_point::max(), help);
-      (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
-    }
+    settle_all();  // out of memory while submitting
     throw;
   }
-  for (Task<R>& t : tasks) {
-    if (!t.valid()) continue;
-    if (!expired && !await_task(pool, t, deadline, help)) {
-      expired = true;
-      cancel_all(tasks);
+  try {
+    for (Task<R>& t : tasks) {
+      if (!t.valid()) continue;
+      if (!expired && !await_task(pool, t, deadline, help)) {
+        expired = true;
+        cancel_all(tasks);
+      }
+      if (expired) (void)await_task(pool, t, Clock::time_point::max(), help);
+      (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
     }
-    if (expired) (void)await_task(pool, t, Clock::time_point::max(), help);
-    (void)await_returned(pool, t.state(), "run_batch", opts.name, Clock::time_point::max());
+  } catch (...) {
+    settle_all();  // Error(stack_exhausted): too little stack left to run a task here
+    throw;
   }
   BatchResult<R> result;
   result.timed_out = expired;
@@ -239,7 +250,9 @@ concept batch_function = std::ranges::input_range<Range> &&
 // Runs every callable of `tasks` on `pool` and returns their outcomes in
 // input order. Blocks until every task has ended (a task written off by the
 // pool also until its callable has returned). Called from a task of
-// `pool`, it runs queued tasks of the pool while it waits.
+// `pool`, it runs queued tasks of the pool while it waits; on a worker with
+// less than its stack's reserve left (Task::wait) it cancels the batch,
+// waits until every task has ended, and throws Error(Errc::stack_exhausted).
 template <task_range Range>
 BatchResult<detail::element_result_t<Range>> run_batch(Pool& pool, Range&& tasks,
                                                        BatchOptions opts = {}) {
