@@ -18,16 +18,24 @@
 namespace crew::detail {
 namespace {
 
-// The calling thread's stack, found once per thread.
+// The calling thread's stack, found once per thread, with the addresses
+// the checks below compare the frame address with (0: no limit).
+//
+// The reserve a wait keeps: a sixteenth of the stack, at least 32 KiB but
+// at most a quarter (8 MiB: 512 KiB; 256 KiB: 32 KiB; 64 KiB: 16 KiB).
 struct StackBounds {
   std::uintptr_t low = 0;
   std::uintptr_t high = 0;
+  std::uintptr_t help_floor = 0;  // foreign help: above it (1/16 of the stack used)
+  std::uintptr_t nest_floor = 0;  // a wait nests a task: above it (low + reserve)
+  std::uintptr_t own_floor = 0;   // own tasks, where waits may throw: low + reserve / 2
+  std::uintptr_t reserve = 0;
 };
 thread_local StackBounds t_stack{};
 thread_local int t_no_stack_throw = 0;  // NoStackThrowScope depth
 
-StackBounds this_stack() noexcept {
-  if (t_stack.high == 0) {
+const StackBounds& this_stack() noexcept {
+  if (t_stack.high == 0) [[unlikely]] {
     pthread_attr_t attr;
     void* addr = nullptr;
     std::size_t size = 0;
@@ -35,88 +43,73 @@ StackBounds this_stack() noexcept {
       (void)pthread_attr_getstack(&attr, &addr, &size);
       pthread_attr_destroy(&attr);
     }
-    const auto low = reinterpret_cast<std::uintptr_t>(addr);
-    t_stack = size == 0 ? StackBounds{1, 1} : StackBounds{low, low + size};
+    if (size == 0) {
+      t_stack = StackBounds{.low = 1, .high = 1};  // unknown: no limits
+    } else {
+      constexpr std::uintptr_t kMinReserve = 32 * 1024;
+      constexpr std::uintptr_t kForeignHelpShare = 16;
+      const auto low = reinterpret_cast<std::uintptr_t>(addr);
+      const std::uintptr_t reserve = std::min(size / 4, std::max(kMinReserve, size / 16));
+      t_stack = StackBounds{.low = low,
+                            .high = low + size,
+                            .help_floor = low + size - size / kForeignHelpShare,
+                            .nest_floor = low + reserve,
+                            .own_floor = low + reserve / 2,
+                            .reserve = reserve};
+    }
   }
   return t_stack;
 }
 
 // The frame's address, not a local's: under AddressSanitizer locals may
 // live on a fake stack in the heap.
-std::uintptr_t stack_pointer() noexcept {
+[[gnu::always_inline]] inline std::uintptr_t stack_pointer() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+}
+
+// Whether the frame is above `floor`, or not on the thread's stack at all
+// (another stack, a coroutine's: not ours to judge).
+[[gnu::always_inline]] inline bool above(std::uintptr_t floor, const StackBounds& b) noexcept {
+  const std::uintptr_t sp = stack_pointer();
+  return sp >= floor || sp < b.low || sp > b.high;
+}
+
+// Own tasks run in a wait only above half the reserve, where the wait may
+// throw: what is left is for the wait's own frames and the unwinding of its
+// throw.
+bool stack_allows_own_help() noexcept {
+  const StackBounds& b = this_stack();
+  return above(b.own_floor, b) || !waits_may_throw_for_stack();
 }
 
 }  // namespace
 
 // Taking a task that is not the caller's own (the shared queue, another
 // worker's queue) nests a task of unknown depth on this stack; it is allowed
-// while at most 1/kForeignHelpShare of the stack is in use. Own tasks are
-// taken much deeper (stack_allows_own_help): their nesting follows the
-// program's recursion.
+// while at most a sixteenth of the stack is in use. Own tasks are taken much
+// deeper (stack_allows_own_help): their nesting follows the program's
+// recursion.
 bool stack_allows_help() noexcept {
-  constexpr std::uintptr_t kForeignHelpShare = 16;
-  const StackBounds b = this_stack();
-  if (b.high == b.low) return true;  // unknown: as before
-  const std::uintptr_t sp = stack_pointer();
-  return sp > b.low && (b.high - sp) * kForeignHelpShare <= b.high - b.low;
+  const StackBounds& b = this_stack();
+  return above(b.help_floor, b);
 }
-
-namespace {
-
-// Bytes left below the caller's frame, and the reserve a wait keeps.
-struct StackRoom {
-  std::uintptr_t left = 0;
-  std::uintptr_t reserve = 0;
-  std::uintptr_t size = 0;
-};
-// The reserve: a sixteenth of the stack, at least 32 KiB but at most a
-// quarter (8 MiB: 512 KiB; 256 KiB: 32 KiB; 64 KiB: 16 KiB).
-StackRoom stack_room() noexcept {
-  constexpr std::uintptr_t kMinReserve = 32 * 1024;
-  const StackBounds b = this_stack();
-  const std::uintptr_t sp = stack_pointer();
-  const std::uintptr_t size = b.high - b.low;
-  return {sp > b.low ? sp - b.low : 0, std::min(size / 4, std::max(kMinReserve, size / 16)), size};
-}
-
-// Whether the stack's bounds are known and the caller's frame lies within.
-bool stack_known() noexcept {
-  const StackBounds b = this_stack();
-  const std::uintptr_t sp = stack_pointer();
-  return b.high != b.low && sp > b.low && sp <= b.high;
-}
-
-}  // namespace
 
 bool waits_may_throw_for_stack() noexcept {
   return t_no_stack_throw == 0 && std::uncaught_exceptions() == 0;
 }
 
 bool stack_allows_nesting() noexcept {
-  if (!stack_known()) return true;
-  const StackRoom r = stack_room();
-  return r.left >= r.reserve;
+  const StackBounds& b = this_stack();
+  return above(b.nest_floor, b);
 }
-
-namespace {
-
-// Own tasks run in a wait only above half the reserve, where the wait may
-// throw: what is left is for the wait's own frames and the unwinding of its
-// throw.
-bool stack_allows_own_help() noexcept {
-  if (!stack_known() || !waits_may_throw_for_stack()) return true;
-  const StackRoom r = stack_room();
-  return r.left >= r.reserve / 2;
-}
-
-}  // namespace
 
 std::string stack_exhausted_message(std::string_view what) {
-  const StackRoom r = stack_room();
+  const StackBounds& b = this_stack();
+  const std::uintptr_t sp = stack_pointer();
+  const std::uintptr_t left = sp > b.low && sp <= b.high ? sp - b.low : 0;
   return "crew: " + std::string(what) + " was not run: the waiting worker had " +
-         std::to_string(r.left / 1024) + " KiB of its " + std::to_string(r.size / 1024) +
-         " KiB stack left, under the " + std::to_string(r.reserve / 1024) +
+         std::to_string(left / 1024) + " KiB of its " + std::to_string((b.high - b.low) / 1024) +
+         " KiB stack left, under the " + std::to_string(b.reserve / 1024) +
          " KiB reserve (nested waits this deep need a larger PoolOptions::stack_size, or a loop)";
 }
 
