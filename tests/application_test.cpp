@@ -870,7 +870,16 @@ TEST(GracefulConsumer, EveryAcceptedEventHasExactlyOneOutcomeLine) {
     for (unsigned long id = 1; id <= accepted; ++id) {
       EXPECT_EQ(outcomes[id], 1) << "event " << id;
     }
-    EXPECT_LT(child.since_signal(), 2000ms * kSlowdown) << child.output();
+    // Prompt: the signal to the exit within 2 s, not counting the fsync
+    // that closing the outcome file does (the disk's time, seconds when a
+    // build shares it: "resource outcome-file closed in 2029 ms").
+    std::chrono::milliseconds fsync{0};
+    const std::string out = child.output();
+    const std::string closed = "resource outcome-file closed in ";
+    if (const auto at = out.find(closed); at != std::string::npos) {
+      fsync = std::chrono::milliseconds(std::atol(out.c_str() + at + closed.size()));
+    }
+    EXPECT_LT(child.since_signal() - fsync, 2000ms * kSlowdown) << out;
   }
 #endif
 }
