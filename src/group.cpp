@@ -524,24 +524,25 @@ class GroupState final : public GroupHead {
   // a thread running one of its tasks, `help`) it runs queued tasks of the
   // pool meanwhile, own ones first; otherwise it sleeps on the count.
   bool wait_counted(Clock::time_point deadline, bool help) {
+    const bool helps = help || on_worker_of_pool();  // runs the pool's tasks while it waits
     Clock::duration nap = std::chrono::microseconds(50);
     for (;;) {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
       if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
       // Too little stack left to nest the group's tasks here: they are
       // cancelled (Group::wait throws once they have settled).
-      if ((help || on_worker_of_pool()) && !stack_allows_nesting() && waits_may_throw_for_stack() &&
+      if (helps && !stack_allows_nesting() && waits_may_throw_for_stack() &&
           !stack_cancel_.exchange(true)) {
         cancel();
       }
-      if ((help || on_worker_of_pool()) && pool().run_pending_task()) {
+      if (helps && pool().run_pending_task()) {
         nap = std::chrono::microseconds(50);
         continue;
       }
       const Clock::time_point now = Clock::now();
       if (now >= deadline) return false;
       Clock::time_point until = deadline;
-      if (help || on_worker_of_pool()) {
+      if (helps) {
         until = deadline - now > nap ? now + nap : deadline;
         nap = std::min<Clock::duration>(nap * 2, std::chrono::milliseconds(1));
       }

@@ -46,7 +46,9 @@ void shard_unplace(ShardSlot* slot) noexcept {
 
 namespace {
 
-std::size_t shard_count(const ShardedPoolOptions& o) {
+// Throws Error(invalid_options) for a field out of range (the shards' own
+// PoolOptions are checked by each Pool).
+void check(const ShardedPoolOptions& o) {
   if (o.shards > ShardedPoolOptions::kMaxShards) {
     throw Error(Errc::invalid_options,
                 "crew::ShardedPoolOptions.shards: " + std::to_string(o.shards) +
@@ -57,11 +59,15 @@ std::size_t shard_count(const ShardedPoolOptions& o) {
                                            std::to_string(static_cast<int>(o.placement)) +
                                            " is not round_robin or least_loaded");
   }
+}
+
+std::size_t shard_count(const ShardedPoolOptions& o) {
   if (o.shards != 0) return o.shards;
   return std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
 std::vector<std::unique_ptr<Pool>> make_shards(const ShardedPoolOptions& o) {
+  check(o);
   std::vector<std::unique_ptr<Pool>> pools;
   const std::size_t n = shard_count(o);
   pools.reserve(n);

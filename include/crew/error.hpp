@@ -40,8 +40,8 @@ enum class Errc : std::uint8_t {
   // A wait on a worker (Task::wait/get, Group::wait) would have run a queued
   // task nested on a stack with less than its reserve left (a sixteenth of
   // the stack, at least 32 KiB and at most a quarter): the task was cancelled
-  // instead, and the wait throws. A chain of nested waits that deep needs a larger
-  // PoolOptions::stack_size, or a loop.
+  // instead, and the wait throws. A chain of nested waits that deep needs a
+  // larger PoolOptions::stack_size, or a loop.
   stack_exhausted,
 };
 

@@ -51,9 +51,9 @@ struct WriteOffNote;
 bool stack_allows_help() noexcept;
 // Whether the calling thread's stack has its reserve left below the current
 // frame (a sixteenth of the stack, at least 32 KiB and at most a quarter;
-// true when the stack is unknown): a wait nests a queued task only then, and otherwise cancels the
-// task it waits for and throws Error(stack_exhausted) (see
-// waits_may_throw_for_stack).
+// true when the stack is unknown): a wait nests a queued task only then,
+// and otherwise cancels the task it waits for and throws
+// Error(stack_exhausted) (see waits_may_throw_for_stack).
 bool stack_allows_nesting() noexcept;
 // The text of that Error, naming `what` was not run.
 std::string stack_exhausted_message(std::string_view what);
