@@ -364,24 +364,39 @@ void Connection::graceful_close(CloseReason why) {
     close_now(why);
     return;
   }
+  if (s_.lingering.fetch_add(1, std::memory_order_relaxed) >= s_.max_lingering) {
+    // Every lingering descriptor is taken: drop what has arrived and close
+    // now. Only bytes the client sends after this meet a reset.
+    s_.lingering.fetch_sub(1, std::memory_order_relaxed);
+    w_.note_linger_cut();
+    drain(/*linger=*/false);
+    return;
+  }
+  lingering_ = true;
   drain();
 }
 
 // Reads and drops what the client still sends, until it closes (or the
-// linger deadline: the sweep closes the socket then).
-void Connection::drain() {
+// linger deadline: the sweep closes the socket then). Without `linger`,
+// only what has arrived, then closes. Either way at most kDrainReads reads
+// at a time: a client sending as fast as they drain does not hold the I/O
+// thread.
+void Connection::drain(bool linger) {
+  constexpr int kDrainReads = 64;
   char sink[4096];
-  for (;;) {
+  for (int i = 0; i < kDrainReads; ++i) {
     error_code ec;
     (void)socket_.read_some(net::buffer(sink), ec);
-    if (ec == net::error::would_block || ec == net::error::try_again) {
-      wait_readable();
-      return;
-    }
+    if (ec == net::error::would_block || ec == net::error::try_again) break;
     if (ec) {
       close_now(close_reason_);
       return;
     }
+  }
+  if (linger) {
+    wait_readable();
+  } else {
+    close_now(close_reason_);
   }
 }
 
@@ -389,6 +404,7 @@ void Connection::close_now(CloseReason why) {
   if (phase_ == Phase::closed) return;
   stop_serving(why);
   s_.gate.on_close(counted_, admitted_open_, handing_over_);
+  stop_lingering();
   phase_ = Phase::closed;
   deadline_ = Clock::time_point::max();
   error_code ec;

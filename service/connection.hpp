@@ -5,7 +5,8 @@
 //
 // Phases: idle -> head -> body -> handling -> writing -> idle (keep-alive),
 // or -> closing (sending side shut, reading what the client still sends,
-// for kLinger at most) -> closed. deadline() is the current phase's; the
+// for kLinger at most; at once closed instead when State::max_lingering
+// closes linger already) -> closed. deadline() is the current phase's; the
 // I/O thread's sweep calls on_deadline() when it passes.
 //
 // Threads: a connection lives on one I/O thread (io_thread.hpp) for its
@@ -46,6 +47,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection() {
+    stop_lingering();
     if (linked_) w_.unlink(this);
   }
 
@@ -114,7 +116,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
   void enter_idle();
   void graceful_close(CloseReason why);
-  void drain();
+  void drain(bool linger = true);
+  // Gives back the State::lingering slot this connection holds, if any.
+  void stop_lingering() noexcept {
+    if (!lingering_) return;
+    lingering_ = false;
+    s_.lingering.fetch_sub(1, std::memory_order_relaxed);
+  }
   void close_now(CloseReason why);
   void stop_serving(CloseReason why);
   void close_if_idle(CloseReason why);
@@ -153,6 +161,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool counted_;               // Gate: first request pending
   bool admitted_open_ = false;
   bool handing_over_ = false;  // Gate: admitted, its task not yet handed to a pool
+  bool lingering_ = false;     // holds a State::lingering slot (closing)
   CloseReason close_reason_ = CloseReason::client;
   std::array<char, 512> landing_;  // where a pending read lands
   // Whether the pending read has taken bytes whose completion has not run

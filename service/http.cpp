@@ -120,10 +120,13 @@ HttpServer::HttpServer(const Config& config, ServicePools pools,
   for (std::size_t i = 0; i < threads; ++i) {
     state_->workers.push_back(std::make_unique<IoThread>(*state_, i));
   }
-  // Every connection is a descriptor: the limit fits what the process may
-  // open (raised to its hard limit), with room for everything else.
+  // Every connection is a descriptor, and so is each close that lingers
+  // (kLinger): the two limits fit what the process may open (raised to its
+  // hard limit), with room for everything else. Lingering closes get what
+  // the connections leave, and at least an eighth.
   rlimit nofile{};
   std::size_t limit = config.http.max_connections;
+  std::size_t lingering = limit;
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
     if (nofile.rlim_cur < nofile.rlim_max) {
       rlimit raised = nofile;
@@ -132,18 +135,21 @@ HttpServer::HttpServer(const Config& config, ServicePools pools,
     }
     constexpr rlim_t kReserve = 128;  // log, /proc reads, Redis, pools' eventfds...
     if (nofile.rlim_cur != RLIM_INFINITY) {
-      const auto fit = static_cast<std::size_t>(
+      const auto sockets = static_cast<std::size_t>(
           nofile.rlim_cur > 2 * kReserve ? nofile.rlim_cur - kReserve : nofile.rlim_cur / 2);
+      const std::size_t fit = sockets - sockets / 8;
       if (fit < limit) {
         state_->log->warn(
             "http.max_connections {} lowered to {}: the process may open {} descriptors "
-            "(ulimit -n)",
-            limit, fit, static_cast<std::uint64_t>(nofile.rlim_cur));
+            "(ulimit -n), {} of them kept for closing connections",
+            limit, fit, static_cast<std::uint64_t>(nofile.rlim_cur), sockets - fit);
         limit = fit;
       }
+      lingering = sockets - limit;
     }
   }
   state_->max_connections = std::max<std::size_t>(limit, 1);
+  state_->max_lingering = lingering;
 }
 
 HttpServer::~HttpServer() {

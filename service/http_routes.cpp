@@ -296,7 +296,9 @@ Response State::pools_json() const {
   }
   const Json http{{"io_threads", workers.size()},
                   {"connections", open.load(std::memory_order_relaxed)},
-                  {"max_connections", max_connections}};
+                  {"max_connections", max_connections},
+                  {"lingering", lingering.load(std::memory_order_relaxed)},
+                  {"max_lingering", max_lingering}};
   return json_response(
       200, Json{{"halting", gate.halting()}, {"http", http}, {"pools", std::move(list)}});
 }

@@ -8,10 +8,14 @@
 //   config, limits, pools, log, requests, exposed: set at construction,
 //     read-only after (any thread).
 //   readiness_checks: added before serve(), read by the I/O threads.
-//   max_connections: set by HttpServer's constructor, read-only after.
+//   max_connections, max_lingering: set by HttpServer's constructor,
+//     read-only after.
 //   gate: see admission_gate.hpp.
 //   open: the accepting thread adds a slot per connection; each
 //     connection's I/O thread gives it back; pools_json reads it.
+//   lingering: each connection's I/O thread takes a slot when its close
+//     starts to linger (kLinger) and gives it back when the socket closes;
+//     pools_json reads it.
 //   listen_fd, stop_deadline: written by bind() / stop() (main's thread),
 //     read by stop() and serve().
 //   next_worker, last_accept_warning, acceptor, accept_retry: the accepting
@@ -66,8 +70,14 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   std::vector<std::function<std::string()>> readiness_checks;
   http::Gate gate;
   std::size_t max_connections = 0;
+  // Closes that may linger at once (kLinger): the descriptors left over
+  // beside max_connections (HttpServer's constructor). A close past it
+  // drops what the client has sent so far and closes at once.
+  std::size_t max_lingering = 0;
   // Connections served now (not closing): what max_connections bounds.
   std::atomic<std::size_t> open{0};
+  // Connections closing, lingering: what max_lingering bounds.
+  std::atomic<std::size_t> lingering{0};
   std::atomic<int> listen_fd{-1};
   std::atomic<http::Clock::time_point> stop_deadline{http::Clock::time_point::max()};
   std::size_t next_worker = 0;  // worker 0's thread
@@ -93,7 +103,8 @@ constexpr auto kSweepInterval = 100ms;
 // A connection crewd closes first shuts its sending side and then reads
 // (and drops) what the client still sends, for at most this long, before it
 // closes the socket: closing with unread bytes would send a reset, which can
-// destroy the last response before the client has read it.
+// destroy the last response before the client has read it. Each lingering
+// close holds a descriptor: State::max_lingering bounds how many there are.
 constexpr auto kLinger = 1s;
 // Of the time stop() is given, the last part (at most this) is for the
 // completions of tasks still running once every connection has been

@@ -69,6 +69,18 @@ bool IoThread::evict_one() {
   return false;
 }
 
+void IoThread::note_linger_cut() {
+  ++linger_cuts;
+  const auto now = Clock::now();
+  if (now - last_linger_warning < std::chrono::seconds(10)) return;
+  last_linger_warning = now;
+  state.log->warn(
+      "closed {} connections without lingering since the last warning: {} closes linger "
+      "already, the most the descriptor limit leaves beside http.max_connections {}",
+      linger_cuts, state.max_lingering, state.max_connections);
+  linger_cuts = 0;
+}
+
 void IoThread::arm_sweep() {
   if (sweeping) return;
   sweeping = true;

@@ -44,6 +44,9 @@ struct IoThread {
   void begin_stop(Clock::time_point force_at);
   bool evict_one();
   void link(Connection* c) noexcept;
+  // A close found every lingering slot taken (State::max_lingering): logs
+  // it, at most every 10 s per thread.
+  void note_linger_cut();
   void unlink(Connection* c) noexcept;
 
   State& state;
@@ -54,7 +57,9 @@ struct IoThread {
   bool stopping = false;
   Clock::time_point force_close_at = Clock::time_point::max();
   bool forced = false;
-  bool sweeping = false;          // the sweep timer is armed
+  bool sweeping = false;        // the sweep timer is armed
+  std::size_t linger_cuts = 0;  // since the last warning
+  Clock::time_point last_linger_warning{};
   std::atomic<bool> done{false};  // run() returned
 
   net::io_context ioc{1};

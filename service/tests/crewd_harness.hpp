@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,8 +309,10 @@ inline Exchange post(int port, const std::string& target, const std::string& bod
 // the destructor kills a crewd that is still running.
 class Crewd {
  public:
-  // `args` after the program name; `env` adds to the test's environment.
-  explicit Crewd(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  // `args` after the program name; `env` adds to the test's environment;
+  // `nofile`, if not 0, is crewd's descriptor limit (soft and hard).
+  explicit Crewd(std::vector<std::string> args, std::map<std::string, std::string> env = {},
+                 rlim_t nofile = 0) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
     std::vector<std::string> argv_s{CREWD_BINARY};
@@ -329,6 +332,10 @@ class Crewd {
       // Only async-signal-safe calls between fork and exec. A test that
       // dies (a failed assertion that aborts) takes its crewd with it.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (nofile != 0) {
+        const rlimit limit{.rlim_cur = nofile, .rlim_max = nofile};
+        if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(126);
+      }
       ::dup2(pipe_fds[1], STDERR_FILENO);
       ::dup2(pipe_fds[1], STDOUT_FILENO);
       ::execve(argv[0], argv.data(), envp.data());

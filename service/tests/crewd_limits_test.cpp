@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -633,6 +634,69 @@ TEST(CrewdConnectionLimit, AConnectionWhoseRequestHasArrivedIsNotEvicted) {
   if (at != std::string::npos) {
     EXPECT_EQ(metrics.substr(at + series.size(), 2), "0\n") << "no connection was idle";
   }
+}
+
+// Every close lingers (reads what the client still sends, for up to 1 s)
+// on a descriptor of its own, and the lingering closes have a bound of
+// their own beside http.max_connections: a flood of clients refused at the
+// limit cannot run crewd out of descriptors. Without that bound, 400 such
+// clients against a descriptor limit of 400 left crewd unable to accept
+// (EMFILE) and a new client got no answer within 5 s.
+TEST(CrewdConnectionLimit, ClosesThatLingerCannotRunCrewdOutOfDescriptors) {
+  constexpr rlim_t kNofile = 400;
+  Crewd crewd(
+      {"--listen", "127.0.0.1:0", "--http-io-threads", "1", "--http-head-timeout-ms", "30000"}, {},
+      kNofile);
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const Json http = json_of(get(port, "/api/v1/pools"))["http"];
+  const auto max_connections = http.value("max_connections", std::size_t{0});
+  const auto max_lingering = http.value("max_lingering", std::size_t{0});
+  ASSERT_GT(max_connections, 0u) << http.dump();
+  EXPECT_GT(max_lingering, 0u) << http.dump();
+  EXPECT_LE(max_connections + max_lingering, kNofile - 128) << http.dump();
+
+  // Every connection slot busy with a request in the middle of its head.
+  std::vector<Socket> busy;
+  for (std::size_t i = 0; i < max_connections; ++i) {
+    busy.push_back(connect_to(port));
+    ASSERT_GE(busy.back().fd(), 0) << std::strerror(errno);
+    ASSERT_TRUE(send_all(busy.back().fd(), "GET /healthz HTTP/1.1\r\n"));
+  }
+  std::this_thread::sleep_for(200ms);
+  // 400 clients that send a request (and more) and read nothing yet: each
+  // is refused with 503, and its close would linger for as long as a second.
+  std::vector<Socket> flood;
+  for (int i = 0; i < 400; ++i) {
+    flood.push_back(connect_to(port));
+    ASSERT_GE(flood.back().fd(), 0) << std::strerror(errno);
+    ASSERT_TRUE(send_all(flood.back().fd(),
+                         "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(100, 'x')));
+  }
+  const Exchange probe = send_request(port, request_text("GET", "/healthz"), 2'000ms);
+  ASSERT_EQ(probe.outcome, Outcome::response) << to_string(probe.outcome) << "\n" << crewd.log();
+  EXPECT_EQ(probe.status, 503);
+  int refused = 0;
+  for (auto& s : flood) {
+    Responses in(s.fd());
+    const Exchange ex = in.next(2'000ms);
+    if (ex.outcome == Outcome::response && ex.status == 503) ++refused;
+  }
+  EXPECT_EQ(refused, 400) << "every refused client read its 503";
+  flood.clear();
+  for (auto& s : busy) ASSERT_TRUE(send_all(s.fd(), "Host: x\r\nConnection: close\r\n\r\n"));
+  for (auto& s : busy) EXPECT_EQ(Responses(s.fd()).next().status, 200);
+  busy.clear();
+  EXPECT_EQ(crewd.log().find("Too many open files"), std::string::npos) << crewd.log();
+  EXPECT_NE(crewd.log().find("without lingering"), std::string::npos) << crewd.log();
+  // Each lingering slot is given back when its socket closes.
+  const auto deadline = Clock::now() + 5s * kSlowdown;
+  std::size_t lingering = 0;
+  do {
+    std::this_thread::sleep_for(100ms);
+    lingering = json_of(get(port, "/api/v1/pools"))["http"].value("lingering", std::size_t{1});
+  } while (lingering != 0 && Clock::now() < deadline);
+  EXPECT_EQ(lingering, 0u);
 }
 
 }  // namespace
