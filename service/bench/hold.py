@@ -6,6 +6,7 @@
   python3 service/bench/hold.py sigterm [--idle 10000] [--slow 2000] [--runs 20]
   python3 service/bench/hold.py headers [--clients 8] [--mib 1]
   python3 service/bench/hold.py limit   [--max 1000] [--idle 1500] [--slow 1000]
+  python3 service/bench/hold.py flood   [--clients 2] [--seconds 5]
 
   common: [--crewd build/service/crewd] [--arg=--flag --arg=value ...] (extra crewd flags)
 
@@ -21,6 +22,10 @@ headers  `clients` concurrent requests each with `mib` MiB of header fields:
          their statuses and crewd's RSS before and after.
 limit    crewd with --http-max-connections `max`: `idle` idle connections,
          then `slow` trickling ones, then probes: what each gets.
+flood    crewd with one I/O thread; `clients` processes each send a request
+         crewd refuses (400), then write as fast as they can while crewd
+         lingers on the close, and start over; meanwhile the probes of
+         `hold` for `seconds`. Prints the probes' p50/p99/max.
 
 Raises its own descriptor limit (ulimit -n) to the hard limit; crewd does the
 same for itself. Needs nothing beyond python3.
@@ -426,17 +431,52 @@ def cmd_limit(a):
     stop(crewd)
 
 
+def _flood_client(port, end):
+    chunk = b"x" * 65536
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"BAD\x01 / HTTP/1.1\r\n\r\n")
+                until = min(end, time.monotonic() + 1.2)
+                while time.monotonic() < until:
+                    s.sendall(chunk)
+        except OSError:
+            pass  # crewd closed the connection at its linger deadline
+
+
+def cmd_flood(a):
+    crewd, port = start_crewd(a.crewd, ["--http-io-threads", "1", *a.arg])
+    end = time.monotonic() + a.seconds + 0.5
+    clients = [multiprocessing.Process(target=_flood_client, args=(port, end))
+               for _ in range(a.clients)]
+    for c in clients:
+        c.start()
+    time.sleep(0.5)
+    q = multiprocessing.Queue()
+    probe = multiprocessing.Process(target=probe_loop, args=(port, a.seconds, 0.01, q))
+    probe.start()
+    latencies, failures = q.get()
+    probe.join()
+    for c in clients:
+        c.join()
+    stop(crewd)
+    print(f"{a.clients} clients sending into their lingering close for {a.seconds} s: /healthz "
+          f"p50 {percentile(latencies, 50):.2f} ms, p99 {percentile(latencies, 99):.2f} ms, "
+          f"max {percentile(latencies, 100):.2f} ms ({len(latencies)} probes, {failures} failed)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["hold", "sigterm", "headers", "limit"])
+    ap.add_argument("mode", choices=["hold", "sigterm", "headers", "limit", "flood"])
     ap.add_argument("--crewd", default="build/service/crewd")
     ap.add_argument("--arg", action="append", default=[], help="an extra crewd argument")
     ap.add_argument("--idle", type=int, default=10000)
     ap.add_argument("--slow", type=int, default=2000)
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--clients", type=int, default=None,
+                    help="headers: 8 concurrent requests; flood: 2 clients")
     ap.add_argument("--mib", type=int, default=1)
     ap.add_argument("--max", type=int, default=1000)
     a = ap.parse_args()
@@ -445,7 +485,12 @@ def main():
         sys.exit(f"ulimit -Hn is {hard}: not enough descriptors for {a.idle + a.slow} connections")
     if a.mode == "sigterm" and a.seconds == 30:
         a.seconds = 5
-    {"hold": cmd_hold, "sigterm": cmd_sigterm, "headers": cmd_headers, "limit": cmd_limit}[a.mode](a)
+    if a.mode == "flood" and a.seconds == 30:
+        a.seconds = 5
+    if a.clients is None:
+        a.clients = 2 if a.mode == "flood" else 8
+    {"hold": cmd_hold, "sigterm": cmd_sigterm, "headers": cmd_headers, "limit": cmd_limit,
+     "flood": cmd_flood}[a.mode](a)
 
 
 if __name__ == "__main__":
