@@ -466,6 +466,67 @@ TEST(PoolNested, NestedPostOnAFullQueueRunsInline) {
   EXPECT_EQ(ran.load(), 100);
 }
 
+// Runs `f` on a thread of its own with a stack of `stack_bytes` (std::thread
+// cannot choose it), and returns once the thread has ended.
+void run_on_stack(std::size_t stack_bytes, const std::function<void()>& f) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, stack_bytes), 0);
+  pthread_t thread;
+  auto body = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  const int err = pthread_create(&thread, &attr, body, const_cast<std::function<void()>*>(&f));
+  pthread_attr_destroy(&attr);
+  ASSERT_EQ(err, 0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+}
+
+// Calls `f` once the stack has grown down to `until` (frame addresses, not
+// locals': under AddressSanitizer locals may live on a heap fake stack).
+[[gnu::noinline]] bool call_below(std::uintptr_t until, const std::function<bool()>& f) {
+  volatile char pad[512];
+  pad[0] = 1;
+  if (reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) <= until) return f();
+  const bool r = call_below(until, f);
+  return r && pad[0] == 1;  // not a tail call: every level keeps its frame
+}
+
+// A task run_pending_task() runs nests on the caller's stack: on a thread
+// that is not a worker of the pool it runs one only while at most a
+// sixteenth of that thread's stack is in use (docs/api.md, "Fork-join"), so
+// a caller deep in its own recursion cannot be overflowed by whatever task
+// is queued.
+TEST(PoolNested, RunPendingTaskOnAnOutsideThreadNestsOnlyOnTheFirstSixteenthOfItsStack) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Gate gate;
+  std::latch started(1);
+  ASSERT_EQ(pool.post([&] {
+    started.count_down();
+    gate.wait();
+  }),
+            Admission::accepted);
+  started.wait();  // the only worker is busy
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  constexpr std::size_t kStack = std::size_t{1} << 20;
+  bool shallow = false;
+  bool deep = true;
+  run_on_stack(kStack, [&] {
+    const auto top = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+    shallow = call_below(top - kStack / 64, [&] { return pool.run_pending_task(); });
+    deep = call_below(top - kStack / 8, [&] { return pool.run_pending_task(); });
+  });
+  EXPECT_TRUE(shallow) << "a sixty-fourth of the stack in use: the task runs";
+  EXPECT_FALSE(deep) << "an eighth of the stack in use: the task stays queued";
+  EXPECT_EQ(ran.load(), 1);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 2) << "the task left queued ran on the worker";
+}
+
 TEST(PoolNested, RunPendingTaskRunsQueuedWorkOnTheCaller) {
   Watchdog dog;
   Pool pool({.max_workers = 1});

@@ -141,7 +141,10 @@ class Pool : public detail::SubmitApi<Pool> {
   // from inside one of its workers (crew::Group::wait uses it), so that a
   // wait never idles a worker while tasks are queued. Does nothing while the
   // pool is paused. During a soft or hard shutdown a popped task is rejected
-  // instead of run.
+  // instead of run. The task runs nested on the caller's stack, so only
+  // while at most a sixteenth of the calling thread's stack is in use (a
+  // worker of this pool runs its own queued tasks deeper, down to its stack
+  // reserve): a caller deep in its own recursion gets false. Never blocks.
   bool run_pending_task();
 
   // Blocks until every task submitted so far has an outcome, or the timeout
