@@ -144,7 +144,8 @@ class Pool : public detail::SubmitApi<Pool> {
   // instead of run. The task runs nested on the caller's stack, so only
   // while at most a sixteenth of the calling thread's stack is in use (a
   // worker of this pool runs its own queued tasks deeper, down to its stack
-  // reserve): a caller deep in its own recursion gets false. Never blocks.
+  // reserve): a caller deep in its own recursion gets false. Waits for
+  // nothing but the task it runs.
   bool run_pending_task();
 
   // Blocks until every task submitted so far has an outcome, or the timeout
