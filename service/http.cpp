@@ -68,9 +68,9 @@ void State::accept_next() {
 }
 
 void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t worker) {
-  if (!acceptor || !acceptor->is_open()) return;  // closed: stop()
+  const bool listening = acceptor && acceptor->is_open();
   if (ec) {
-    if (ec == net::error::operation_aborted) return;
+    if (!listening || ec == net::error::operation_aborted) return;  // closed: stop()
     // Out of descriptors or memory: the pending connections wait in the
     // kernel's queue; try again shortly instead of spinning.
     const bool exhausted = ec == net::error::no_descriptors || ec.value() == ENFILE ||
@@ -90,13 +90,17 @@ void State::on_accept(const error_code& ec, tcp::socket socket, std::size_t work
     accept_next();
     return;
   }
+  // Served even if the listener has closed since: the reactor accepted it
+  // first (which is what stop() waits for) and queues the completion when
+  // its turn ends, which can be after close_listener. Dropping it here
+  // would reset a client whose request may be on its way.
   const bool counted = gate.on_accept();
   // The connection's slot, taken here (one thread accepts), so that a burst
   // of accepts cannot pass the limit before their connections start.
   const bool over = open.fetch_add(1, std::memory_order_relaxed) >= max_connections;
   net::post(workers[worker]->ioc, [w = workers[worker].get(), s = std::move(socket), counted,
                                    over]() mutable { w->adopt(std::move(s), counted, over); });
-  accept_next();
+  if (listening) accept_next();
 }
 
 void State::close_listener() {
