@@ -32,6 +32,7 @@ namespace {
 namespace net = boost::asio;
 using namespace std::chrono_literals;
 using crew::test::kSlowdown;
+using crew::test::WorkerHold;
 
 // An io_context run by one thread of its own while the fixture lives.
 class IoThread {
@@ -69,35 +70,13 @@ struct Outcome {
   }
 };
 
-// Occupies a pool's only worker until released, so that later tasks stay
-// queued. Declared after the pool, so that it releases the worker before the
-// pool is destroyed.
-class Blocker {
- public:
-  explicit Blocker(crew::Pool& pool) {
-    (void)pool.post([this] {
-      started_ = true;
-      while (!released_) std::this_thread::sleep_for(1ms);
-    });
-    while (!started_) std::this_thread::sleep_for(1ms);
-  }
-  Blocker(const Blocker&) = delete;
-  Blocker& operator=(const Blocker&) = delete;
-  ~Blocker() { release(); }
-  void release() { released_ = true; }
-
- private:
-  std::atomic<bool> started_{false};
-  std::atomic<bool> released_{false};
-};
-
 // Shuts `pool` down soft while its worker is held: the queued tasks are
 // dropped, then the worker is released so that the shutdown can finish.
-crew::ShutdownReport shut_down_soft_while_held(crew::Pool& pool, Blocker& blocker) {
+crew::ShutdownReport shut_down_soft_while_held(crew::Pool& pool, WorkerHold& hold) {
   crew::ShutdownReport report;
   std::thread stopper([&] { report = pool.shutdown(crew::ShutdownMode::soft, 5s); });
   std::this_thread::sleep_for(30ms);  // the queue is dropped at once; the shutdown waits
-  blocker.release();
+  hold.release();
   stopper.join();
   return report;
 }
@@ -200,7 +179,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
   IoThread io;
   crew::Pool pool(
       {.name = "asio", .max_workers = 1, .queue_capacity = 1, .overflow = crew::Overflow::reject});
-  Blocker blocker(pool);  // later tasks stay queued
+  WorkerHold hold(pool);  // later tasks stay queued
   std::atomic<int> ran{0};
   Outcome<int> first;
   crew::asio::async_try_submit(
@@ -219,7 +198,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
   EXPECT_EQ(code_of(e), crew::Errc::rejected);
   EXPECT_EQ(admission_of(e), crew::Admission::full);
   EXPECT_EQ(v, 0);
-  blocker.release();
+  hold.release();
   const auto [e1, v1] = first.get();
   EXPECT_FALSE(e1);
   EXPECT_EQ(v1, 1);
@@ -242,7 +221,7 @@ TEST(CrewAsio, ARefusedSubmissionCompletesAtOnceWithTheAdmission) {
 TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1});
-  Blocker blocker(pool);
+  WorkerHold hold(pool);
   constexpr int kTasks = 5;
   std::atomic<int> ran{0};
   std::vector<Outcome<int>> outs(kTasks);
@@ -253,7 +232,7 @@ TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
           out.promise.set_value({std::move(e), v});
         });
   }
-  const crew::ShutdownReport r = shut_down_soft_while_held(pool, blocker);
+  const crew::ShutdownReport r = shut_down_soft_while_held(pool, hold);
   EXPECT_EQ(r.during.rejected, static_cast<std::uint64_t>(kTasks));
   for (auto& out : outs) {
     const auto [e, v] = out.get();
@@ -266,7 +245,7 @@ TEST(CrewAsio, TasksDroppedByAShutdownCompleteWithShutdownDropped) {
 TEST(CrewAsio, ATaskPastItsQueueDeadlineCompletesWithExpired) {
   IoThread io;
   crew::Pool pool({.name = "asio", .max_workers = 1});
-  Blocker blocker(pool);
+  WorkerHold hold(pool);
   Outcome<int> out;
   crew::asio::async_submit(
       pool, io.ioc().get_executor(), [] { return 1; }, {.queue_timeout = 10ms},
@@ -274,7 +253,7 @@ TEST(CrewAsio, ATaskPastItsQueueDeadlineCompletesWithExpired) {
         out.promise.set_value({std::move(e), v});
       });
   std::this_thread::sleep_for(50ms);
-  blocker.release();
+  hold.release();
   const auto [e, v] = out.get();
   ASSERT_TRUE(e);
   EXPECT_EQ(code_of(e), crew::Errc::expired);
@@ -486,7 +465,7 @@ TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
     }
     // Refused: the queue (1) is taken while the worker is held.
     {
-      Blocker blocker(pool);
+      WorkerHold hold(pool);
       try {
         crew::asio::async_try_submit(
             pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
@@ -499,10 +478,10 @@ TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
     }
     (void)pool.wait_idle(5s);
     // Dropped: queued behind a held worker, then a soft shutdown.
-    Blocker blocker(pool);
-    std::thread stopper([&pool, &blocker] {
+    WorkerHold hold(pool);
+    std::thread stopper([&pool, &hold] {
       std::this_thread::sleep_for(20ms);  // the task below is queued by then
-      (void)shut_down_soft_while_held(pool, blocker);
+      (void)shut_down_soft_while_held(pool, hold);
     });
     try {
       co_await crew::asio::async_submit(

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <latch>
 #include <mutex>
 #include <optional>
 #include <semaphore>
@@ -33,6 +32,7 @@ using namespace std::chrono_literals;
 using test::eventually;
 using test::Gate;
 using test::Watchdog;
+using test::WorkerHold;
 
 std::string invalid_message(const PoolOptions& o) {
   try {
@@ -501,14 +501,7 @@ void run_on_stack(std::size_t stack_bytes, const std::function<void()>& f) {
 TEST(PoolNested, RunPendingTaskOnAnOutsideThreadNestsOnlyOnTheFirstSixteenthOfItsStack) {
   Watchdog dog;
   Pool pool({.max_workers = 1});
-  Gate gate;
-  std::latch started(1);
-  ASSERT_EQ(pool.post([&] {
-    started.count_down();
-    gate.wait();
-  }),
-            Admission::accepted);
-  started.wait();  // the only worker is busy
+  WorkerHold hold(pool);  // the only worker is busy
   std::atomic<int> ran{0};
   for (int i = 0; i < 2; ++i) ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
   constexpr std::size_t kStack = std::size_t{1} << 20;
@@ -522,7 +515,7 @@ TEST(PoolNested, RunPendingTaskOnAnOutsideThreadNestsOnlyOnTheFirstSixteenthOfIt
   EXPECT_TRUE(shallow) << "a sixty-fourth of the stack in use: the task runs";
   EXPECT_FALSE(deep) << "an eighth of the stack in use: the task stays queued";
   EXPECT_EQ(ran.load(), 1);
-  gate.open();
+  hold.release();
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_EQ(ran.load(), 2) << "the task left queued ran on the worker";
 }
@@ -531,14 +524,7 @@ TEST(PoolNested, RunPendingTaskRunsQueuedWorkOnTheCaller) {
   Watchdog dog;
   Pool pool({.max_workers = 1});
   EXPECT_FALSE(pool.run_pending_task());  // nothing queued
-  std::latch started(1);
-  Gate gate;
-  ASSERT_EQ(pool.post([&] {
-    started.count_down();
-    gate.wait();
-  }),
-            Admission::accepted);
-  started.wait();  // the only worker is busy
+  WorkerHold hold(pool);                  // the only worker is busy
   std::thread::id ran_on;
   auto t = pool.submit([&] { ran_on = std::this_thread::get_id(); });
   EXPECT_TRUE(pool.run_pending_task());
@@ -548,7 +534,7 @@ TEST(PoolNested, RunPendingTaskRunsQueuedWorkOnTheCaller) {
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
   EXPECT_FALSE(pool.run_pending_task());  // paused: nothing runs
   pool.resume();
-  gate.open();
+  hold.release();
   ASSERT_TRUE(pool.wait_idle(10s));
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);
@@ -681,18 +667,11 @@ TEST_F(PoolSelfCalls, WaitIdleFromATaskRunOnTheSubmittersThreadThrowsAtOnce) {
 // run_pending_task() on an outside thread runs a queued task there.
 TEST_F(PoolSelfCalls, WaitIdleFromATaskRunByRunPendingTaskThrowsAtOnce) {
   Pool pool({.max_workers = 1});
-  Gate gate;
-  std::atomic<bool> blocking{false};
-  ASSERT_EQ(pool.post([&] {
-    blocking = true;
-    gate.wait();
-  }),
-            Admission::accepted);
-  ASSERT_TRUE(eventually([&] { return blocking.load(); }));  // the only worker is busy
+  WorkerHold hold(pool);  // the only worker is busy
   ASSERT_EQ(post_self_wait(pool), Admission::accepted);
   ASSERT_TRUE(pool.run_pending_task());
   expect_refused_here();
-  gate.open();
+  hold.release();
   EXPECT_TRUE(pool.wait_idle(10s));
 }
 
@@ -700,38 +679,20 @@ TEST(PoolWorkers, WorkersStartOnDemandUpToMax) {
   Watchdog dog;
   Pool pool({.max_workers = 3});
   EXPECT_EQ(pool.stats().workers, 0u);
-  Gate gate;
-  std::latch started(3);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(pool.post([&] {
-      started.count_down();
-      gate.wait();
-    }),
-              Admission::accepted);
-  }
-  started.wait();  // three tasks run at once: three workers
+  WorkerHold hold(pool, 3);  // three tasks run at once: three workers
   EXPECT_EQ(pool.stats().workers, 3u);
   EXPECT_EQ(pool.stats().busy, 3u);
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
   EXPECT_LE(pool.stats().workers, 3u);
-  gate.open();
+  hold.release();
   ASSERT_TRUE(pool.wait_idle(10s));
 }
 
 TEST(PoolWorkers, IdleWorkersAboveTheMinimumExit) {
   Watchdog dog;
   Pool pool({.min_workers = 1, .max_workers = 3, .idle_timeout = 50ms});
-  Gate gate;
-  std::latch started(3);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(pool.post([&] {
-      started.count_down();
-      gate.wait();
-    }),
-              Admission::accepted);
-  }
-  started.wait();
-  gate.open();
+  WorkerHold hold(pool, 3);
+  hold.release();
   EXPECT_TRUE(eventually([&] { return pool.stats().workers == 1; }));
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(pool.stats().workers, 1u);  // the minimum stays

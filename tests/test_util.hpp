@@ -15,12 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "crew/error.hpp"
 #include "crew/pool_types.hpp"
 
 namespace crew::test {
@@ -127,6 +129,42 @@ class Gate {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
+};
+
+// Holds `n` workers of a pool (anything with post()) in tasks until
+// release() or its destruction, so that tasks posted meanwhile stay queued.
+// The constructor returns once all n tasks run, and fails the test if they
+// do not within eventually()'s bound (then the tasks may still start later
+// and hold their workers until released). A task waits at most Gate's limit. The tasks
+// share their state with the hold, so it may be destroyed before they
+// return; declare it after the pool, so that it lets the workers go before
+// the pool's destructor waits for them.
+class WorkerHold {
+ public:
+  template <class P>
+  explicit WorkerHold(P& pool, int n = 1) : s_(std::make_shared<Shared>()) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(pool.post([s = s_] {
+        s->running.fetch_add(1);
+        (void)s->gate.wait();
+      }),
+                Admission::accepted);
+    }
+    EXPECT_TRUE(eventually([this, n] { return s_->running.load() == n; }))
+        << s_->running.load() << " of " << n << " holding tasks started";
+  }
+  WorkerHold(const WorkerHold&) = delete;
+  WorkerHold& operator=(const WorkerHold&) = delete;
+  ~WorkerHold() { release(); }
+
+  void release() { s_->gate.open(); }
+
+ private:
+  struct Shared {
+    std::atomic<int> running{0};
+    Gate gate;
+  };
+  std::shared_ptr<Shared> s_;
 };
 
 // Options of a pool with exactly `n` workers, all started at once.
