@@ -11,7 +11,11 @@ ratio). With --baseline, another crewd binary (say the one before a
 change) is measured in the same rounds (pool and inline), for a
 before/after beside each other. Prints each run, the medians as a Markdown table (with the socket
 errors and non-2xx responses of all rounds) and the median of the
-per-round ratios (README.md and docs/crewd.md, "Figures").
+per-round ratios (README.md and docs/crewd.md, "Figures"). Beside the
+throughput, each run reads crewd's CPU time per request from /proc (all of
+its threads, and the compute workers' share): wrk shares the machine, so
+the CPU a request costs crewd is what the throughput ratio follows, and it
+moves less with the machine's state than requests/s do.
 
   python3 service/bench/wrk.py [--crewd build/service/crewd] [--baseline OTHER_CREWD]
                                [--rounds 3] [--threads 2] [--connections 64]
@@ -77,6 +81,24 @@ def to_ms(text):
     return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)]
 
 
+def cpu_seconds(pid):
+    """CPU time (user + system) of each thread of `pid`, summed by thread
+    name without its number: {"crewd-io": s, "compute": s, ...}."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    task_dir = f"/proc/{pid}/task"
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread exited meanwhile
+            continue
+        name = re.sub(r"[-0-9]+$", "", stat[stat.index("(") + 1:stat.rindex(")")])
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def run_wrk(port, a, connections):
     cmd = ["wrk", f"-t{a.threads}", f"-c{connections}", f"-d{a.duration}s", "--latency",
            f"http://127.0.0.1:{port}/api/v1/factorial/20"]
@@ -116,12 +138,19 @@ def main():
             binary = a.baseline if tag else a.crewd
             proc, port = port_of(binary, MODES[mode])
             try:
+                before = cpu_seconds(proc.pid)
                 rps, p50, p99, errs = run_wrk(port, a, a.connections)
+                after = cpu_seconds(proc.pid)
             finally:
                 stop(proc)
-            results[(tag, mode)].append((rps, p50, p99, errs))
+            requests = rps * a.duration
+            used = {k: v - before.get(k, 0.0) for k, v in after.items()}
+            cpu_us = sum(used.values()) / requests * 1e6
+            compute_us = used.get("compute", 0.0) / requests * 1e6
+            results[(tag, mode)].append((rps, p50, p99, cpu_us, compute_us, errs))
             print(f"round {r + 1} {tag or 'crewd':6} {mode:6}: {rps:10.0f} req/s  p50 {p50:.3f} ms"
-                  f"  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
+                  f"  p99 {p99:.3f} ms  crewd CPU {cpu_us:.2f} us/request (compute workers"
+                  f" {compute_us:.2f})  errors (socket, non-2xx) {errs}", flush=True)
         if a.many:
             # -c64 and -c1000 back to back on one crewd (the order alternating),
             # so that their ratio does not see the machine drift between rounds.
@@ -138,7 +167,7 @@ def main():
                 print(f"round {r + 1} crewd  pool  -c{c} (pair): {rps:10.0f} req/s  p50 {p50:.3f}"
                       f" ms  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
 
-    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
+    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(5))
            for k, v in results.items()}
     ratio = {k: statistics.median(results[k][r][0] / results[(k[0], "inline")][r][0]
                                   for r in range(a.rounds)) for k in results}
@@ -149,13 +178,15 @@ def main():
           f"GET /api/v1/factorial/20, {a.rounds} interleaved rounds, medians "
           f"({os.cpu_count()} CPUs):")
     print()
-    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline | errors |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|")
+    print("| crewd | factorial on | requests/s | p50 | p99 | / inline | p99 / inline "
+          "| crewd CPU per request (compute workers) | errors |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|")
     for k in runs:
-        rps, p50, p99 = med[k]
-        errors = sum(x[3] for x in results[k])
+        rps, p50, p99, cpu_us, compute_us = med[k]
+        errors = sum(x[5] for x in results[k])
         print(f"| {k[0] or 'this'} | {LABELS[k[1]]} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | "
-              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} | {errors} |")
+              f"{ratio[k]:.3f} | {p99_ratio[k]:.2f} | {cpu_us:.2f} µs ({compute_us:.2f}) | "
+              f"{errors} |")
     if many:
         rps = statistics.median(x[0] for x in many)
         print()
