@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "os_thread.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -466,21 +467,11 @@ TEST(PoolNested, NestedPostOnAFullQueueRunsInline) {
   EXPECT_EQ(ran.load(), 100);
 }
 
-// Runs `f` on a thread of its own with a stack of `stack_bytes` (std::thread
-// cannot choose it), and returns once the thread has ended.
+// Runs `f` on a thread of its own with a stack of `stack_bytes`, and returns
+// once the thread has ended.
 void run_on_stack(std::size_t stack_bytes, const std::function<void()>& f) {
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_attr_init(&attr), 0);
-  ASSERT_EQ(pthread_attr_setstacksize(&attr, stack_bytes), 0);
-  pthread_t thread;
-  auto body = [](void* arg) -> void* {
-    (*static_cast<const std::function<void()>*>(arg))();
-    return nullptr;
-  };
-  const int err = pthread_create(&thread, &attr, body, const_cast<std::function<void()>*>(&f));
-  pthread_attr_destroy(&attr);
-  ASSERT_EQ(err, 0);
-  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  detail::OsThread thread(stack_bytes, f);
+  thread.join();
 }
 
 // Calls `f` once the stack has grown down to `until` (frame addresses, not
