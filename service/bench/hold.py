@@ -473,7 +473,8 @@ def main():
     ap.add_argument("--arg", action="append", default=[], help="an extra crewd argument")
     ap.add_argument("--idle", type=int, default=10000)
     ap.add_argument("--slow", type=int, default=2000)
-    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--seconds", type=int, default=None,
+                    help="hold: 30; sigterm (held before the signal), flood: 5")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--clients", type=int, default=None,
                     help="headers: 8 concurrent requests; flood: 2 clients")
@@ -483,10 +484,8 @@ def main():
     hard = raise_nofile()
     if a.mode in ("hold", "sigterm") and a.idle + a.slow + 100 > hard:
         sys.exit(f"ulimit -Hn is {hard}: not enough descriptors for {a.idle + a.slow} connections")
-    if a.mode == "sigterm" and a.seconds == 30:
-        a.seconds = 5
-    if a.mode == "flood" and a.seconds == 30:
-        a.seconds = 5
+    if a.seconds is None:
+        a.seconds = 30 if a.mode == "hold" else 5
     if a.clients is None:
         a.clients = 2 if a.mode == "flood" else 8
     {"hold": cmd_hold, "sigterm": cmd_sigterm, "headers": cmd_headers, "limit": cmd_limit,
