@@ -118,6 +118,10 @@ std::string_view structured_skip_reason(std::string_view impl, Workload w) {
     case Workload::three_pools:
     case Workload::one_pool:
       return impl == "crew" ? "" : "crew only (several pools in one process)";
+    case Workload::queue_deadline:
+      return impl == "crew"             ? ""
+             : impl.starts_with("crew") ? "the queue deadline's cost is measured on impl crew"
+                                        : "a crew feature (TaskOptions::queue_timeout)";
     case Workload::parallel_for:
       return impl == "crew" || impl == "tbb_parallel_for" ? ""
                                                           : "compared with tbb::parallel_for only";

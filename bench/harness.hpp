@@ -54,6 +54,7 @@ enum class Workload {
   producers_4,
   factorial,
   long_deadline,
+  queue_deadline,   // impl_crew.cpp: short_detached with a queue deadline
   group_wait,       // crew_structured.cpp
   funcpool_invoke,  // crew_structured.cpp
   parallel_for,     // crew_structured.cpp, impl_tbb_parallel_for.cpp
@@ -65,12 +66,14 @@ enum class Workload {
   one_pool,     // impl_crew.cpp: the same work on one pool, three producers
 };
 
-inline constexpr std::array kWorkloads = {
-    Workload::short_detached,  Workload::short_future,  Workload::producers_4,
-    Workload::factorial,       Workload::long_deadline, Workload::group_wait,
-    Workload::funcpool_invoke, Workload::parallel_for,  Workload::fib,
-    Workload::skynet,          Workload::nqueens,       Workload::matmul,
-    Workload::three_pools,     Workload::one_pool};
+inline constexpr std::array kWorkloads = {Workload::short_detached, Workload::short_future,
+                                          Workload::producers_4,    Workload::factorial,
+                                          Workload::long_deadline,  Workload::queue_deadline,
+                                          Workload::group_wait,     Workload::funcpool_invoke,
+                                          Workload::parallel_for,   Workload::fib,
+                                          Workload::skynet,         Workload::nqueens,
+                                          Workload::matmul,         Workload::three_pools,
+                                          Workload::one_pool};
 
 [[nodiscard]] constexpr bool is_fork_join(Workload w) {
   return w == Workload::fib || w == Workload::skynet || w == Workload::nqueens ||
@@ -93,6 +96,8 @@ inline constexpr std::size_t kIndicesPerTask = 10;
       return "factorial";
     case Workload::long_deadline:
       return "long_deadline";
+    case Workload::queue_deadline:
+      return "queue_deadline";
     case Workload::group_wait:
       return "group_wait";
     case Workload::funcpool_invoke:
@@ -531,6 +536,7 @@ class AdapterImpl : public Impl {
         if constexpr (requires { A::run_fork_join(w); }) return A::run_fork_join(w);
         break;
       case Workload::long_deadline:
+      case Workload::queue_deadline:
       case Workload::group_wait:
       case Workload::funcpool_invoke:
       case Workload::parallel_for:

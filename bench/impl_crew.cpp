@@ -101,25 +101,45 @@ using CrewFifo = CrewAdapter<1>;
 using CrewPriority = CrewAdapter<0, 4>;
 using CrewUnbounded = CrewAdapter<0, 1, true>;
 
+// short_detached's loop, every task posted with `opts`; `body(done)` makes
+// the task. Returns the sample and the pool's outcomes once idle.
+template <class C, class Body>
+std::pair<Sample, crew::OutcomeCounts> run_with_options(std::size_t tasks,
+                                                        const crew::TaskOptions& opts, Body body) {
+  C c;
+  prime(c);
+  Counter done;
+  const Sample s = timed(tasks, [&] {
+    for (std::size_t i = 0; i < tasks; ++i) expect_accepted(c.pool.post(body(done), opts));
+    wait_for_value(done, tasks);
+  });
+  c.pool.wait_idle();
+  return {s, c.pool.stats().outcomes};
+}
+
 // Long tasks take the slow path (a task state with a deadline); the 1 s
 // deadline is far beyond a task's run time, so none may expire.
 template <class C>
 Sample run_long_deadline(std::size_t tasks) {
-  C c;
-  prime(c);
-  Counter done;
-  crew::TaskOptions deadline;
-  deadline.timeout = std::chrono::seconds(1);
-  const Sample s = timed(tasks, [&] {
-    for (std::size_t i = 0; i < tasks; ++i) {
-      expect_accepted(c.pool.post(
-          [&done](std::stop_token) noexcept { done.fetch_add(1, std::memory_order_release); },
-          deadline));
-    }
-    wait_for_value(done, tasks);
-  });
-  c.pool.wait_idle();
-  if (c.pool.stats().outcomes.timed_out != 0) fail("long_deadline: a task timed out");
+  const auto [s, outcomes] =
+      run_with_options<C>(tasks, {.timeout = std::chrono::seconds(1)}, [](Counter& done) {
+        return [&done](std::stop_token) noexcept { done.fetch_add(1, std::memory_order_release); };
+      });
+  if (outcomes.timed_out != 0) fail("long_deadline: a task timed out");
+  return s;
+}
+
+// short_detached's tasks, each with a queue deadline (TaskOptions::
+// queue_timeout) of 1 s, far beyond any task's wait, so none may expire:
+// the cost of arming the deadline at submission and disarming it at start,
+// against crew's short_detached in the same round.
+template <class C>
+Sample run_queue_deadline(std::size_t tasks) {
+  const auto [s, outcomes] =
+      run_with_options<C>(tasks, {.queue_timeout = std::chrono::seconds(1)}, [](Counter& done) {
+        return [&done]() noexcept { done.fetch_add(1, std::memory_order_release); };
+      });
+  if (outcomes.rejected != 0) fail("queue_deadline: a task expired");
   return s;
 }
 
@@ -167,6 +187,7 @@ class CrewImpl final : public AdapterImpl<C> {
  public:
   Sample run(Workload w, std::size_t tasks) override {
     if (w == Workload::long_deadline) return run_long_deadline<C>(tasks);
+    if (w == Workload::queue_deadline) return run_queue_deadline<C>(tasks);
     if (is_fork_join(w)) return run_crew_fork_join(w);  // crew_forkjoin.cpp
     if (w == Workload::three_pools) return run_pools<C, 3>(tasks);
     if (w == Workload::one_pool) return run_pools<C, 1>(tasks);

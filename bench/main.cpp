@@ -41,8 +41,8 @@
 //
 // Workloads (harness.hpp and the files named there): short_detached,
 // short_future, producers_4, factorial (1,000,000 tiny tasks by default,
-// fire-and-forget or with handles); long_deadline, group_wait,
-// funcpool_invoke, parallel_for (crew's other entry points); three_pools
+// fire-and-forget or with handles); long_deadline, queue_deadline,
+// group_wait, funcpool_invoke, parallel_for (crew's other entry points); three_pools
 // and one_pool (three pools of one process fed by a producer each, against
 // one pool fed by three producers: the same work); and
 //  * fork-join (forkjoin.hpp): fib, skynet, nqueens, matmul, one task per
@@ -129,8 +129,8 @@ constexpr std::string_view kUsage =
     "                     tbb_parallel_for,asio,thread_pool_deb,polling_thread (latency\n"
     "                     only: one thread polling a ring, the machine's floor)\n"
     "  --workload LIST    short_detached,short_future,producers_4,factorial,long_deadline,\n"
-    "                     group_wait,funcpool_invoke,parallel_for,fib,skynet,nqueens,\n"
-    "                     matmul,three_pools,one_pool,latency\n"
+    "                     queue_deadline,group_wait,funcpool_invoke,parallel_for,fib,\n"
+    "                     skynet,nqueens,matmul,three_pools,one_pool,latency\n"
     "  --fj-size LIST     fork-join sizes (default fib=30,skynet=6,nqueens=11,matmul=1024)\n"
     "  --fj-stack 0|1     one more run per fork-join pair measuring stack depth (default 1)\n"
     "  --fj-isolate 0|1   crew's fork-join runs in a child process (default 1)\n"

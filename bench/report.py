@@ -33,7 +33,7 @@ IMPLS = ["crew", "crew_unbounded", "crew_fifo", "crew_priority", "crew_metrics",
 LATENCY_ONLY = {"polling_thread"}  # a reference, not a pool
 FORK_JOIN = ["fib", "skynet", "nqueens", "matmul"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",
-             "group_wait", "funcpool_invoke", "parallel_for", "three_pools", "one_pool"] + FORK_JOIN
+             "queue_deadline", "group_wait", "funcpool_invoke", "parallel_for", "three_pools", "one_pool"] + FORK_JOIN
 EXTRAS = {"idle_cpu", "queued_memory", "post_allocs", "shutdown_hard", "shutdown_soft",
           "metrics_scrape", "latency", "latency_max_rate", "cpu_gaps"}
 DEFAULT_TASKS, DEFAULT_ROUNDS = 1_000_000, 9
@@ -46,6 +46,8 @@ WORKLOAD_NOTES = {
     "producers_4": "4 producer threads, fire-and-forget",
     "factorial": "task = factorial(20) in uint64_t added to an atomic",
     "long_deadline": "crew long tasks (std::stop_token) with a 1 s deadline, none expiring",
+    "queue_deadline": "short_detached with a 1 s queue deadline (TaskOptions::queue_timeout) "
+                      "per task, none expiring",
     "group_wait": "short tasks submitted into a crew::Group, then one wait()",
     "funcpool_invoke": "crew::FuncPool<uint64_t>::invoke, handler = short_detached's task body",
     "parallel_for": "10 x tasks indices (10,000,000 by default), body p[i] = i on a uint32 "

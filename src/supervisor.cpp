@@ -280,7 +280,7 @@ void Core::stop_supervisor() noexcept {
   // The supervisor is gone, so nothing hands the stopper more work.
   ctl.stopper.stop();
   std::vector<std::shared_ptr<Worker>> to_join;
-  std::vector<TaskStateBase*> armed;
+  std::vector<TimerHeap::Entry> armed;
   {
     MutexLock lock(ctl.mu);
     // After a shutdown every worker has exited or was written off; one still
@@ -293,7 +293,7 @@ void Core::stop_supervisor() noexcept {
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }
-  for (TaskStateBase* s : armed) s->release();
+  for (const TimerHeap::Entry& e : armed) e.state->release();
 }
 
 }  // namespace crew::detail

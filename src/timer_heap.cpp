@@ -8,52 +8,49 @@
 namespace crew::detail {
 namespace {
 
-using Heap = std::vector<TaskStateBase*>;
+using Entry = TimerHeap::Entry;
+using Heap = std::vector<Entry>;
 
-bool earlier(const TaskStateBase* a, const TaskStateBase* b) noexcept {
-  return a->extras()->timer_at_ns < b->extras()->timer_at_ns;
-}
-
-void place(Heap& h, std::size_t i, TaskStateBase* s) noexcept {
-  h[i] = s;
-  s->extras()->heap_index = i;
+void place(Heap& h, std::size_t i, Entry e) noexcept {
+  h[i] = e;
+  e.state->extras()->heap_index = i;
 }
 
 void sift_up(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* s = h[i];
+  const Entry e = h[i];
   while (i > 0) {
     const std::size_t parent = (i - 1) / 2;
-    if (!earlier(s, h[parent])) break;
+    if (h[parent].at_ns <= e.at_ns) break;
     place(h, i, h[parent]);
     i = parent;
   }
-  place(h, i, s);
+  place(h, i, e);
 }
 
 void sift_down(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* s = h[i];
+  const Entry e = h[i];
   const std::size_t n = h.size();
   for (;;) {
     std::size_t child = 2 * i + 1;
     if (child >= n) break;
-    if (child + 1 < n && earlier(h[child + 1], h[child])) ++child;
-    if (!earlier(h[child], s)) break;
+    if (child + 1 < n && h[child + 1].at_ns < h[child].at_ns) ++child;
+    if (e.at_ns <= h[child].at_ns) break;
     place(h, i, h[child]);
     i = child;
   }
-  place(h, i, s);
+  place(h, i, e);
 }
 
 // Removes h[i]; O(log n).
 void erase_at(Heap& h, std::size_t i) noexcept {
-  TaskStateBase* removed = h[i];
-  TaskStateBase* last = h.back();
+  TaskStateBase* removed = h[i].state;
+  const Entry last = h.back();
   h.pop_back();
   removed->extras()->heap_index = TaskStateBase::kNotInHeap;
   if (i < h.size()) {
     place(h, i, last);
     sift_down(h, i);
-    sift_up(h, last->extras()->heap_index);
+    sift_up(h, last.state->extras()->heap_index);
   }
 }
 
@@ -61,16 +58,15 @@ void erase_at(Heap& h, std::size_t i) noexcept {
 
 bool TimerHeap::push(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   CREW_ASSERT(s->extras() != nullptr, "a timer on a task without Extras");
-  MutexLock lock(mu_);
-  heap_.push_back(s);  // may throw: nothing armed yet
-  s->extras()->timer_at_ns = at_ns;
+  SpinLockGuard lock(mu_);
+  heap_.push_back({at_ns, s});  // may throw: nothing armed yet
   s->timer_exec = exec;
   sift_up(heap_, heap_.size() - 1);
   return s->extras()->heap_index == 0;
 }
 
 bool TimerHeap::erase(TaskStateBase* s) noexcept {
-  MutexLock lock(mu_);
+  SpinLockGuard lock(mu_);
   TaskStateBase::Extras* x = s->extras();
   if (x == nullptr || x->heap_index == TaskStateBase::kNotInHeap) return false;
   erase_at(heap_, x->heap_index);
@@ -78,19 +74,19 @@ bool TimerHeap::erase(TaskStateBase* s) noexcept {
 }
 
 std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& due) {
-  MutexLock lock(mu_);
-  while (!heap_.empty() && heap_.front()->extras()->timer_at_ns <= now) {
-    due.push_back(heap_.front());  // may throw: the front stays armed
+  SpinLockGuard lock(mu_);
+  while (!heap_.empty() && heap_.front().at_ns <= now) {
+    due.push_back(heap_.front().state);  // may throw: the front stays armed
     erase_at(heap_, 0);
   }
-  return heap_.empty() ? kNever : heap_.front()->extras()->timer_at_ns;
+  return heap_.empty() ? kNever : heap_.front().at_ns;
 }
 
-std::vector<TaskStateBase*> TimerHeap::take_all() noexcept {
+std::vector<TimerHeap::Entry> TimerHeap::take_all() noexcept {
   Heap armed;
-  MutexLock lock(mu_);
+  SpinLockGuard lock(mu_);
   armed.swap(heap_);
-  for (TaskStateBase* s : armed) s->extras()->heap_index = TaskStateBase::kNotInHeap;
+  for (const Entry& e : armed) e.state->extras()->heap_index = TaskStateBase::kNotInHeap;
   return armed;
 }
 

@@ -232,7 +232,6 @@ class TaskStateBase {
     // its execution deadline while it runs on a thread that is not a
     // worker; either way it has Extras.
     std::size_t heap_index = kNotInHeap;
-    std::int64_t timer_at_ns = 0;
     // The frame of the thread running this long task, guarded by the
     // state's stop lock (attach_runner, detach_runner, request_stop).
     RunFrame* runner = nullptr;
