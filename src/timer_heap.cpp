@@ -27,7 +27,8 @@ void sift_up(Heap& h, std::size_t i) noexcept {
   place(h, i, e);
 }
 
-void sift_down(Heap& h, std::size_t i) noexcept {
+// Returns where the entry ended.
+std::size_t sift_down(Heap& h, std::size_t i) noexcept {
   const Entry e = h[i];
   const std::size_t n = h.size();
   for (;;) {
@@ -39,6 +40,7 @@ void sift_down(Heap& h, std::size_t i) noexcept {
     i = child;
   }
   place(h, i, e);
+  return i;
 }
 
 // Removes h[i]; O(log n).
@@ -49,8 +51,7 @@ void erase_at(Heap& h, std::size_t i) noexcept {
   removed->extras()->heap_index = TaskStateBase::kNotInHeap;
   if (i < h.size()) {
     place(h, i, last);
-    sift_down(h, i);
-    sift_up(h, last.state->extras()->heap_index);
+    sift_up(h, sift_down(h, i));
   }
 }
 

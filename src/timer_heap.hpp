@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/detail/thread_annotations.hpp"
@@ -38,6 +37,12 @@ class TimerHeap {
  public:
   // No deadline armed.
   static constexpr std::int64_t kNever = INT64_MAX;
+  // One armed timer: the deadline is kept beside the state, so that the
+  // heap's comparisons read no state.
+  struct Entry {
+    std::int64_t at_ns;
+    TaskStateBase* state;
+  };
 
   TimerHeap() = default;
   TimerHeap(const TimerHeap&) = delete;
@@ -55,12 +60,6 @@ class TimerHeap {
   // returns the next deadline, kNever if none. May throw (out of memory
   // for `due`), leaving what it did not move armed.
   std::int64_t pop_due(std::int64_t now, std::vector<TaskStateBase*>& due);
-  // One armed timer: the deadline is kept beside the state, so that the
-  // heap's comparisons read no state.
-  struct Entry {
-    std::int64_t at_ns;
-    TaskStateBase* state;
-  };
   // Disarms everything and hands over the references.
   std::vector<Entry> take_all() noexcept;
 
