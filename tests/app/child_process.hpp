@@ -1,5 +1,6 @@
-// tests/app/child_process.hpp: a child process whose stdout a test reads
-// line by line (fork + exec, a pipe, poll), for application_test: it runs
+// tests/app/child_process.hpp: a child process whose stdout (and, with
+// Output::merged, stderr) a test reads line by line (fork + exec, a pipe,
+// poll), for application_test: it runs
 // tests/app/app_child and the graceful_consumer example, sends them real
 // signals and checks what they print. Every wait is bounded: a child that
 // overruns is killed and the test fails; the destructor kills and reaps a
@@ -31,7 +32,10 @@ class Child {
   using Clock = std::chrono::steady_clock;
 
  public:
-  explicit Child(std::vector<std::string> args) {
+  // What the pipe carries: stdout, or stdout and stderr (the child's log).
+  enum class Output { stdout_only, merged };
+
+  explicit Child(std::vector<std::string> args, Output output = Output::stdout_only) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
     std::vector<char*> argv;
@@ -43,6 +47,7 @@ class Child {
     if (pid_ == 0) {
       // Only async-signal-safe calls between fork and exec.
       dup2(fds[1], 1);
+      if (output == Output::merged) dup2(fds[1], 2);
       execv(argv[0], argv.data());
       _exit(127);
     }
