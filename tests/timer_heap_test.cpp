@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,7 +20,6 @@
 namespace crew::detail {
 namespace {
 
-using namespace std::chrono_literals;
 using test::Watchdog;
 
 struct Nop {
