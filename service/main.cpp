@@ -118,6 +118,7 @@ int run(const Config& config) {
                       .observers = compute_observers,
                       .logger = crew_log,
                       .spin = config.compute.spin,
+                      .spin_when_contended = config.compute.spin_when_contended,
                       .worker_policy = config.compute.worker_policy});
   crew::Pool jobs({.name = "jobs",
                    .max_workers = config.jobs.workers,

@@ -263,6 +263,11 @@ const std::vector<Setting>& settings() {
         "microseconds an idle compute worker polls for the next task before it sleeps",
         +[](Config& c) -> std::chrono::microseconds& { return c.compute.spin; }, 0, 1'000'000));
     s.push_back(boolean(
+        "compute.spin_when_contended",
+        "spin also while the machine's CPUs are contended (threads waiting for a CPU most of the "
+        "time): for compute workers on CPUs of their own",
+        +[](Config& c) -> bool& { return c.compute.spin_when_contended; }));
+    s.push_back(boolean(
         "compute.inline_factorial",
         "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",
         +[](Config& c) -> bool& { return c.compute.inline_factorial; }));

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "control.hpp"
+#include "cpu_pressure.hpp"
 #include "crew/detail/futex.hpp"
 
 namespace crew::detail {
@@ -48,14 +49,18 @@ bool take_spinner_slot() noexcept {
 // away only when it sees work it cannot take (below); if it loses its CPU
 // anyway, its beat goes stale and submitters wake a sleeper. At most
 // spinner_limit() workers spin in the whole process; a worker that finds
-// every slot taken goes to sleep after one look at the queues.
+// every slot taken, or the machine's CPUs contended (cpu_pressure.hpp,
+// unless PoolOptions::spin_when_contended), goes to sleep after one look at
+// the queues.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) idle_.take_token();
   bool token = true;
   set_worker_state(w, WorkerState::idle);
   w.clock_ns = 0;  // the next run waited: read the clock afresh
-  const bool slot = opts_.spin.count() != 0 && !w.crowded && take_spinner_slot();
-  std::int64_t last_look = slot ? now_ns() : 0;
+  const bool may_spin = opts_.spin.count() != 0 && !w.crowded;
+  std::int64_t last_look = may_spin ? now_ns() : 0;
+  const bool slot =
+      may_spin && (opts_.spin_when_contended || !cpus_contended(last_look)) && take_spinner_slot();
   std::int64_t until = saturating_add(last_look, opts_.spin.count());
   if (slot) idle_.beat();
   bool found = false;
@@ -107,6 +112,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
       } else if (now >= until) {
         break;
       }
+      if (!opts_.spin_when_contended && cpus_contended(now)) break;
       last_look = now;
     }
     for (int k = 0; k < 8; ++k) cpu_relax();

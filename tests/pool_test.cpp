@@ -965,7 +965,8 @@ TEST(PoolPause, NoTaskSubmittedAfterPauseStartsBeforeResume) {
   o.name = "pause-race";
   o.min_workers = 2;
   o.max_workers = 2;
-  o.spin = 20ms;  // keep the workers spinning between rounds
+  o.spin = 20ms;                 // keep the workers spinning between rounds,
+  o.spin_when_contended = true;  // also on a busy machine
   Pool pool(std::move(o));
   int early = 0;
   for (int round = 0; round < 300; ++round) {
@@ -1131,15 +1132,6 @@ extern "C" void stall_in_handler(int) {
   for (int i = 0; i < 200'000 && !g_stall_release.load(); ++i) nanosleep(&nap, nullptr);
 }
 
-// CPU time of a thread, in milliseconds.
-double cpu_ms(pthread_t thread) {
-  clockid_t clock{};
-  if (pthread_getcpuclockid(thread, &clock) != 0) return 0;
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 // A submitter used to rely on any worker holding a spinning token, so a
 // task posted while the only spinner was off its CPU waited until the
 // spinner came back (a whole time slice, milliseconds, when it shared its
@@ -1166,6 +1158,7 @@ TEST(PoolWake, ATaskIsNotLeftToASpinnerThatLostItsCpu) {
   o.min_workers = spinners + 1;
   o.max_workers = spinners + 1;
   o.spin = 30s;
+  o.spin_when_contended = true;  // a busy machine must not stop the spinners
   o.on_worker_start = [&](std::uint64_t) {
     const std::lock_guard lock(mu);
     threads.push_back(pthread_self());
@@ -1181,11 +1174,11 @@ TEST(PoolWake, ATaskIsNotLeftToASpinnerThatLostItsCpu) {
     ASSERT_TRUE(eventually(
         [&] {
           std::vector<double> before;
-          for (const pthread_t t : threads) before.push_back(cpu_ms(t));
+          for (const pthread_t t : threads) before.push_back(test::thread_cpu_ms(t));
           std::this_thread::sleep_for(100ms);
           spinning.clear();
           for (std::size_t i = 0; i < threads.size(); ++i) {
-            if (cpu_ms(threads[i]) - before[i] > 20.0) spinning.push_back(threads[i]);
+            if (test::thread_cpu_ms(threads[i]) - before[i] > 20.0) spinning.push_back(threads[i]);
           }
           return !spinning.empty() && spinning.size() < threads.size();
         },

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
 
@@ -14,6 +15,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -97,6 +99,15 @@ class Watchdog {
   std::vector<pid_t> pids_;
   std::thread thread_;
 };
+
+// CPU time a thread has used, in milliseconds (0 if it cannot be read).
+inline double thread_cpu_ms(pthread_t thread) {
+  clockid_t clock{};
+  if (pthread_getcpuclockid(thread, &clock) != 0) return 0;
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 // Polls `pred` until it holds or `limit` passes. Returns the last value.
 inline bool eventually(const std::function<bool()>& pred,

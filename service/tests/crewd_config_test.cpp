@@ -261,8 +261,8 @@ TEST(CrewdConfig, AnUnknownFlagIsAUsageError) {
 TEST(CrewdConfig, PrintedConfigurationReadsBackAsTheSameConfiguration) {
   const LoadResult first =
       load_config({"--print-config", "--jobs-workers", "7", "--shutdown-mode", "hard",
-                   "--compute-inline-factorial", "true", "--http-keep-alive-timeout-s", "9",
-                   "--http-header-limit", "4096"},
+                   "--compute-inline-factorial", "true", "--compute-spin-when-contended", "true",
+                   "--http-keep-alive-timeout-s", "9", "--http-header-limit", "4096"},
                   env_of({}));
   ASSERT_FALSE(first.run);
   ASSERT_EQ(first.exit_code, 0);
@@ -274,6 +274,7 @@ TEST(CrewdConfig, PrintedConfigurationReadsBackAsTheSameConfiguration) {
   EXPECT_EQ(second.config.jobs.workers, 7u);
   EXPECT_EQ(second.config.shutdown.mode, crew::ShutdownMode::hard);
   EXPECT_TRUE(second.config.compute.inline_factorial);
+  EXPECT_TRUE(second.config.compute.spin_when_contended);
   EXPECT_EQ(second.config.http.keep_alive_timeout, 9s);
   EXPECT_EQ(second.config.http.header_limit, 4096u);
   EXPECT_EQ(to_toml(second.config), to_toml(first.config));

@@ -1,0 +1,255 @@
+// Whether the machine's CPUs count as contended (src/cpu_pressure.hpp): the
+// parser of the pressure file, the filter's thresholds, and a pool's idle
+// workers that stop spinning while the CPUs are contended (fed a made-up
+// stall total) and spin again once they are not.
+#include "cpu_pressure.hpp"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Watchdog;
+
+constexpr std::int64_t kMs = 1'000'000;  // in ns
+
+TEST(PressureFile, TheTotalOfTheSomeLineIsRead) {
+  EXPECT_EQ(parse_pressure_total("some avg10=1.50 avg60=0.20 avg300=0.05 total=123456\n"
+                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=99\n"),
+            123456);
+  // The line order does not matter, nor a missing newline at the end.
+  EXPECT_EQ(parse_pressure_total("full avg10=0.00 avg60=0.00 avg300=0.00 total=99\n"
+                                 "some avg10=0.00 avg60=0.00 avg300=0.00 total=7"),
+            7);
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"), 0);
+}
+
+TEST(PressureFile, AnythingElseIsUnavailable) {
+  EXPECT_EQ(parse_pressure_total(""), -1);
+  EXPECT_EQ(parse_pressure_total("full avg10=0.00 avg60=0.00 avg300=0.00 total=99\n"), -1);
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 avg60=0.00 avg300=0.00\n"), -1);
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 total=\n"), -1);
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 total=-5\n"), -1);
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 total=12x\n"), -1);
+  EXPECT_EQ(parse_pressure_total("something total=12\n"), -1);
+  // Cut off after the first digits (a short read): a number, but not this
+  // one; the file is read whole, 256 bytes hold both lines.
+  EXPECT_EQ(parse_pressure_total("some avg10=0.00 total=99999999999999999999999\n"), -1);
+}
+
+TEST(PressureFile, TheMachinesOwnFileGrows) {
+  std::ifstream file("/proc/pressure/cpu");
+  std::stringstream first;
+  first << file.rdbuf();
+  if (!file || first.str().empty()) {
+    GTEST_SKIP() << "/proc/pressure/cpu cannot be read on this machine (not Linux, or a kernel "
+                    "without pressure stall information): the CPUs then never count as "
+                    "contended, which the pool tests below cover with a made-up source";
+  }
+  const std::int64_t before = parse_pressure_total(first.str());
+  ASSERT_GE(before, 0) << first.str();
+  std::this_thread::sleep_for(10ms);
+  std::ifstream again("/proc/pressure/cpu");
+  std::stringstream second;
+  second << again.rdbuf();
+  EXPECT_GE(parse_pressure_total(second.str()), before) << second.str();
+}
+
+// Feeds the filter readings kPeriodNs apart in which threads waited
+// `share` of the time; returns its answers.
+std::vector<bool> feed(CpuContention& filter, std::int64_t& now, std::int64_t& total, double share,
+                       int readings) {
+  std::vector<bool> answers;
+  for (int i = 0; i < readings; ++i) {
+    now += CpuContention::kPeriodNs;
+    total += static_cast<std::int64_t>(share * CpuContention::kPeriodNs / 1000);
+    answers.push_back(filter.update(now, total));
+  }
+  return answers;
+}
+
+TEST(CpuContention, ContendedFromTheUpperShareUntilUnderTheLowerOne) {
+  CpuContention filter;
+  std::int64_t now = 1000 * kMs;
+  std::int64_t total = 5'000'000;
+  EXPECT_FALSE(filter.update(now, total)) << "one reading is no share yet";
+  // A machine whose threads wait 90 % of the time: contended at once.
+  EXPECT_EQ(feed(filter, now, total, 0.9, 1), std::vector<bool>{true});
+  EXPECT_NEAR(filter.share(), 0.9, 1e-9);
+  // Between the two thresholds (the spin's own CPU gone from the share):
+  // it stays contended.
+  EXPECT_EQ(feed(filter, now, total, 0.45, 20), std::vector<bool>(20, true));
+  // Well under the lower one: free again after a stretch of quiet readings,
+  // and stays so.
+  const std::vector<bool> falling = feed(filter, now, total, 0.05, 30);
+  EXPECT_FALSE(falling.back());
+  int free_after = 0;
+  while (falling[static_cast<std::size_t>(free_after)]) ++free_after;
+  EXPECT_GE(free_after, 4) << "a few quiet readings are not enough";
+  EXPECT_LE(free_after, 16);
+  for (std::size_t i = static_cast<std::size_t>(free_after); i < falling.size(); ++i) {
+    EXPECT_FALSE(falling[i]) << i;
+  }
+  // Between the thresholds from below: it stays free.
+  EXPECT_EQ(feed(filter, now, total, 0.45, 20), std::vector<bool>(20, false));
+}
+
+TEST(CpuContention, AReadingAfterALongGapStartsAfresh) {
+  CpuContention filter;
+  std::int64_t now = 1000 * kMs;
+  std::int64_t total = 0;
+  (void)filter.update(now, total);
+  EXPECT_TRUE(feed(filter, now, total, 0.95, 3).back());
+  // Nobody read for a second (the pool idle); the machine was quiet.
+  now += 1000 * kMs;
+  total += 1000;  // 1 ms of stalls in that second
+  EXPECT_FALSE(filter.update(now, total));
+  EXPECT_LT(filter.share(), 0.01);
+}
+
+TEST(CpuContention, ATotalThatGoesBackwardsOnlyRestartsTheCount) {
+  CpuContention filter;
+  std::int64_t now = 1000 * kMs;
+  std::int64_t total = 1'000'000;
+  (void)filter.update(now, total);
+  EXPECT_TRUE(feed(filter, now, total, 0.9, 2).back());
+  now += CpuContention::kPeriodNs;
+  EXPECT_TRUE(filter.update(now, 10)) << "the last answer stands";
+  total = 10;
+  EXPECT_TRUE(feed(filter, now, total, 0.9, 1).back());
+  // A clock that did not move is no reading either.
+  EXPECT_TRUE(filter.update(now, total + 1'000'000));
+}
+
+// ---- a pool's workers under a made-up stall total ----
+
+// A stall total that grows at `share` of real time, advanced by a thread of
+// its own every 200 us.
+class FakePressure {
+ public:
+  explicit FakePressure(double share) : share_permille_(static_cast<int>(share * 1000)) {
+    set_pressure_source_for_testing(&FakePressure::read);
+    ticker_ = std::jthread([this](std::stop_token stop) {
+      auto last = std::chrono::steady_clock::now();
+      while (!stop.stop_requested()) {
+        std::this_thread::sleep_for(200us);
+        const auto now = std::chrono::steady_clock::now();
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - last).count();
+        g_total_us.fetch_add(us * share_permille_.load() / 1000);
+        last = now;
+      }
+    });
+  }
+  ~FakePressure() {
+    ticker_.request_stop();
+    ticker_.join();
+    set_pressure_source_for_testing(nullptr);
+  }
+  FakePressure(const FakePressure&) = delete;
+  FakePressure& operator=(const FakePressure&) = delete;
+
+  void set_share(double share) { share_permille_ = static_cast<int>(share * 1000); }
+
+ private:
+  static std::int64_t read() noexcept { return g_total_us.load(); }
+  static inline std::atomic<std::int64_t> g_total_us{1'000'000};
+  std::atomic<int> share_permille_;
+  std::jthread ticker_;
+};
+
+// A one-worker pool whose idle worker would spin for 10 s after each task.
+struct OneSpinner {
+  explicit OneSpinner(bool spin_when_contended) {
+    PoolOptions o;
+    o.name = "pressure";
+    o.min_workers = 1;
+    o.max_workers = 1;
+    o.spin = 10s;
+    o.spin_when_contended = spin_when_contended;
+    o.on_worker_start = [this](std::uint64_t) {
+      const std::lock_guard lock(mu);
+      thread = pthread_self();
+      started = true;
+    };
+    pool.emplace(std::move(o));
+    EXPECT_TRUE(eventually([this] {
+      const std::lock_guard lock(mu);
+      return started;
+    }));
+  }
+  // Runs a task, then the CPU time the idle worker used in the next 100 ms.
+  double idle_cpu_ms_after_a_task() {
+    std::atomic<bool> ran{false};
+    EXPECT_EQ(pool->post([&] { ran = true; }), Admission::accepted);
+    EXPECT_TRUE(eventually([&] { return ran.load(); }));
+    std::this_thread::sleep_for(20ms);  // a reading or more after the task
+    pthread_t t{};
+    {
+      const std::lock_guard lock(mu);
+      t = thread;
+    }
+    const double before = test::thread_cpu_ms(t);
+    std::this_thread::sleep_for(100ms);
+    return test::thread_cpu_ms(t) - before;
+  }
+
+  std::mutex mu;
+  pthread_t thread{};
+  bool started = false;
+  std::optional<Pool> pool;
+};
+
+TEST(PoolSpin, IdleWorkersDoNotSpinWhileTheCpusAreContended) {
+  Watchdog dog;
+  FakePressure pressure(0.9);
+  OneSpinner pool(/*spin_when_contended=*/false);
+  // The first look primes the gauge; the worker then spins until the next
+  // reading (4 ms) says the CPUs are contended, and sleeps.
+  for (int round = 0; round < 3; ++round) {
+    const double used = pool.idle_cpu_ms_after_a_task();
+    EXPECT_LT(used, 15.0) << "round " << round << ": the idle worker spun for " << used
+                          << " ms of 100 while threads waited for a CPU";
+  }
+}
+
+TEST(PoolSpin, IdleWorkersSpinAgainOnceTheCpusAreFree) {
+  Watchdog dog;
+  FakePressure pressure(0.9);
+  OneSpinner pool(/*spin_when_contended=*/false);
+  EXPECT_LT(pool.idle_cpu_ms_after_a_task(), 15.0);
+  pressure.set_share(0.02);
+  // Readings come only from workers about to spin: each task below is one.
+  // The average falls under the lower threshold within a few readings.
+  const bool spins = eventually([&] { return pool.idle_cpu_ms_after_a_task() > 20.0; }, 10'000ms);
+  EXPECT_TRUE(spins) << "the idle worker never spun again on a quiet machine";
+}
+
+TEST(PoolSpin, SpinWhenContendedKeepsTheSpin) {
+  Watchdog dog;
+  FakePressure pressure(0.9);
+  OneSpinner pool(/*spin_when_contended=*/true);
+  // A spinner that shares a loaded machine may get little of a CPU in one
+  // window: look at a few.
+  const bool spins = eventually([&] { return pool.idle_cpu_ms_after_a_task() > 20.0; }, 10'000ms);
+  EXPECT_TRUE(spins) << "spin_when_contended: the idle worker should spin";
+}
+
+}  // namespace
+}  // namespace crew::detail
