@@ -75,7 +75,7 @@ struct Config {
     // sleeps (crew::PoolOptions::spin).
     std::chrono::microseconds spin =
         std::chrono::duration_cast<std::chrono::microseconds>(crew::PoolOptions{}.spin);
-    // Spin also while the machine's CPUs are contended
+    // Spin for the whole `spin` also while the machine's CPUs are contended
     // (crew::PoolOptions::spin_when_contended).
     bool spin_when_contended = crew::PoolOptions{}.spin_when_contended;
     // Compute on the connection's I/O thread instead of the pool: only for

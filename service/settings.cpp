@@ -264,8 +264,9 @@ const std::vector<Setting>& settings() {
         +[](Config& c) -> std::chrono::microseconds& { return c.compute.spin; }, 0, 1'000'000));
     s.push_back(boolean(
         "compute.spin_when_contended",
-        "spin also while the machine's CPUs are contended (threads waiting for a CPU most of the "
-        "time): for compute workers on CPUs of their own",
+        "spin for the whole compute.spin_us also while the machine's CPUs are contended (threads "
+        "waiting for a CPU most of the time; otherwise at most 5 us): for compute workers on CPUs "
+        "of their own",
         +[](Config& c) -> bool& { return c.compute.spin_when_contended; }));
     s.push_back(boolean(
         "compute.inline_factorial",

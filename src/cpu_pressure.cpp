@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <type_traits>
 
@@ -84,7 +85,10 @@ std::int64_t read_pressure_file(Gauge& g) noexcept {
   }
   if (g.fd == kUnavailable) return -1;
   char buf[256];
-  const ssize_t n = ::pread(g.fd, buf, sizeof buf, 0);
+  ssize_t n = 0;
+  do {
+    n = ::pread(g.fd, buf, sizeof buf, 0);
+  } while (n < 0 && errno == EINTR);  // a signal is no reason to give up
   // A kernel built with the interface but booted without it (psi=0) fails
   // the read with EOPNOTSUPP.
   const std::int64_t total =

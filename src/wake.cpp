@@ -49,9 +49,9 @@ bool take_spinner_slot() noexcept {
 // away only when it sees work it cannot take (below); if it loses its CPU
 // anyway, its beat goes stale and submitters wake a sleeper. At most
 // spinner_limit() workers spin in the whole process; a worker that finds
-// every slot taken, or the machine's CPUs contended (cpu_pressure.hpp,
-// unless PoolOptions::spin_when_contended), goes to sleep after one look at
-// the queues.
+// every slot taken goes to sleep after one look at the queues. While the
+// machine's CPUs are contended (cpu_pressure.hpp) a spin lasts at most
+// kContendedSpinNs, unless PoolOptions::spin_when_contended.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) idle_.take_token();
   bool token = true;
@@ -59,9 +59,12 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   w.clock_ns = 0;  // the next run waited: read the clock afresh
   const bool may_spin = opts_.spin.count() != 0 && !w.crowded;
   std::int64_t last_look = may_spin ? now_ns() : 0;
-  const bool slot =
-      may_spin && (opts_.spin_when_contended || !cpus_contended(last_look)) && take_spinner_slot();
-  std::int64_t until = saturating_add(last_look, opts_.spin.count());
+  // On a contended machine the spin lasts about what a wake-up costs.
+  std::int64_t window = may_spin && !opts_.spin_when_contended && cpus_contended(last_look)
+                            ? std::min(kContendedSpinNs, opts_.spin.count())
+                            : opts_.spin.count();
+  const bool slot = may_spin && take_spinner_slot();
+  std::int64_t until = saturating_add(last_look, window);
   if (slot) idle_.beat();
   bool found = false;
   unsigned stuck = 0;  // looks in a row that saw work and could not take it
@@ -108,11 +111,14 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
       // task to a wake-up.
       const std::int64_t now = now_ns();
       if (now - last_look > kLostCpuNs) {
-        until = saturating_add(now, opts_.spin.count());
+        until = saturating_add(now, window);
       } else if (now >= until) {
         break;
       }
-      if (!opts_.spin_when_contended && cpus_contended(now)) break;
+      if (window > kContendedSpinNs && !opts_.spin_when_contended && cpus_contended(now)) {
+        window = kContendedSpinNs;
+        until = std::min(until, saturating_add(now, window));
+      }
       last_look = now;
     }
     for (int k = 0; k < 8; ++k) cpu_relax();
@@ -186,7 +192,9 @@ void Core::bring_in_help() noexcept {
 // submitter polls the tokens for about a microsecond before it wakes anyone:
 // a worker that is really busy (a long task) costs its submitters that
 // microsecond and nothing more. With a backlog queued the awake workers are
-// busy clearing it, and help is brought in at once, as a burst needs.
+// busy clearing it, and help is brought in at once, as a burst needs. With
+// PoolOptions::spin 0 no worker between two tasks beats, so one look (for a
+// worker woken within IdleWorkers::kWakeGraceUs) replaces the poll.
 void Core::help_submitter() noexcept {
   static constexpr int kPolls = 16;
   const int sleeping = idle_.sleepers();
@@ -197,7 +205,8 @@ void Core::help_submitter() noexcept {
   if (sleeping != 0 &&
       live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
       queue_.size() <= 2) {
-    for (int i = 0; i < kPolls; ++i) {
+    const int polls = opts_.spin.count() != 0 ? kPolls : 1;
+    for (int i = 0; i < polls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
       if (idle_.spinner_running()) return;  // it takes the task
     }

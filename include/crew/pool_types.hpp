@@ -212,15 +212,16 @@ struct PoolOptions {
   // submitted meanwhile wake a sleeping worker (docs/design.md, "Waking
   // workers without losing a wake-up").
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
-  // Whether idle workers spin also while the machine's CPUs are contended:
-  // while some runnable thread of any process waits for a CPU most of the
-  // time (on Linux, from /proc/pressure/cpu, read at most every 4 ms by a
-  // worker about to spin). By default they do not: a spin then takes the
-  // CPU from threads that would make progress, often the ones that submit
-  // the next task, and each task costs a wake-up instead. Set it for
-  // workers on CPUs reserved for them, where the measure reflects other
-  // CPUs. Without the pressure file the CPUs never count as contended
-  // (docs/design.md, "Spinning on a contended machine").
+  // Whether idle workers spin for the whole `spin` also while the
+  // machine's CPUs are contended: while some runnable thread of any process
+  // waits for a CPU most of the time (on Linux, from /proc/pressure/cpu,
+  // read at most every 4 ms by a worker about to spin). By default a spin
+  // then lasts at most 5 us, about what a wake-up costs: a longer one takes
+  // the CPU from threads that would make progress, often the ones that
+  // submit the next task. Set it for workers on CPUs reserved for them,
+  // where the measure reflects other CPUs. Without the pressure file the
+  // CPUs never count as contended (docs/design.md, "Spinning on a
+  // contended machine").
   bool spin_when_contended = false;
   // Stack size of each worker thread in bytes; 0 means the system default
   // (the RLIMIT_STACK soft limit, 8 MiB on most Linux systems). Otherwise at
