@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "crew/detail/spin_lock.hpp"
+#include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
 
@@ -64,11 +65,12 @@ struct Gauge {
   // Until when the last answer stands (INT64_MAX: no source, never read).
   std::atomic<std::int64_t> due_ns{0};
   std::atomic<bool> contended{false};
-  // Held by the one caller that reads; `filter` and `fd` are its alone.
-  std::atomic<bool> reading{false};
   std::atomic<PressureSource> source{nullptr};
-  CpuContention filter;
-  int fd = kUnopened;
+  // Held by the one caller that reads (taken with try_lock: the others do
+  // not wait for it).
+  SpinLock reading;
+  CpuContention filter CREW_GUARDED_BY(reading);
+  int fd CREW_GUARDED_BY(reading) = kUnopened;
 };
 
 // Trivially destructible, so that a worker still running while the process
@@ -78,7 +80,7 @@ constinit Gauge g_gauge;
 
 // The cumulative "some" total of /proc/pressure/cpu, or -1 (and the file is
 // not tried again) if it cannot be read.
-std::int64_t read_pressure_file(Gauge& g) noexcept {
+std::int64_t read_pressure_file(Gauge& g) noexcept CREW_REQUIRES(g.reading) {
   if (g.fd == kUnopened) {
     g.fd = ::open("/proc/pressure/cpu", O_RDONLY | O_CLOEXEC);
     if (g.fd < 0) g.fd = kUnavailable;
@@ -104,8 +106,7 @@ std::int64_t read_pressure_file(Gauge& g) noexcept {
 
 bool cpus_contended(std::int64_t now_ns) noexcept {
   Gauge& g = g_gauge;
-  if (now_ns < g.due_ns.load(std::memory_order_relaxed) ||
-      g.reading.exchange(true, std::memory_order_acquire)) {
+  if (now_ns < g.due_ns.load(std::memory_order_relaxed) || !g.reading.try_lock()) {
     return g.contended.load(std::memory_order_relaxed);
   }
   bool contended = g.contended.load(std::memory_order_relaxed);
@@ -117,19 +118,18 @@ bool cpus_contended(std::int64_t now_ns) noexcept {
     const bool gone = source == nullptr && g.fd == kUnavailable;
     g.due_ns.store(gone ? INT64_MAX : now_ns + CpuContention::kPeriodNs, std::memory_order_relaxed);
   }
-  g.reading.store(false, std::memory_order_release);
+  g.reading.unlock();
   return contended;
 }
 
 void set_pressure_source_for_testing(PressureSource source) noexcept {
   Gauge& g = g_gauge;
-  while (g.reading.exchange(true, std::memory_order_acquire)) cpu_relax();
+  const SpinLockGuard lock(g.reading);
   g.source.store(source, std::memory_order_relaxed);
   g.filter = CpuContention{};
   if (g.fd == kUnavailable) g.fd = kUnopened;
   g.contended.store(false, std::memory_order_relaxed);
   g.due_ns.store(0, std::memory_order_relaxed);
-  g.reading.store(false, std::memory_order_release);
 }
 
 }  // namespace crew::detail

@@ -25,8 +25,9 @@
 // average would switch the spin back on every few readings.
 //
 // Who touches what: any worker about to spin calls cpus_contended(); the
-// one that finds a reading due and wins the `reading` flag reads the file
-// and updates the filter; the others get the last answer (a relaxed load).
+// one that finds a reading due and takes the gauge's lock (try_lock) reads
+// the file and updates the filter; the others get the last answer (a
+// relaxed load).
 // Without the file (not Linux, pressure stall information disabled in the
 // kernel, or unreadable) the CPUs never count as contended.
 #pragma once
@@ -38,7 +39,7 @@ namespace crew::detail {
 
 // The filter, apart from the file: fed cumulative stall totals, says
 // whether the CPUs are contended. Not thread-safe (cpus_contended() holds
-// the reading flag around it).
+// the gauge's lock around it).
 class CpuContention {
  public:
   static constexpr std::int64_t kPeriodNs = 4'000'000;
@@ -54,10 +55,9 @@ class CpuContention {
   static constexpr double kOffShare = 0.3;
 
   // One reading: the cumulative "some" total in microseconds at now_ns.
-  // Returns contended(). A total that went backwards (another source)
-  // restarts the average.
+  // Returns whether the CPUs count as contended. A total that went
+  // backwards (another source) restarts the average.
   bool update(std::int64_t now_ns, std::int64_t total_us) noexcept;
-  [[nodiscard]] bool contended() const noexcept { return contended_; }
   // The current average share of time some thread waited, 0 to 1.
   [[nodiscard]] double share() const noexcept { return share_; }
 

@@ -35,6 +35,11 @@ class CREW_CAPABILITY("mutex") SpinLock {
       }
     }
   }
+  // Takes the lock if no thread holds it; never waits.
+  [[nodiscard]] bool try_lock() noexcept CREW_TRY_ACQUIRE(true) {
+    return !flag_.load(std::memory_order_relaxed) &&
+           !flag_.exchange(true, std::memory_order_acquire);
+  }
   void unlock() noexcept CREW_RELEASE() { flag_.store(false, std::memory_order_release); }
   // True if no thread holds the lock at this moment. Seen true after an
   // acquire read of a value written inside a critical section, it means
