@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -175,15 +176,39 @@ class FakePressure {
 };
 
 // A one-worker pool whose idle worker would spin for 10 s after each task.
+// The worker and the test's thread are pinned to two different CPUs: a
+// worker woken onto its waker's CPU does not spin at all (Worker::crowded,
+// docs/design.md, "Waking workers without losing a wake-up"), and with one
+// worker and a waker that sleeps right after the post the kernel often
+// puts it there, which would hide the spin these tests look for.
 struct OneSpinner {
   explicit OneSpinner(bool spin_when_contended) {
+    EXPECT_EQ(sched_getaffinity(0, sizeof(saved_), &saved_), 0);
+    std::vector<std::size_t> cpus;
+    for (std::size_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &saved_)) cpus.push_back(cpu);
+    }
+    two_cpus = cpus.size() >= 2;
+    if (two_cpus) {
+      cpu_set_t mine;
+      CPU_ZERO(&mine);
+      CPU_SET(cpus[1], &mine);
+      EXPECT_EQ(sched_setaffinity(0, sizeof(mine), &mine), 0);
+    }
     PoolOptions o;
     o.name = "pressure";
     o.min_workers = 1;
     o.max_workers = 1;
     o.spin = 10s;
     o.spin_when_contended = spin_when_contended;
-    o.on_worker_start = [this](std::uint64_t) {
+    o.on_worker_start = [this,
+                         worker_cpu = cpus.empty() ? std::size_t{0} : cpus[0]](std::uint64_t) {
+      if (two_cpus) {
+        cpu_set_t its;
+        CPU_ZERO(&its);
+        CPU_SET(worker_cpu, &its);
+        EXPECT_EQ(sched_setaffinity(0, sizeof(its), &its), 0);
+      }
       const std::lock_guard lock(mu);
       thread = pthread_self();
       started = true;
@@ -194,6 +219,12 @@ struct OneSpinner {
       return started;
     }));
   }
+  ~OneSpinner() {
+    pool.reset();
+    EXPECT_EQ(sched_setaffinity(0, sizeof(saved_), &saved_), 0);
+  }
+  OneSpinner(const OneSpinner&) = delete;
+  OneSpinner& operator=(const OneSpinner&) = delete;
   // Runs a task, then the CPU time the idle worker used in the next 100 ms.
   double idle_cpu_ms_after_a_task() {
     std::atomic<bool> ran{false};
@@ -210,11 +241,16 @@ struct OneSpinner {
     return test::thread_cpu_ms(t) - before;
   }
 
+  cpu_set_t saved_{};
+  bool two_cpus = false;
   std::mutex mu;
   pthread_t thread{};
   bool started = false;
   std::optional<Pool> pool;
 };
+
+constexpr const char* kNeedsTwoCpus =
+    "needs two CPUs to keep the worker off its waker's CPU, where it never spins";
 
 TEST(PoolSpin, IdleWorkersSpinOnlyBrieflyWhileTheCpusAreContended) {
   Watchdog dog;
@@ -234,6 +270,7 @@ TEST(PoolSpin, IdleWorkersSpinAgainOnceTheCpusAreFree) {
   Watchdog dog;
   FakePressure pressure(0.9);
   OneSpinner pool(/*spin_when_contended=*/false);
+  if (!pool.two_cpus) GTEST_SKIP() << kNeedsTwoCpus;
   EXPECT_LT(pool.idle_cpu_ms_after_a_task(), 15.0);
   pressure.set_share(0.02);
   // Readings come only from workers about to spin: one per task below,
@@ -248,6 +285,7 @@ TEST(PoolSpin, SpinWhenContendedKeepsTheSpin) {
   Watchdog dog;
   FakePressure pressure(0.9);
   OneSpinner pool(/*spin_when_contended=*/true);
+  if (!pool.two_cpus) GTEST_SKIP() << kNeedsTwoCpus;
   // A spinner that shares a loaded machine may get little of a CPU in one
   // window: look at a few.
   const bool spins = eventually([&] { return pool.idle_cpu_ms_after_a_task() > 20.0; }, 10'000ms);
