@@ -280,7 +280,7 @@ void Core::stop_supervisor() noexcept {
   // The supervisor is gone, so nothing hands the stopper more work.
   ctl.stopper.stop();
   std::vector<std::shared_ptr<Worker>> to_join;
-  std::vector<TimerHeap::Entry> armed;
+  TimerHeap::Armed armed;
   {
     MutexLock lock(ctl.mu);
     // After a shutdown every worker has exited or was written off; one still
@@ -293,7 +293,9 @@ void Core::stop_supervisor() noexcept {
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }
-  for (const TimerHeap::Entry& e : armed) e.state->release();
+  for (const auto* part : {&armed.heap, &armed.lane}) {
+    for (const TimerHeap::Entry& e : *part) e.state->release();
+  }
 }
 
 }  // namespace crew::detail

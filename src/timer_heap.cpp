@@ -1,6 +1,7 @@
 // The timer heap's operations (timer_heap.hpp).
 #include "timer_heap.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "crew/detail/assert.hpp"
@@ -57,37 +58,116 @@ void erase_at(Heap& h, std::size_t i) noexcept {
 
 }  // namespace
 
+void TimerHeap::lane_push(Entry e) {
+  if (lane_count_ == lane_.size()) {
+    std::vector<Entry> bigger(lane_.empty() ? 64 : 2 * lane_.size());  // may throw
+    for (std::size_t i = 0; i < lane_count_; ++i) bigger[i] = lane_at(i);
+    lane_.swap(bigger);
+    lane_head_ = 0;
+  }
+  lane_at(lane_count_) = e;
+  e.state->extras()->heap_index = kInLane | (lane_front_seq_ + lane_count_);
+  ++lane_count_;
+}
+
+void TimerHeap::lane_pop_front() noexcept {
+  do {
+    if (lane_at(0).state == nullptr) --lane_cleared_;
+    lane_head_ = (lane_head_ + 1) & (lane_.size() - 1);
+    ++lane_front_seq_;
+    --lane_count_;
+  } while (lane_count_ != 0 && lane_at(0).state == nullptr);
+}
+
+void TimerHeap::lane_compact() noexcept {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < lane_count_; ++i) {
+    const Entry e = lane_at(i);
+    if (e.state == nullptr) continue;
+    lane_at(kept) = e;
+    e.state->extras()->heap_index = kInLane | (lane_front_seq_ + kept);
+    ++kept;
+  }
+  lane_count_ = kept;
+  lane_cleared_ = 0;
+}
+
 bool TimerHeap::push(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   CREW_ASSERT(s->extras() != nullptr, "a timer on a task without Extras");
   SpinLockGuard lock(mu_);
+  // Ties stay below the entry armed first, in either place.
+  const bool lane_empty = lane_count_ == 0;
+  if (lane_empty || lane_at(lane_count_ - 1).at_ns <= at_ns) {
+    lane_push({at_ns, s});  // may throw: nothing armed yet
+    s->timer_exec = exec;
+    return lane_empty && (heap_.empty() || at_ns < heap_.front().at_ns);
+  }
   heap_.push_back({at_ns, s});  // may throw: nothing armed yet
   s->timer_exec = exec;
   sift_up(heap_, heap_.size() - 1);
-  return s->extras()->heap_index == 0;
+  // The lane is not empty here, and its front is live.
+  return s->extras()->heap_index == 0 && at_ns < lane_at(0).at_ns;
 }
 
 bool TimerHeap::erase(TaskStateBase* s) noexcept {
   SpinLockGuard lock(mu_);
   TaskStateBase::Extras* x = s->extras();
   if (x == nullptr || x->heap_index == TaskStateBase::kNotInHeap) return false;
-  erase_at(heap_, x->heap_index);
+  const std::size_t where = x->heap_index;
+  if ((where & kInLane) == 0) {
+    erase_at(heap_, where);
+    return true;
+  }
+  x->heap_index = TaskStateBase::kNotInHeap;
+  const std::size_t i = (where & ~kInLane) - lane_front_seq_;
+  CREW_ASSERT(i < lane_count_ && lane_at(i).state == s, "a lane entry out of place");
+  lane_at(i).state = nullptr;
+  ++lane_cleared_;
+  if (i == 0) {
+    lane_pop_front();
+  } else if (lane_cleared_ > lane_slack_ && lane_cleared_ > lane_count_ - lane_cleared_) {
+    lane_compact();
+  }
   return true;
 }
 
 std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& due) {
   SpinLockGuard lock(mu_);
-  while (!heap_.empty() && heap_.front().at_ns <= now) {
-    due.push_back(heap_.front().state);  // may throw: the front stays armed
-    erase_at(heap_, 0);
+  for (;;) {
+    const bool from_lane =
+        lane_count_ != 0 && (heap_.empty() || lane_at(0).at_ns <= heap_.front().at_ns);
+    if (from_lane) {
+      Entry& front = lane_at(0);
+      if (front.at_ns > now) break;
+      due.push_back(front.state);  // may throw: the front stays armed
+      front.state->extras()->heap_index = TaskStateBase::kNotInHeap;
+      front.state = nullptr;
+      ++lane_cleared_;
+      lane_pop_front();
+    } else {
+      if (heap_.empty() || heap_.front().at_ns > now) break;
+      due.push_back(heap_.front().state);  // may throw: the front stays armed
+      erase_at(heap_, 0);
+    }
   }
-  return heap_.empty() ? kNever : heap_.front().at_ns;
+  std::int64_t next = heap_.empty() ? kNever : heap_.front().at_ns;
+  if (lane_count_ != 0) next = std::min(next, lane_at(0).at_ns);
+  return next;
 }
 
-std::vector<TimerHeap::Entry> TimerHeap::take_all() noexcept {
-  Heap armed;
+TimerHeap::Armed TimerHeap::take_all() noexcept {
+  Armed armed;
   SpinLockGuard lock(mu_);
-  armed.swap(heap_);
-  for (const Entry& e : armed) e.state->extras()->heap_index = TaskStateBase::kNotInHeap;
+  armed.heap.swap(heap_);
+  lane_compact();
+  // The live entries rotated to the ring's start, the ring cut to them.
+  std::rotate(lane_.begin(), lane_.begin() + static_cast<std::ptrdiff_t>(lane_head_), lane_.end());
+  lane_.resize(lane_count_);  // shrinks: no allocation
+  armed.lane.swap(lane_);
+  lane_head_ = lane_count_ = 0;
+  for (const auto* part : {&armed.heap, &armed.lane}) {
+    for (const Entry& e : *part) e.state->extras()->heap_index = TaskStateBase::kNotInHeap;
+  }
   return armed;
 }
 
