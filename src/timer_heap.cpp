@@ -58,12 +58,15 @@ void erase_at(Heap& h, std::size_t i) noexcept {
 
 }  // namespace
 
+void TimerHeap::lane_unwrap() noexcept {
+  std::rotate(lane_.begin(), lane_.begin() + static_cast<std::ptrdiff_t>(lane_head_), lane_.end());
+  lane_head_ = 0;
+}
+
 void TimerHeap::lane_push(Entry e) {
   if (lane_count_ == lane_.size()) {
-    std::vector<Entry> bigger(lane_.empty() ? 64 : 2 * lane_.size());  // may throw
-    for (std::size_t i = 0; i < lane_count_; ++i) bigger[i] = lane_at(i);
-    lane_.swap(bigger);
-    lane_head_ = 0;
+    lane_unwrap();
+    lane_.resize(lane_.empty() ? 64 : 2 * lane_.size());  // may throw, leaving the ring as it was
   }
   lane_at(lane_count_) = e;
   e.state->extras()->heap_index = kInLane | (lane_front_seq_ + lane_count_);
@@ -71,12 +74,13 @@ void TimerHeap::lane_push(Entry e) {
 }
 
 void TimerHeap::lane_pop_front() noexcept {
-  do {
-    if (lane_at(0).state == nullptr) --lane_cleared_;
+  for (;;) {
     lane_head_ = (lane_head_ + 1) & (lane_.size() - 1);
     ++lane_front_seq_;
     --lane_count_;
-  } while (lane_count_ != 0 && lane_at(0).state == nullptr);
+    if (lane_count_ == 0 || lane_at(0).state != nullptr) return;
+    --lane_cleared_;  // the new front was cleared: drop it too
+  }
 }
 
 void TimerHeap::lane_compact() noexcept {
@@ -121,13 +125,13 @@ bool TimerHeap::erase(TaskStateBase* s) noexcept {
   x->heap_index = TaskStateBase::kNotInHeap;
   const std::size_t i = (where & ~kInLane) - lane_front_seq_;
   CREW_ASSERT(i < lane_count_ && lane_at(i).state == s, "a lane entry out of place");
-  lane_at(i).state = nullptr;
-  ++lane_cleared_;
   if (i == 0) {
     lane_pop_front();
-  } else if (lane_cleared_ > lane_slack_ && lane_cleared_ > lane_count_ - lane_cleared_) {
-    lane_compact();
+    return true;
   }
+  lane_at(i).state = nullptr;
+  ++lane_cleared_;
+  if (lane_cleared_ > lane_slack_ && lane_cleared_ > lane_count_ - lane_cleared_) lane_compact();
   return true;
 }
 
@@ -141,8 +145,6 @@ std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& d
       if (front.at_ns > now) break;
       due.push_back(front.state);  // may throw: the front stays armed
       front.state->extras()->heap_index = TaskStateBase::kNotInHeap;
-      front.state = nullptr;
-      ++lane_cleared_;
       lane_pop_front();
     } else {
       if (heap_.empty() || heap_.front().at_ns > now) break;
@@ -159,12 +161,12 @@ TimerHeap::Armed TimerHeap::take_all() noexcept {
   Armed armed;
   SpinLockGuard lock(mu_);
   armed.heap.swap(heap_);
-  lane_compact();
-  // The live entries rotated to the ring's start, the ring cut to them.
-  std::rotate(lane_.begin(), lane_.begin() + static_cast<std::ptrdiff_t>(lane_head_), lane_.end());
-  lane_.resize(lane_count_);  // shrinks: no allocation
+  // The ring cut to its entries, the cleared ones left out (no allocation).
+  lane_unwrap();
+  lane_.resize(lane_count_);
+  std::erase_if(lane_, [](const Entry& e) { return e.state == nullptr; });
   armed.lane.swap(lane_);
-  lane_head_ = lane_count_ = 0;
+  lane_count_ = lane_cleared_ = 0;
   for (const auto* part : {&armed.heap, &armed.lane}) {
     for (const Entry& e : *part) e.state->extras()->heap_index = TaskStateBase::kNotInHeap;
   }

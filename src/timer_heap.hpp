@@ -101,11 +101,13 @@ class TimerHeap {
   Entry& lane_at(std::size_t i) noexcept CREW_REQUIRES(mu_) {
     return lane_[(lane_head_ + i) & (lane_.size() - 1)];
   }
+  // Rotates the ring so that the lane's front is its first slot.
+  void lane_unwrap() noexcept CREW_REQUIRES(mu_);
   // Appends to the lane (at_ns no earlier than its last entry). May throw
   // (out of memory for a bigger ring), appending nothing.
   void lane_push(Entry e) CREW_REQUIRES(mu_);
-  // Drops the front entry (its reference, if any, is the caller's), then
-  // the cleared entries behind it.
+  // Drops the front entry, live (its reference is the caller's), then the
+  // cleared entries behind it.
   void lane_pop_front() noexcept CREW_REQUIRES(mu_);
   // Removes the cleared entries behind the live front.
   void lane_compact() noexcept CREW_REQUIRES(mu_);
