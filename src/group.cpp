@@ -236,8 +236,12 @@ class GroupState final : public GroupHead {
   }
 
   // Whether a wait cancelled the group for want of stack since the last
-  // call (Group::wait then throws Error(stack_exhausted)).
-  bool take_stack_cancel() noexcept { return stack_cancel_.exchange(false); }
+  // call (Group::wait then throws Error(stack_exhausted)). The load first:
+  // every wait asks, and an exchange is a locked write to the line the
+  // group's tasks count down on.
+  bool take_stack_cancel() noexcept {
+    return stack_cancel_.load(std::memory_order_relaxed) && stack_cancel_.exchange(false);
+  }
   [[nodiscard]] std::string describe() const {
     return opts_.name.empty() ? std::string("a group") : "group '" + opts_.name + "'";
   }
@@ -525,16 +529,15 @@ class GroupState final : public GroupHead {
   // pool meanwhile, own ones first; otherwise it sleeps on the count.
   bool wait_counted(Clock::time_point deadline, bool help) {
     const bool helps = help || on_worker_of_pool();  // runs the pool's tasks while it waits
+    // Too little stack left to nest the group's tasks here: they are
+    // cancelled (Group::wait throws once they have settled). The frame stays
+    // where it is for the whole wait, so this is asked once.
+    const bool short_of_stack = helps && !stack_allows_nesting() && waits_may_throw_for_stack();
     Clock::duration nap = std::chrono::microseconds(50);
     for (;;) {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
       if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
-      // Too little stack left to nest the group's tasks here: they are
-      // cancelled (Group::wait throws once they have settled).
-      if (helps && !stack_allows_nesting() && waits_may_throw_for_stack() &&
-          !stack_cancel_.exchange(true)) {
-        cancel();
-      }
+      if (short_of_stack && !stack_cancel_.exchange(true)) cancel();
       if (helps && pool().run_pending_task()) {
         nap = std::chrono::microseconds(50);
         continue;
