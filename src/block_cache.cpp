@@ -1,6 +1,6 @@
 // A per-thread cache of freed small blocks (crew/detail/block_cache.hpp):
-// task states (TaskStateBase's operator new and delete) and callables too
-// large for a cell (Cell::emplace).
+// task states (TaskStateBase's operator new and delete), their Extras, and
+// callables too large for a cell (Cell::emplace).
 //
 // Why: a fork-join step allocates one state per child and frees it on the
 // parent's thread after get(); a node with more children than glibc's
@@ -8,13 +8,25 @@
 // arena's locked free path. perf on skynet(6) with Task handles put malloc
 // and free at about a fifth of all cycles.
 //
-// Who touches what: each thread only its own cache (thread_local), so no
-// locks. A block may be allocated on one thread and freed on another; it
-// then joins the freeing thread's cache, or goes back to the heap when that
-// cache holds kCap blocks of its size or kMaxBytes in all: no cache grows
-// beyond 64 KiB, whatever moves between threads. A thread's cache is
-// returned to the heap when the thread exits; a block freed after that (by
-// another thread_local's destructor) goes straight to the heap.
+// Blocks that flow one way: a thread that only submits (an event loop, a
+// producer) allocates the states of tasks that other threads run and free.
+// Its cache never refills, and the workers' caches overflow. Freed to the
+// heap, those blocks went back to the submitter's malloc arena under its
+// lock, against the submitter's own mallocs: with queue deadlines (a state
+// and its Extras per task) perf put a fifth of the submitter's time in
+// malloc and the arena lock's futex wake-ups. So a cache that overflows
+// hands half a class's blocks (a batch of kBatch) to a process-wide depot,
+// and a cache that runs dry takes a batch from it before it asks the heap:
+// one lock per kBatch blocks, not one per block.
+//
+// Who touches what: each thread only its own cache (thread_local), without
+// locks; a class's depot under its own spin lock, held to link or unlink
+// one batch. No cache grows beyond kCap blocks of a size or about kMaxBytes
+// in all, and no depot beyond kDepotBatches batches; past that, blocks go
+// back to the heap. A thread's cache is returned to the heap when the
+// thread exits; a block freed after that (by another thread_local's
+// destructor) goes straight to the heap. What the depots hold at exit stays
+// reachable from them.
 //
 // Under AddressSanitizer every block comes from and returns to the heap, so
 // that a use after free of a task state is still caught.
@@ -23,7 +35,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <utility>
 
+#include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
 
 namespace crew::detail {
@@ -34,8 +48,13 @@ namespace {
 constexpr std::size_t kGrain = 16;
 constexpr std::size_t kClasses = kMaxCachedBlock / kGrain;
 constexpr std::uint32_t kCap = 64;  // blocks kept per size, per thread
-// And at most this many bytes in all sizes together, per thread.
+// And at most this many bytes in all sizes together, per thread (a batch
+// from the depot may take a thread past it by one batch).
 constexpr std::size_t kMaxBytes = 64 * 1024;
+// Blocks moved between a cache and the depot at once, and batches a class's
+// depot holds at most (1,024 blocks: 512 KiB of the largest class).
+constexpr std::uint32_t kBatch = kCap / 2;
+constexpr std::size_t kDepotBatches = 32;
 
 constexpr std::size_t class_of(std::size_t size) noexcept {
   return (size + kGrain - 1) / kGrain - 1;
@@ -53,6 +72,35 @@ struct ThreadCache {
 
   ~ThreadCache();
 };
+
+// One class's share of the process-wide depot: whole batches of kBatch
+// blocks, each chained through FreeBlock::next.
+struct alignas(64) Depot {
+  SpinLock mu;
+  std::size_t batches CREW_GUARDED_BY(mu) = 0;
+  FreeBlock* batch[kDepotBatches] CREW_GUARDED_BY(mu){};
+};
+Depot g_depot[kClasses];
+
+// Hands a batch to the depot; false if it is full (the caller frees it).
+bool depot_put(std::size_t cls, FreeBlock* batch) noexcept {
+  Depot& d = g_depot[cls];
+  SpinLockGuard lock(d.mu);
+  if (d.batches == kDepotBatches) return false;
+  d.batch[d.batches++] = batch;
+  return true;
+}
+
+// A batch of kBatch blocks, or null if the depot has none.
+FreeBlock* depot_take(std::size_t cls) noexcept {
+  Depot& d = g_depot[cls];
+  SpinLockGuard lock(d.mu);
+  return d.batches == 0 ? nullptr : d.batch[--d.batches];
+}
+
+void free_chain(FreeBlock* b) noexcept {
+  while (b != nullptr) ::operator delete(std::exchange(b, b->next));
+}
 
 // Set once this thread's cache has been destroyed (thread exit).
 constinit thread_local bool t_cache_gone = false;
@@ -81,6 +129,15 @@ void* cached_alloc(std::size_t size) {
       cache.bytes -= block_size(cls);
       return b;
     }
+    // Dry: blocks that other threads freed, a batch at once.
+    if (cache.bytes + kBatch * block_size(cls) <= kMaxBytes) {
+      if (FreeBlock* b = depot_take(cls)) {
+        cache.head[cls] = b->next;
+        cache.count[cls] = kBatch - 1;
+        cache.bytes += (kBatch - 1) * block_size(cls);
+        return b;
+      }
+    }
   }
   return ::operator new(block_size(cls));
 }
@@ -93,6 +150,18 @@ void cached_free(void* p, std::size_t size) noexcept {
   }
   if (kBlockCacheOn && !t_cache_gone) {
     ThreadCache& cache = t_cache;
+    if (cache.count[cls] == kCap) {
+      // Full: the kBatch blocks on top go to the depot (or the heap), as one
+      // chain.
+      FreeBlock* batch = cache.head[cls];
+      FreeBlock* last = batch;
+      for (std::uint32_t i = 1; i < kBatch; ++i) last = last->next;
+      cache.head[cls] = last->next;
+      last->next = nullptr;
+      cache.count[cls] -= kBatch;
+      cache.bytes -= kBatch * block_size(cls);
+      if (!depot_put(cls, batch)) free_chain(batch);
+    }
     if (cache.count[cls] < kCap && cache.bytes + block_size(cls) <= kMaxBytes) {
       auto* b = static_cast<FreeBlock*>(p);
       b->next = cache.head[cls];
@@ -108,5 +177,11 @@ void cached_free(void* p, std::size_t size) noexcept {
 void* TaskStateBase::operator new(std::size_t size) { return cached_alloc(size); }
 
 void TaskStateBase::operator delete(void* p, std::size_t size) noexcept { cached_free(p, size); }
+
+void* TaskStateBase::Extras::operator new(std::size_t size) { return cached_alloc(size); }
+
+void TaskStateBase::Extras::operator delete(void* p, std::size_t size) noexcept {
+  cached_free(p, size);
+}
 
 }  // namespace crew::detail

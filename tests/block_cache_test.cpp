@@ -1,7 +1,8 @@
 // The per-thread cache of small blocks (crew/detail/block_cache.hpp): freed
-// task states and boxed callables are reused without the heap, at most 64
-// blocks of a size stay per thread, and states aligned beyond the default
-// keep their alignment.
+// task states, their Extras and boxed callables are reused without the
+// heap, at most 64 blocks of a size stay per thread, blocks freed on
+// another thread come back through the bounded depot, and states aligned
+// beyond the default keep their alignment.
 #include "crew/detail/block_cache.hpp"
 
 #include <gtest/gtest.h>
@@ -85,22 +86,65 @@ TEST(BlockCache, ABoxedCallableReusesAFreedBlock) {
   });
 }
 
-// A thread that frees more than 64 blocks of a size returns the rest to
-// the heap, also when they were allocated on another thread: no cache grows
-// with what moves between threads.
-TEST(BlockCache, AThreadKeepsAtMost64BlocksOfASize) {
+// A thread that frees more than 64 blocks of a size hands them on in
+// batches of 32 to the process-wide depot; a thread whose cache is empty
+// takes them from there before it asks the heap. So blocks allocated on one
+// thread and freed on another come back without the heap.
+TEST(BlockCache, BlocksFreedOnAnotherThreadComeBackThroughTheDepot) {
   if (!detail::kBlockCacheOn)
     GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  // Held until the end: whatever the depot held before, so that it starts
+  // empty.
+  std::vector<detail::TaskStateBase*> held;
+  on_fresh_thread([&] { make_states(held, 2048); });
   std::vector<detail::TaskStateBase*> made;
   on_fresh_thread([&] { make_states(made, 200); });
+  // 200 frees: the cache reaches 64 at the 64th, hands 32 on at the 65th
+  // and at every 32nd after: 5 batches in the depot, 40 blocks in the
+  // cache, which go back to the heap as the thread exits.
+  on_fresh_thread([&] { release_all(made); });
   on_fresh_thread([&] {
+    std::vector<detail::TaskStateBase*> again;
+    again.reserve(160);
+    const std::uint64_t before = test::g_allocations.load();
+    make_states(again, 160);
+    EXPECT_EQ(test::g_allocations.load() - before, 0u);
+    // The depot is empty now: the next one comes from the heap.
+    std::vector<detail::TaskStateBase*> more;
+    more.reserve(1);
+    const std::uint64_t before_more = test::g_allocations.load();
+    make_states(more, 1);
+    EXPECT_EQ(test::g_allocations.load() - before_more, 1u);
+    release_all(more);
+    release_all(again);
+  });
+  release_all(held);
+}
+
+// The depot is bounded: a thread that frees many blocks that came from
+// elsewhere sends what neither its cache nor the depot keeps to the heap.
+TEST(BlockCache, TheDepotKeepsAtMost1024BlocksOfASize) {
+  if (!detail::kBlockCacheOn)
+    GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  constexpr std::size_t kMade = 3000;
+  constexpr std::size_t kDepot = 1024;
+  std::vector<detail::TaskStateBase*> made;
+  on_fresh_thread([&] { make_states(made, kMade); });
+  on_fresh_thread([&] {
+    // First empty the depot of what earlier tests left there.
+    std::vector<detail::TaskStateBase*> drain;
+    make_states(drain, 2 * kDepot);
     release_all(made);
     std::vector<detail::TaskStateBase*> again;
-    again.reserve(200);
+    again.reserve(kMade);
     const std::uint64_t before = test::g_allocations.load();
-    make_states(again, 200);
-    EXPECT_EQ(test::g_allocations.load() - before, 200 - kCap);
+    make_states(again, kMade);
+    const std::uint64_t from_heap = test::g_allocations.load() - before;
+    // What came back is at most the cache's 64 and the depot's 1,024.
+    EXPECT_GE(from_heap, kMade - kDepot - kCap);
+    EXPECT_LT(from_heap, kMade);
     release_all(again);
+    for (detail::TaskStateBase* s : drain) s->release();
   });
 }
 

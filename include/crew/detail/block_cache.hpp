@@ -3,10 +3,15 @@
 //
 // Each thread touches only its own cache. A block may be freed on another
 // thread than the one that allocated it; it then joins the freeing thread's
-// cache. A cache keeps at most 64 blocks of a size and 64 KiB in all; the
-// rest goes back to the heap, and all of it when its thread exits. Blocks of
-// more than kMaxCachedBlock bytes always come from the heap, and so do all
-// of them under AddressSanitizer (so that a use after free is caught).
+// cache. A cache keeps at most 64 blocks of a size and about 64 KiB in all.
+// A full cache hands 32 blocks of the size to a process-wide depot (up to
+// 1,024 blocks a size, under a spin lock), from which an empty cache takes
+// 32 before it asks the heap: the way back for blocks that one thread
+// allocates and others free (a submitting thread's task states). Past those
+// bounds blocks go back to the heap, and a thread's cache all of it when
+// the thread exits. Blocks of more than kMaxCachedBlock bytes always come
+// from the heap, and so do all of them under AddressSanitizer (so that a
+// use after free is caught).
 #pragma once
 
 #include <cstddef>

@@ -224,6 +224,10 @@ class TaskStateBase {
   // submission for a task with a name, a queue deadline or an execution
   // deadline, and for every long task (its runner link).
   struct Extras {
+    // From the block cache, like the state (src/block_cache.cpp).
+    static void* operator new(std::size_t size);
+    static void operator delete(void* p, std::size_t size) noexcept;
+
     std::string name;
     std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
     std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
