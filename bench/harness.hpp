@@ -39,11 +39,12 @@
 namespace bench {
 
 // The allocation caveat of every crew series: crew keeps freed task states
-// and boxed callables per thread for reuse (crew/detail/block_cache.hpp).
+// and boxed callables for reuse (crew/detail/block_cache.hpp).
 inline constexpr std::string_view kCrewAllocNote =
-    "crew reuses task states and boxed callables freed on the same thread (a per-thread "
-    "cache of up to 64 blocks a size, crew/detail/block_cache.hpp); only the cache's misses "
-    "reach malloc and are counted";
+    "crew reuses freed task states and boxed callables (a per-thread cache of up to 64 blocks "
+    "a size, and a process-wide depot of up to 1,024 through which blocks freed on other "
+    "threads come back, crew/detail/block_cache.hpp); only the misses of both reach malloc "
+    "and are counted";
 
 inline constexpr std::size_t kWorkers = 2;    // the machine has 2 cores
 inline constexpr std::size_t kProducers = 4;  // producers_4
