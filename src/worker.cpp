@@ -179,6 +179,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
       }
       if (queue_.try_pop(cell, w.pop)) {
         if (w.backlog_since_ns != 0) help_with_backlog(w);
+        after_batch(w);
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }
@@ -187,6 +188,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
     const bool found = spin_for_work(w, cell, spinning);
     spinning = false;
     if (found) {
+      after_batch(w);  // the token is given back by now
       if (!handle_cell(w, cell)) return Exit::abandoned;
       continue;
     }

@@ -648,6 +648,16 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     help_submitter();
   }
 
+  // After a worker's pop: the cells a batch pop moved into its local queue
+  // wait there for it, or for a thief, and it is about to run a task that
+  // may be long. So, as after a submitter's push, some worker must hold a
+  // spinning token (it steals them) or help is brought in (a sleeper, else
+  // a new worker). Without this, a pool whose workers all ran long tasks
+  // kept such a cell queued with a worker slot free
+  // (PoolWorkers.WorkersStartOnDemandUpToMax, about once in 1,000-20,000
+  // runs under TSan with other tests loading the machine).
+  void after_batch(Worker& w) noexcept;
+
   template <class G>
   void run_plain_here(G&& g) noexcept {
     const InlineRun here(this);

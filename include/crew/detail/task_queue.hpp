@@ -501,6 +501,9 @@ struct PopState {
   // Pops so far: every kSharedFirst-th pop looks at the shared queue before
   // the local one, so a worker busy with forked work still serves it.
   std::uint32_t ticks = 0;
+  // Cells the last batch pop moved into the local queue (see pop_batch);
+  // the consumer reads and clears it (Core::after_batch).
+  std::uint32_t moved = 0;
 };
 
 // The pool's queues: the shared queue, one TaskQueue per priority level (one
@@ -620,7 +623,9 @@ class Queues {
       return taken < kMaxBatch && mine.can_push(taken - 1);
     };
     auto sink = [&](Cell& c) noexcept { mine.push_moved(c); };
-    return levels_[0]->try_pop_batch(out, st.hint, more, sink) != 0;
+    const std::size_t n = levels_[0]->try_pop_batch(out, st.hint, more, sink);
+    st.moved = n > 1 ? static_cast<std::uint32_t>(n - 1) : 0;
+    return n != 0;
   }
 
   bool pop_prioritized(Cell& out, PopState& st) noexcept {
