@@ -108,12 +108,7 @@ constinit thread_local ThreadCache t_cache{};
 
 ThreadCache::~ThreadCache() {
   t_cache_gone = true;
-  for (std::size_t c = 0; c < kClasses; ++c) {
-    while (FreeBlock* b = head[c]) {
-      head[c] = b->next;
-      ::operator delete(b);
-    }
-  }
+  for (FreeBlock*& h : head) free_chain(std::exchange(h, nullptr));
 }
 
 }  // namespace

@@ -654,8 +654,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // spinning token (it steals them) or help is brought in (a sleeper, else
   // a new worker). Without this, a pool whose workers all ran long tasks
   // kept such a cell queued with a worker slot free
-  // (PoolWorkers.WorkersStartOnDemandUpToMax, about once in 1,000-20,000
-  // runs under TSan with other tests loading the machine).
+  // (PoolWorkers.WorkersStartOnDemandUpToMax, about once in 300 to 21,000
+  // runs under TSan with other tests loading the machine). It is
+  // after_push(own_queue) without the submitter's handling of a closed pool:
+  // a worker's queued cells are the shutdown's to sweep.
   void after_batch(Worker& w) noexcept;
 
   template <class G>
