@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "control.hpp"
 #include "cpu_pressure.hpp"
@@ -169,13 +170,21 @@ void Core::help_with_backlog(Worker& w) noexcept {
 
 void Core::after_batch(Worker& w) noexcept {
   if (w.pop.moved == 0) return;
-  w.pop.moved = 0;
+  const std::size_t moved = std::exchange(w.pop.moved, 0);
   if (life_.state(std::memory_order_seq_cst) != PoolState::running) return;
-  // As a submitter whose push found no token. (Leaving them to a watching
-  // sleeper, which looks at the queues every kWatchNs, was not enough: the
-  // stranding test still failed once in 28,000 runs under load.)
+  // A worker holding a token steals them if this one does not come back.
+  // Else help as for a spinner's backlog: deferred only while a sleeper
+  // watches, and that sleeper, finding them on a look, brings in help for
+  // what it leaves (Slept::saw_work). After spin_for_work this repeats its
+  // own decision for the same cells, and help_due says no the second time.
+  // Nobody to bring in is the common case of a saturated pool: it returns
+  // before anything reads the other workers' queues or the clock.
   if (idle_.spinning() != 0) return;
-  help_submitter();
+  if (idle_.sleepers() == 0 && live_workers_.load(std::memory_order_relaxed) >=
+                                   max_workers_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  if (help_due(w, moved)) bring_in_help();
 }
 
 void Core::bring_in_help() noexcept {
@@ -299,7 +308,8 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
-  if (told_to_look() || !queue_.empty()) return idle_.leave(w) ? Slept::woken : handed();
+  if (told_to_look()) return idle_.leave(w) ? Slept::woken : handed();
+  if (!queue_.empty()) return idle_.leave(w) ? Slept::saw_work : handed();
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -357,8 +367,9 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
-    if (told_to_look() || (!queue_.empty() && !idle_.spinner_running())) {
-      return idle_.leave(w) ? Slept::woken : handed();
+    if (told_to_look()) return idle_.leave(w) ? Slept::woken : handed();
+    if (!queue_.empty() && !idle_.spinner_running()) {
+      return idle_.leave(w) ? Slept::saw_work : handed();
     }
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!idle_.leave(w)) return handed();

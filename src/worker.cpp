@@ -172,8 +172,11 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
   Exit how = Exit::leave;
   w.seen_attention = life_.attention(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
+  // Whether the next look is a spinner's (spin_for_work), which brings in
+  // help for what it leaves queued, rather than a plain pop.
+  bool spin_first = spinning;
   for (;;) {
-    if (!spinning) {
+    if (!spin_first) {
       if (life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(w, how)) break;
       }
@@ -186,7 +189,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
       if (life_.closed()) break;
     }
     const bool found = spin_for_work(w, cell, spinning);
-    spinning = false;
+    spinning = spin_first = false;
     if (found) {
       after_batch(w);  // the token is given back by now
       if (!handle_cell(w, cell)) return Exit::abandoned;
@@ -198,6 +201,10 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
       break;
     }
     spinning = slept == Slept::woken_spinning;
+    // One that left on its own look found work whose helper was deferred
+    // (help_due) by a worker that may now be in a long task: it looks as a
+    // spinner, so that it brings in help for what it leaves queued.
+    spin_first = spinning || slept == Slept::saw_work;
   }
   set_worker_state(w, WorkerState::stopping);
   return how;

@@ -1043,6 +1043,43 @@ TEST(PoolWake, DeferredHelpIsTakenByAWatchingSleeper) {
   ASSERT_TRUE(pool.wait_idle(10s));
 }
 
+// The watcher that takes deferred work may block in it too, and so must
+// bring in help for what it leaves queued. One worker is held; the two
+// others sleep watching. Tasks a and b each wait for c, posted in the order
+// a, c, b: the worker woken for them defers help (fewer than Core::kBurst
+// queued beside the one it takes) and takes a, with c and b in its local
+// queue; a watcher, on its look, steals the newest, b; c then needs a
+// fourth worker, which only that watcher can ask for (nobody else is awake
+// and free). Without it c stayed queued in the first round. A fresh pool
+// per round, so that the fourth worker is new each time.
+TEST(PoolWake, AWatcherThatTakesDeferredWorkBringsInHelpForTheRest) {
+  Watchdog dog;
+  for (int round = 0; round < 20; ++round) {
+    Pool pool({.name = "rest", .min_workers = 3, .max_workers = 4});
+    ASSERT_TRUE(eventually([&] { return pool.stats().idle == 3; }));
+    Gate release;
+    ASSERT_EQ(pool.post([&] { release.wait(); }), Admission::accepted);
+    ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+    // Wake the two others, so that they fall asleep while the held worker
+    // is awake, and watch.
+    ASSERT_TRUE(run_waiting_pair(pool, 2000ms));
+    std::this_thread::sleep_for(2ms);
+    auto c_ran = std::make_shared<std::atomic<bool>>(false);
+    auto wait_for_c = [c_ran] {
+      const auto give_up = std::chrono::steady_clock::now() + 3s * test::kSlowdown;
+      while (!c_ran->load() && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(20us);
+      }
+    };
+    ASSERT_EQ(pool.post(wait_for_c), Admission::accepted);
+    ASSERT_EQ(pool.post([c_ran] { c_ran->store(true); }), Admission::accepted);
+    ASSERT_EQ(pool.post(wait_for_c), Admission::accepted);
+    ASSERT_TRUE(eventually([&] { return c_ran->load(); }, 2000ms)) << "round " << round;
+    release.open();
+    ASSERT_TRUE(pool.wait_idle(10s));
+  }
+}
+
 // Voluntary context switches of this process's threads whose name starts
 // with `prefix` (Linux: /proc/self/task/*/status).
 std::uint64_t voluntary_switches(const std::string& prefix) {
