@@ -131,6 +131,10 @@ struct Worker final : Runner {
   // last saw the queue empty; 0: not deferring.
   std::int64_t backlog_since_ns = 0;
   std::uint32_t drained = 0;  // pops since, for sampling the backlog
+  // Since when this worker has kept its CPU: its first look at empty
+  // queues after it last slept or yielded (0: none yet). See
+  // Core::kSpinYieldNs.
+  std::int64_t on_cpu_since_ns = 0;
   // Woken onto the CPU of the thread that woke it (the kernel found no idle
   // CPU for it): it has preempted its waker, so it runs what is queued
   // without spinning, and sleeps at the bottom of the idle stack, so that

@@ -52,7 +52,12 @@ bool take_spinner_slot() noexcept {
 // spinner_limit() workers spin in the whole process; a worker that finds
 // every slot taken goes to sleep after one look at the queues. While the
 // machine's CPUs are contended (cpu_pressure.hpp) a spin lasts at most
-// kContendedSpinNs, unless PoolOptions::spin_when_contended.
+// kContendedSpinNs, unless PoolOptions::spin_when_contended. A worker that
+// has kept its CPU for kSpinYieldNs (tasks and spins, no sleep) yields it
+// when it sees nothing queued: a thread waiting for that CPU (crewd's I/O
+// thread, the next task's producer) would otherwise wait out the spinner's
+// time slice, which a spinner that finds a task every few microseconds
+// never ends on its own.
 bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) idle_.take_token();
   bool token = true;
@@ -115,6 +120,14 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
         until = saturating_add(now, window);
       } else if (now >= until) {
         break;
+      }
+      if (queued == 0) {
+        if (w.on_cpu_since_ns == 0) {
+          w.on_cpu_since_ns = now;
+        } else if (now - w.on_cpu_since_ns > kSpinYieldNs) {
+          sched_yield();
+          w.on_cpu_since_ns = now_ns();
+        }
       }
       if (window > kContendedSpinNs && !opts_.spin_when_contended && cpus_contended(now)) {
         window = kContendedSpinNs;
@@ -363,6 +376,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
       wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
     }
     futex_wait(w.wake_word, key, time_point_of(wake_at));
+    w.on_cpu_since_ns = 0;
     if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will

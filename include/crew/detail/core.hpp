@@ -734,6 +734,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A spinner that sees work it cannot take this many looks in a row (about
   // 4 us) yields its CPU (wake.cpp, spin_for_work).
   static constexpr unsigned kStuckLooks = 16;
+  // A spinner that has kept its CPU this long (tasks and spins, no sleep)
+  // yields it when it sees nothing queued, to a thread that may be waiting
+  // for that CPU behind it.
+  static constexpr std::int64_t kSpinYieldNs = 200'000;
   // Deferred help (wake.cpp, help_due): a backlog shorter than kBurst tasks
   // gets help once it has lasted kBacklogNs; sleepers look at the queue every
   // kWatchNs while another worker is awake.
