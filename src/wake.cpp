@@ -315,14 +315,17 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     w.crowded = cpu >= 0 && cpu == sched_getcpu();
     return Slept::woken_spinning;
   };
+  // Leaves the idle stack on its own for `why`, unless a waker took it off
+  // meanwhile (then it holds a token).
+  auto leave = [&](Slept why) { return idle_.leave(w) ? why : handed(); };
   auto told_to_look = [&] {
     return life_.attention(std::memory_order_acquire) != w.seen_attention ||
            life_.closed(std::memory_order_seq_cst);
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
-  if (told_to_look()) return idle_.leave(w) ? Slept::woken : handed();
-  if (!queue_.empty()) return idle_.leave(w) ? Slept::saw_work : handed();
+  if (told_to_look()) return leave(Slept::woken);
+  if (!queue_.empty()) return leave(Slept::saw_work);
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -381,10 +384,8 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
-    if (told_to_look()) return idle_.leave(w) ? Slept::woken : handed();
-    if (!queue_.empty() && !idle_.spinner_running()) {
-      return idle_.leave(w) ? Slept::saw_work : handed();
-    }
+    if (told_to_look()) return leave(Slept::woken);
+    if (!queue_.empty() && !idle_.spinner_running()) return leave(Slept::saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!idle_.leave(w)) return handed();
       if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;
