@@ -16,6 +16,9 @@
 // number of tasks. The pool is built and destroyed outside that region.
 #pragma once
 
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -150,17 +153,27 @@ struct LatencySample {
   double p50_us = 0, p99_us = 0, p999_us = 0;
   // Task start minus the moment the producer called post(): the pool's share.
   double sched_p50_us = 0, sched_p99_us = 0, sched_p999_us = 0;
+  // Context switches of the whole process per second of the run
+  // (getrusage): voluntary ones are threads that blocked (a worker going to
+  // sleep, so a wake-up later); involuntary ones are threads preempted or
+  // yielding their CPU to another.
+  double voluntary_switches_per_s = 0, involuntary_switches_per_s = 0;
 };
 
 // The timestamps of a latency run, in steady_clock nanoseconds. Allocated
 // and written once before the producer starts, so that neither allocation
 // nor first-touch page faults happen while it sends.
+// With a trace_path, each task also notes the CPU it started on, and the
+// run writes one line per task there (write_latency_trace).
 struct LatencyBuffers {
   std::vector<std::int64_t> post_ns;   // when the producer called post()
   std::vector<std::int64_t> start_ns;  // when the task started
+  std::vector<std::uint8_t> cpu;       // with a trace_path only
+  std::string trace_path;              // empty: no trace
   void prepare(std::size_t n) {
     post_ns.assign(n, 0);
     start_ns.assign(n, 0);
+    cpu.assign(trace_path.empty() ? 0 : n, 0);
   }
 };
 
@@ -438,11 +451,73 @@ inline double quantile_us(std::vector<std::int64_t>& v, double q) {
   return static_cast<double>(v[k]) / 1000.0;
 }
 
+// Writes a latency run's tasks to buffers.trace_path, one line each, in
+// the order sent: the intended send time (us from the first one), the
+// scheduling latency (start minus post(), us), how late the producer
+// called post() (us) and the CPU the task started on. Expects post_ns and
+// start_ns as latencies (see run_latency); a file that cannot be written
+// fails the run.
+inline void write_latency_trace(const LatencyBuffers& b, double period_ns) {
+  std::FILE* f = std::fopen(b.trace_path.c_str(), "w");
+  if (f == nullptr) fail(("cannot write the latency trace " + b.trace_path).c_str());
+  std::fprintf(f, "# intended_us\tsched_us\tproducer_late_us\tcpu\n");
+  for (std::size_t i = 0; i < b.post_ns.size(); ++i) {
+    const double sched = static_cast<double>(b.post_ns[i]) / 1e3;
+    const double late = static_cast<double>(b.start_ns[i] - b.post_ns[i]) / 1e3;
+    std::fprintf(f, "%.3f\t%.3f\t%.3f\t%u\n", static_cast<double>(i) * period_ns / 1e3, sched, late,
+                 static_cast<unsigned>(b.cpu[i]));
+  }
+  if (std::fclose(f) != 0) fail(("cannot write the latency trace " + b.trace_path).c_str());
+}
+
+// Context switches of the process so far: voluntary, involuntary.
+inline std::pair<long, long> context_switches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return {u.ru_nvcsw, u.ru_nivcsw};
+}
+
+// The producer's loop of run_latency; kTrace: each task also notes its CPU.
 // The producer is the calling thread. It busy-waits until each task's
 // intended time (at 100k tasks/s the gap is 10 us, below what a sleep can
 // hit), records the time and posts. Latency is taken from the intended time,
 // so time the producer spends blocked in post() delays every later task and
 // is counted; the scheduling latency is taken from the post() call.
+template <bool kTrace, class A, class Intended>
+void send_at_intended_times(A& pool, std::size_t n, const Intended& intended,
+                            LatencyBuffers& buffers, Counter& done) {
+  std::int64_t* const post_at = buffers.post_ns.data();
+  std::int64_t* const start_at = buffers.start_ns.data();
+  [[maybe_unused]] std::uint8_t* const cpu_of = buffers.cpu.data();
+  pool.produce([&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t due = intended(i);
+      std::int64_t t = now_ns();
+      while (t < due) {
+        cpu_relax();
+        t = now_ns();
+      }
+      post_at[i] = t;
+      if constexpr (kTrace) {
+        pool.post([start_at, cpu_of, i, &done]() noexcept {
+          start_at[i] = now_ns();
+          cpu_of[i] = static_cast<std::uint8_t>(sched_getcpu());
+          done.fetch_add(1, std::memory_order_release);
+        });
+      } else {
+        pool.post([start_at, i, &done]() noexcept {  // the task as without a trace
+          start_at[i] = now_ns();
+          done.fetch_add(1, std::memory_order_release);
+        });
+      }
+    }
+  });
+  wait_for_value(done, n);
+}
+
+// One run at spec.rate for spec.seconds on a fresh pool of A: percentiles
+// from the intended times and from post(), the process's context switches
+// per second, and with buffers.trace_path the trace of every task.
 template <class A>
 LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
   const auto n = static_cast<std::size_t>(spec.rate * spec.seconds);
@@ -456,22 +531,13 @@ LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
   auto intended = [t0 = now_ns() + 1'000'000, period_ns](std::size_t i) {
     return t0 + static_cast<std::int64_t>(static_cast<double>(i) * period_ns);
   };
-  pool.produce([&] {
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t due = intended(i);
-      std::int64_t t = now_ns();
-      while (t < due) {
-        cpu_relax();
-        t = now_ns();
-      }
-      post_at[i] = t;
-      pool.post([start_at, i, &done]() noexcept {
-        start_at[i] = now_ns();
-        done.fetch_add(1, std::memory_order_release);
-      });
-    }
-  });
-  wait_for_value(done, n);
+  const auto switches_before = context_switches();
+  if (!buffers.trace_path.empty()) {
+    send_at_intended_times<true>(pool, n, intended, buffers, done);
+  } else {
+    send_at_intended_times<false>(pool, n, intended, buffers, done);
+  }
+  const auto switches_after = context_switches();
 
   std::int64_t last_start = intended(0);
   for (std::size_t i = 0; i < n; ++i) {
@@ -482,14 +548,19 @@ LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
   }
   LatencySample s;
   s.rate = spec.rate;
-  s.achieved_rate = static_cast<double>(n) /
-                    (static_cast<double>(last_start - intended(0)) * 1e-9 + period_ns * 1e-9);
+  const double seconds = static_cast<double>(last_start - intended(0)) * 1e-9 + period_ns * 1e-9;
+  s.achieved_rate = static_cast<double>(n) / seconds;
+  if (!buffers.trace_path.empty()) write_latency_trace(buffers, period_ns);
   s.p50_us = quantile_us(buffers.start_ns, 0.5);
   s.p99_us = quantile_us(buffers.start_ns, 0.99);
   s.p999_us = quantile_us(buffers.start_ns, 0.999);
   s.sched_p50_us = quantile_us(buffers.post_ns, 0.5);
   s.sched_p99_us = quantile_us(buffers.post_ns, 0.99);
   s.sched_p999_us = quantile_us(buffers.post_ns, 0.999);
+  s.voluntary_switches_per_s =
+      static_cast<double>(switches_after.first - switches_before.first) / seconds;
+  s.involuntary_switches_per_s =
+      static_cast<double>(switches_after.second - switches_before.second) / seconds;
   return s;
 }
 

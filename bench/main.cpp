@@ -65,10 +65,16 @@
 //    long the machine takes each CPU away, and impl polling_thread (one
 //    thread polling a single-producer ring, never sleeping) runs in the
 //    rounds beside the pools: the floor of any pool's tail on the machine.
+//    Each run also counts the process's context switches (voluntary: a
+//    thread blocked, so a wake-up follows; involuntary: preempted or
+//    yielded), and with --latency-trace writes its tasks one per line, for
+//    bench/latency_clusters.py to find the stalls that make the tail.
 //
 // Google Benchmark is not used: it runs each benchmark to completion before
 // starting the next, so it cannot interleave rounds across implementations,
 // and its iteration-count heuristics would make every run a different size.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -107,6 +113,7 @@ struct Options {
   std::vector<double> latency_rates = {100'000, 500'000, 1'000'000};
   double latency_seconds = 2;
   bool latency_search = true;
+  std::string latency_trace;  // a directory; empty: no traces
 };
 
 constexpr double kSearchSeconds = 1;      // per trial of the max-rate search
@@ -120,6 +127,7 @@ constexpr std::string_view kUsage =
     "                  [--impl a,b,...] [--workload a,b,...] [--fj-size w=n,...]\n"
     "                  [--fj-stack 0|1] [--fj-isolate 0|1] [--fj-timeout S] [--fj-matrix N]\n"
     "                  [--latency-rates r,...] [--latency-seconds S] [--latency-search 0|1]\n"
+    "                  [--latency-trace DIR]\n"
     "  --tasks N          tasks per measurement (default 1000000)\n"
     "  --rounds R         interleaved rounds; medians are over these (default 9)\n"
     "  --json PATH        also write the results as a JSON array\n"
@@ -141,7 +149,10 @@ constexpr std::string_view kUsage =
     "  --latency-rates L  target tasks/s of the latency workload (default\n"
     "                     100000,500000,1000000)\n"
     "  --latency-seconds S  how long the producer sends per run (default 2)\n"
-    "  --latency-search 0|1 find the highest rate crew sustains first (default 1)\n";
+    "  --latency-search 0|1 find the highest rate crew sustains first (default 1)\n"
+    "  --latency-trace DIR  write each latency run's tasks to DIR/latency-IMPL-RATE-rROUND.tsv\n"
+    "                     (send time, scheduling latency, producer lateness, CPU; see\n"
+    "                     bench/latency_clusters.py)\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "crew_bench: " << why << "\n" << kUsage;
@@ -257,6 +268,11 @@ Options parse_args(int argc, char** argv) {
       o.latency_seconds = parse_positive(arg, value);
     } else if (arg == "--latency-search") {
       o.latency_search = parse_bool(arg, value);
+    } else if (arg == "--latency-trace") {
+      if (value.empty() || ::access(value.c_str(), W_OK | X_OK) != 0) {
+        usage_error("--latency-trace: " + value + " is not a writable directory");
+      }
+      o.latency_trace = value;
     } else {
       usage_error("unknown option: " + arg);
     }
@@ -358,7 +374,13 @@ void run_round(const std::vector<Impl*>& impls, const std::vector<Workload>& wor
   }
   for (double rate : rotated(rates, round)) {
     for (Impl* impl : rotated(latency_impls, round)) {
+      if (!o.latency_trace.empty() && latency != nullptr) {
+        buffers.trace_path = o.latency_trace + "/latency-" + std::string(impl->name()) + "-" +
+                             std::to_string(static_cast<long long>(rate)) + "-r" +
+                             std::to_string(round + 1) + ".tsv";
+      }
       const LatencySample s = impl->run_latency({rate, o.latency_seconds}, buffers);
+      buffers.trace_path.clear();
       if (latency != nullptr) (*latency)[{impl->name(), rate}].push_back(s);
     }
   }
@@ -509,6 +531,8 @@ std::vector<LatencySummary> summarize_latency(const LatencySeries& all) {
     s.median.sched_p50_us = med(&LatencySample::sched_p50_us);
     s.median.sched_p99_us = med(&LatencySample::sched_p99_us);
     s.median.sched_p999_us = med(&LatencySample::sched_p999_us);
+    s.median.voluntary_switches_per_s = med(&LatencySample::voluntary_switches_per_s);
+    s.median.involuntary_switches_per_s = med(&LatencySample::involuntary_switches_per_s);
     for (const LatencySample& r : runs) s.sched_p99_rounds.push_back(r.sched_p99_us);
     const auto crew = all.find({"crew", key.second});
     if (key.first != "crew" && crew != all.end()) {
@@ -652,6 +676,8 @@ void write_json(const std::string& path, const Options& o, const std::vector<Sum
         .num("p999_us", l.median.p999_us);
     e.num("sched_p50_us", l.median.sched_p50_us).num("sched_p99_us", l.median.sched_p99_us);
     e.num("sched_p999_us", l.median.sched_p999_us).nums("sched_p99_us_rounds", l.sched_p99_rounds);
+    e.num("voluntary_switches_per_s", l.median.voluntary_switches_per_s)
+        .num("involuntary_switches_per_s", l.median.involuntary_switches_per_s);
     if (extras.rate_search && l.rate == extras.rate_search->max_rate) e.num("max_rate_found", 1);
     if (l.crew_sched_p99_ratio_median) {
       e.num("crew_sched_p99_ratio_median", *l.crew_sched_p99_ratio_median);
@@ -823,19 +849,23 @@ void print_table(const Options& o, const std::vector<Summary>& rows,
   }
   if (!latency.empty()) {
     std::printf(
-        "\nlatency: one producer, %.1f s per run; us from the intended time / from post()\n",
+        "\nlatency: one producer, %.1f s per run; us from the intended time / from post(); "
+        "context switches of the process per second (voluntary: a thread blocked; "
+        "involuntary: preempted or yielded)\n",
         o.latency_seconds);
-    std::printf("%-10s %-16s %10s %9s %9s %9s %9s %9s %9s %10s\n", "rate", "impl", "achieved",
-                "p50", "p99", "p99.9", "sched50", "sched99", "sched99.9", "crew/impl");
+    std::printf("%-10s %-16s %10s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n", "rate", "impl",
+                "achieved", "p50", "p99", "p99.9", "sched50", "sched99", "sched99.9", "crew/impl",
+                "vol/s", "invol/s");
     for (const LatencySummary& l : latency) {
       char ratio[32] = "-";
       if (l.crew_sched_p99_ratio_median) {
         std::snprintf(ratio, sizeof ratio, "%.3f", *l.crew_sched_p99_ratio_median);
       }
       const LatencySample& m = l.median;
-      std::printf("%-10.0f %-16s %10.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10s\n", l.rate,
-                  l.impl.c_str(), m.achieved_rate, m.p50_us, m.p99_us, m.p999_us, m.sched_p50_us,
-                  m.sched_p99_us, m.sched_p999_us, ratio);
+      std::printf("%-10.0f %-16s %10.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10s %9.0f %9.0f\n",
+                  l.rate, l.impl.c_str(), m.achieved_rate, m.p50_us, m.p99_us, m.p999_us,
+                  m.sched_p50_us, m.sched_p99_us, m.sched_p999_us, ratio,
+                  m.voluntary_switches_per_s, m.involuntary_switches_per_s);
     }
   }
   print_by_cross_core(rows);

@@ -317,11 +317,18 @@ def fmt_us(v):
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
+def fmt_count(x):
+    """A rate such as context switches per second; — when the run did not
+    count it (JSON from before the field)."""
+    return "—" if x is None else f"{x:,.0f}"
+
+
 def latency_table(rows):
     lines = [
         "| rate (tasks/s) | impl | achieved | p50 µs | p99 µs | p99.9 µs | sched p50 µs "
-        "| sched p99 µs | sched p99.9 µs | crew/impl sched p99 |",
-        "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| sched p99 µs | sched p99.9 µs | crew/impl sched p99 | switches/s: voluntary "
+        "| involuntary |",
+        "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for e in rows:
         impl = f"**{e['impl']}**" if e["impl"] == "crew" else e["impl"]
@@ -330,7 +337,9 @@ def latency_table(rows):
         lines.append(f"| {rate} | {impl} | {e['achieved_rate']:,.0f} | {fmt_us(e['p50_us'])} | "
                      f"{fmt_us(e['p99_us'])} | {fmt_us(e['p999_us'])} | "
                      f"{fmt_us(e['sched_p50_us'])} | {fmt_us(e['sched_p99_us'])} | "
-                     f"{fmt_us(e['sched_p999_us'])} | {'—' if ratio is None else f'{ratio:.2f}'} |")
+                     f"{fmt_us(e['sched_p999_us'])} | {'—' if ratio is None else f'{ratio:.2f}'} | "
+                     f"{fmt_count(e.get('voluntary_switches_per_s'))} | "
+                     f"{fmt_count(e.get('involuntary_switches_per_s'))} |")
     return lines
 
 
@@ -417,6 +426,9 @@ def markdown_body(entries, json_path):
             "p99.9 are taken from the intended send time (a producer that falls behind is "
             "charged: coordinated omission), sched p50 / p99 / p99.9 from the `post()` call "
             "(the pool's share). crew/impl is the median of the per-round ratios of sched p99. "
+            "The switches are the whole process's per second of the run (getrusage): a "
+            "voluntary one is a thread that blocked (a worker going to sleep, so a wake-up "
+            "follows), an involuntary one a thread preempted or yielding its CPU. "
             "polling_thread is not a pool but the machine's floor: one thread that polls a "
             "single-producer ring and never sleeps (bench/impl_polling_thread.cpp).",
             "",

@@ -7,7 +7,9 @@ preempt the I/O thread), and on the connection's I/O thread
 (compute.inline_factorial=true), interleaved over rounds because the cost
 of crossing cores on a shared VM drifts over minutes; then the default at
 -c64 and -c1000 back to back on one crewd (socket errors, the throughput
-ratio). With --baseline, another crewd binary (say the one before a
+ratio); then pool and inline at a moderate load (-c8, --few), where a
+compute worker that keeps its CPU shows in the tail and not in the
+throughput. With --baseline, another crewd binary (say the one before a
 change) is measured in the same rounds (pool and inline), for a
 before/after beside each other. Prints each run, the medians as a Markdown table (with the socket
 errors and non-2xx responses of all rounds) and the median of the
@@ -19,7 +21,7 @@ moves less with the machine's state than requests/s do.
 
   python3 service/bench/wrk.py [--crewd build/service/crewd] [--baseline OTHER_CREWD]
                                [--rounds 3] [--threads 2] [--connections 64]
-                               [--many 1000] [--duration 10]
+                               [--many 1000] [--few 8] [--duration 10]
 
 Each run starts a fresh crewd on a free loopback port and stops it with
 SIGTERM. Needs wrk (Debian package wrk; scripts/deps.sh bench).
@@ -123,6 +125,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--many", type=int, default=1000, help="connections of the extra run (0: none)")
+    ap.add_argument("--few", type=int, default=8,
+                    help="connections of the moderate-load runs, pool and inline (0: none)")
     ap.add_argument("--duration", type=int, default=10)
     a = ap.parse_args()
 
@@ -131,6 +135,7 @@ def main():
         runs += [("before", m) for m in BASELINE_MODES]
     results = {r: [] for r in runs}
     many = []
+    few = {"pool": [], "inline": []}
     for r in range(a.rounds):
         # Alternate the order, so that none always runs warm.
         order = runs if r % 2 == 0 else list(reversed(runs))
@@ -167,6 +172,18 @@ def main():
                 print(f"round {r + 1} crewd  pool  -c{c} (pair): {rps:10.0f} req/s  p50 {p50:.3f}"
                       f" ms  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
 
+        if a.few:
+            # Pool and inline at a moderate load, the order alternating.
+            for mode in (["pool", "inline"] if r % 2 == 0 else ["inline", "pool"]):
+                proc, port = port_of(a.crewd, MODES[mode])
+                try:
+                    rps, p50, p99, errs = run_wrk(port, a, a.few)
+                finally:
+                    stop(proc)
+                few[mode].append((rps, p50, p99, errs))
+                print(f"round {r + 1} crewd  {mode:6} -c{a.few}: {rps:10.0f} req/s  p50 {p50:.3f}"
+                      f" ms  p99 {p99:.3f} ms  errors (socket, non-2xx) {errs}", flush=True)
+
     med = {k: tuple(statistics.median(x[i] for x in v) for i in range(5))
            for k, v in results.items()}
     ratio = {k: statistics.median(results[k][r][0] / results[(k[0], "inline")][r][0]
@@ -196,6 +213,17 @@ def main():
               f"{[x[3] for x in many]}; / -c{a.connections} on the same crewd just before or "
               f"after: {statistics.median(x[4] for x in many):.3f} (median of "
               f"{[round(x[4], 3) for x in many]})")
+    if a.few:
+        pool, inline = few["pool"], few["inline"]
+        print()
+        print(f"-c{a.few}: pool {statistics.median(x[0] for x in pool):,.0f} req/s, p99 "
+              f"{statistics.median(x[2] for x in pool):.2f} ms; inline "
+              f"{statistics.median(x[0] for x in inline):,.0f} req/s, p99 "
+              f"{statistics.median(x[2] for x in inline):.2f} ms; pool / inline: requests/s "
+              f"{statistics.median(p[0] / i[0] for p, i in zip(pool, inline)):.3f}, p99 "
+              f"{statistics.median(p[2] / i[2] for p, i in zip(pool, inline)):.2f} (medians of "
+              f"per-round ratios); errors (socket, non-2xx) "
+              f"{sum(x[3] for x in pool + inline)}")
 
 
 if __name__ == "__main__":
