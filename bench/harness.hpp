@@ -168,7 +168,7 @@ struct LatencySample {
 struct LatencyBuffers {
   std::vector<std::int64_t> post_ns;   // when the producer called post()
   std::vector<std::int64_t> start_ns;  // when the task started
-  std::vector<std::uint8_t> cpu;       // with a trace_path only
+  std::vector<std::uint16_t> cpu;      // with a trace_path only
   std::string trace_path;              // empty: no trace
   void prepare(std::size_t n) {
     post_ns.assign(n, 0);
@@ -488,7 +488,7 @@ void send_at_intended_times(A& pool, std::size_t n, const Intended& intended,
                             LatencyBuffers& buffers, Counter& done) {
   std::int64_t* const post_at = buffers.post_ns.data();
   std::int64_t* const start_at = buffers.start_ns.data();
-  [[maybe_unused]] std::uint8_t* const cpu_of = buffers.cpu.data();
+  [[maybe_unused]] std::uint16_t* const cpu_of = buffers.cpu.data();
   pool.produce([&] {
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t due = intended(i);
@@ -501,7 +501,7 @@ void send_at_intended_times(A& pool, std::size_t n, const Intended& intended,
       if constexpr (kTrace) {
         pool.post([start_at, cpu_of, i, &done]() noexcept {
           start_at[i] = now_ns();
-          cpu_of[i] = static_cast<std::uint8_t>(sched_getcpu());
+          cpu_of[i] = static_cast<std::uint16_t>(sched_getcpu());
           done.fetch_add(1, std::memory_order_release);
         });
       } else {
