@@ -457,9 +457,13 @@ inline double quantile_us(std::vector<std::int64_t>& v, double q) {
 // called post() (us) and the CPU the task started on. Expects post_ns and
 // start_ns as latencies (see run_latency); a file that cannot be written
 // fails the run.
-inline void write_latency_trace(const LatencyBuffers& b, double period_ns) {
+// The first line gives the first intended time in steady_clock (on Linux
+// CLOCK_MONOTONIC) nanoseconds, to line the trace up with `perf record -k
+// mono`.
+inline void write_latency_trace(const LatencyBuffers& b, std::int64_t t0_ns, double period_ns) {
   std::FILE* f = std::fopen(b.trace_path.c_str(), "w");
   if (f == nullptr) fail(("cannot write the latency trace " + b.trace_path).c_str());
+  std::fprintf(f, "# t0_ns %lld\n", static_cast<long long>(t0_ns));
   std::fprintf(f, "# intended_us\tsched_us\tproducer_late_us\tcpu\n");
   for (std::size_t i = 0; i < b.post_ns.size(); ++i) {
     const double sched = static_cast<double>(b.post_ns[i]) / 1e3;
@@ -550,7 +554,7 @@ LatencySample run_latency(const LatencySpec& spec, LatencyBuffers& buffers) {
   s.rate = spec.rate;
   const double seconds = static_cast<double>(last_start - intended(0)) * 1e-9 + period_ns * 1e-9;
   s.achieved_rate = static_cast<double>(n) / seconds;
-  if (!buffers.trace_path.empty()) write_latency_trace(buffers, period_ns);
+  if (!buffers.trace_path.empty()) write_latency_trace(buffers, intended(0), period_ns);
   s.p50_us = quantile_us(buffers.start_ns, 0.5);
   s.p99_us = quantile_us(buffers.start_ns, 0.99);
   s.p999_us = quantile_us(buffers.start_ns, 0.999);
