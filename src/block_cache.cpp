@@ -21,16 +21,19 @@
 //
 // Who touches what: each thread only its own cache (thread_local), without
 // locks; a class's depot under its own spin lock, held to link or unlink
-// one batch. No cache grows beyond kCap blocks of a size or about kMaxBytes
-// in all, and no depot beyond kDepotBatches batches; past that, blocks go
-// back to the heap. A thread's cache is returned to the heap when the
-// thread exits; a block freed after that (by another thread_local's
-// destructor) goes straight to the heap. What the depots hold at exit stays
-// reachable from them.
+// one batch, and by a thread that forks, around the fork (lock_depot). No
+// cache grows beyond kCap blocks of a size or about kMaxBytes in all, and
+// no depot beyond kDepotBatches batches; past that, blocks go back to the
+// heap. A thread's cache is returned to the heap when the thread exits; a
+// block freed after that (by another thread_local's destructor) goes
+// straight to the heap. What the depots hold at exit stays reachable from
+// them.
 //
 // Under AddressSanitizer every block comes from and returns to the heap, so
 // that a use after free of a task state is still caught.
 #include "crew/detail/block_cache.hpp"
+
+#include <pthread.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +84,20 @@ struct alignas(64) Depot {
   FreeBlock* batch[kDepotBatches] CREW_GUARDED_BY(mu){};
 };
 Depot g_depot[kClasses];
+
+// fork() copies the depot's locks as they are: one held by another thread
+// would stay held in the child, whose only thread would spin on it for ever
+// once its cache ran dry or overflowed. So the forking thread takes every
+// lock before the fork, and parent and child each release them after
+// (glibc does the same for malloc's arenas). Each lock is held for a few
+// instructions at a time, so a fork waits for nothing longer.
+void lock_depot() noexcept CREW_NO_THREAD_SAFETY_ANALYSIS {
+  for (Depot& d : g_depot) d.mu.lock();
+}
+void unlock_depot() noexcept CREW_NO_THREAD_SAFETY_ANALYSIS {
+  for (Depot& d : g_depot) d.mu.unlock();
+}
+[[maybe_unused]] const int g_fork_handlers = pthread_atfork(lock_depot, unlock_depot, unlock_depot);
 
 // Hands a batch to the depot; false if it is full (the caller frees it).
 bool depot_put(std::size_t cls, FreeBlock* batch) noexcept {

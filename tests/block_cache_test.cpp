@@ -2,12 +2,18 @@
 // task states, their Extras and boxed callables are reused without the
 // heap, at most 64 blocks of a size stay per thread, blocks freed on
 // another thread come back through the bounded depot, and states aligned
-// beyond the default keep their alignment.
+// beyond the default keep their alignment, and a process forked while
+// another thread uses the depot can use it in the child.
 #include "crew/detail/block_cache.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -146,6 +152,65 @@ TEST(BlockCache, TheDepotKeepsAtMost1024BlocksOfASize) {
     release_all(again);
     for (detail::TaskStateBase* s : drain) s->release();
   });
+}
+
+// The depot's locks are process-wide: a fork that copied one held by
+// another thread would leave it held in the child, whose only thread then
+// spins on it for ever the first time its cache runs dry or overflows. The
+// depot takes its locks around fork() (glibc does the same for malloc's
+// arenas).
+TEST(BlockCache, AChildForkedWhileAnotherThreadUsesTheDepotCanUseItToo) {
+  if (!detail::kBlockCacheOn)
+    GTEST_SKIP() << "off under AddressSanitizer, which must see every free";
+  test::Watchdog dog(std::chrono::seconds(60));
+  constexpr std::size_t kSize = 64;
+  // Three batches of one size, allocated and freed over and over: the
+  // thread's cache runs dry and overflows, so it takes batches from the
+  // depot and hands them back, under the size's lock, all the time.
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> rounds{0};
+  std::thread churn([&] {
+    std::vector<void*> blocks(3 * kCap / 2);
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (void*& b : blocks) b = detail::cached_alloc(kSize);
+      for (void* b : blocks) detail::cached_free(b, kSize);
+      rounds.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (rounds.load() < 100) std::this_thread::yield();
+  constexpr int kForks = 200;
+  int hung = 0;
+  for (int i = 0; i < kForks && hung == 0; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) {
+      // The child's cache starts as this thread's was: empty it, overflow
+      // it, and so take from and put to the depot (only _exit after).
+      std::vector<void*> blocks(4 * kCap);
+      for (void*& b : blocks) b = detail::cached_alloc(kSize);
+      for (void* b : blocks) detail::cached_free(b, kSize);
+      _exit(0);
+    }
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5 * test::kSlowdown);
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (done == 0) {
+      ++hung;
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    } else {
+      ASSERT_EQ(done, pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << i;
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(hung, 0) << "a child hung on a depot lock copied held";
 }
 
 struct alignas(128) Aligned {
