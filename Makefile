@@ -46,8 +46,10 @@ bench:
 	./build/bench/crew_bench --json build/bench-results.json
 	python3 bench/report.py build/bench-results.json
 
-# Sanitizer runs: options (TSAN_OPTIONS, ASAN_OPTIONS, UBSAN_OPTIONS) are set
-# by the tsan/asan test presets.
+# Sanitizer runs. The sanitizers' options and tests/tsan.supp are compiled
+# into each executable of these builds (cmake/sanitizer_defaults.cpp.in), so
+# a test run by hand or by plain ctest in build-tsan/ or build-asan/ gets
+# them too; TSAN_OPTIONS and the like in the environment override them.
 tsan asan:
 	$(DEPS) test
 	cmake --preset $@
