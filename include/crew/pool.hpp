@@ -17,6 +17,10 @@
 // Thread safety: all member functions are thread-safe. Do not destroy a pool
 // from one of its own workers. wait_idle() and shutdown() throw
 // Error(Errc::would_deadlock) when called from one of the pool's own tasks.
+//
+// fork(): the child has only the thread that forked, so a pool created
+// before the fork has no workers there. The child must not use or destroy
+// such a pool (it leaves by exec or _exit); it may create pools of its own.
 #pragma once
 
 #include <chrono>
