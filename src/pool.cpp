@@ -4,7 +4,11 @@
 // options, start-up, growth, pause / resize / stop_worker, stats.
 #include "crew/pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -20,6 +24,13 @@
 namespace crew {
 namespace detail {
 namespace {
+
+// Forks this process descends from: counted in each child, for
+// Core::inherited_by_fork.
+std::atomic<std::uint32_t> g_forks{0};
+void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
+[[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
+std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
 
 std::size_t hardware_threads() noexcept {
   const unsigned n = std::thread::hardware_concurrency();
@@ -145,7 +156,8 @@ Core::Core(PoolOptions options)
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
       blocked_(opts_.queue_capacity, opts_.priority_levels),
-      ctl_(std::make_unique<Control>()) {
+      ctl_(std::make_unique<Control>()),
+      forks_at_start_(forks_so_far()) {
   enable_light_fences();
 }
 
@@ -304,6 +316,8 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   return true;
 }
 
+bool Core::inherited_by_fork() const noexcept { return forks_at_start_ != forks_so_far(); }
+
 bool Core::in_own_task() const noexcept {
   if (t_current.core == this) return true;
   for (const InlineRun* r = t_inline_run; r != nullptr; r = r->outer) {
@@ -433,7 +447,14 @@ namespace {
 
 // wait_idle() and shutdown() wait for the pool's tasks: from one of them,
 // for itself.
+// In a child of fork(), for a pool created before the fork, for workers
+// that are not there.
 void refuse_self_wait(const detail::Core& core, const char* call) {
+  if (core.inherited_by_fork()) {
+    throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call + " on pool '" +
+                                          core.options().name +
+                                          "' in a child of fork(): its workers are not there");
+  }
   if (!core.in_own_task()) return;
   throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call +
                                         " called from a task of pool '" + core.options().name +
@@ -447,6 +468,14 @@ Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move
 }
 
 Pool::~Pool() {
+  if (core_->inherited_by_fork()) {
+    // A child of fork() destroys its copy of a pool (it returned from main,
+    // or called exit()): the threads a shutdown would wait for, and whose
+    // thread objects the core would destroy, are the parent's. Nothing of
+    // the copy runs or is freed; the child's exit or exec takes it.
+    (void)new std::shared_ptr<detail::Core>(std::move(core_));
+    return;
+  }
   if (detail::t_current.core == core_.get()) {
     std::fprintf(stderr, "crew: pool '%s' destroyed from one of its own workers\n",
                  core_->options().name.c_str());

@@ -1,6 +1,9 @@
 // Tests of shutdown modes, escalation, reports, abandonment of hung tasks,
-// restart, the root stop token, and shutdown racing submissions.
+// restart, the root stop token, shutdown racing submissions, and a pool
+// inherited by a child of fork().
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -647,6 +650,61 @@ TEST(WorkerControl, HardStopAlsoStopsTheToken) {
   // min_workers is kept.
   EXPECT_TRUE(eventually([&] { return pool.stats().workers == 1; }));
   EXPECT_EQ(pool.submit([] { return 4; }).get(), 4);
+}
+
+// A child of fork() has only the thread that forked: a pool created before
+// the fork has no workers there. Its waits throw at once instead of waiting
+// for ever, destroying it returns at once (a child that returns from main or
+// calls exit() destroys its pools), and a pool the child creates runs tasks.
+TEST(PoolFork, AChildDropsAnInheritedPoolAtOnceAndCanCreateItsOwn) {
+  Watchdog dog;
+  auto pool = std::make_unique<Pool>(test::fixed_workers("parent", 2));
+  // Busy at the fork: both workers in a task, more queued.
+  Gate release;
+  std::latch running(2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pool->post([&] {
+      running.count_down();
+      (void)release.wait();
+    }),
+              Admission::accepted);
+  }
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(pool->post([] {}), Admission::accepted);
+  running.wait();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << "fork failed";
+  if (pid == 0) {
+    int code = 0;
+    try {
+      (void)pool->shutdown();
+      code |= 1;
+    } catch (const Error& e) {
+      if (e.code() != Errc::would_deadlock) code |= 2;
+    }
+    try {
+      (void)pool->wait_idle(1s);
+      code |= 4;
+    } catch (const Error& e) {
+      if (e.code() != Errc::would_deadlock) code |= 8;
+    }
+    pool.reset();
+    // ThreadSanitizer ends a child of a multi-threaded process that starts
+    // a thread (its die_after_fork), so the child's own pool is left out.
+    if (!test::kThreadSanitizer) {
+      Pool own(test::fixed_workers("child", 1));
+      if (own.submit_wait([] { return 42; }) != 42) code |= 16;
+    }
+    _exit(code);
+  }
+  dog.guard(pid);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
+  // 1, 4: a wait returned; 2, 8: it threw something else; 16: the child's
+  // own pool failed.
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  release.open();
+  EXPECT_TRUE(pool->wait_idle(10s * test::kSlowdown));
 }
 
 }  // namespace

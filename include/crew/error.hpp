@@ -35,7 +35,9 @@ enum class Errc : std::uint8_t {
   abandoned,         // still running past deadline plus grace; its worker was written off
   empty_handle,      // get()/wait() on a default-constructed Task
   // A call that waits for a pool's tasks (Pool::wait_idle, Pool::shutdown)
-  // made from one of those tasks: it would wait for itself. Thrown at once.
+  // made from one of those tasks: it would wait for itself; or made in a
+  // child of fork() on a pool created before the fork, whose workers are
+  // not there. Thrown at once.
   would_deadlock,
   // A wait on a worker (Task::wait/get, Group::wait) would have run a queued
   // task nested on a stack with less than its reserve left (a sixteenth of

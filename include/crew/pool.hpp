@@ -19,8 +19,11 @@
 // Error(Errc::would_deadlock) when called from one of the pool's own tasks.
 //
 // fork(): the child has only the thread that forked, so a pool created
-// before the fork has no workers there. The child must not use or destroy
-// such a pool (it leaves by exec or _exit); it may create pools of its own.
+// before the fork has no workers there. The child must not submit to such a
+// pool (nothing would run the task); its shutdown() and wait_idle() throw
+// Error(Errc::would_deadlock), and destroying it (returning from main,
+// exit()) returns at once without freeing it. The child may create pools of
+// its own.
 #pragma once
 
 #include <chrono>
@@ -101,7 +104,9 @@ class Pool : public detail::SubmitApi<Pool> {
   // down hard) or call shutdown() from another thread. Out of memory for
   // its report it throws std::bad_alloc with the pool still stopping (it
   // takes no new task); the next call runs the shutdown again. A mode other
-  // than drain, soft or hard throws Error(Errc::invalid_options).
+  // than drain, soft or hard throws Error(Errc::invalid_options). In a child
+  // of fork(), on a pool created before the fork (whose workers are not
+  // there), it throws Error(Errc::would_deadlock) too.
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.
   ShutdownReport shutdown();
@@ -157,7 +162,8 @@ class Pool : public detail::SubmitApi<Pool> {
   // did happens-before the return (like joining them). Polls stats(); tasks
   // submitted while it waits are waited for too. From a task of this pool
   // (see shutdown()) it would wait for itself: it throws
-  // Error(Errc::would_deadlock) at once instead.
+  // Error(Errc::would_deadlock) at once instead; so it does in a child of
+  // fork() on a pool created before the fork.
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
  private:

@@ -288,6 +288,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // True on a thread inside one of this pool's tasks (on a worker, or run
   // inline elsewhere): a wait for the pool's tasks would wait for itself.
   [[nodiscard]] bool in_own_task() const noexcept;
+  // True in a child of fork() for a pool created before the fork: its
+  // workers and supervisor are threads of the parent, so nothing would run
+  // its tasks or end its shutdown there.
+  [[nodiscard]] bool inherited_by_fork() const noexcept;
 
   // Runs (or, while dropping, rejects) one queued cell on this thread. On a
   // worker of this pool: its own local queue first, newest first; then, if
@@ -397,6 +401,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::unique_ptr<Control> ctl_;
   // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
   std::atomic<bool> released_{false};
+  // How many forks this process descends from when the pool was created
+  // (inherited_by_fork).
+  const std::uint32_t forks_at_start_;
 
   template <class D, class F>
   Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
