@@ -517,6 +517,7 @@ bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
 }
 bool Pool::run_pending_task() { return core_->run_pending(); }
 PoolState Pool::state() const noexcept { return core_->state(); }
+bool Pool::inherited_by_fork() const noexcept { return core_->inherited_by_fork(); }
 PoolStats Pool::stats() const { return core_->stats(); }
 PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
 

@@ -190,6 +190,13 @@ std::size_t ShardedPool::load(std::size_t i) const noexcept {
 }
 
 void ShardedPool::refuse_self_wait(const char* call) const {
+  // Its shards were created together: in a child of fork(), all of them or
+  // none are the parent's.
+  if (pools_.front()->inherited_by_fork()) {
+    throw Error(Errc::would_deadlock, std::string("crew::ShardedPool::") + call +
+                                          " in a child of fork() on a pool created before the "
+                                          "fork: its workers are not there");
+  }
   const detail::ShardSlot* first = slot_at(0);
   const detail::ShardSlot* cur = detail::t_shard;
   const std::less<const detail::ShardSlot*> before;

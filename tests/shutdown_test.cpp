@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "crew/func_pool.hpp"
 #include "crew/pool.hpp"
+#include "crew/sharded_pool.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -656,10 +658,14 @@ TEST(WorkerControl, HardStopAlsoStopsTheToken) {
 // the fork has no workers there. Its waits throw at once instead of waiting
 // for ever, destroying it returns at once (a child that returns from main or
 // calls exit() destroys its pools), and a pool the child creates runs tasks.
-TEST(PoolFork, AChildDropsAnInheritedPoolAtOnceAndCanCreateItsOwn) {
+// The same for a ShardedPool and a FuncPool.
+TEST(PoolFork, AChildDropsInheritedPoolsAtOnceAndCanCreateItsOwn) {
   Watchdog dog;
   auto pool = std::make_unique<Pool>(test::fixed_workers("parent", 2));
-  // Busy at the fork: both workers in a task, more queued.
+  auto sharded = std::make_unique<ShardedPool>(
+      ShardedPoolOptions{.shards = 2, .pool = test::fixed_workers("parent-sharded", 1)});
+  auto func = std::make_unique<FuncPool<int>>(test::fixed_workers("parent-func", 1), [](int) {});
+  // Busy at the fork: both workers of `pool` in a task, more queued.
   Gate release;
   std::latch running(2);
   for (int i = 0; i < 2; ++i) {
@@ -669,30 +675,42 @@ TEST(PoolFork, AChildDropsAnInheritedPoolAtOnceAndCanCreateItsOwn) {
     }),
               Admission::accepted);
   }
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(pool->post([] {}), Admission::accepted);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(pool->post([] {}), Admission::accepted);
+    ASSERT_EQ(sharded->post([] {}), Admission::accepted);
+    ASSERT_EQ(func->invoke(i), Admission::accepted);
+  }
   running.wait();
+  EXPECT_FALSE(pool->inherited_by_fork());
   const pid_t pid = fork();
   ASSERT_GE(pid, 0) << "fork failed";
   if (pid == 0) {
+    // The exit code: a bit for each check that failed.
     int code = 0;
-    try {
-      (void)pool->shutdown();
-      code |= 1;
-    } catch (const Error& e) {
-      if (e.code() != Errc::would_deadlock) code |= 2;
-    }
-    try {
-      (void)pool->wait_idle(1s);
-      code |= 4;
-    } catch (const Error& e) {
-      if (e.code() != Errc::would_deadlock) code |= 8;
-    }
+    // Sets `bit` unless `wait` throws would_deadlock.
+    auto refused = [&code](int bit, auto wait) {
+      try {
+        (void)wait();
+        code |= 1 << bit;
+      } catch (const Error& e) {
+        if (e.code() != Errc::would_deadlock) code |= 1 << bit;
+      }
+    };
+    if (!pool->inherited_by_fork()) code |= 1;
+    refused(1, [&] { return pool->shutdown(); });
+    refused(2, [&] { return pool->wait_idle(1s); });
+    refused(3, [&] { return sharded->shutdown(); });
+    refused(4, [&] { return sharded->wait_idle(1s); });
+    refused(5, [&] { return func->wait_idle(1s); });
     pool.reset();
+    sharded.reset();
+    func.reset();
     // ThreadSanitizer ends a child of a multi-threaded process that starts
     // a thread (its die_after_fork), so the child's own pool is left out.
     if (!test::kThreadSanitizer) {
       Pool own(test::fixed_workers("child", 1));
-      if (own.submit_wait([] { return 42; }) != 42) code |= 16;
+      if (own.inherited_by_fork()) code |= 1 << 6;
+      if (own.submit_wait([] { return 42; }) != 42) code |= 1 << 7;
     }
     _exit(code);
   }
@@ -700,9 +718,7 @@ TEST(PoolFork, AChildDropsAnInheritedPoolAtOnceAndCanCreateItsOwn) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
-  // 1, 4: a wait returned; 2, 8: it threw something else; 16: the child's
-  // own pool failed.
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits of the checks that failed in the child";
   release.open();
   EXPECT_TRUE(pool->wait_idle(10s * test::kSlowdown));
 }

@@ -69,8 +69,11 @@ class FuncPool {
         pool_(std::move(options)) {}
 
   // Performs the pool's default shutdown. If it had to abandon a worker,
-  // the handler is kept alive (leaked) for the abandoned thread.
+  // the handler is kept alive (leaked) for the abandoned thread. In a child
+  // of fork() for a pool created before the fork it returns at once, as
+  // ~Pool does (nothing there runs the handler).
   ~FuncPool() {
+    if (pool_.inherited_by_fork()) return;
     (void)pool_.shutdown();
     if (pool_.stats().abandoned != 0) (void)handler_.release();
   }
@@ -96,7 +99,8 @@ class FuncPool {
   }
 
   // The pool's controls, as on crew::Pool (shutdown and wait_idle throw
-  // Error(Errc::would_deadlock) from a call of the handler).
+  // Error(Errc::would_deadlock) from a call of the handler, and in a child of
+  // fork() for a pool created before the fork).
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
     return pool_.shutdown(mode, timeout);
   }

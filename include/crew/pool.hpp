@@ -22,8 +22,8 @@
 // before the fork has no workers there. The child must not submit to such a
 // pool (nothing would run the task); its shutdown() and wait_idle() throw
 // Error(Errc::would_deadlock), and destroying it (returning from main,
-// exit()) returns at once without freeing it. The child may create pools of
-// its own.
+// exit()) returns at once without freeing it (so do ShardedPool's and
+// FuncPool's). The child may create pools of its own.
 #pragma once
 
 #include <chrono>
@@ -137,6 +137,9 @@ class Pool : public detail::SubmitApi<Pool> {
   bool stop_worker(std::uint64_t worker_id, WorkerStop how);
 
   [[nodiscard]] PoolState state() const noexcept;
+  // True in a child of fork() for a pool created before the fork (its
+  // workers are the parent's threads; see the top of this file).
+  [[nodiscard]] bool inherited_by_fork() const noexcept;
   // One snapshot: every outcome it counts belongs to a submission it counts
   // (outcomes.total() <= submitted), so equality means all of those ended.
   [[nodiscard]] PoolStats stats() const;

@@ -160,7 +160,9 @@ class ShardedPool : public detail::SubmitApi<ShardedPool> {
   // up, `escalated` if any shard escalated, `final_state` stopped_timeout if
   // any shard's is, `elapsed` the longest. Idempotent like Pool::shutdown.
   // Like wait_idle(), throws Error(Errc::would_deadlock) at once when called
-  // from a task placed on one of the shards (it would wait for itself).
+  // from a task placed on one of the shards (it would wait for itself), and
+  // in a child of fork() for a pool created before the fork (its workers
+  // are not there; the destructor then returns at once, as ~Pool does).
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the shards' default mode and timeout.
   ShutdownReport shutdown();
@@ -169,7 +171,8 @@ class ShardedPool : public detail::SubmitApi<ShardedPool> {
   void pause();
   void resume();
   // Blocks until every shard is idle or the timeout passes. Throws
-  // Error(Errc::would_deadlock) from a task of a shard (see shutdown()).
+  // Error(Errc::would_deadlock) from a task of a shard and in a child of
+  // fork() (see shutdown()).
   bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
 
   // The shards' stats added up. `state` is the shards' common state; while
