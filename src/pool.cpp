@@ -445,10 +445,9 @@ void Core::log(LogLevel level, const LogContext& context, std::string_view messa
 
 namespace {
 
-// wait_idle() and shutdown() wait for the pool's tasks: from one of them,
-// for itself.
-// In a child of fork(), for a pool created before the fork, for workers
-// that are not there.
+// wait_idle() and shutdown() wait for the pool's tasks: from one of them
+// they would wait for itself, and in a child of fork() on a pool created
+// before the fork, for workers that are not there.
 void refuse_self_wait(const detail::Core& core, const char* call) {
   if (core.inherited_by_fork()) {
     throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call + " on pool '" +
