@@ -660,6 +660,14 @@ TEST(WorkerControl, HardStopAlsoStopsTheToken) {
 // calls exit() destroys its pools), and a pool the child creates runs tasks.
 // The same for a ShardedPool and a FuncPool.
 TEST(PoolFork, AChildDropsInheritedPoolsAtOnceAndCanCreateItsOwn) {
+  if (test::kAddressSanitizer) {
+    // Seen in this build: the child blocked for ever in ASan's malloc
+    // (SizeClassAllocator64::GetFromAllocator), on an allocator lock that
+    // another thread of the parent held at the fork. Unlike glibc's malloc,
+    // clang 14's ASan runtime does not take its allocator's locks around
+    // fork().
+    GTEST_SKIP() << "a child of fork() can block in the ASan runtime's allocator";
+  }
   Watchdog dog;
   auto pool = std::make_unique<Pool>(test::fixed_workers("parent", 2));
   auto sharded = std::make_unique<ShardedPool>(
