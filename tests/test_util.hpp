@@ -29,42 +29,27 @@
 
 namespace crew::test {
 
+// The sanitizer the tests run under: g++ says so by macro, clang by
+// __has_feature.
+#if defined(__has_feature)
+#define CREW_TEST_HAS_FEATURE(x) __has_feature(x)
+#else
+#define CREW_TEST_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || CREW_TEST_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#if defined(__SANITIZE_THREAD__) || CREW_TEST_HAS_FEATURE(thread_sanitizer)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#undef CREW_TEST_HAS_FEATURE
+
 // Sanitizers slow everything down; bounds scale with it.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-inline constexpr int kSlowdown = 5;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-inline constexpr int kSlowdown = 5;
-#else
-inline constexpr int kSlowdown = 1;
-#endif
-#else
-inline constexpr int kSlowdown = 1;
-#endif
-
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
-
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitizer = true;
-#else
-inline constexpr bool kThreadSanitizer = false;
-#endif
-#else
-inline constexpr bool kThreadSanitizer = false;
-#endif
+inline constexpr int kSlowdown = kAddressSanitizer || kThreadSanitizer ? 5 : 1;
 
 class Watchdog {
  public:
