@@ -4,6 +4,7 @@
 // See docs/design.md for who touches what.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -78,6 +80,46 @@ struct WriteOffNote {
   std::int64_t enqueued_ns = 0;
   std::int64_t started_ns = 0;
   std::int64_t ended_ns = 0;
+};
+
+// Worker threads that could not be started (pthread_create failed: EAGAIN
+// at a container's pids.max, ENOMEM). Nothing else would try again for a
+// task already queued, so the supervisor does, with a backoff (1 ms doubling
+// to 1 s), while tasks are queued and the pool may start workers; it also
+// logs the failures, outside the pool's locks. Guarded by Control::mu.
+class SpawnRetry {
+ public:
+  void failed(const char* what, std::int64_t now) noexcept {
+    backoff_ = std::clamp<std::chrono::nanoseconds>(backoff_ * 2, std::chrono::milliseconds(1),
+                                                    std::chrono::seconds(1));
+    retry_at_ns_ = now + backoff_.count();
+    due_ = true;
+    ++unlogged_;
+    try {
+      error_ = what;
+    } catch (...) {  // out of memory for the message: the count still tells
+    }
+  }
+  void succeeded() noexcept {
+    due_ = false;
+    backoff_ = std::chrono::nanoseconds(0);
+  }
+  void forget() noexcept { due_ = false; }  // nothing queued needs it any more
+  [[nodiscard]] bool due() const noexcept { return due_; }
+  [[nodiscard]] std::int64_t retry_at_ns() const noexcept { return retry_at_ns_; }
+  [[nodiscard]] std::chrono::nanoseconds backoff() const noexcept { return backoff_; }
+  // Failures since the last call, and the last one's message.
+  std::uint64_t take_unlogged(std::string& error) {
+    error = error_;
+    return std::exchange(unlogged_, 0);
+  }
+
+ private:
+  bool due_ = false;
+  std::chrono::nanoseconds backoff_{0};
+  std::int64_t retry_at_ns_ = 0;
+  std::uint64_t unlogged_ = 0;
+  std::string error_;
 };
 
 struct Worker final : Runner {
@@ -194,7 +236,9 @@ struct Control {
   std::size_t replacements_due CREW_GUARDED_BY(mu) = 0;
   std::chrono::nanoseconds replace_backoff CREW_GUARDED_BY(mu){0};
   std::int64_t next_replace_ns CREW_GUARDED_BY(mu) = 0;
-  std::condition_variable workers_changed;  // a worker exited; pause ended
+  SpawnRetry spawns CREW_GUARDED_BY(mu);
+  // A worker exited or was written off; pause ended.
+  std::condition_variable workers_changed;
   // A worker found PoolOptions::worker_policy refused (warned once).
   std::atomic<bool> policy_refused{false};
 

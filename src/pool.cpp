@@ -221,8 +221,12 @@ void Core::grow() noexcept {
   }
 }
 
-// The caller has already counted the worker in live_workers_.
-void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
+// The caller has already counted the worker in live_workers_. Logs
+// nothing (the logger is user code, never called under Control::mu): a
+// failure is kept for the supervisor, which logs it and tries again while
+// tasks are queued; a replacement is announced by the caller. Returns the
+// new worker's id, 0 if its thread could not start.
+std::uint64_t Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   Control& ctl = *ctl_;
   ctl.mu.assert_held();
   auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
@@ -233,18 +237,15 @@ void Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
   } catch (const std::exception& e) {
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) (void)idle_.give_token();
-    log(LogLevel::error, {.pool = opts_.name},
-        std::string("cannot start a worker thread: ") + e.what());
-    return;
+    ctl.spawns.failed(e.what(), now_ns());
+    alarm_.need_by(ctl.spawns.retry_at_ns());
+    return 0;
   }
-  if (replacement) {
-    ++ctl.workers_replaced;
-    if (logs(LogLevel::warning)) {
-      log(LogLevel::warning, {.pool = opts_.name, .worker_id = w->id},
-          "started to replace a worker that died or was abandoned");
-    }
-  }
+  ctl.spawns.succeeded();
+  if (replacement) ++ctl.workers_replaced;
+  const std::uint64_t id = w->id;
   ctl.workers.push_back(std::move(w));
+  return id;
 }
 
 void Core::set_state(PoolState to) noexcept { emit_pool_state(life_.set(to), to); }

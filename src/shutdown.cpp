@@ -68,9 +68,13 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   } give_up{this};
   wake_everyone();
   if (mode == ShutdownMode::drain) {
-    // Queued tasks must run even if no worker is alive (a paused pool that
-    // never started one, or workers that died).
-    if (!queue_.empty() && live_workers_.load() == 0) grow();
+    // Queued tasks run on as many workers as the pool may have, even if
+    // none is alive (a paused pool that never started one, workers that
+    // died or expired): workers start at submission, and a stopping pool
+    // starts no more on its own, so a drain right after a burst of posts
+    // would otherwise run the queue on the few that were started.
+    const std::size_t queued = queue_.size();
+    for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
   } else {
     drop_queue();
   }

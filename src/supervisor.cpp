@@ -5,6 +5,7 @@
 // root stop token into a hard shutdown.
 #include <algorithm>
 #include <climits>
+#include <string>
 #include <utility>
 
 #include "control.hpp"
@@ -127,6 +128,10 @@ std::int64_t Core::watch_workers(std::int64_t now) {
   std::vector<StopTarget> to_stop;
   std::vector<std::shared_ptr<Worker>> to_join;
   std::vector<WriteOffNote> notes;
+  std::vector<std::uint64_t> replaced;  // ids of replacement workers, to log
+  std::uint64_t spawn_failures = 0;
+  std::string spawn_error;
+  std::chrono::nanoseconds spawn_backoff{0};
   const std::int64_t grace = opts_.abandon_grace.count();
   {
     MutexLock lock(ctl.mu);
@@ -134,6 +139,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     // holds a reference or a write-off is decided.
     notes.reserve(ctl.workers.size());
     to_stop.reserve(ctl.workers.size());
+    replaced.reserve(ctl.replacements_due + ctl.workers.size());
     std::vector<std::shared_ptr<Worker>> hung;
     hung.reserve(ctl.workers.size());
     for (const auto& w : ctl.workers) {
@@ -173,19 +179,38 @@ std::int64_t Core::watch_workers(std::int64_t now) {
                  max_workers_.load(std::memory_order_relaxed)) {
         --ctl.replacements_due;
         live_workers_.fetch_add(1, std::memory_order_relaxed);
-        spawn_worker_locked(true);
+        const std::uint64_t id = spawn_worker_locked(true);
+        if (id == 0) break;  // retried by `spawns` below
+        if (replaced.size() < replaced.capacity()) replaced.push_back(id);
       }
       while (live_workers_.load(std::memory_order_relaxed) < opts_.min_workers &&
-             ctl.replacements_due == 0) {
+             ctl.replacements_due == 0 && !ctl.spawns.due()) {
         live_workers_.fetch_add(1, std::memory_order_relaxed);
-        spawn_worker_locked(false);
+        (void)spawn_worker_locked(false);
       }
     } else {
       ctl.replacements_due = 0;  // a stopped pool starts its workers on restart()
     }
+    next = std::min(next, retry_spawn_locked(now));
+    spawn_failures = ctl.spawns.take_unlogged(spawn_error);
+    spawn_backoff = ctl.spawns.backoff();
     to_join.swap(ctl.exited);
   }
   announce(notes);
+  // The logger is user code: called only now, outside the pool's locks.
+  if (spawn_failures != 0) {
+    log(LogLevel::error, {.pool = opts_.name},
+        "cannot start a worker thread (" + std::to_string(spawn_failures) +
+            (spawn_failures == 1 ? " failure): " : " failures): ") + spawn_error +
+            "; trying again in " + std::to_string(spawn_backoff.count() / 1'000'000) +
+            " ms while tasks are queued");
+  }
+  if (logs(LogLevel::warning)) {
+    for (const std::uint64_t id : replaced) {
+      log(LogLevel::warning, {.pool = opts_.name, .worker_id = id},
+          "started to replace a worker that died or was abandoned");
+    }
+  }
   hand_to_stopper(to_stop);
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
@@ -265,6 +290,37 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   if (w->thread.joinable()) w->thread.detach();
   std::erase(ctl.workers, w);
   ctl.abandoned.push_back(w);
+  // A shutdown waiting for the workers counts this one as gone: its thread
+  // will not notify when it ends (worker_exited skips written-off workers).
+  ctl.workers_changed.notify_all();
+}
+
+// Tries again to start a worker whose thread could not be started, while
+// tasks are queued that a worker of this pool may still run (running, or a
+// drain). Returns when to look again.
+std::int64_t Core::retry_spawn_locked(std::int64_t now) noexcept {
+  Control& ctl = *ctl_;
+  ctl.mu.assert_held();
+  if (!ctl.spawns.due()) return kNever;
+  const PoolState st = life_.state();
+  const bool may_start =
+      st == PoolState::running || (st == PoolState::stopping && !life_.dropping());
+  if (!may_start || queue_.empty()) {
+    ctl.spawns.forget();  // the next submission starts one the usual way
+    return kNever;
+  }
+  if (now < ctl.spawns.retry_at_ns()) return ctl.spawns.retry_at_ns();
+  if (live_workers_.load(std::memory_order_relaxed) >=
+      max_workers_.load(std::memory_order_relaxed)) {
+    ctl.spawns.forget();  // the pool is at its size: its workers run the queue
+    return kNever;
+  }
+  // As grow() does: the new worker looks as a spinner, so it brings in
+  // help for what it leaves queued.
+  live_workers_.fetch_add(1, std::memory_order_relaxed);
+  idle_.hand_token();
+  if (spawn_worker_locked(false, /*spinning=*/true) != 0) return kNever;
+  return ctl.spawns.retry_at_ns();
 }
 
 void Core::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {

@@ -14,9 +14,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "crew/log.hpp"
 #include "crew/pool.hpp"
@@ -126,6 +128,46 @@ TEST(PoolStart, WithARootStopTokenToo) {
                              .max_workers = 2,
                              .stop_token = root.get_token(),
                              .logger = std::make_shared<Quiet>()});
+}
+
+// Remembers error lines; each one also reads the pool's stats, which take
+// the pool's lock: a line logged under that lock would deadlock here.
+struct StatsReadingLogger final : Logger {
+  [[nodiscard]] LogLevel level() const noexcept override { return LogLevel::error; }
+  void log(LogLevel, const LogContext&, std::string_view message) noexcept override {
+    if (const Pool* p = pool.load()) (void)p->stats();
+    const std::lock_guard lock(mu);
+    lines.emplace_back(message);
+  }
+  std::vector<std::string> taken() {
+    const std::lock_guard lock(mu);
+    return lines;
+  }
+  std::atomic<const Pool*> pool{nullptr};
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+
+// The only worker a queued task would get cannot start (pthread_create
+// fails once): the pool starts one later by itself, and says so in a log
+// line written outside its locks.
+TEST(PoolStart, AQueuedTaskGetsAWorkerWhenTheFirstThreadCannotStart) {
+  Watchdog dog;
+  auto logger = std::make_shared<StatsReadingLogger>();
+  Pool pool({.name = "retry", .max_workers = 2, .logger = logger});
+  logger->pool = &pool;
+  const int failed_before = g_failed.load();
+  t_fail_at = 1;
+  auto task = pool.submit([] { return 7; });
+  t_fail_at = 0;
+  ASSERT_EQ(g_failed.load() - failed_before, 1) << "the submission started no thread";
+  ASSERT_TRUE(task.wait_for(2s * test::kSlowdown)) << "the queued task got no worker";
+  EXPECT_EQ(task.get(), 7);
+  EXPECT_TRUE(eventually([&] { return !logger->taken().empty(); }));
+  const auto lines = logger->taken();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.front().find("cannot start a worker thread"), std::string::npos) << lines.front();
+  logger->pool = nullptr;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,32 @@ TEST(ShutdownDrain, RunsEverythingQueuedAndRefusesNewTasks) {
   } catch (const Error& e) {
     EXPECT_EQ(e.admission(), Admission::closed);
   }
+}
+
+// Workers start at submission; a drain that begins right after a burst of
+// posts starts the rest itself, so the queue runs on all of max_workers
+// rather than on the few workers the burst had started.
+TEST(ShutdownDrain, StartsWorkersForWhatIsQueuedUpToMaxWorkers) {
+  Watchdog dog;
+  constexpr int kTasks = 20;
+  Pool pool({.max_workers = kTasks, .queue_capacity = kUnbounded});
+  std::atomic<int> running{0};
+  std::atomic<int> most{0};
+  for (int i = 0; i < kTasks; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      const int now = running.fetch_add(1) + 1;
+      int seen = most.load();
+      while (seen < now && !most.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(200ms);
+      running.fetch_sub(1);
+    }),
+              Admission::accepted);
+  }
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 0s);
+  EXPECT_EQ(r.during.succeeded, static_cast<std::uint64_t>(kTasks));
+  // Serially the 20 tasks take 4 s; all at once, 200 ms.
+  EXPECT_GE(most.load(), kTasks / 2) << "tasks ran at most " << most.load() << " at a time";
 }
 
 TEST(ShutdownSoft, RejectsQueuedTasksAndFinishesRunningOnes) {
@@ -211,6 +238,32 @@ TEST(ShutdownAbandon, AHungTaskIsAbandonedAfterTheGrace) {
   EXPECT_EQ(pool.stats().abandoned, 1u);
   gate->open();
   EXPECT_TRUE(eventually([&] { return finished->load(); }));
+}
+
+// A drain with no timeout (the default, so also ~Pool) returns once the
+// supervisor writes off the last worker, whose long task ignored the stop
+// its deadline requested.
+TEST(ShutdownAbandon, ADrainWithoutTimeoutReturnsWhenTheLastWorkerIsWrittenOff) {
+  Watchdog dog(20s);
+  auto gate = std::make_shared<Gate>();
+  Pool pool({.max_workers = 1, .abandon_grace = 50ms});
+  std::latch started(1);
+  ASSERT_EQ(pool.post(
+                [gate, &started](std::stop_token) {
+                  started.count_down();
+                  (void)gate->wait();  // ignores its token
+                },
+                {.name = "hung", .timeout = 50ms}),
+            Admission::accepted);
+  started.wait();
+  auto done = std::async(std::launch::async,
+                         [&] { return pool.shutdown(); });  // drain, no timeout
+  const bool returned = done.wait_for(2s * test::kSlowdown) == std::future_status::ready;
+  gate->open();
+  ASSERT_TRUE(returned) << "the drain did not return after the write-off";
+  const ShutdownReport r = done.get();
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  EXPECT_EQ(pool.stats().abandoned, 1u);
 }
 
 // Destroys the pool while an abandoned task still runs, then lets the task

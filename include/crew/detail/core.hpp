@@ -710,7 +710,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void grow() noexcept;
   // `spinning`: the new worker starts with a spinning token (it was started
   // for queued work, so it must bring in help if it finds more).
-  void spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
+  std::uint64_t spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
+  std::int64_t retry_spawn_locked(std::int64_t now) noexcept;  // supervisor.cpp
   [[nodiscard]] OutcomeCounts totals_locked() const;
   // worker.cpp
   static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
