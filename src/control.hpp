@@ -135,7 +135,8 @@ struct Worker final : Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
-  void run_counted(CountedCall call, void* fn) noexcept override { counts.add(call(fn)); }
+  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void count_outcome(TaskStatus outcome) noexcept override { counts.add(outcome); }
 
   const std::uint64_t id;
   OsThread thread;  // guarded by Control::mu
@@ -200,11 +201,16 @@ struct Worker final : Runner {
 // The one place a worker's state changes. The worker thread writes its own
 // state; a write-off (supervisor or shutdown) writes `abandoned`, after
 // which the thread's own updates are ignored.
+// A compare-exchange, not a load then a store: a write-off's `abandoned`
+// stored between the two would be overwritten, and the written-off thread
+// would look busy or idle again (abandon_busy deciding from it, observers
+// hearing of a state after the abandonment).
 inline void set_worker_state(Worker& w, WorkerState to) noexcept {
-  const WorkerState from = w.state.load(std::memory_order_relaxed);
-  if (from == to || from == WorkerState::abandoned) return;
-  CREW_ASSERT(is_legal_transition(from, to), "illegal worker state transition");
-  w.state.store(to, std::memory_order_relaxed);
+  WorkerState from = w.state.load(std::memory_order_relaxed);
+  do {
+    if (from == to || from == WorkerState::abandoned) return;
+    CREW_ASSERT(is_legal_transition(from, to), "illegal worker state transition");
+  } while (!w.state.compare_exchange_weak(from, to, std::memory_order_relaxed));
   Core& c = *w.frame.core;
   if (c.observes(Observer::worker_state)) [[unlikely]]
     c.emit_worker_state(w.id, from, to);

@@ -2,6 +2,7 @@
 #include "cpu_pressure.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,6 +78,15 @@ struct Gauge {
 // exits may use it. Its descriptor stays open for the process's life.
 static_assert(std::is_trivially_destructible_v<Gauge>);
 constinit Gauge g_gauge;
+
+// fork() copies the gauge's lock as it is: held by another thread at that
+// moment, it would stay held in the child, whose reading would never change
+// again. The forking thread takes it first (a reader holds it for one read
+// of /proc/pressure/cpu), and parent and child release it after.
+void lock_gauge() noexcept CREW_NO_THREAD_SAFETY_ANALYSIS { g_gauge.reading.lock(); }
+void unlock_gauge() noexcept CREW_NO_THREAD_SAFETY_ANALYSIS { g_gauge.reading.unlock(); }
+[[maybe_unused]] const int g_gauge_fork_handlers =
+    pthread_atfork(lock_gauge, unlock_gauge, unlock_gauge);
 
 // The cumulative "some" total of /proc/pressure/cpu, or -1 (and the file is
 // not tried again) if it cannot be read.

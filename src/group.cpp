@@ -206,20 +206,35 @@ class GroupState final : public GroupHead {
   Admission adopt(Task<void>&& task) {
     const Admission a = admission_of(task);
     bool prune_now = false;
-    {
-      SpinLockGuard lock(mu_);
-      if (!cancelled_) {
-        append_locked(std::move(task));
-        prune_now = size_ - settled_ >= prune_at_ && readers_ == 0;
+    try {
+      {
+        SpinLockGuard lock(mu_);
+        if (!cancelled_) {
+          append_locked(std::move(task));
+          prune_now = size_ - settled_ >= prune_at_ && readers_ == 0;
+        }
       }
-    }
-    if (task.valid()) {
-      // cancel() ran before this handle was in the list: cancel it here,
-      // outside the mutex (a long task's stop callbacks are user code).
-      (void)task.cancel();
-      SpinLockGuard lock(mu_);
-      append_locked(std::move(task));
-      return a;
+      if (task.valid()) {
+        // cancel() ran before this handle was in the list: cancel it here,
+        // outside the mutex (a long task's stop callbacks are user code).
+        (void)task.cancel();
+        SpinLockGuard lock(mu_);
+        append_locked(std::move(task));
+        return a;
+      }
+    } catch (...) {
+      // Out of memory for the handle list (append_locked leaves the handle
+      // with us when it throws): the task was submitted, and wait() could
+      // not cover it. It must not outlive the group unseen, so it is
+      // cancelled and awaited before submit() throws.
+      if (task.valid()) {
+        (void)task.cancel();
+        try {
+          (void)task.wait_until(Clock::time_point::max());
+        } catch (...) {  // stack_exhausted: it was queued, and is cancelled
+        }
+      }
+      throw;
     }
     if (prune_now) prune();
     return a;
@@ -276,7 +291,13 @@ class GroupState final : public GroupHead {
         tally.add(t.status());
         return true;
       });
-      if (end_read(r, upto, tally)) return true;
+      // Every handle has ended, but one of them may have submitted tasks
+      // without handles meanwhile: done only if those are settled too, in
+      // the same pass.
+      if (end_read(r, upto, tally)) {
+        if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
+        continue;
+      }
       if (upto != r.hi) return false;  // the deadline passed
     }
   }
@@ -530,9 +551,10 @@ class GroupState final : public GroupHead {
   bool wait_counted(Clock::time_point deadline, bool help) {
     const bool helps = help || on_worker_of_pool();  // runs the pool's tasks while it waits
     // Too little stack left to nest the group's tasks here: they are
-    // cancelled (Group::wait throws once they have settled). The frame stays
-    // where it is for the whole wait, so this is asked once.
-    const bool short_of_stack = helps && !stack_allows_nesting() && waits_may_throw_for_stack();
+    // cancelled (Group::wait throws once they have settled, where it may
+    // throw). The frame stays where it is for the whole wait, so this is
+    // asked once. On a stack not the thread's own, it sleeps instead.
+    const bool short_of_stack = helps && !stack_allows_nesting() && !on_foreign_stack();
     Clock::duration nap = std::chrono::microseconds(50);
     for (;;) {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
@@ -669,7 +691,9 @@ void Group::wait() { (void)wait_until(std::chrono::steady_clock::time_point::max
 bool Group::wait_until(std::chrono::steady_clock::time_point deadline) {
   detail::GroupState* s = detail::state_of(state_);
   const bool ended = s->wait_until(deadline);
-  if (s->take_stack_cancel()) {
+  // Where a wait cannot throw (~Group, unwinding), the group's queued tasks
+  // were cancelled for want of stack and the wait returns.
+  if (s->take_stack_cancel() && detail::waits_may_throw_for_stack()) {
     throw Error(Errc::stack_exhausted,
                 detail::stack_exhausted_message(s->describe() + ": its queued tasks"));
   }
@@ -682,7 +706,17 @@ std::exception_ptr Group::first_exception() const {
   return detail::state_of(state_)->first_exception();
 }
 void Group::rethrow_if_failed() const {
-  if (std::exception_ptr e = detail::state_of(state_)->first_exception()) std::rethrow_exception(e);
+  const detail::GroupState* st = detail::state_of(state_);
+  if (std::exception_ptr e = st->first_exception()) std::rethrow_exception(e);
+  // Work that never ran is a failed result too: a fork-join whose subtask a
+  // draining pool refused (nested submissions included) would otherwise
+  // return a partial answer without a word.
+  const GroupStats s = st->stats();
+  if (s.outcomes.rejected != 0) {
+    throw Error(Errc::rejected, st->describe() + ": " + std::to_string(s.outcomes.rejected) +
+                                    " of its tasks did not run (refused at submission, dropped "
+                                    "by a shutdown, or expired in the queue)");
+  }
 }
 std::optional<std::chrono::steady_clock::time_point> Group::deadline() const noexcept {
   const auto d = detail::state_of(state_)->deadline();

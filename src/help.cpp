@@ -27,12 +27,17 @@ struct StackBounds {
   std::uintptr_t low = 0;
   std::uintptr_t high = 0;
   std::uintptr_t help_floor = 0;  // foreign help: above it (1/16 of the stack used)
-  std::uintptr_t nest_floor = 0;  // a wait nests a task: above it (low + reserve)
+  std::uintptr_t nest_floor = 0;  // a wait nests a task: above it (low + reserve; half, unthrowing)
   std::uintptr_t own_floor = 0;   // own tasks, where waits may throw: low + reserve / 2
+  std::uintptr_t hard_floor = 0;  // own tasks, where waits cannot throw: low + reserve / 4
   std::uintptr_t reserve = 0;
 };
 thread_local StackBounds t_stack{};
 thread_local int t_no_stack_throw = 0;  // NoStackThrowScope depth
+// Tasks this thread runs nested in a wait made on a stack that is not its
+// own (a fiber's, a stackful coroutine's: its size is unknown): one level
+// at most, so that such a stack holds one task's frames beyond the wait.
+thread_local int t_foreign_nesting = 0;
 
 const StackBounds& this_stack() noexcept {
   if (t_stack.high == 0) [[unlikely]] {
@@ -55,6 +60,7 @@ const StackBounds& this_stack() noexcept {
                             .help_floor = low + size - size / kForeignHelpShare,
                             .nest_floor = low + reserve,
                             .own_floor = low + reserve / 2,
+                            .hard_floor = low + reserve / 4,
                             .reserve = reserve};
     }
   }
@@ -67,22 +73,51 @@ const StackBounds& this_stack() noexcept {
   return reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
 }
 
-// Whether the frame is above `floor`, or not on the thread's stack at all
-// (another stack, a coroutine's: not ours to judge).
+[[gnu::always_inline]] inline bool foreign(std::uintptr_t sp, const StackBounds& b) noexcept {
+  return sp < b.low || sp > b.high;
+}
+
+// Whether the frame is above `floor`. On a stack that is not the thread's
+// own (or a thread whose stack is unknown), whose size cannot be judged:
+// only if no task runs nested on it yet.
 [[gnu::always_inline]] inline bool above(std::uintptr_t floor, const StackBounds& b) noexcept {
   const std::uintptr_t sp = stack_pointer();
-  return sp >= floor || sp < b.low || sp > b.high;
+  if (foreign(sp, b)) [[unlikely]]
+    return t_foreign_nesting == 0;
+  return sp >= floor;
 }
 
 // Own tasks run in a wait only above half the reserve, where the wait may
 // throw: what is left is for the wait's own frames and the unwinding of its
-// throw.
+// throw. Where it cannot throw (~Group, or while an exception unwinds),
+// down to a quarter of the reserve: below that it nests nothing. Either
+// floor is below the one where such a wait stops nesting the tasks it
+// waits for (stack_allows_nesting), so that it can still settle the ones
+// it cancelled there, which are in its own queue.
 bool stack_allows_own_help() noexcept {
   const StackBounds& b = this_stack();
-  return above(b.own_floor, b) || !waits_may_throw_for_stack();
+  return above(b.own_floor, b) || (!waits_may_throw_for_stack() && above(b.hard_floor, b));
 }
 
+// Counts a task run nested in a wait on a foreign stack, for its duration.
+class ForeignNesting {
+ public:
+  ForeignNesting() noexcept : counted_(on_foreign_stack()) {
+    if (counted_) ++t_foreign_nesting;
+  }
+  ForeignNesting(const ForeignNesting&) = delete;
+  ForeignNesting& operator=(const ForeignNesting&) = delete;
+  ~ForeignNesting() {
+    if (counted_) --t_foreign_nesting;
+  }
+
+ private:
+  bool counted_;
+};
+
 }  // namespace
+
+bool on_foreign_stack() noexcept { return foreign(stack_pointer(), this_stack()); }
 
 // Taking a task that is not the caller's own (the shared queue, another
 // worker's queue) nests a task of unknown depth on this stack; it is allowed
@@ -100,7 +135,7 @@ bool waits_may_throw_for_stack() noexcept {
 
 bool stack_allows_nesting() noexcept {
   const StackBounds& b = this_stack();
-  return above(b.nest_floor, b);
+  return above(waits_may_throw_for_stack() ? b.nest_floor : b.own_floor, b);
 }
 
 std::string stack_exhausted_message(std::string_view what) {
@@ -133,6 +168,7 @@ bool Core::help_once(bool own, bool foreign) {
     helped_.fetch_add(1, std::memory_order_relaxed);
   }
   on_slot_freed();
+  const ForeignNesting nesting;
   settle_popped_here(cell);
   return true;
 }
@@ -141,12 +177,16 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
   using Clock = std::chrono::steady_clock;
   Clock::duration nap = std::chrono::microseconds(50);
   while (!s->done()) {
-    if (!stack_allows_nesting() && waits_may_throw_for_stack()) {
-      // Nothing more nests here. Still queued: it never will run (its
-      // cell, wherever it is, settles it as cancelled), and the caller's
-      // frames, which it may refer to, can unwind. Running elsewhere: sleep
-      // on it below.
-      if (s->leave_queue(TaskStatus::cancelled, Errc::stack_exhausted)) {
+    if (!stack_allows_nesting()) {
+      // Nothing more nests here (below the reserve; where the wait cannot
+      // throw, below half of it). On a stack that is not the thread's own,
+      // whose size is unknown, it sleeps on the task (another worker runs
+      // it). Else, still queued: it never will run (its cell, wherever it
+      // is, settles it as cancelled), and the caller's frames, which it may
+      // refer to, can unwind; a wait that cannot throw (~Group, unwinding)
+      // returns with it settled. Running elsewhere: sleep on it below.
+      if (!on_foreign_stack() && s->leave_queue(TaskStatus::cancelled, Errc::stack_exhausted)) {
+        if (!waits_may_throw_for_stack()) return true;
         throw Error(Errc::stack_exhausted, stack_exhausted_message("the task waited for"));
       }
     } else {
@@ -155,6 +195,7 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
       if (help_once(/*own=*/true, /*foreign=*/false)) continue;
       if (s->leave_queue(TaskStatus::running)) {
         disarm_queue_deadline(s);
+        const ForeignNesting nesting;
         run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
         return true;
       }

@@ -53,7 +53,7 @@ void StderrLogger::log(LogLevel level, const LogContext& context,
 }
 
 std::shared_ptr<Logger> default_logger() {
-  static const std::shared_ptr<Logger> logger = std::make_shared<StderrLogger>();
+  static const std::shared_ptr<Logger> logger = std::make_shared<StderrLogger>(LogLevel::warning);
   return logger;
 }
 

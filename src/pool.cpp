@@ -331,7 +331,11 @@ bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
     const PoolStats s = stats();
-    if (s.outcomes.total() >= s.submitted) return true;
+    // A task is counted before its handlers and observers run (see
+    // run_claimed): idle once those have run too.
+    if (s.outcomes.total() >= s.submitted && epilogues_.load(std::memory_order_seq_cst) == 0) {
+      return true;
+    }
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(nap);
     nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(5));

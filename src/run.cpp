@@ -142,14 +142,32 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
 
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
-  const bool plain = outcome == TaskStatus::succeeded && !observes(Observer::task_finished);
-  if (plain && ref.s != nullptr) {
-    // The reference goes with the outcome: `s` may be gone after this. False
-    // cannot happen off the top level, as below.
-    ref.s = nullptr;
-    if (!s->finish_and_release(outcome, why)) return true;
+  // The outcome is this run's to publish: a write-off decides it only while
+  // the worker's run slot holds the task, and that was cleared above.
+  // Counted before it is published, so that a caller that saw the outcome
+  // through its handle (get(), a group's or a batch's wait) sees it in
+  // stats() too. Handlers and observers run after the publication (cancel()
+  // waits for it, and must not wait for user code); wait_idle() still
+  // returns only after they ran, as it also waits for epilogues_.
+  const bool epilogue = outcome != TaskStatus::succeeded || observes(Observer::task_finished);
+  if (epilogue) epilogues_.fetch_add(1, std::memory_order_seq_cst);
+  if (w != nullptr) {
+    w->counts.add(outcome);
   } else {
-    if (!s->finish(outcome, why)) return true;  // cannot happen off the top level
+    shared_.add(outcome);
+  }
+  if (!epilogue && ref.s != nullptr) {
+    // The reference goes with the outcome: `s` may be gone after this.
+    ref.s = nullptr;
+    const bool finished = s->finish_and_release(outcome, why);
+    CREW_ASSERT(finished, "a run's outcome was decided by another thread");
+    (void)finished;
+    return true;
+  }
+  const bool finished = s->finish(outcome, why);
+  CREW_ASSERT(finished, "a run's outcome was decided by another thread");
+  (void)finished;
+  if (epilogue) {
     // A task nobody holds a handle to reports what its callable threw, also
     // when it counts as cancelled or timed out (it threw after its stop or
     // deadline).
@@ -159,12 +177,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     if (observes(Observer::task_finished)) [[unlikely]] {
       emit_finished(event_of(s), outcome, s->enqueued_ns, start, end);
     }
-  }
-  // Counted last: wait_idle() returns only after handlers and observers ran.
-  if (w != nullptr) {
-    w->counts.add(outcome);
-  } else {
-    shared_.add(outcome);
+    epilogues_.fetch_sub(1, std::memory_order_seq_cst);
   }
   return true;
 }

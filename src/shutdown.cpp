@@ -240,9 +240,12 @@ void Core::drop_queue() {
       emit_settled_in_queue(s);
       shared_.add(TaskStatus::rejected);
       dropped.push_back({s->id, s->name()});
-    } else if (!s->ran()) {
-      emit_settled_in_queue(s);
-      shared_.add(s->status());  // cancelled or expired while queued
+    } else {
+      disarm_queue_deadline(s);  // cancelled while queued: its deadline may be armed
+      if (!s->ran()) {
+        emit_settled_in_queue(s);
+        shared_.add(s->status());  // cancelled or expired while queued
+      }
     }
   }
   MutexLock lock(ctl_->mu);
@@ -288,9 +291,12 @@ void Core::settle_popped_here(Cell& cell) {
     disarm_queue_deadline(s);
     run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
-  } else if (!s->ran()) {
-    emit_settled_in_queue(s);
-    count_here(s->status());
+  } else {
+    disarm_queue_deadline(s);  // cancelled while queued: its deadline may be armed
+    if (!s->ran()) {
+      emit_settled_in_queue(s);
+      count_here(s->status());
+    }
   }
   s->release();
 }

@@ -22,6 +22,37 @@ std::atomic<int> g_in_handler{0};
 std::atomic<bool> g_signals_owned{false};
 static_assert(std::atomic<int>::is_always_lock_free);
 
+// What a child of fork() must undo: the dispositions the watcher replaced
+// and both ends of its pipe. Written by the owning watcher in start() and
+// stop(), read by the child handler (the child's only thread).
+constexpr int kMaxSignals = 64;
+struct Inherited {
+  int count = 0;
+  int signo[kMaxSignals] = {};
+  struct sigaction old[kMaxSignals] = {};
+  int read_fd = -1;
+};
+Inherited g_inherited;
+
+// The stop byte: no signal has number 0, so the reader stops on it even
+// while another process (a child that has not yet run its handler) still
+// holds a copy of the write end, which would keep it from seeing EOF.
+constexpr unsigned char kStopByte = 0;
+
+// In a child of fork(): the signals go back to what they were before the
+// watcher (a SIGTERM sent to the child ends the child, not the parent's
+// application), and the child's copies of the pipe are closed.
+void in_child() noexcept {
+  const int fd = g_signal_fd.exchange(-1, std::memory_order_seq_cst);
+  if (fd < 0) return;
+  for (int i = 0; i < g_inherited.count; ++i) {
+    (void)sigaction(g_inherited.signo[i], &g_inherited.old[i], nullptr);
+  }
+  (void)close(fd);
+  if (g_inherited.read_fd >= 0) (void)close(g_inherited.read_fd);
+}
+[[maybe_unused]] const int g_fork_handler = pthread_atfork(nullptr, nullptr, in_child);
+
 void on_signal_handler(int signo) {
   const int saved = errno;
   g_in_handler.fetch_add(1, std::memory_order_seq_cst);
@@ -44,7 +75,10 @@ void read_loop(int fd, const std::function<void(int)>& on_signal) {
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
-    for (ssize_t i = 0; i < n; ++i) on_signal(buf[i]);
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == kStopByte) return;
+      on_signal(buf[i]);
+    }
   }
 }
 
@@ -80,6 +114,9 @@ std::string SignalWatcher::start(const std::vector<int>& signals, const std::str
   if (pipe2(fds_, O_CLOEXEC) != 0) return std::string("pipe2: ") + std::strerror(errno);
   // The handler must never block; a full pipe drops the byte.
   (void)fcntl(fds_[1], F_SETFL, fcntl(fds_[1], F_GETFL) | O_NONBLOCK);
+  if (signals.size() > static_cast<std::size_t>(kMaxSignals)) return "too many signals";
+  g_inherited.count = 0;
+  g_inherited.read_fd = fds_[0];
   g_signal_fd.store(fds_[1], std::memory_order_seq_cst);
 
   sigset_t mask;
@@ -108,6 +145,9 @@ std::string SignalWatcher::start(const std::vector<int>& signals, const std::str
       return "sigaction(" + signal_name(s) + "): " + std::strerror(errno);
     }
     installed_.emplace_back(s, old);
+    g_inherited.signo[g_inherited.count] = s;
+    g_inherited.old[g_inherited.count] = old;
+    ++g_inherited.count;
   }
   return {};
 }
@@ -121,7 +161,14 @@ void SignalWatcher::stop() noexcept {
     g_signal_fd.store(-1, std::memory_order_seq_cst);
     // A handler that loaded the fd before the store may still write to it.
     while (g_in_handler.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-    (void)close(fds_[1]);  // the reader sees end of file
+    g_inherited.count = 0;
+    g_inherited.read_fd = -1;
+    // The reader stops at the stop byte (or at end of file, if the pipe was
+    // full); signals written before it are still delivered.
+    const unsigned char stop = kStopByte;
+    while (write(fds_[1], &stop, 1) < 0 && errno == EINTR) {
+    }
+    (void)close(fds_[1]);
     fds_[1] = -1;
   }
   if (thread_.joinable()) thread_.join();

@@ -71,11 +71,18 @@ void Core::unregister_foreign(TaskStateBase* s) noexcept {
 
 // Fires due timers; returns the time of the next one.
 std::int64_t Core::fire_timers(std::int64_t now) {
-  std::vector<TaskStateBase*> due;
-  const std::int64_t next = ctl_->timers.pop_due(now, due);
+  std::vector<TimerHeap::Due> due;
+  std::int64_t next = TimerHeap::kNever;
+  try {
+    next = ctl_->timers.pop_due(now, due);
+  } catch (...) {
+    // Out of memory for `due`: what it holds was moved out of the heap
+    // (with its references) and is fired below; the rest stays armed.
+    next = now + std::chrono::nanoseconds(std::chrono::milliseconds(1)).count();
+  }
   std::vector<StopTarget> to_stop;
-  for (TaskStateBase* s : due) {
-    if (s->timer_exec) {
+  for (const auto [s, exec] : due) {
+    if (exec) {
       StopTarget t;
       t.task = s;  // the heap's reference moves to the target
       t.reason = StopReason::timed_out;
@@ -233,7 +240,13 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
   if (w.cur_task != nullptr) {
     TaskStateBase* s = w.cur_task;
     if (s->stop_reason() == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
-    if (!s->finish_written_off(note.outcome)) return false;
+    // Counted before it is published, as run_claimed does. The running
+    // thread clears cur_task under cur_mu before it decides an outcome, so
+    // with cur_task set the outcome is the write-off's to decide.
+    shared_.add(note.outcome);
+    const bool decided = s->finish_written_off(note.outcome);
+    CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
+    (void)decided;
     s->add_ref();
     note.task = s;
     note.enqueued_ns = s->enqueued_ns;
@@ -247,8 +260,8 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
     if (w.cur_reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
     if (report != nullptr) ++report->abandoned_unnamed;
   }
+  if (w.cur_task == nullptr) shared_.add(note.outcome);
   note.ended_ns = now_ns();
-  shared_.add(note.outcome);
   notes.push_back(note);  // no allocation: room was reserved
   w.abandoned.store(true, std::memory_order_release);
   return true;

@@ -135,7 +135,7 @@ bool TimerHeap::erase(TaskStateBase* s) noexcept {
   return true;
 }
 
-std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& due) {
+std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<Due>& due) {
   SpinLockGuard lock(mu_);
   for (;;) {
     const bool from_lane =
@@ -143,12 +143,13 @@ std::int64_t TimerHeap::pop_due(std::int64_t now, std::vector<TaskStateBase*>& d
     if (from_lane) {
       Entry& front = lane_at(0);
       if (front.at_ns > now) break;
-      due.push_back(front.state);  // may throw: the front stays armed
+      due.push_back({front.state, front.state->timer_exec});  // may throw: the front stays armed
       front.state->extras()->heap_index = TaskStateBase::kNotInHeap;
       lane_pop_front();
     } else {
       if (heap_.empty() || heap_.front().at_ns > now) break;
-      due.push_back(heap_.front().state);  // may throw: the front stays armed
+      due.push_back(
+          {heap_.front().state, heap_.front().state->timer_exec});  // may throw: stays armed
       erase_at(heap_, 0);
     }
   }

@@ -78,10 +78,17 @@ class TimerHeap {
   // Disarms `s`; true if it was armed (the caller then drops the heap's
   // reference, outside any lock: it may run a destructor).
   bool erase(TaskStateBase* s) noexcept;
-  // Moves the states due at `now` into `due` (with their references) and
-  // returns the next deadline, kNever if none. May throw (out of memory
-  // for `due`), leaving what it did not move armed.
-  std::int64_t pop_due(std::int64_t now, std::vector<TaskStateBase*>& due);
+  // A fired timer: the state (with the heap's reference) and what it was
+  // armed for, read under the heap's lock (a foreign run may re-arm the
+  // same state as soon as the lock is released).
+  struct Due {
+    TaskStateBase* state;
+    bool exec;
+  };
+  // Moves the states due at `now` into `due` and returns the next
+  // deadline, kNever if none. May throw (out of memory for `due`), leaving
+  // what it did not move armed.
+  std::int64_t pop_due(std::int64_t now, std::vector<Due>& due);
   // Every armed entry, in no order (the two places' own).
   struct Armed {
     std::vector<Entry> heap;

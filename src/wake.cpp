@@ -2,6 +2,7 @@
 // pool's idle stack, and is woken (by a submitter, the last spinner, a
 // state change); and how a worker waits out a pause. Only the worker's own
 // thread spins and sleeps; any thread wakes.
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -25,6 +26,13 @@ int spinner_limit() noexcept {
   static const int limit = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   return limit;
 }
+
+// A child of fork() has only the forking thread: the slots the parent's
+// spinners held at the fork are nobody's there, and would keep the child's
+// pools from ever spinning.
+void spinners_in_child() noexcept { g_spinners.store(0, std::memory_order_relaxed); }
+[[maybe_unused]] const int g_spinner_fork_handler =
+    pthread_atfork(nullptr, nullptr, spinners_in_child);
 
 // A process-wide spinning slot, or false if every slot is taken.
 bool take_spinner_slot() noexcept {

@@ -275,7 +275,10 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
     note_dropped(s);
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted here, once. A task
-    // run by a waiting worker (ran()) was counted by that worker.
+    // run by a waiting worker (ran()) was counted by that worker. A
+    // cancelled one may still have its queue deadline armed, and the heap's
+    // reference would keep its callable until then.
+    disarm_queue_deadline(s);
     if (!s->ran()) {
       emit_settled_in_queue(s);
       w.counts.add(s->status());

@@ -4,10 +4,12 @@
 // stack; shutdown of each mode while local queues hold tasks; stealing
 // while pause(), resume() and resize() race it.
 #include <gtest/gtest.h>
+#include <ucontext.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -251,6 +253,96 @@ INSTANTIATE_TEST_SUITE_P(Joins, NestedWaitChain,
                                                            : "RunBatch";
                          });
 
+// A chain of nested waits run while an exception unwinds (a destructor's
+// fork-join): those waits cannot throw, and they used to nest with no floor
+// at all, to a stack overflow. Below a quarter of the reserve they nest
+// nothing: the task waited for is cancelled, the wait returns, and the
+// chain ends early without throwing out of the destructor.
+TEST(StackChecks, WaitsRunWhileAnExceptionUnwindsStopNestingAtAFloor) {
+  Watchdog dog(60s);
+  std::atomic<int> deepest{0};
+  // One worker: every level is nested on its stack (none is stolen).
+  Pool pool(test::fixed_workers("unwind", 1));
+  struct ChainInDestructor {
+    Pool* pool;
+    std::atomic<int>* deepest;
+    // A destructor must not throw: a part of the chain stolen by the other
+    // worker, whose waits may throw, ends with Error(stack_exhausted), and
+    // the group that waited for it rethrows it here.
+    ~ChainInDestructor() {
+      try {
+        (void)chain(*pool, Join::group, 0, 1'000'000, *deepest);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::stack_exhausted) << e.what();
+      }
+    }
+  };
+  auto t = pool.submit([&] {
+    const ChainInDestructor deep{&pool, &deepest};
+    throw std::runtime_error("unwinding");
+  });
+  EXPECT_THROW((void)t.get(), std::runtime_error);
+  EXPECT_GT(deepest.load(), kSanitized ? 100 : 1000);
+  ASSERT_TRUE(pool.wait_idle(30s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_GE(s.outcomes.cancelled, 1u);
+}
+
+// A thread that runs queued tasks from a stack that is not its own (a
+// fiber's, here a 128 KiB ucontext stack; the checks cannot know its size)
+// nests one task at most there: tasks that each take 16 KiB of stack and
+// call run_pending_task() again do not overflow it.
+std::atomic<int> g_fiber_depth{0};
+std::atomic<int> g_fiber_deepest{0};
+std::atomic<int> g_fiber_ran{0};
+Pool* g_fiber_pool = nullptr;
+ucontext_t g_main_ctx;
+ucontext_t g_fiber_ctx;
+
+void fiber_body() {
+  while (g_fiber_pool->run_pending_task()) {
+  }
+  (void)swapcontext(&g_fiber_ctx, &g_main_ctx);
+}
+
+TEST(StackChecks, AFiberStackNestsOneTaskAtMost) {
+  if (test::kAddressSanitizer || test::kThreadSanitizer) {
+    GTEST_SKIP() << "the sanitizers must be told of every switch of stacks "
+                    "(__sanitizer_start_switch_fiber), which plain ucontext does not do";
+  }
+  Watchdog dog;
+  Pool pool({.name = "fiber", .max_workers = 1});
+  test::WorkerHold hold(pool);  // the tasks stay queued for the fiber
+  g_fiber_pool = &pool;
+  constexpr int kTasks = 64;  // 64 x 16 KiB nested would be 1 MiB
+  for (int i = 0; i < kTasks; ++i) {
+    ASSERT_EQ(pool.post([] {
+      volatile char pad[16 * 1024];
+      pad[0] = 1;
+      pad[sizeof pad - 1] = pad[0];
+      const int d = g_fiber_depth.fetch_add(1) + 1;
+      int seen = g_fiber_deepest.load();
+      while (seen < d && !g_fiber_deepest.compare_exchange_weak(seen, d)) {
+      }
+      g_fiber_ran.fetch_add(1);
+      (void)g_fiber_pool->run_pending_task();
+      g_fiber_depth.fetch_sub(1);
+    }),
+              Admission::accepted);
+  }
+  std::vector<char> stack(128 * 1024);
+  ASSERT_EQ(getcontext(&g_fiber_ctx), 0);
+  g_fiber_ctx.uc_stack.ss_sp = stack.data();
+  g_fiber_ctx.uc_stack.ss_size = stack.size();
+  g_fiber_ctx.uc_link = nullptr;
+  makecontext(&g_fiber_ctx, fiber_body, 0);
+  ASSERT_EQ(swapcontext(&g_main_ctx, &g_fiber_ctx), 0);
+  EXPECT_EQ(g_fiber_ran.load(), kTasks);
+  EXPECT_EQ(g_fiber_deepest.load(), 1);
+  g_fiber_pool = nullptr;
+}
+
 // skynet: 10-way fan-out through Group, on each worker count and queue.
 TEST(ForkJoinWide, FanOutSumsEveryLeaf) {
   Watchdog dog(60s);
@@ -347,6 +439,38 @@ INSTANTIATE_TEST_SUITE_P(Modes, LocalQueueShutdown,
 
 // A worker stopped between tasks leaves forked tasks in its local queue;
 // the others steal them, and nothing is lost.
+// A drain that starts in the middle of a fork-join refuses its nested
+// submissions; the group's result says so instead of a partial sum.
+long group_fib(Pool& pool, int n) {
+  if (n < 2) return n;
+  long a = 0;
+  long b = 0;
+  Group g(pool);
+  (void)g.submit([&] { a = group_fib(pool, n - 1); });
+  (void)g.submit([&] { b = group_fib(pool, n - 2); });
+  g.wait();
+  g.rethrow_if_failed();
+  return a + b;
+}
+
+TEST(ForkJoinDrain, ADrainMidComputationFailsTheGroupsResultInsteadOfLosingWork) {
+  Watchdog dog;
+  Pool pool({.name = "fib", .max_workers = 2});
+  // About 2.7 million tasks (57 thousand under a sanitizer): the drain
+  // comes long before the end.
+  const int n = test::kSlowdown > 1 ? 22 : 30;
+  auto t = pool.submit([&] { return group_fib(pool, n); });
+  std::this_thread::sleep_for(5ms);
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 0s);
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  try {
+    const long got = t.get();
+    EXPECT_EQ(got, n == 30 ? 832040 : 17711) << "a fork-join returned a partial answer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::rejected) << e.what();
+  }
+}
+
 TEST(LocalQueues, TasksLeftByAStoppedWorkerAreStolen) {
   Watchdog dog;
   PoolOptions o = test::fixed_workers("left-behind", 2);

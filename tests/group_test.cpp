@@ -51,6 +51,118 @@ TEST(Group, WaitReturnsOnceEveryTaskHasEnded) {
   EXPECT_EQ(g.first_exception(), nullptr);
 }
 
+// A task with a handle (named) that submits a task without one into the
+// same group: wait() covers both kinds in one pass, whichever adds which.
+TEST(Group, WaitCoversTasksThatAHandleTaskSubmittedToTheGroup) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 2});
+  for (int round = 0; round < 5; ++round) {
+    std::atomic<bool> inner_done{false};
+    Group g(pool);
+    g.submit(
+        [&] {
+          std::this_thread::sleep_for(10ms);
+          g.submit([&] {
+            std::this_thread::sleep_for(50ms);
+            inner_done = true;
+          });
+        },
+        {.name = "outer"});
+    g.wait();
+    EXPECT_TRUE(inner_done) << "round " << round;
+  }
+}
+
+// Nothing of a task outlives wait(): its callable's captures are destroyed
+// before the group counts the task, with a handle or without.
+TEST(Group, ATasksCapturesAreDestroyedBeforeWaitReturns) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 2});
+  for (const bool named : {false, true}) {
+    std::atomic<bool> destroyed{false};
+    Group g(pool);
+    g.submit([p = test::DestructionProbe(&destroyed)] {}, {.name = named ? "named" : ""});
+    g.wait();
+    EXPECT_TRUE(destroyed) << (named ? "named" : "unnamed");
+  }
+}
+
+// A caller that saw the group end sees its tasks in the pool's stats.
+TEST(Group, StatsCountEveryTaskOnceWaitReturned) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 2});
+  for (int i = 0; i < 500; ++i) {
+    const std::uint64_t before = pool.stats().outcomes.succeeded;
+    Group g(pool);
+    g.submit([] {});
+    g.wait();
+    ASSERT_EQ(pool.stats().outcomes.succeeded, before + 1) << "try " << i;
+  }
+}
+
+// Out of memory while a group submits: a callable too large for a cell is
+// boxed before a queue slot is claimed (boxing inside the claim would throw
+// where nothing may, and end the process), so submit() throws bad_alloc and
+// the group stays consistent.
+TEST(GroupOutOfMemory, ALargeTaskWhoseBoxCannotBeAllocatedMakesSubmitThrow) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 1});
+  std::atomic<int> ran{0};
+  int threw = 0;
+  for (long n = 1; n <= 4; ++n) {
+    Group g(pool);
+    std::array<char, 2048> big{};
+    big[0] = 1;
+    test::t_fail_allocation_in = n;
+    try {
+      g.submit([big, &ran] { ran.fetch_add(big[0]); });
+    } catch (const std::bad_alloc&) {
+      ++threw;
+    }
+    test::t_fail_allocation_in = 0;
+    g.wait();
+    EXPECT_EQ(g.stats().submitted, g.stats().outcomes.total()) << "allocation " << n;
+  }
+  EXPECT_GT(threw, 0) << "no allocation of the submission failed";
+  EXPECT_EQ(ran.load() + threw, 4);
+}
+
+// Out of memory for the group's list of handles, after the task was
+// submitted to the pool: the task does not escape the group. submit()
+// throws only once the task is cancelled (or has ended), so nothing of it
+// runs after wait() returned.
+TEST(GroupOutOfMemory, ATaskWhoseHandleCannotBeListedDoesNotOutliveTheGroup) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 1});
+  int threw = 0;
+  for (long n = 1; n <= 8; ++n) {
+    std::atomic<bool> waited{false};
+    std::atomic<bool> ran_after_wait{false};
+    {
+      test::WorkerHold hold(pool);
+      Group g(pool);
+      for (int i = 0; i < 4; ++i) g.submit([] {}, {.name = "first"});
+      test::t_fail_allocation_in = n;
+      try {
+        g.submit(
+            [&] {
+              if (waited) ran_after_wait = true;
+            },
+            {.name = "fifth"});
+      } catch (const std::bad_alloc&) {
+        ++threw;
+      }
+      test::t_fail_allocation_in = 0;
+      hold.release();
+      g.wait();
+      waited = true;
+    }
+    ASSERT_TRUE(pool.wait_idle(5s * test::kSlowdown));
+    EXPECT_FALSE(ran_after_wait) << "allocation " << n << ": a task ran after wait() returned";
+  }
+  EXPECT_GT(threw, 0) << "no allocation of the submission failed";
+}
+
 TEST(Group, WaitOnAnEmptyGroupReturnsAtOnce) {
   Watchdog dog;
   Pool pool(workers(1));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -82,12 +83,34 @@ TEST(Logging, MessagesBelowTheLoggersLevelAreNotSent) {
   EXPECT_EQ(logger->size(), 0u);
 }
 
-TEST(Logging, TheDefaultLoggerWritesOneLineToStderr) {
+TEST(Logging, AStderrLoggerWritesOneLineToStderr) {
   testing::internal::CaptureStderr();
   StderrLogger logger;
   logger.log(LogLevel::warning, {.pool = "p", .task = "t", .task_id = 7, .worker_id = 2}, "hello");
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err, "crew warning pool=p task=t#7 worker=2: hello\n");
+}
+
+// Quiet by default: a program that creates, uses and shuts down a default
+// pool (a task failing with a handle to report it, a drain at the end)
+// writes nothing to stderr; a warning still reaches it.
+TEST(Logging, ADefaultPoolWritesNothingToStderrWhileAllGoesWell) {
+  Watchdog dog;
+  EXPECT_EQ(default_logger()->level(), LogLevel::warning);
+  testing::internal::CaptureStderr();
+  {
+    Pool pool;
+    auto t = pool.submit([] { return 1; });
+    EXPECT_EQ(t.get(), 1);
+    auto bad = pool.submit([]() -> int { throw std::runtime_error("seen by get()"); });
+    EXPECT_THROW((void)bad.get(), std::runtime_error);
+    (void)pool.shutdown();
+    Pool second({.name = "second"});
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  testing::internal::CaptureStderr();
+  default_logger()->log(LogLevel::warning, {.pool = "p"}, "still shown");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "crew warning pool=p: still shown\n");
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -213,6 +215,48 @@ TEST(SignalWatcher, AFullPipeDropsSignalsInsteadOfBlockingTheHandler) {
 // A stop() racing a stream of signals: once it has returned, the callback
 // never runs again, and every signal went to exactly one handler or was
 // dropped by the watcher's own handler after stop() took its pipe away.
+// A child of fork() (without exec) does not inherit the watcher: a signal
+// sent to it takes the disposition from before the watcher (SIGUSR2's
+// default ends the child) and never reaches the parent's callback; and the
+// parent's stop() does not wait for the child to exit.
+TEST(SignalWatcher, AChildOfForkInheritsNeitherTheHandlerNorThePipe) {
+  Watchdog dog;
+  Received got;
+  SignalWatcher watcher;
+  ASSERT_EQ(watcher.start({SIGUSR2}, "unit", [&got](int s) { got.add(s); }), "");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Ends by SIGUSR2 if its default disposition is back; otherwise the
+    // inherited handler runs and pause() returns.
+    (void)pause();
+    _exit(3);
+  }
+  dog.guard(child);
+  std::this_thread::sleep_for(50ms);  // the child reaches pause()
+  ASSERT_EQ(kill(child, SIGUSR2), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2)
+      << "the child ran the parent's handler (exit status " << status << ")";
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(got.signals().empty()) << "the child's signal reached the parent's callback";
+
+  // A child that outlives stop(): it holds no copy of the pipe.
+  const pid_t sleeper = fork();
+  ASSERT_GE(sleeper, 0);
+  if (sleeper == 0) {
+    std::this_thread::sleep_for(3s);
+    _exit(0);
+  }
+  dog.guard(sleeper);
+  const auto t0 = std::chrono::steady_clock::now();
+  watcher.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * kSlowdown);
+  (void)kill(sleeper, SIGKILL);
+  (void)waitpid(sleeper, &status, 0);
+}
+
 TEST(SignalWatcher, NoCallbackRunsAfterStopReturns) {
   Watchdog dog;
   const PreviousHandler previous(SIGUSR1);

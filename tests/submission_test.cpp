@@ -15,6 +15,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -223,6 +224,37 @@ INSTANTIATE_TEST_SUITE_P(
                                          Path::group_submit_named),
                        ::testing::Values(From::outside, From::worker)),
     name_of);
+
+// Every outcome belongs to a counted submission: a monitor reading stats()
+// while producers push into an unbounded pool (its queue spills past the
+// ring) never sees more outcomes than submissions. A spill push is counted
+// before it is published, as a ring push is.
+TEST(SubmissionCounts, OutcomesNeverExceedSubmissionsWhileTheQueueSpills) {
+  Watchdog dog(60s);
+  Pool pool({.name = "spill", .max_workers = 4, .queue_capacity = kUnbounded, .queue_shards = 1});
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> bad{0};
+  std::thread monitor([&] {
+    while (!done.load()) {
+      const PoolStats s = pool.stats();
+      if (s.outcomes.total() > s.submitted) bad.fetch_add(1);
+    }
+  });
+  std::vector<std::thread> producers;
+  const int per = test::kSlowdown > 1 ? 20'000 : 100'000;
+  for (int p = 0; p < 4; ++p) {
+    producers.emplace_back([&] {
+      for (int i = 0; i < per; ++i) (void)pool.post([] {});
+    });
+  }
+  for (auto& t : producers) t.join();
+  ASSERT_TRUE(pool.wait_idle(30s));
+  done = true;
+  monitor.join();
+  EXPECT_EQ(bad.load(), 0u);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.succeeded, s.submitted);
+}
 
 }  // namespace
 }  // namespace crew

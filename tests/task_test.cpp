@@ -18,6 +18,7 @@
 
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/spin_lock.hpp"
+#include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
 
@@ -157,6 +158,102 @@ TEST(LongTask, ANegativeTimeoutIsAnError) {
   }
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_EQ(pool.stats().submitted, 0u);
+}
+
+// A caller that saw a task's outcome through its handle sees it in stats().
+TEST(TaskOutcome, StatsCountATaskOnceGetReturned) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 2});
+  for (int i = 0; i < 2000; ++i) {
+    const OutcomeCounts before = pool.stats().outcomes;
+    if (i % 2 == 0) {
+      EXPECT_EQ(pool.submit([] { return 1; }).get(), 1);
+      ASSERT_EQ(pool.stats().outcomes.succeeded, before.succeeded + 1) << "try " << i;
+    } else {
+      auto t = pool.submit([]() -> int { throw std::runtime_error("no"); });
+      EXPECT_THROW((void)t.get(), std::runtime_error);
+      ASSERT_EQ(pool.stats().outcomes.failed, before.failed + 1) << "try " << i;
+    }
+  }
+}
+
+// The same with an observer of finished tasks that takes its time: the
+// task is counted before its outcome is published, the observer runs after,
+// and wait_idle() still waits for the observer.
+TEST(TaskOutcome, StatsCountAnObservedTaskOnceGetReturnedAndWaitIdleWaitsForObservers) {
+  Watchdog dog;
+  struct Slow final : Observer {
+    [[nodiscard]] std::uint32_t events() const noexcept override { return task_finished; }
+    void on_task_finished(const TaskEvent&, TaskStatus, std::chrono::nanoseconds,
+                          std::chrono::nanoseconds) noexcept override {
+      std::this_thread::sleep_for(2ms);
+      seen.fetch_add(1);
+    }
+    std::atomic<int> seen{0};
+  };
+  auto slow = std::make_shared<Slow>();
+  Pool pool({.name = "t", .max_workers = 2, .observers = {slow}});
+  for (int i = 0; i < 50; ++i) {
+    const std::uint64_t before = pool.stats().outcomes.succeeded;
+    EXPECT_EQ(pool.submit([] { return 1; }).get(), 1);
+    ASSERT_EQ(pool.stats().outcomes.succeeded, before + 1) << "try " << i;
+    ASSERT_TRUE(pool.wait_idle(5s * test::kSlowdown));
+    ASSERT_EQ(slow->seen.load(), i + 1) << "wait_idle returned before the observer ran";
+  }
+}
+
+// The callable and its captures are destroyed before the outcome is
+// published: nothing of a task outlives get().
+TEST(TaskOutcome, ATasksCapturesAreDestroyedBeforeGetReturns) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 2});
+  std::atomic<bool> destroyed{false};
+  auto t = pool.submit([p = test::DestructionProbe(&destroyed)] { return 1; });
+  EXPECT_EQ(t.get(), 1);
+  EXPECT_TRUE(destroyed);
+}
+
+// A task cancelled while queued gives its captures up when a worker takes
+// its cell, not at its queue deadline (the timer heap held a reference).
+TEST(Cancel, ACancelledQueuedTaskFreesItsCapturesBeforeItsQueueDeadline) {
+  Watchdog dog;
+  Pool pool({.name = "t", .max_workers = 1});
+  std::atomic<bool> destroyed{false};
+  {
+    test::WorkerHold hold(pool);
+    auto t = pool.submit([p = test::DestructionProbe(&destroyed, 0ms)] {}, {.queue_timeout = 1h});
+    EXPECT_EQ(t.cancel(), CancelResult::cancelled);
+    t = {};
+  }
+  ASSERT_TRUE(pool.wait_idle(5s * test::kSlowdown));
+  EXPECT_TRUE(eventually([&] { return destroyed.load(); }, 1000ms));
+}
+
+// A long task with a queue deadline, run by another thread (here the
+// submitter, through run_pending_task) just as that deadline comes due: the
+// supervisor must read what the fired timer was armed for under the heap's
+// lock, or it takes the queue deadline for the run's execution deadline and
+// stops the run `timed_out` long before its own timeout.
+TEST(LongTask, ARunStartedAsItsQueueDeadlineFiresIsNotStoppedByIt) {
+  Watchdog dog(60s);
+  Pool pool({.name = "t", .max_workers = 1});
+  test::WorkerHold hold(pool);
+  const int tries = test::kThreadSanitizer ? 50 : 300;
+  for (int i = 0; i < tries; ++i) {
+    auto t = pool.submit(
+        [](std::stop_token stop) {
+          const auto end = std::chrono::steady_clock::now() + 5ms;
+          while (!stop.stop_requested() && std::chrono::steady_clock::now() < end) {
+          }
+        },
+        {.timeout = 10s, .queue_timeout = 2ms});
+    const auto due = std::chrono::steady_clock::now() + 2ms;
+    while (std::chrono::steady_clock::now() < due) {
+    }
+    (void)pool.run_pending_task();
+    ASSERT_TRUE(t.wait_for(5s * test::kSlowdown));
+    ASSERT_NE(t.status(), TaskStatus::timed_out) << "try " << i;
+  }
 }
 
 TEST(Cancel, AQueuedTaskNeverRuns) {

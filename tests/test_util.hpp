@@ -22,6 +22,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crew/error.hpp"
@@ -173,6 +174,26 @@ class WorkerHold {
     Gate gate;
   };
   std::shared_ptr<Shared> s_;
+};
+
+// A capture that notes its own destruction, late: its destructor sleeps
+// `delay`, then sets the flag. A moved-from probe notes nothing.
+struct DestructionProbe {
+  explicit DestructionProbe(std::atomic<bool>* flag,
+                            std::chrono::milliseconds pause = std::chrono::milliseconds(50))
+      : f(flag), delay(pause) {}
+  DestructionProbe(DestructionProbe&& o) noexcept
+      : f(std::exchange(o.f, nullptr)), delay(o.delay) {}
+  DestructionProbe(const DestructionProbe&) = delete;
+  DestructionProbe& operator=(const DestructionProbe&) = delete;
+  DestructionProbe& operator=(DestructionProbe&&) = delete;
+  ~DestructionProbe() {
+    if (f == nullptr) return;
+    std::this_thread::sleep_for(delay);
+    f->store(true);
+  }
+  std::atomic<bool>* f;
+  std::chrono::milliseconds delay;
 };
 
 // Options of a pool with exactly `n` workers, all started at once.

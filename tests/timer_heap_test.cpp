@@ -23,6 +23,12 @@ namespace {
 
 using test::Watchdog;
 
+std::vector<TaskStateBase*> states_of(const std::vector<TimerHeap::Due>& due) {
+  std::vector<TaskStateBase*> out;
+  for (const auto& d : due) out.push_back(d.state);
+  return out;
+}
+
 struct Nop {
   void operator()() const noexcept {}
 };
@@ -91,17 +97,17 @@ void random_steps_match_a_model(int in_order, std::size_t slack, std::uint64_t s
       }
       case 3: {
         now += static_cast<std::int64_t>(rng() % 8);
-        std::vector<TaskStateBase*> due;
+        std::vector<TimerHeap::Due> due;
         const std::int64_t next = heap.pop_due(now, due);
         std::vector<TaskStateBase*> expected;
         for (const auto& [st, at] : armed) {
           if (at <= now) expected.push_back(st);
         }
-        std::vector<TaskStateBase*> got = due;
+        std::vector<TaskStateBase*> got = states_of(due);
         std::sort(got.begin(), got.end());
         std::sort(expected.begin(), expected.end());
         ASSERT_EQ(got, expected) << "step " << step;
-        for (TaskStateBase* d : due) {
+        for (const auto& [d, exec] : due) {
           armed.erase(d);
           d->release();
         }
@@ -160,14 +166,14 @@ TEST(TimerHeap, EarliestLooksAtTheLaneAndTheHeap) {
   EXPECT_EQ(heap.lane_size_for_testing(), 0U);
   EXPECT_FALSE(arm(6));
   EXPECT_EQ(heap.lane_size_for_testing(), 1U);
-  std::vector<TaskStateBase*> due;
+  std::vector<TimerHeap::Due> due;
   EXPECT_EQ(heap.pop_due(5, due), 6);
   EXPECT_EQ(due.size(), 2U);  // the two at 5
   EXPECT_EQ(heap.pop_due(6, due), 7);
   EXPECT_EQ(due.size(), 3U);
-  EXPECT_EQ(due.back(), states.back());  // the lane's 6
+  EXPECT_EQ(due.back().state, states.back());  // the lane's 6
   EXPECT_TRUE(arm(4));
-  for (TaskStateBase* s : due) s->release();
+  for (const auto& d : due) d.state->release();
   for (const TimerHeap::Entry& e : all_of(heap.take_all())) e.state->release();
   for (TaskStateBase* s : states) s->release();
 }
@@ -202,13 +208,13 @@ TEST(TimerHeap, LaneStaysBoundedBehindALiveFront) {
     ASSERT_LE(heap.lane_size_for_testing(), 2 * (live.size() + 1) + kSlack + 1) << i;
   }
   // Firing everything hands back the front, then the rest in order.
-  std::vector<TaskStateBase*> due;
+  std::vector<TimerHeap::Due> due;
   EXPECT_EQ(heap.pop_due(TimerHeap::kNever - 1, due), TimerHeap::kNever);
   ASSERT_EQ(due.size(), live.size() + 1);
-  EXPECT_EQ(due[0], front);
-  for (std::size_t i = 0; i < live.size(); ++i) EXPECT_EQ(due[i + 1], live[i]) << i;
+  EXPECT_EQ(due[0].state, front);
+  for (std::size_t i = 0; i < live.size(); ++i) EXPECT_EQ(due[i + 1].state, live[i]) << i;
   EXPECT_EQ(heap.lane_size_for_testing(), 0U);
-  for (TaskStateBase* s : due) {
+  for (const auto& [s, exec] : due) {
     s->release();  // the heap's
     s->release();  // the test's
   }
@@ -226,7 +232,7 @@ TEST(TimerHeap, PopDueHandsOverInDeadlineOrder) {
     s->add_ref();  // the heap's
     (void)heap.push(s, at[s], /*exec=*/false);
   }
-  std::vector<TaskStateBase*> due;
+  std::vector<TimerHeap::Due> due;
   // Half now, then the rest: each call returns the next deadline left.
   std::int64_t next_left = TimerHeap::kNever;
   for (const auto& [s, when] : at) {
@@ -235,8 +241,9 @@ TEST(TimerHeap, PopDueHandsOverInDeadlineOrder) {
   EXPECT_EQ(heap.pop_due(50'000, due), next_left);
   EXPECT_EQ(heap.pop_due(TimerHeap::kNever - 1, due), TimerHeap::kNever);
   ASSERT_EQ(due.size(), at.size());
-  for (std::size_t i = 1; i < due.size(); ++i) ASSERT_LE(at[due[i - 1]], at[due[i]]) << i;
-  for (TaskStateBase* s : due) s->release();
+  for (std::size_t i = 1; i < due.size(); ++i)
+    ASSERT_LE(at[due[i - 1].state], at[due[i].state]) << i;
+  for (const auto& d : due) d.state->release();
   for (const auto& [s, when] : at) s->release();
 }
 
@@ -253,14 +260,14 @@ TEST(TimerHeap, ConcurrentArmsDisarmsAndFiringsHandBackEveryReference) {
   std::atomic<std::int64_t> fired{0};
   std::thread supervisor([&] {
     std::int64_t now = 0;
-    std::vector<TaskStateBase*> due;
+    std::vector<TimerHeap::Due> due;
     while (!done.load(std::memory_order_acquire)) {
       now += 50;
       due.clear();
       (void)heap.pop_due(now, due);
-      for (TaskStateBase* s : due) {
+      for (const auto& d : due) {
         fired.fetch_add(1, std::memory_order_relaxed);
-        s->release();
+        d.state->release();
       }
     }
   });

@@ -230,7 +230,7 @@ struct ApplicationOptions {
   std::function<void(AppState)> on_state_change{};
   // Where the application logs signals, state changes, resource calls and
   // failures, as "application <name>: <message>" (crew/log.hpp). Empty:
-  // crew::default_logger(), which writes to stderr.
+  // crew::default_logger(), which writes warnings and errors to stderr.
   std::shared_ptr<Logger> logger{};
 };
 

@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "crew/detail/assert.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
@@ -245,19 +246,29 @@ template <class F, bool kHoldsPool = true>
 class GroupCell {
  public:
   template <class G>
-  GroupCell(GroupHead* g, const Pool* pool, G&& f) : g_(g), pool_(pool), f_(std::forward<G>(f)) {
+  GroupCell(GroupHead* g, const Pool* pool, G&& f) : g_(g), pool_(pool) {
+    ::new (static_cast<void*>(&f_)) F(std::forward<G>(f));
     group_counted_begin(g_);
   }
-  GroupCell(GroupCell&& o) noexcept
-      : g_(std::exchange(o.g_, nullptr)), pool_(o.pool_), f_(std::move(o.f_)) {}
+  // The callable lives while g_ is set: a move ends it in the source.
+  GroupCell(GroupCell&& o) noexcept : g_(std::exchange(o.g_, nullptr)), pool_(o.pool_) {
+    CREW_ASSERT(g_ != nullptr, "moving a group cell that already ran");
+    ::new (static_cast<void*>(&f_)) F(std::move(o.f_));
+    o.f_.~F();
+  }
   GroupCell(const GroupCell&) = delete;
   GroupCell& operator=(const GroupCell&) = delete;
   GroupCell& operator=(GroupCell&&) = delete;
+  // Never run (a shutdown dropped it): the callable goes first, then the
+  // group counts the task, so that a wait that returns saw it destroyed.
   ~GroupCell() {
-    if (g_ != nullptr) group_counted_end(g_, TaskStatus::rejected);
+    if (g_ != nullptr) {
+      f_.~F();
+      group_counted_end(g_, TaskStatus::rejected);
+    }
   }
 
-  TaskStatus run_counted() noexcept {
+  void run_counted(Runner& runner) noexcept {
     GroupHead* g = std::exchange(g_, nullptr);
     TaskStatus outcome = TaskStatus::succeeded;
     if (g->cancelled()) {
@@ -271,8 +282,12 @@ class GroupCell {
         outcome = TaskStatus::failed;
       }
     }
+    // The callable and its captures are destroyed, and the pool counts the
+    // task, before the group does: nothing of it runs after Group::wait()
+    // returned, and the pool's stats already show it then.
+    f_.~F();
+    runner.count_outcome(outcome);
     group_counted_end(g, outcome);
-    return outcome;
   }
 
  private:
@@ -288,7 +303,9 @@ class GroupCell {
 
   GroupHead* g_;
   [[no_unique_address]] std::conditional_t<kHoldsPool, HeldPool, PoolOfState> pool_;
-  F f_;
+  union {  // alive while g_ is set; ended by hand, before the group counts the task
+    F f_;
+  };
 };
 
 // A GroupCell for F: with the pool's address unless only its absence lets
@@ -342,13 +359,13 @@ class Group {
   }
 
   // Blocks until every task submitted so far (and any submitted while it
-  // waits) has ended. Called from a task of the group's pool, it runs queued
-  // tasks of the pool meanwhile; otherwise it blocks on the tasks' handles
-  // (a worker of the pool still runs a queued task of the group itself).
-  // A task must not wait for its own group: it would wait for itself.
-  // On a worker with less than its stack's reserve left (a chain of nested
-  // waits thousands deep), it runs none of them: it cancels the group, waits
-  // until its tasks have settled, then throws Error(Errc::stack_exhausted).
+  // waits, by any of them: with a handle or without) has ended, each
+  // callable and its captures destroyed and counted by the pool's stats(). Called from a task of
+  // the group's pool, it runs queued tasks of the pool meanwhile; otherwise it blocks on the tasks'
+  // handles (a worker of the pool still runs a queued task of the group itself). A task must not
+  // wait for its own group: it would wait for itself. On a worker with less than its stack's
+  // reserve left (a chain of nested waits thousands deep), it runs none of them: it cancels the
+  // group, waits until its tasks have settled, then throws Error(Errc::stack_exhausted).
   void wait();
   // As wait(), giving up at the timeout; true if every task has ended. A
   // timeout too large to add to the clock means no deadline. On a worker of
@@ -373,7 +390,13 @@ class Group {
   [[nodiscard]] bool cancelled() const noexcept;
   // The exception of the first task that failed, or null.
   [[nodiscard]] std::exception_ptr first_exception() const;
-  // Rethrows first_exception() if there is one.
+  // The group's result: rethrows first_exception() if there is one; else
+  // throws Error(Errc::rejected) if any of its tasks did not run because
+  // the pool refused it (full, or closed: a shutdown refuses nested
+  // submissions too), a shutdown dropped it from the queue, or it expired
+  // there (stats().outcomes.rejected). Tasks the group's own cancel() ended
+  // are not failures. Call it after wait(): a fork-join that skips it may
+  // return a partial answer.
   void rethrow_if_failed() const;
   // The group's deadline, if it has one.
   [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> deadline() const noexcept;

@@ -61,7 +61,11 @@ class StderrLogger final : public Logger {
   LogLevel level_;
 };
 
-// The logger pools use when PoolOptions::logger is empty.
+// The logger pools (and applications) use when their options' logger is
+// empty: a StderrLogger of warnings and errors only, so that a program that
+// uses crew writes nothing to stderr while all goes well. Info lines (a
+// shutdown's summary, an application's state changes) go to a logger the
+// user installs, such as StderrLogger(LogLevel::info).
 [[nodiscard]] std::shared_ptr<Logger> default_logger();
 
 }  // namespace crew

@@ -76,7 +76,10 @@ class Pool : public detail::SubmitApi<Pool> {
   // Throws crew::Error(Errc::invalid_options) naming the bad field, and
   // std::system_error when the pool's supervisor thread cannot be started;
   // no thread of the pool is left running then. A worker thread that cannot
-  // be started is logged, and started again when work or min_workers needs it.
+  // be started (pthread_create: EAGAIN at a container's pids.max, ENOMEM) is
+  // logged by the supervisor, which tries again after a backoff (1 ms
+  // doubling to 1 s) while tasks are queued: a queued task is never left
+  // without a worker because one start failed.
   explicit Pool(PoolOptions options = {});
   // Performs shutdown(options.shutdown_mode, options.shutdown_timeout).
   ~Pool();

@@ -98,6 +98,13 @@ enum class CancelResult : std::uint8_t {
 // A handle to a submitted task. Move-only; destroying it does not cancel the
 // task. All member functions may be called from any thread, but one handle
 // must not be used by two threads at once (like std::future).
+//
+// When a wait for the task returns (wait(), get(), ready() turning true),
+// the task's callable and its captures have been destroyed, and the pool's
+// stats() already count its outcome; the pool's observers and handlers of
+// the task may still be running (Pool::wait_idle() waits for them). A task
+// cancelled while queued gives up its callable when a worker or a shutdown
+// reaches its cell, not at its queue deadline.
 template <class T>
 class [[nodiscard]] Task {
  public:

@@ -73,6 +73,11 @@ class TscClock {
   // True once reads come from the TSC (tests and the benchmark report).
   static bool uses_tsc() noexcept;
 
+  // In a child of fork() (an atfork handler in clock.cpp): an anchor another
+  // thread was writing at the fork (seq_ odd) is never finished there, so
+  // calibration starts again.
+  static void reset_in_child() noexcept;
+
  private:
   // Reads steady_clock, and calibrates or re-anchors when it is due.
   static std::int64_t slow_now_ns() noexcept;

@@ -51,14 +51,22 @@ struct WriteOffNote;
 bool stack_allows_help() noexcept;
 // Whether the calling thread's stack has its reserve left below the current
 // frame (a sixteenth of the stack, at least 32 KiB and at most a quarter;
-// true when the stack is unknown): a wait nests a queued task only then,
-// and otherwise cancels the task it waits for and throws
-// Error(stack_exhausted) (see waits_may_throw_for_stack).
+// where waits cannot throw, half the reserve): a wait nests a
+// queued task only then, and otherwise cancels the task it waits for and
+// throws Error(stack_exhausted) (see waits_may_throw_for_stack), or, where
+// it cannot throw, returns with the task settled as cancelled. On a stack that is not the thread's
+// own (a fiber's, a stackful coroutine's) or one of unknown size: only while no task runs nested on
+// it yet; below that such a wait sleeps instead.
 bool stack_allows_nesting() noexcept;
+// Whether the calling frame is on a stack other than the thread's own, or
+// on a thread whose stack is unknown.
+bool on_foreign_stack() noexcept;
 // The text of that Error, naming `what` was not run.
 std::string stack_exhausted_message(std::string_view what);
 // False while the calling thread waits where it cannot throw (~Group, or
-// while an exception unwinds): there a wait nests as before, reserve or not.
+// while an exception unwinds): there a wait nests the caller's own tasks
+// down to a quarter of the reserve, and below it cancels the task it waits
+// for without throwing.
 bool waits_may_throw_for_stack() noexcept;
 // Marks the calling thread's scope as one whose waits cannot throw.
 struct NoStackThrowScope {
@@ -104,10 +112,13 @@ using LongCall = void (*)(void* fn, const TaskContext& ctx);
 using PlainCall = void (*)(void* fn);
 // Runs a task that decides its own outcome (a group's short task: it may end
 // cancelled without running, or failed with the exception kept by its
-// group); the runner counts what it returns.
-using CountedCall = TaskStatus (*)(void* fn) noexcept;
+// group); it has the runner count it (count_outcome) before it tells its
+// group, so that whoever saw it end sees it in the pool's stats too.
+class Runner;
+using CountedCall = void (*)(void* fn, Runner& runner) noexcept;
 class Runner {
  public:
+  virtual void count_outcome(TaskStatus outcome) noexcept = 0;
   virtual void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                         void* fn) noexcept = 0;
   virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
@@ -135,18 +146,18 @@ void call_plain(void* fn) {
   (void)(*static_cast<D*>(fn))();
 }
 
-// A callable with `TaskStatus run_counted() noexcept`, which runs it and
-// says how it ended. Destroyed without having run (refused, or dropped by a
-// shutdown), it must record that itself.
+// A callable with `void run_counted(Runner&) noexcept`, which runs it and
+// has the runner count how it ended. Destroyed without having run (refused,
+// or dropped by a shutdown), it must record that itself.
 template <class D>
-concept CountedTask = requires(D& d) {
-  { d.run_counted() }
-  noexcept->std::same_as<TaskStatus>;
+concept CountedTask = requires(D& d, Runner& r) {
+  { d.run_counted(r) }
+  noexcept;
 };
 
 template <class D>
-TaskStatus call_counted(void* fn) noexcept {
-  return static_cast<D*>(fn)->run_counted();
+void call_counted(void* fn, Runner& runner) noexcept {
+  static_cast<D*>(fn)->run_counted(runner);
 }
 
 // The cell content of a counted task.
@@ -233,17 +244,37 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     using D = std::decay_t<F>;
     static_assert(std::is_nothrow_move_constructible_v<D>);
     Admission why = Admission::accepted;
-    auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
-    switch (route(fill, level, may_block, why)) {
-      case Route::queued:
-        return Admission::accepted;
-      case Route::run_here: {
-        const InlineRun here(this);
-        count_here(f.run_counted());
-        return Admission::accepted;
+    if constexpr (Cell::fits_inline<CountedFn<D>>) {
+      auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const InlineRun here(this);
+          f.run_counted(*this);
+          return Admission::accepted;
+        }
+        case Route::refused:
+          break;  // f records its refusal when the caller destroys it
       }
-      case Route::refused:
-        break;  // f records its refusal when the caller destroys it
+    } else {
+      // Boxed before a slot is claimed: boxing allocates and may throw,
+      // and the fill must not (the slot is claimed by then).
+      Cell tmp;
+      tmp.emplace(CountedFn<D>{std::move(f)});
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const InlineRun here(this);
+          (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
+          return Admission::accepted;
+        }
+        case Route::refused:
+          tmp.destroy();  // the task records its refusal
+          break;
+      }
     }
     return why;
   }
@@ -324,7 +355,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
-  void run_counted(CountedCall call, void* fn) noexcept override { count_here(call(fn)); }
+  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
 
   // ---- observers (src/observe.cpp) ----
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
@@ -372,6 +404,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
  private:
   // ---- state (the pool's parts; docs/design.md says which thread touches what) ----
   const PoolOptions opts_;
+  // Task-state runs counted and published whose handlers and observers have
+  // not yet returned (run_claimed); wait_idle() waits for them too.
+  std::atomic<std::uint64_t> epilogues_{0};
   // The observers with their events() read once, the union of those, and
   // whether any wants task timings.
   const LogLevel log_level_;  // opts_.logger->level(), read once
@@ -530,10 +565,17 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
-    s->add_ref_unshared();  // the cell's reference (`s` is not queued yet)
     if (timed_) [[unlikely]]
       s->enqueued_ns = now_ns();
-    if (s->has_queue_deadline()) arm_queue_deadline(s);
+    // The cell's reference. A queue deadline is armed first: arming may
+    // throw (out of memory), and then the caller's reference alone frees
+    // the state; once armed, the state is shared with the supervisor.
+    if (s->has_queue_deadline()) {
+      arm_queue_deadline(s);
+      s->add_ref();
+    } else {
+      s->add_ref_unshared();  // `s` is not shared yet
+    }
     auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
     Admission why = Admission::accepted;
     switch (route(fill, s->level, may_block, why)) {

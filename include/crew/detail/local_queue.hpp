@@ -105,15 +105,20 @@ class LocalQueue {
     bottom_.store(b, std::memory_order_relaxed);
     owner_fence();
     std::int64_t t = top_.load(std::memory_order_relaxed);
+    // The restores of bottom_ below are release stores: a thief's acquire
+    // load may read them, and since C++20 a later relaxed store of the
+    // owner no longer continues the release sequence of the push that
+    // wrote the slot, so a relaxed one would not carry the slot's contents
+    // to the thief (free on x86; a formal data race otherwise).
     if (t > b) {
-      bottom_.store(b + 1, std::memory_order_relaxed);
+      bottom_.store(b + 1, std::memory_order_release);
       return false;
     }
     if (t == b) {
       // The last cell: a thief may be after it too.
       const bool won = top_.compare_exchange_strong(t, t + 1, std::memory_order_seq_cst,
                                                     std::memory_order_relaxed);
-      bottom_.store(b + 1, std::memory_order_relaxed);
+      bottom_.store(b + 1, std::memory_order_release);
       if (!won) return false;
     }
     take(slot(b), out);

@@ -241,10 +241,15 @@ class SpillQueue {
       tail_ = b = fresh;
       n = 0;
     }
+    // Claimed before it is published, as the ring does: a read-modify-write,
+    // seq_cst (the sleepers' Dekker pair). A consumer that pops the cell
+    // and counts its outcome must find it counted as pushed already, or
+    // stats() could show more outcomes than submissions and wait_idle()
+    // return while a task runs. A consumer that sees the claim before the
+    // cell is written finds nothing to pop and looks again.
+    pushed_.fetch_add(1, std::memory_order_seq_cst);
     fill(b->cells[n]);
     b->written.store(n + 1, std::memory_order_release);
-    // A read-modify-write, seq_cst: the same claim protocol as the ring's tail.
-    pushed_.fetch_add(1, std::memory_order_seq_cst);
     return true;
   }
 

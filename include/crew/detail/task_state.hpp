@@ -372,9 +372,26 @@ template <class R, class F>
 class TaskState final : public ResultStateBase<R> {
  public:
   template <class G>
-  explicit TaskState(G&& g) : fn_(std::forward<G>(g)) {}
+  explicit TaskState(G&& g) {
+    ::new (static_cast<void*>(&fn_)) F(std::forward<G>(g));
+  }
+  TaskState(const TaskState&) = delete;
+  TaskState& operator=(const TaskState&) = delete;
+  ~TaskState() override {
+    if (!fn_ended_) fn_.~F();
+  }
 
+  // Runs the callable once, and destroys it (and its captures) before the
+  // runner publishes the outcome: nothing of a task runs after a wait for
+  // it returned.
   void run(const TaskContext& ctx) override {
+    struct End {
+      TaskState* t;
+      ~End() {
+        t->fn_.~F();
+        t->fn_ended_ = true;
+      }
+    } end{this};
     if constexpr (std::is_void_v<R>) {
       call(ctx);
     } else {
@@ -395,7 +412,10 @@ class TaskState final : public ResultStateBase<R> {
   }
   static std::stop_token stop_token_of(const TaskContext& ctx);
 
-  F fn_;
+  union {  // alive until run() returns or the state is destroyed
+    F fn_;
+  };
+  bool fn_ended_ = false;
 };
 
 }  // namespace crew::detail
