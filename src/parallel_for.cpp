@@ -5,16 +5,17 @@
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <thread>
+
+#include "crew/usable_cpus.hpp"
 
 namespace crew::detail {
 
 std::size_t loop_threads(const Pool& pool, const ParallelOptions& o) noexcept {
-  const std::size_t hardware = std::max<std::size_t>(1, std::thread::hardware_concurrency());
-  const std::size_t wanted = o.max_threads != 0 ? o.max_threads : hardware;
-  // The pool's own default for max_workers (0) is 2 x hardware threads.
+  const std::size_t cpus = usable_cpus();
+  const std::size_t wanted = o.max_threads != 0 ? o.max_threads : cpus;
+  // The pool's own default for max_workers (0) is 2 x usable CPUs.
   const std::size_t workers =
-      pool.options().max_workers != 0 ? pool.options().max_workers : 2 * hardware;
+      pool.options().max_workers != 0 ? pool.options().max_workers : 2 * cpus;
   return std::max<std::size_t>(1, std::min(wanted, workers + 1));
 }
 

@@ -20,6 +20,7 @@
 #include "crew/detail/assert.hpp"
 #include "crew/detail/barrier.hpp"
 #include "crew/observer.hpp"
+#include "crew/usable_cpus.hpp"
 
 namespace crew {
 namespace detail {
@@ -31,11 +32,6 @@ std::atomic<std::uint32_t> g_forks{0};
 void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
 std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
-
-std::size_t hardware_threads() noexcept {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
-}
 
 bool valid(ShutdownMode m) noexcept {
   return m == ShutdownMode::drain || m == ShutdownMode::soft || m == ShutdownMode::hard;
@@ -50,11 +46,11 @@ void require_non_negative(const char* field, std::chrono::nanoseconds d) {
     invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
 }
 
-// One queue shard per hardware thread, at least 4 (so that a few producers
+// One queue shard per usable CPU, at least 4 (so that a few producers
 // on a small machine still get a shard each), at most 64.
 constexpr std::size_t kMaxShards = 64;
 std::size_t default_queue_shards() noexcept {
-  return std::clamp<std::size_t>(hardware_threads(), 4, kMaxShards);
+  return std::clamp<std::size_t>(usable_cpus(), 4, kMaxShards);
 }
 
 // Upper bound on workers: far beyond any sane setting, low enough to catch a
@@ -63,7 +59,7 @@ constexpr std::size_t kMaxWorkersLimit = 1 << 16;
 
 PoolOptions resolved(PoolOptions o) {
   if (o.name.empty()) invalid("name", "must not be empty");
-  if (o.max_workers == 0) o.max_workers = 2 * hardware_threads();
+  if (o.max_workers == 0) o.max_workers = 2 * usable_cpus();
   if (o.max_workers > kMaxWorkersLimit) {
     invalid("max_workers", std::to_string(o.max_workers) + " exceeds the limit of " +
                                std::to_string(kMaxWorkersLimit));
@@ -72,7 +68,7 @@ PoolOptions resolved(PoolOptions o) {
     invalid("min_workers", std::to_string(o.min_workers) + " exceeds max_workers (" +
                                std::to_string(o.max_workers) + ")");
   }
-  if (o.queue_capacity == 0) o.queue_capacity = 1000 * hardware_threads();
+  if (o.queue_capacity == 0) o.queue_capacity = 1000 * usable_cpus();
   if (o.queue_shards == 0) o.queue_shards = default_queue_shards();
   if (o.queue_shards > kMaxShards) {
     invalid("queue_shards",
@@ -276,7 +272,7 @@ void Core::resume() {
 }
 
 void Core::resize(std::size_t max_workers) {
-  if (max_workers == 0) max_workers = 2 * hardware_threads();
+  if (max_workers == 0) max_workers = 2 * usable_cpus();
   if (max_workers > kMaxWorkersLimit) {
     invalid("max_workers", "resize(" + std::to_string(max_workers) + ") exceeds the limit of " +
                                std::to_string(kMaxWorkersLimit));

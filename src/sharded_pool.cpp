@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include "crew/usable_cpus.hpp"
+
 namespace crew {
 
 std::string_view to_string(Placement p) noexcept {
@@ -63,7 +65,7 @@ void check(const ShardedPoolOptions& o) {
 
 std::size_t shard_count(const ShardedPoolOptions& o) {
   if (o.shards != 0) return o.shards;
-  return std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  return usable_cpus();
 }
 
 std::vector<std::unique_ptr<Pool>> make_shards(const ShardedPoolOptions& o) {

@@ -12,18 +12,19 @@
 #include "control.hpp"
 #include "cpu_pressure.hpp"
 #include "crew/detail/futex.hpp"
+#include "crew/usable_cpus.hpp"
 
 namespace crew::detail {
 
 namespace {
 
 // Workers spinning in all pools of the process, and how many may: about
-// half the hardware threads, so that several pools (crewd has three) never
+// half the usable CPUs, so that several pools (crewd has three) never
 // spin more cores than one pool would, and the other half is left to the
 // threads that submit.
 std::atomic<int> g_spinners{0};
 int spinner_limit() noexcept {
-  static const int limit = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  static const int limit = std::max(1, static_cast<int>(usable_cpus()) / 2);
   return limit;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "crew/usable_cpus.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -33,6 +34,15 @@ TEST(ParallelFor, VisitsEveryIndexExactlyOnce) {
   std::vector<int> hits(kN, 0);
   parallel_for(pool, std::size_t{0}, kN, [&hits](std::size_t i) { ++hits[i]; });
   EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+}
+
+TEST(ParallelFor, ByDefaultALoopTakesOneThreadPerUsableCpu) {
+  Pool wide({.name = "wide", .max_workers = 1000});
+  EXPECT_EQ(detail::loop_threads(wide, {}), usable_cpus());
+  Pool by_default;  // 2 x usable CPUs workers: room for every thread
+  EXPECT_EQ(detail::loop_threads(by_default, {}), usable_cpus());
+  Pool narrow(workers(1));  // the caller and one worker at most
+  EXPECT_EQ(detail::loop_threads(narrow, {}), std::min<std::size_t>(usable_cpus(), 2));
 }
 
 TEST(ParallelFor, HandlesSignedMixedAndEmptyRanges) {

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "crew/usable_cpus.hpp"
 #include "os_thread.hpp"
 #include "test_util.hpp"
 
@@ -112,9 +113,10 @@ TEST(PoolOptions, WorkerPolicyIsTheWorkersSchedulingPolicy) {
 TEST(PoolOptions, ZeroMeansTheDocumentedDefaults) {
   Watchdog dog;
   Pool pool;
-  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  EXPECT_EQ(pool.options().max_workers, 2 * hw);
-  EXPECT_EQ(pool.options().queue_capacity, 1000 * hw);
+  const std::size_t cpus = usable_cpus();
+  EXPECT_EQ(pool.options().max_workers, 2 * cpus);
+  EXPECT_EQ(pool.stats().max_workers, 2 * cpus);
+  EXPECT_EQ(pool.options().queue_capacity, 1000 * cpus);
   EXPECT_EQ(pool.name(), "crew");
   EXPECT_EQ(pool.state(), PoolState::running);
 }
@@ -1187,7 +1189,7 @@ TEST(PoolWake, ATaskIsNotLeftToASpinnerThatLostItsCpu) {
 
   // One worker more than may spin at once in the process, so at least one
   // sleeps; the others spin for as long as the test lasts.
-  const std::size_t spinners = std::max(1u, std::thread::hardware_concurrency() / 2);
+  const std::size_t spinners = std::max<std::size_t>(1, usable_cpus() / 2);
   std::mutex mu;
   std::vector<pthread_t> threads;
   PoolOptions o;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "crew/usable_cpus.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -272,11 +273,11 @@ TEST(ShardedPool, TooManyShardsOrAnUnknownPlacementIsAnError) {
   EXPECT_NE(code_and_what(odd).find("ShardedPoolOptions.placement"), std::string::npos);
 }
 
-TEST(ShardedPool, ZeroShardsMeansOnePerHardwareThread) {
+TEST(ShardedPool, ZeroShardsMeansOnePerUsableCpu) {
   ShardedPoolOptions o;
   o.pool.max_workers = 1;
   ShardedPool sp(o);
-  EXPECT_EQ(sp.shards(), std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(sp.shards(), usable_cpus());
 }
 
 TEST(ShardedPool, ManyProducersOnBothPlacements) {

@@ -10,6 +10,7 @@
 //   application.hpp   crew::Application, the lifecycle of a service process
 //   observer.hpp      crew::Observer, the hook for metrics and tracing
 //   log.hpp           crew::Logger
+//   usable_cpus.hpp   crew::usable_cpus(): the CPUs defaults are sized from
 //
 // Optional components are included on their own: the Redis Streams source
 // (crew/stream_source.hpp, target crew::redis), and the Prometheus exporter
@@ -29,3 +30,4 @@
 #include "crew/sharded_pool.hpp"
 #include "crew/task.hpp"
 #include "crew/task_status.hpp"
+#include "crew/usable_cpus.hpp"

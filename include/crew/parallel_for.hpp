@@ -32,7 +32,7 @@ namespace crew {
 
 struct ParallelOptions {
   // Threads working on the loop, the caller included: 0 means one per
-  // hardware thread. At most the pool's max_workers + 1.
+  // usable CPU (crew::usable_cpus()). At most the pool's max_workers + 1.
   std::size_t max_threads = 0;
   // Blocks the range is split into; 0 means 16 per thread, but none smaller
   // than `grain` indices. More blocks balance uneven bodies better; each

@@ -130,7 +130,7 @@ class Pool : public detail::SubmitApi<Pool> {
   // both may be called from a worker of the pool.
   void pause();
   void resume();
-  // Changes max_workers at run time (0 = 2 x hardware threads). Workers above
+  // Changes max_workers at run time (0 = 2 x usable CPUs). Workers above
   // the new maximum exit after their current task. Throws
   // Error(invalid_options) if below min_workers.
   void resize(std::size_t max_workers);

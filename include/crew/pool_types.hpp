@@ -136,9 +136,10 @@ struct PoolOptions {
   std::string name = "crew";
   // Workers kept even when idle; started with the pool.
   std::size_t min_workers = 0;
-  // Upper bound of workers; 0 means 2 x std::thread::hardware_concurrency().
+  // Upper bound of workers; 0 means 2 x crew::usable_cpus() (the affinity
+  // mask capped by the cgroup CPU quota, crew/usable_cpus.hpp).
   std::size_t max_workers = 0;
-  // Queued tasks at most; 0 means 1000 x hardware threads; kUnbounded for none.
+  // Queued tasks at most; 0 means 1000 x usable CPUs; kUnbounded for none.
   // Each shard (below) holds its share in a lock-free ring of up to 65,536
   // slots (64 bytes each) whose pages are touched only as they are used;
   // beyond that, in a spill queue of blocks with one lock for pushes and one
@@ -150,7 +151,7 @@ struct PoolOptions {
   std::size_t queue_capacity = 0;
   // The queue is split into shards so that concurrent submitters do not
   // contend on one tail; order is FIFO per submitting thread. 0 picks one
-  // shard per hardware thread (at least 4, at most 64); 1 gives a single
+  // shard per usable CPU (at least 4, at most 64); 1 gives a single
   // queue, FIFO across all submitters. Rounded down to a power of two and
   // to at most queue_capacity.
   std::size_t queue_shards = 0;
@@ -206,11 +207,11 @@ struct PoolOptions {
   // How long an idle worker polls the queue before it sleeps (time it spends
   // off its CPU, preempted, does not count). Longer spins catch bursts
   // without a wake-up (~10 us each) at the cost of CPU after work.
-  // At most hardware threads / 2 workers spin at once in the process; a
-  // worker woken onto the CPU of the thread that woke it does not spin; a
-  // spinner that lost its CPU for more than 10 us is not relied on: tasks
-  // submitted meanwhile wake a sleeping worker (docs/design.md, "Waking
-  // workers without losing a wake-up").
+  // At most usable CPUs / 2 workers (at least 1) spin at once in the
+  // process; a worker woken onto the CPU of the thread that woke it does not
+  // spin; a spinner that lost its CPU for more than 10 us is not relied on:
+  // tasks submitted meanwhile wake a sleeping worker (docs/design.md,
+  // "Waking workers without losing a wake-up").
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
   // Whether idle workers spin for the whole `spin` also while the
   // machine's CPUs are contended: while some runnable thread of any process

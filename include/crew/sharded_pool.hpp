@@ -45,8 +45,9 @@ enum class Placement : std::uint8_t {
 [[nodiscard]] std::string_view to_string(Placement p) noexcept;
 
 struct ShardedPoolOptions {
-  // Number of pools; 0 means one per hardware thread. At most kMaxShards
-  // (more: Error(invalid_options)); each shard has a worker thread at least.
+  // Number of pools; 0 means one per usable CPU (crew::usable_cpus()). At
+  // most kMaxShards (more: Error(invalid_options)); each shard has a worker
+  // thread at least.
   static constexpr std::size_t kMaxShards = 1024;
   std::size_t shards = 0;
   Placement placement = Placement::round_robin;
