@@ -47,7 +47,7 @@ struct Config {
   // connection; a connection costs no thread. Each limit answers a client
   // that oversteps it at once (docs/crewd.md, "Limits").
   struct Http {
-    std::size_t io_threads = 0;  // 0: one per hardware thread
+    std::size_t io_threads = 0;  // 0: one per usable CPU (crew::usable_cpus())
     // Open connections at most. At the limit the oldest idle connection of
     // the I/O thread taking the new one is closed; with none idle, the new
     // connection gets 503 and is closed.
@@ -65,7 +65,7 @@ struct Config {
 
   // GET /api/v1/factorial/{n}: short tasks.
   struct Compute {
-    std::size_t workers = 0;  // 0: one per hardware thread
+    std::size_t workers = 0;  // 0: one per usable CPU (crew::usable_cpus())
     std::size_t queue = 10'000;
     Millis queue_timeout{1000};  // a task not started by then: 503
     // batch: a woken compute worker does not preempt the I/O thread that

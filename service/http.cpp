@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <crew/usable_cpus.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -120,7 +121,7 @@ HttpServer::HttpServer(const Config& config, ServicePools pools,
     : state_(std::make_shared<State>(config, pools, std::move(log), std::move(requests),
                                      std::move(exposed))) {
   std::size_t threads = config.http.io_threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = crew::usable_cpus();
   for (std::size_t i = 0; i < threads; ++i) {
     state_->workers.push_back(std::make_unique<IoThread>(*state_, i));
   }

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <crew/application.hpp>
 #include <crew/pool.hpp>
+#include <crew/usable_cpus.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -92,6 +93,14 @@ void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
 int run(const Config& config) {
   auto log = make_logger(config.log_level);
   auto crew_log = std::make_shared<CrewLog>(log, config.log_level);
+  // The figure the defaults below (I/O threads, compute workers) and crew's
+  // own defaults are sized from, and the limit it came from.
+  const crew::UsableCpus& cpus = crew::usable_cpus_details();
+  log->info("usable CPUs: {} (from {}: {} in the affinity mask, {})", cpus.count,
+            crew::to_string(cpus.limit), cpus.affinity,
+            cpus.cgroup.empty()
+                ? std::string("no cgroup CPU quota")
+                : fmt::format("cgroup CPU quota {:.2f} at {}", cpus.quota, cpus.cgroup));
 
   auto request_metrics = std::make_shared<RequestMetrics>();
   std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
@@ -107,19 +116,18 @@ int run(const Config& config) {
 
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
-  crew::Pool compute({.name = "compute",
-                      .max_workers = config.compute.workers != 0
-                                         ? config.compute.workers
-                                         : std::max(1u, std::thread::hardware_concurrency()),
-                      .queue_capacity = config.compute.queue,
-                      .overflow = crew::Overflow::reject,
-                      .shutdown_mode = config.shutdown.mode,
-                      .shutdown_timeout = config.shutdown.timeout,
-                      .observers = compute_observers,
-                      .logger = crew_log,
-                      .spin = config.compute.spin,
-                      .spin_when_contended = config.compute.spin_when_contended,
-                      .worker_policy = config.compute.worker_policy});
+  crew::Pool compute(
+      {.name = "compute",
+       .max_workers = config.compute.workers != 0 ? config.compute.workers : crew::usable_cpus(),
+       .queue_capacity = config.compute.queue,
+       .overflow = crew::Overflow::reject,
+       .shutdown_mode = config.shutdown.mode,
+       .shutdown_timeout = config.shutdown.timeout,
+       .observers = compute_observers,
+       .logger = crew_log,
+       .spin = config.compute.spin,
+       .spin_when_contended = config.compute.spin_when_contended,
+       .worker_policy = config.compute.worker_policy});
   crew::Pool jobs({.name = "jobs",
                    .max_workers = config.jobs.workers,
                    .queue_capacity = config.jobs.queue,

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <crew/usable_cpus.hpp>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -136,6 +137,10 @@ std::vector<prometheus::MetricFamily> ProcessMetrics::Collect() const {
                                     "Start time of the process since unix epoch in seconds",
                                     MetricType::Gauge, *s.start_time_seconds));
   }
+  out.push_back(one_sample_family(
+      "crewd_usable_cpus",
+      "CPUs the process can use: its affinity mask capped by its cgroup CPU quota, rounded up",
+      MetricType::Gauge, static_cast<double>(crew::usable_cpus())));
   return out;
 }
 

@@ -7,6 +7,8 @@
 //   process_open_fds, process_max_fds
 //   process_threads                  threads of the process
 //   process_start_time_seconds       since the Unix epoch
+//   crewd_usable_cpus                the CPUs crewd's defaults are sized
+//                                    from (crew::usable_cpus())
 //
 // Linux only. A file that cannot be read leaves its metric out of that
 // scrape rather than failing it.

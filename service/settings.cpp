@@ -206,7 +206,7 @@ const std::vector<Setting>& settings() {
                                   {"error", LogLevel::error}}));
 
     s.push_back(integer(
-        "http.io_threads", "I/O threads serving every connection (0: one per hardware thread)",
+        "http.io_threads", "I/O threads serving every connection (0: one per usable CPU)",
         +[](Config& c) -> std::size_t& { return c.http.io_threads; }, 0, 256));
     s.push_back(integer(
         "http.max_connections",
@@ -244,7 +244,7 @@ const std::vector<Setting>& settings() {
         +[](Config& c) -> Millis& { return c.http.write_timeout; }, 1, kDay));
 
     s.push_back(integer(
-        "compute.workers", "workers of pool compute (0: one per hardware thread)",
+        "compute.workers", "workers of pool compute (0: one per usable CPU)",
         +[](Config& c) -> std::size_t& { return c.compute.workers; }, 0, 10'000));
     s.push_back(integer(
         "compute.queue", "queued factorial tasks at most (more: 503)",

@@ -1,9 +1,12 @@
 // Configuration layering (defaults < TOML file < CREWD_* environment <
-// flags), error messages naming the setting, --help and --print-config.
+// flags), error messages naming the setting, --help and --print-config,
+// and the defaults crewd sizes from the CPUs it may use.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "config.hpp"
 #include "crewd_harness.hpp"
+#include "crewd_suite.hpp"
 
 namespace crewd {
 namespace {
@@ -355,6 +359,82 @@ TEST(CrewdBinary, APortInUseFailsStartUp) {
   EXPECT_EQ(code, 3) << out;  // crew::ExitCode::startup_failure
   EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << out;
+}
+
+// The lowest CPU in this process's affinity mask, and how many it holds.
+int first_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) return cpu;
+  }
+  return -1;
+}
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+// The value of the unlabelled gauge `name` in crewd's /metrics, or -1.
+double gauge(int port, const std::string& name) {
+  const test::Exchange ex = test::get(port, "/metrics");
+  const auto pos = ex.body.find("\n" + name + " ");
+  if (ex.status != 200 || pos == std::string::npos) return -1;
+  return std::stod(ex.body.substr(pos + name.size() + 2));
+}
+
+TEST(CrewdBinary, UnderTasksetItLogsOneUsableCpuAndSizesItsDefaultsFromIt) {
+  const int cpu = first_cpu();
+  ASSERT_GE(cpu, 0);
+  test::Crewd crewd({"--listen", "127.0.0.1:0"}, {}, 0,
+                    {"/usr/bin/taskset", "-c", std::to_string(cpu)});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  EXPECT_FALSE(
+      crewd
+          .wait_log(std::regex(R"(usable CPUs: 1 \(from affinity: 1 in the affinity mask)"),
+                    5'000ms)
+          .empty())
+      << crewd.log();
+  // One I/O thread and one compute worker per usable CPU.
+  EXPECT_FALSE(
+      crewd.wait_log(std::regex(R"(ready: 1 I/O threads .*compute \(max 1 workers\))"), 5'000ms)
+          .empty())
+      << crewd.log();
+  EXPECT_EQ(gauge(port, "crewd_usable_cpus"), 1);
+  test::expect_clean_stop(crewd);
+}
+
+// A fake cgroup v2 tree (CREW_TEST_CGROUP_ROOT, crew/usable_cpus.hpp)
+// with a quota of half a CPU: the quota is the limit crewd names.
+TEST(CrewdBinary, ItLogsACgroupQuotaAsTheSourceOfItsUsableCpus) {
+  if (affinity_cpus() < 2) {
+    GTEST_SKIP() << "needs 2 CPUs in the affinity mask for the quota to be the smaller limit";
+  }
+  namespace fs = std::filesystem;
+  std::string dir = (fs::temp_directory_path() / "crewd-cgroups-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  struct Remove {
+    fs::path p;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove{dir};
+  fs::create_directories(fs::path(dir) / "sys_fs_cgroup/pod/crewd");
+  std::ofstream(fs::path(dir) / "proc_self_cgroup") << "0::/pod/crewd\n";
+  std::ofstream(fs::path(dir) / "sys_fs_cgroup/pod/crewd/cpu.max") << "50000 100000\n";
+  test::Crewd crewd({"--listen", "127.0.0.1:0"}, {{"CREW_TEST_CGROUP_ROOT", dir}});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const std::string expected =
+      "usable CPUs: 1 (from cgroup_v2_quota: " + std::to_string(affinity_cpus()) +
+      " in the affinity mask, cgroup CPU quota 0.50 at " + dir + "/sys_fs_cgroup/pod/crewd)";
+  EXPECT_NE(crewd.log().find(expected), std::string::npos) << expected << "\n" << crewd.log();
+  EXPECT_EQ(gauge(port, "crewd_usable_cpus"), 1);
+  test::expect_clean_stop(crewd);
 }
 
 }  // namespace

@@ -310,12 +310,15 @@ inline Exchange post(int port, const std::string& target, const std::string& bod
 class Crewd {
  public:
   // `args` after the program name; `env` adds to the test's environment;
-  // `nofile`, if not 0, is crewd's descriptor limit (soft and hard).
+  // `nofile`, if not 0, is crewd's descriptor limit (soft and hard);
+  // `launcher`, if not empty, is a command (its first word a full path)
+  // that execs crewd in its own place, e.g. {"/usr/bin/taskset", "-c", "0"}.
   explicit Crewd(std::vector<std::string> args, std::map<std::string, std::string> env = {},
-                 rlim_t nofile = 0) {
+                 rlim_t nofile = 0, std::vector<std::string> launcher = {}) {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
-    std::vector<std::string> argv_s{CREWD_BINARY};
+    std::vector<std::string> argv_s = std::move(launcher);
+    argv_s.emplace_back(CREWD_BINARY);
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());

@@ -285,7 +285,8 @@ TEST_F(CrewdHttp, MetricsCoverPoolsRequestsAndTheProcess) {
       "process_open_fds ",
       "process_max_fds ",
       "process_threads ",
-      "process_start_time_seconds "};
+      "process_start_time_seconds ",
+      "crewd_usable_cpus "};
 #if CREWD_CREW_METRICS
   for (const char* line :
        {"crew_tasks_total{pool=\"compute\",task=\"factorial\",outcome=\"succeeded\"}",
