@@ -29,9 +29,10 @@
 namespace crew {
 namespace {
 
-// CPUs in the main thread's affinity mask (the one the process started
-// with, whichever thread asks). A cpu_set_t holds 1,024 CPUs; a machine
-// with more needs a larger set (EINVAL says so).
+// CPUs in the main thread's affinity mask, whichever thread asks: a
+// thread that pinned itself to one CPU does not shrink every default. A
+// cpu_set_t holds 1,024 CPUs; a machine with more needs a larger set
+// (EINVAL says so).
 std::size_t affinity_cpus() noexcept {
   for (const pid_t pid : {::getpid(), pid_t{0}}) {
     for (std::size_t cpus = CPU_SETSIZE; cpus <= (std::size_t{1} << 20); cpus *= 2) {
