@@ -92,8 +92,9 @@ std::int64_t Core::fire_timers(std::int64_t now) {
         t.fire();
       }
     } else {
-      // Counted by whoever pops its cell.
-      (void)s->leave_queue(TaskStatus::rejected, Errc::expired);
+      // Counted by whoever pops its cell. expire() tells a callable that
+      // listens (QueueExpiryListener) while the heap's reference keeps it.
+      (void)s->expire();
       s->release();
     }
   }

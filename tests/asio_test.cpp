@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "replaced_new.hpp"  // operator new: fails one allocation on demand
 #include "test_util.hpp"
 
 namespace {
@@ -257,6 +258,109 @@ TEST(CrewAsio, ATaskPastItsQueueDeadlineCompletesWithExpired) {
   const auto [e, v] = out.get();
   ASSERT_TRUE(e);
   EXPECT_EQ(code_of(e), crew::Errc::expired);
+}
+
+// The pool's supervisor completes an expired task at its queue deadline:
+// the client hears of it then, not when a worker is free to reach the task.
+TEST(CrewAsio, AnExpiredTaskCompletesAtItsDeadlineWhileEveryWorkerIsBusy) {
+  IoThread io;
+  crew::Pool pool({.name = "asio", .max_workers = 1});
+  WorkerHold hold(pool);  // held until the end: no worker reaches the task
+  std::atomic<int> ran{0};
+  Outcome<int> out;
+  const auto submitted = std::chrono::steady_clock::now();
+  crew::asio::async_submit(
+      pool, io.ioc().get_executor(), [&ran] { return ++ran; }, {.queue_timeout = 50ms},
+      [&](std::exception_ptr e, int v) {
+        out.promise.set_value({std::move(e), v});
+      });
+  ASSERT_EQ(out.future.wait_for(500ms * kSlowdown), std::future_status::ready)
+      << "the expired completion waits for a worker";
+  const auto elapsed = std::chrono::steady_clock::now() - submitted;
+  const auto [e, v] = out.future.get();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(code_of(e), crew::Errc::expired);
+  EXPECT_EQ(v, 0);
+  EXPECT_GE(elapsed, 50ms);
+  hold.release();
+  EXPECT_TRUE(pool.wait_idle(5s * kSlowdown));
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(pool.stats().outcomes.rejected, 1u) << "counted once, when the worker popped it";
+}
+
+// A queue timeout too large to add to the clock means no deadline: a task
+// dropped by a shutdown says so, not that it expired.
+TEST(CrewAsio, AQueueTimeoutOfNanosecondsMaxIsNoDeadline) {
+  IoThread io;
+  crew::Pool pool({.name = "asio", .max_workers = 1});
+  WorkerHold hold(pool);
+  Outcome<int> out;
+  crew::asio::async_submit(
+      pool, io.ioc().get_executor(), [] { return 1; },
+      {.queue_timeout = std::chrono::nanoseconds::max()},
+      [&](std::exception_ptr e, int v) {
+        out.promise.set_value({std::move(e), v});
+      });
+  (void)shut_down_soft_while_held(pool, hold);
+  const auto [e, v] = out.get();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(code_of(e), crew::Errc::shutdown_dropped);
+}
+
+// A submission the pool refuses by throwing (invalid options, out of
+// memory) signals once: the exception, and no completion.
+TEST(CrewAsio, ASubmissionThatThrowsDeliversNoCompletion) {
+  crew::test::Watchdog watchdog;
+  // Its worker started at once: a failed allocation of the submission does
+  // not fall on starting it.
+  crew::Pool pool(crew::test::fixed_workers("asio", 1));
+  const std::vector<crew::TaskOptions> invalid = {
+      {.priority = 200}, {.timeout = -1ms}, {.queue_timeout = -1ms}};
+  for (const crew::TaskOptions& opts : invalid) {
+    net::io_context ioc;
+    int exceptions = 0;
+    int calls = 0;
+    try {
+      crew::asio::async_submit(
+          pool, ioc.get_executor(), [] { return 1; }, opts,
+          [&calls](std::exception_ptr, int) { ++calls; });
+    } catch (const crew::Error& e) {
+      EXPECT_EQ(e.code(), crew::Errc::invalid_options);
+      ++exceptions;
+    }
+    ioc.run();  // runs a completion, if one was posted
+    EXPECT_EQ(exceptions, 1);
+    EXPECT_EQ(calls, 0);
+  }
+  // The n-th allocation of the submission fails, for every n until one
+  // succeeds: each submission ends in exactly one signal.
+  bool submitted = false;
+  int failed_submissions = 0;
+  for (long n = 1; !submitted && n < 100; ++n) {
+    net::io_context ioc;
+    int exceptions = 0;
+    int calls = 0;
+    try {
+      crew::test::t_fail_allocation_in = n;
+      crew::asio::async_submit(
+          pool, ioc.get_executor(), [] { return 1; }, {.name = "out of memory"},
+          [&calls](std::exception_ptr e, int v) {
+            EXPECT_FALSE(e);
+            EXPECT_EQ(v, 1);
+            ++calls;
+          });
+      submitted = true;
+    } catch (const std::bad_alloc&) {
+      ++exceptions;
+      ++failed_submissions;
+    }
+    crew::test::t_fail_allocation_in = 0;
+    ioc.run();  // until the completion, if there is one
+    EXPECT_EQ(exceptions + calls, 1) << "allocation " << n;
+  }
+  EXPECT_TRUE(submitted);
+  EXPECT_GE(failed_submissions, 3) << "the handler, its completion, the task state";
+  EXPECT_TRUE(pool.wait_idle(5s * kSlowdown));
 }
 
 TEST(CrewAsio, LongTasksGetTheirTokenAndEndAsThePoolCountsThem) {

@@ -29,12 +29,22 @@
 //                          crew::Error(cancelled) (a hard shutdown);
 //   refused at admission   crew::Error(Errc::rejected), admission() saying
 //                          why (closed, full, too_many_blocked), at once;
-//   dropped unrun          crew::Error(Errc::expired) if its queue deadline
-//                          had passed, else Errc::shutdown_dropped (a soft or
-//                          hard shutdown took it from the queue).
+//   expired in the queue   crew::Error(Errc::expired), posted by the pool's
+//                          supervisor thread at the queue deadline (within
+//                          its timer's precision), however long the workers
+//                          stay busy; f is destroyed unrun later, on the
+//                          thread that pops the task;
+//   dropped unrun          crew::Error(Errc::shutdown_dropped) (a soft or
+//                          hard shutdown took it from the queue), or
+//                          Errc::expired if its queue deadline had passed.
 //
 // In each error case the value argument is R{} (R must be default
-// constructible; wrap it in std::optional otherwise).
+// constructible; wrap it in std::optional otherwise). If async_submit
+// throws (invalid TaskOptions: Error(invalid_options), checked before the
+// handler is taken over; std::bad_alloc), the exception is the one signal:
+// there is no completion and the handler is destroyed uncalled. A
+// queue_timeout too large to add to the clock (nanoseconds::max()) means
+// no queue deadline, as for the pool.
 //
 // The task is an ordinary pool task: it has an outcome in stats(), metrics
 // and shutdown reports like any other (an exception counts as failed).
@@ -44,7 +54,11 @@
 // (its completion is still posted). Cancellation slots are not supported:
 // the pool's own deadlines (TaskOptions::timeout, queue_timeout) bound a task.
 //
-// Thread safety: as Pool::submit. Completions run on the handler's executor.
+// Thread safety: as Pool::submit. Completions run on the handler's executor;
+// they are posted from the thread that decides them (the one that ran the
+// task, the pool's supervisor for expired, the submitting thread for a
+// refusal, the thread that destroys a dropped task), so a handler's
+// executor must accept posts from any thread, as Asio's do.
 // Lifetimes: the executor's execution context must outlive every completion
 // (the tracked work keeps io_context::run() from returning before them).
 #pragma once
@@ -67,6 +81,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "crew/detail/deadline.hpp"
+#include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
@@ -122,8 +138,9 @@ class TrackedWork<Executor,
 
 // What a submission shares with its task: the handler and the right to
 // complete it. Whoever claims first (the task when it ends, the submission
-// when admission refused it, the destructor when the task was destroyed
-// unrun) delivers the one completion.
+// when admission refused it or the pool threw, the pool's supervisor at the
+// queue deadline, the destructor when the task was destroyed unrun)
+// delivers the one completion.
 template <class Handler, class IoExecutor, class R>
 class Completion {
  public:
@@ -135,8 +152,9 @@ class Completion {
         executor_(boost::asio::get_associated_executor(*handler_, io_ex)),
         work_(executor_),
         name_(std::move(name)),
-        expires_(queue_timeout > Clock::duration::zero() ? Clock::now() + queue_timeout
-                                                         : Clock::time_point::max()) {}
+        expires_(queue_timeout > Clock::duration::zero()
+                     ? crew::detail::saturating_deadline(Clock::now(), queue_timeout)
+                     : Clock::time_point::max()) {}
   Completion(const Completion&) = delete;
   Completion& operator=(const Completion&) = delete;
 
@@ -151,6 +169,19 @@ class Completion {
   // True for the one caller that may deliver.
   [[nodiscard]] bool claim() noexcept {
     return !claimed_.exchange(true, std::memory_order_acq_rel);
+  }
+
+  // The task's queue deadline passed (on the pool's supervisor thread): the
+  // completion is posted now, not when the pool destroys the task. Out of
+  // memory before the handler was handed over, the claim is given back and
+  // ~Completion delivers instead, when the task is destroyed.
+  void expire() noexcept {
+    if (!claim()) return;
+    try {
+      fail(Errc::expired, Admission::accepted);
+    } catch (...) {
+      if (handler_) claimed_.store(false, std::memory_order_release);
+    }
   }
 
   template <class... Args>
@@ -188,9 +219,12 @@ class Completion {
 
 // The callable the pool runs: the user's function, then the completion.
 // It returns void and rethrows the function's exception, so that the pool
-// counts the task as it would count the function itself.
+// counts the task as it would count the function itself. At the queue
+// deadline the pool's supervisor completes it with expired
+// (QueueExpiryListener); the function is destroyed later, unrun, on the
+// thread that pops the task.
 template <class F, class Op>
-class Runner {
+class Runner : public crew::detail::QueueExpiryListener {
  public:
   using R = task_result_t<F>;
 
@@ -204,6 +238,10 @@ class Runner {
   void operator()() requires(!is_long_task_v<F>) {
     run([this]() -> decltype(auto) { return f_(); }, nullptr);
   }
+
+  // The supervisor's thread, while the pool holds the task (see
+  // QueueExpiryListener): op_ is still here, since the task never ran.
+  void on_queue_expired() noexcept { op_->expire(); }
 
   void operator()(const TaskContext& ctx) requires is_long_task_v<F> {
     run(
@@ -279,11 +317,24 @@ struct Initiate {
     using Fn = std::decay_t<F>;
     using R = task_result_t<Fn>;
     using Op = Completion<std::decay_t<Handler>, Executor, R>;
+    // Invalid options throw before anything owns the handler: the caller
+    // gets the exception and no completion.
+    pool->check_options(opts);
     auto op = std::make_shared<Op>(std::forward<Handler>(handler), ex, opts.name,
                                    std::chrono::duration_cast<Clock::duration>(opts.queue_timeout));
-    Runner<Fn, Op> runner(Fn(std::forward<F>(f)), op);
-    Task<void> task = may_block ? pool->submit(std::move(runner), std::move(opts))
-                                : pool->try_submit(std::move(runner), std::move(opts));
+    Task<void> task;
+    try {
+      Runner<Fn, Op> runner(Fn(std::forward<F>(f)), op);
+      task = may_block ? pool->submit(std::move(runner), std::move(opts))
+                       : pool->try_submit(std::move(runner), std::move(opts));
+    } catch (...) {
+      // Out of memory, or the function's move threw: the exception is the
+      // one signal, so the handler is dropped uncalled. Nothing was queued
+      // (the pool throws only before it takes a task), so nobody else
+      // claims.
+      (void)op->claim();
+      throw;
+    }
     if (task.status() == TaskStatus::rejected && task.reason() == Errc::rejected) {
       Admission why = Admission::closed;
       try {

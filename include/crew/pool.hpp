@@ -139,6 +139,13 @@ class Pool : public detail::SubmitApi<Pool> {
   // if it falls below min_workers. Returns false for an unknown id.
   bool stop_worker(std::uint64_t worker_id, WorkerStop how);
 
+  // Throws Error(Errc::invalid_options) naming the field, as a submission
+  // with `opts` would (a priority the pool lacks, a negative timeout); else
+  // does nothing. For callers that must know before they commit to a
+  // submission (crew::asio builds its completion only after this).
+  // Thread-safe; never blocks.
+  void check_options(const TaskOptions& opts) const { (void)core_->level_of(opts); }
+
   [[nodiscard]] PoolState state() const noexcept;
   // True in a child of fork() for a pool created before the fork (its
   // workers are the parent's threads; see the top of this file).

@@ -46,6 +46,19 @@ namespace crew::detail {
 
 class Core;
 
+// A callable that derives from this is told when its task expires in the
+// queue, before the pool destroys it: TaskStateBase::expire() calls its
+//   void on_queue_expired() noexcept;
+// on the pool's supervisor thread, at the queue deadline, once the task has
+// left `queued` for good (the callable will never run) and while the timer
+// heap still holds the task, so the callable is alive and no other thread
+// touches it. It must not block: every deadline of the pool waits for it.
+// The callable itself is destroyed later, by whichever thread pops its cell
+// (a worker, a helping wait, a shutdown). crew::asio completes a submission
+// there, so that an expired task is answered at its deadline, not when a
+// worker reaches it.
+struct QueueExpiryListener {};
+
 // Why a running long task's token was stopped. The first reason wins.
 enum class StopReason : std::uint8_t { none, cancelled, timed_out, shutdown };
 
@@ -146,6 +159,16 @@ class TaskStateBase {
         return true;
       }
     }
+  }
+
+  // queued -> rejected(expired) when the queue deadline passes (the
+  // supervisor, holding the timer heap's reference), then the callable's
+  // on_queue_expired() if it asked for it (QueueExpiryListener). False if
+  // the task had already left `queued`: nothing is called then.
+  bool expire() noexcept {
+    if (!leave_queue(TaskStatus::rejected, Errc::expired)) return false;
+    queue_expired();
+    return true;
   }
 
   // running -> outcome. False if the outcome was already decided (the task
@@ -321,6 +344,8 @@ class TaskStateBase {
       }
     }
   }
+  // expire()'s notice to the callable (TaskState forwards it).
+  virtual void queue_expired() noexcept {}
   // Parks on the word until `settled(word)` or the deadline passes.
   template <class Settled>
   bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
@@ -400,6 +425,12 @@ class TaskState final : public ResultStateBase<R> {
   }
 
  private:
+  void queue_expired() noexcept override {
+    if constexpr (std::is_base_of_v<QueueExpiryListener, F>) {
+      static_assert(noexcept(fn_.on_queue_expired()), "on_queue_expired() must be noexcept");
+      fn_.on_queue_expired();
+    }
+  }
   decltype(auto) call(const TaskContext& ctx) {
     if constexpr (std::is_invocable_v<F&, const TaskContext&>) {
       return fn_(ctx);
