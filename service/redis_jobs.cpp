@@ -131,7 +131,9 @@ crew::StreamSourceOptions stream_source_options(const Config& config) {
           .retry_backoff = r.retry_backoff,
           // Each job enforces its own timeout_ms (run_entry); the pool's
           // deadline is only the outer bound.
-          .job_timeout = std::chrono::milliseconds(config.jobs.limits.max_timeout_ms) + 1s};
+          .job_timeout = std::chrono::milliseconds(config.jobs.limits.max_timeout_ms) + 1s,
+          .max_entry_bytes = r.max_entry_bytes,
+          .max_entry_fields = r.max_entry_fields};
 }
 
 RedisJobs::RedisJobs(const Config& config, crew::Pool& jobs, std::shared_ptr<spdlog::logger> log)

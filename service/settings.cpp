@@ -347,6 +347,13 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "redis.batch", "entries taken per XREADGROUP at most (COUNT)",
         +[](Config& c) -> std::size_t& { return c.redis.batch; }, 1, 10'000));
+    s.push_back(integer(
+        "redis.max_entry_bytes",
+        "an entry with more bytes of fields is dead-lettered unrun (not copied, not retried)",
+        +[](Config& c) -> std::size_t& { return c.redis.max_entry_bytes; }, 1, 512 << 20));
+    s.push_back(integer(
+        "redis.max_entry_fields", "an entry with more fields is dead-lettered unrun",
+        +[](Config& c) -> std::size_t& { return c.redis.max_entry_fields; }, 1, 1'000'000));
     return s;
   }();
   return all;

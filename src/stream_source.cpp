@@ -67,6 +67,8 @@ StreamSourceOptions validated(StreamSourceOptions o, const Pool& pool) {
   if (o.reconnect_max < o.reconnect_min) invalid("reconnect_max", "is below reconnect_min");
   if (o.command_timeout.count() <= 0) invalid("command_timeout", "must be positive");
   if (o.job_timeout.count() < 0) invalid("job_timeout", "must not be negative");
+  if (o.max_entry_bytes == 0) invalid("max_entry_bytes", "must be positive");
+  if (o.max_entry_fields == 0) invalid("max_entry_fields", "must be positive");
   if (o.consumer.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
@@ -78,22 +80,47 @@ StreamSourceOptions validated(StreamSourceOptions o, const Pool& pool) {
   return o;
 }
 
+// An entry as read: its job, or (`refused` not empty) why it is too large
+// to run, with no field copied.
+struct Entry {
+  Job job;
+  std::string refused;
+};
+
+// Why an entry's fields ([field, value, ...]) are over the limits; empty if
+// they are not. Only lengths are read.
+std::string oversize_of(const redisReply* kv, const StreamSourceOptions& o) {
+  const std::size_t fields = kv->elements / 2;
+  if (fields > o.max_entry_fields) {
+    return "entry has " + std::to_string(fields) + " fields, over max_entry_fields " +
+           std::to_string(o.max_entry_fields);
+  }
+  std::size_t bytes = 0;
+  for (std::size_t k = 0; k < kv->elements; ++k) bytes += text_of(kv->element[k]).size();
+  if (bytes > o.max_entry_bytes) {
+    return "entry has " + std::to_string(bytes) + " bytes of fields, over max_entry_bytes " +
+           std::to_string(o.max_entry_bytes);
+  }
+  return {};
+}
+
 // Entries of an XREADGROUP / XAUTOCLAIM reply: [[id, [field, value, ...]], ...].
-std::vector<Job> jobs_of(const redisReply* entries) {
-  std::vector<Job> out;
+std::vector<Entry> entries_of(const redisReply* entries, const StreamSourceOptions& o) {
+  std::vector<Entry> out;
   if (entries == nullptr || entries->type != REDIS_REPLY_ARRAY) return out;
   for (std::size_t i = 0; i < entries->elements; ++i) {
     const redisReply* e = entries->element[i];
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 2) continue;
-    Job job;
-    job.id = std::string(text_of(e->element[0]));
+    Entry entry;
+    entry.job.id = std::string(text_of(e->element[0]));
     const redisReply* kv = e->element[1];
     if (kv->type == REDIS_REPLY_ARRAY) {
-      for (std::size_t k = 0; k + 1 < kv->elements; k += 2) {
-        job.fields.emplace_back(text_of(kv->element[k]), text_of(kv->element[k + 1]));
+      entry.refused = oversize_of(kv, o);
+      for (std::size_t k = 0; entry.refused.empty() && k + 1 < kv->elements; k += 2) {
+        entry.job.fields.emplace_back(text_of(kv->element[k]), text_of(kv->element[k + 1]));
       }
     }
-    out.push_back(std::move(job));
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -140,7 +167,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   std::atomic<bool> writer_ok{true};
   Clock::time_point last_reader_io{};  // reader thread only
   std::atomic<std::uint64_t> n_read{0}, n_claimed{0}, n_succeeded{0}, n_retried{0}, n_dead{0},
-      n_pending{0}, n_reconnects{0};
+      n_oversized{0}, n_pending{0}, n_reconnects{0};
   std::string claim_cursor = "0-0";  // reader thread only
   Clock::time_point next_claim{};    // reader thread only
   Clock::time_point next_refresh{};  // reader thread only
@@ -249,9 +276,9 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     for (std::size_t s = 0; s < r->elements; ++s) {
       const redisReply* stream = r->element[s];
       if (stream->type != REDIS_REPLY_ARRAY || stream->elements < 2) continue;
-      for (Job& job : jobs_of(stream->element[1])) {
+      for (Entry& entry : entries_of(stream->element[1], opts)) {
         n_read.fetch_add(1);
-        dispatch(std::move(job));
+        dispatch(std::move(entry.job), std::move(entry.refused));
       }
     }
   }
@@ -269,14 +296,15 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
       return false;
     }
     claim_cursor = std::string(text_of(r->element[0]));
-    for (Job& job : jobs_of(r->element[1])) {
+    for (Entry& entry : entries_of(r->element[1], opts)) {
+      Job& job = entry.job;
       // One of its own, idle that long only if refresh_held() was late (the
       // reader was stalled): it is running or queued here already.
       if (is_held(job.id)) continue;
       job.attempt = delivery_count(job.id);
       n_claimed.fetch_add(1);
       log(LogLevel::info, "claimed " + job.id + " (attempt " + std::to_string(job.attempt) + ")");
-      dispatch(std::move(job));
+      dispatch(std::move(job), std::move(entry.refused));
     }
     return claim_cursor != "0-0";
   }
@@ -366,7 +394,9 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     std::string id_;
   };
 
-  void dispatch(Job job) {
+  // `refused`: why the entry is too large to run (entries_of); it is then
+  // dead-lettered by the task instead, on a worker like every outcome.
+  void dispatch(Job job, std::string refused = {}) {
     {
       detail::MutexLock lock(mu);
       held.insert(job.id);
@@ -376,9 +406,30 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     // consumer's pending list and is claimed again after claim_idle, here
     // or elsewhere; the Ticket accounts for it.
     (void)pool.post(
-        [ticket = Ticket(shared_from_this(), job.id), job = std::move(job)](
-            std::stop_token stop) mutable { ticket.take()->run_job(std::move(job), stop); },
+        [ticket = Ticket(shared_from_this(), job.id), job = std::move(job),
+         refused = std::move(refused)](std::stop_token stop) mutable {
+          std::shared_ptr<StreamSourceState> self = ticket.take();
+          if (refused.empty()) {
+            self->run_job(std::move(job), stop);
+          } else {
+            self->dead_letter_oversized(job, refused);
+          }
+        },
         {.name = std::move(name), .timeout = opts.job_timeout});
+  }
+
+  // An entry over the size limits: its outcome without running it.
+  void dead_letter_oversized(const Job& job, const std::string& why) noexcept {
+    try {
+      n_oversized.fetch_add(1);
+      if (finish(job, "dead", "error", why, Clock::duration::zero(), opts.dead_letter_stream)) {
+        n_dead.fetch_add(1);
+        log(LogLevel::warning, "job " + job.id + " dead-lettered unrun: " + why);
+      }
+    } catch (...) {  // out of memory: it stays pending, and is read again later
+      n_pending.fetch_add(1);
+    }
+    release(job.id);
   }
 
   // ---- workers ----
@@ -557,6 +608,7 @@ StreamSourceStats StreamSource::stats() const {
   out.succeeded = s.n_succeeded.load();
   out.retried = s.n_retried.load();
   out.dead_lettered = s.n_dead.load();
+  out.oversized = s.n_oversized.load();
   out.left_pending = s.n_pending.load();
   out.reconnects = s.n_reconnects.load();
   detail::MutexLock lock(s.mu);

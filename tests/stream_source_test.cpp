@@ -218,6 +218,73 @@ TEST(StreamSource, AFailingJobIsRetriedThenDeadLettered) {
   EXPECT_EQ(source.stats().dead_lettered, 1u);
 }
 
+// Every key of each entry of a stream, in order.
+std::vector<std::vector<std::string>> keys_of(RedisServer& redis, const std::string& stream) {
+  std::vector<std::vector<std::string>> out;
+  redisReply* r = redis.raw({"XRANGE", stream, "-", "+"});
+  if (r == nullptr) return out;
+  for (std::size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+    const redisReply* kv = r->element[i]->element[1];
+    auto& keys = out.emplace_back();
+    for (std::size_t k = 0; k + 1 < kv->elements; k += 2) {
+      keys.emplace_back(kv->element[k]->str, kv->element[k]->len);
+    }
+  }
+  freeReplyObject(r);
+  return out;
+}
+
+// With the default limits (1 MiB, 1024 fields): an entry over either is
+// dead-lettered at once, unrun, without its fields; the next entry runs.
+TEST(StreamSource, AnEntryOverTheSizeLimitsIsDeadLetteredUnrun) {
+  Watchdog dog;
+  RedisServer redis;
+  const std::string big = redis.command(
+      {"XADD", "crew:jobs", "*", "kind", "big", "pad", std::string((1 << 20) + 1, 'x')});
+  std::vector<std::string> wide = {"XADD", "crew:jobs", "*", "kind", "wide"};
+  for (int i = 0; i < 1024; ++i) {
+    wide.push_back("f" + std::to_string(i));
+    wide.emplace_back("v");
+  }
+  const std::string many = redis.command(wide);  // 1025 fields
+  const std::vector<std::string> fine = enqueue(redis, 1);
+  Pool pool({.max_workers = 2});
+  std::atomic<int> ran{0};
+  std::atomic<int> ran_oversized{0};
+  StreamSource source(pool, options_for(redis, "a"), [&](const Job& job, std::stop_token stop) {
+    ++ran;
+    if (job.field("kind") != "ok") ++ran_oversized;
+    return echo(job, stop);
+  });
+  source.start();
+  ASSERT_TRUE(eventually([&] {
+    return read_stream(redis, "crew:dead").size() == 2 &&
+           read_stream(redis, "crew:results").size() == 1;
+  }));
+  ASSERT_TRUE(source.wait_idle(10s));
+  std::map<std::string, Outcome> dead;
+  for (const Outcome& o : read_stream(redis, "crew:dead")) dead[o.job] = o;
+  ASSERT_TRUE(dead.contains(big) && dead.contains(many));
+  EXPECT_EQ(dead[big].status, "dead");
+  EXPECT_EQ(dead[big].attempt, 1) << "not retried";
+  EXPECT_EQ(dead[big].value,
+            "entry has 1048587 bytes of fields, over max_entry_bytes 1048576");
+  EXPECT_EQ(dead[many].attempt, 1);
+  EXPECT_EQ(dead[many].value, "entry has 1025 fields, over max_entry_fields 1024");
+  for (const auto& keys : keys_of(redis, "crew:dead")) {
+    for (const std::string& k : keys) EXPECT_NE(k.rfind("field:", 0), 0u) << k << " copied";
+  }
+  EXPECT_EQ(read_stream(redis, "crew:results").at(0).job, fine.at(0));
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(ran_oversized.load(), 0);
+  EXPECT_EQ(pending(redis), 0);
+  const StreamSourceStats s = source.stats();
+  EXPECT_EQ(s.oversized, 2u);
+  EXPECT_EQ(s.dead_lettered, 2u);
+  EXPECT_EQ(s.succeeded, 1u);
+  EXPECT_EQ(s.retried, 0u);
+}
+
 // A consumer that stops with jobs unfinished leaves them pending; a live one
 // claims them after claim_idle and runs them again (attempt 2).
 TEST(StreamSource, ADeadConsumersJobsAreClaimedByALiveOne) {
@@ -335,6 +402,8 @@ TEST(StreamSource, InvalidOptionsAreRejectedWithTheFieldName) {
   EXPECT_NE(bad({.port = 0}).find("port"), std::string::npos);
   EXPECT_NE(bad({.stream = ""}).find("stream"), std::string::npos);
   EXPECT_NE(bad({.max_attempts = 0}).find("max_attempts"), std::string::npos);
+  EXPECT_NE(bad({.max_entry_bytes = 0}).find("max_entry_bytes"), std::string::npos);
+  EXPECT_NE(bad({.max_entry_fields = 0}).find("max_entry_fields"), std::string::npos);
   EXPECT_NE(bad({.reconnect_min = 10ms, .reconnect_max = 1ms}).find("reconnect_max"),
             std::string::npos);
 }

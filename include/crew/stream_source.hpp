@@ -9,7 +9,8 @@
 // in one round trip, in that order: an entry is acknowledged only after its
 // outcome is written. A failed job is retried on this instance with
 // exponential backoff up to max_attempts, then written with its error to the
-// dead-letter stream and acknowledged.
+// dead-letter stream and acknowledged. An entry over max_entry_bytes or
+// max_entry_fields is dead-lettered at once, without running.
 //
 // Recovery: entries left pending by a consumer that died or stopped (idle
 // longer than claim_idle) are claimed with XAUTOCLAIM by live consumers.
@@ -82,6 +83,15 @@ struct StreamSourceOptions {
   std::chrono::milliseconds command_timeout{2'000};
   // Execution deadline of each job (TaskOptions::timeout); 0: the pool's.
   std::chrono::milliseconds job_timeout{0};
+  // An entry larger than this (its field names and values, in bytes) or
+  // with more fields is not run: it goes to the dead-letter stream at once
+  // (attempt 1, its fields not copied there, the error saying which limit
+  // it passed) and is acknowledged, so it is neither copied nor retried.
+  // Both >= 1. hiredis 0.14 (Debian 12) has no limit on a reply it reads,
+  // so the entry is in memory once as hiredis' reply; these bound every
+  // copy after it (the Job, the handler's work, the outcome's command).
+  std::size_t max_entry_bytes = std::size_t{1} << 20;
+  std::size_t max_entry_fields = 1024;
   // Written into every result.
   std::string instance_id{};         // empty: the consumer name
   std::shared_ptr<Logger> logger{};  // empty: crew::default_logger()
@@ -112,7 +122,8 @@ struct StreamSourceStats {
   std::uint64_t claimed = 0;    // entries taken by XAUTOCLAIM
   std::uint64_t succeeded = 0;  // results written and acknowledged
   std::uint64_t retried = 0;    // failed attempts retried here
-  std::uint64_t dead_lettered = 0;
+  std::uint64_t dead_lettered = 0;  // oversized entries included
+  std::uint64_t oversized = 0;      // entries over max_entry_bytes / max_entry_fields
   std::uint64_t left_pending = 0;  // stopped or refused before completing
   std::uint64_t reconnects = 0;
   std::size_t in_flight = 0;
