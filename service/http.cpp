@@ -9,8 +9,10 @@
 // the threads that call them (main's, in crewd); the accept loop
 // (accept_next, on_accept, close_listener) runs on I/O thread 0, where the
 // acceptor lives; a new connection is posted to the next I/O thread in
-// turn. The accept callbacks can run until close_listener() has run, which
-// stop() posts to I/O thread 0.
+// turn. An accept callback can run just after close_listener() (which
+// stop() posts to I/O thread 0) when its accept had already succeeded; each
+// I/O thread keeps running until the notice close_listener() queues behind
+// such a callback (IoThread::end_accepts) has reached it.
 #include "http.hpp"
 
 #include <linux/filter.h>
@@ -110,6 +112,15 @@ void State::close_listener() {
     acceptor->close(ec);
   }
   if (accept_retry) accept_retry->cancel();
+  // A connection accepted before the close may still have its completion
+  // queued here, behind this handler (an accept that succeeded at once is
+  // queued, not run); no accept starts after the close. So a handler posted
+  // now runs after the last on_accept, and the notices it posts reach each
+  // I/O thread after the last adopt() handed to it: until then an I/O
+  // thread keeps running even when it is stopping with no connection left.
+  net::post(workers[0]->ioc, [this] {
+    for (auto& w : workers) net::post(w->ioc, [worker = w.get()] { worker->end_accepts(); });
+  });
 }
 
 // ---- HttpServer ----

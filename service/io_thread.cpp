@@ -130,12 +130,17 @@ void IoThread::cut() {
 void IoThread::begin_stop(Clock::time_point force_at) {
   stopping = true;
   force_close_at = force_at;
-  work.reset();
+  if (accepts_over) work.reset();
   for (Connection* c = first; c != nullptr;) {
     Connection* next = c->next;
     c->on_stop();
     c = next;
   }
+}
+
+void IoThread::end_accepts() {
+  accepts_over = true;
+  if (stopping) work.reset();
 }
 
 }  // namespace crewd::http

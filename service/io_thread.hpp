@@ -5,7 +5,8 @@
 // Threads: every field and member function belongs to the thread running
 // `ioc` (the constructor and `thread` aside: HttpServer builds and joins
 // them); other threads reach it only by posting to `ioc` (the accept loop:
-// adopt(); close_admission: cut(); stop(): begin_stop()). `done` is set by
+// adopt(), then end_accepts() once the listener is closed; close_admission:
+// cut(); stop(): begin_stop()). `done` is set by
 // the thread when run() returns and read by serve(). The sweep timer's
 // callback runs on this thread every kSweepInterval until the thread is
 // stopping with no connection left.
@@ -42,6 +43,10 @@ struct IoThread {
   void arm_sweep();
   void cut();
   void begin_stop(Clock::time_point force_at);
+  // The accept loop has handed over its last connection (posted by I/O
+  // thread 0 after every adopt() it posted here): from now on the thread
+  // may run out of work once it is stopping.
+  void end_accepts();
   bool evict_one();
   void link(Connection* c) noexcept;
   // A close found every lingering slot taken (State::max_lingering): logs
@@ -55,6 +60,10 @@ struct IoThread {
   Connection* first = nullptr;
   std::size_t count = 0;
   bool stopping = false;
+  // end_accepts() has run. The work guard is kept until both this and
+  // `stopping` hold: an adopt() posted after run() returned would never run,
+  // and its client would never be answered.
+  bool accepts_over = false;
   Clock::time_point force_close_at = Clock::time_point::max();
   bool forced = false;
   bool sweeping = false;        // the sweep timer is armed
