@@ -358,5 +358,36 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
   for (auto& t : holders) t.join();
 }
 
+// Its own crewd: one job worker, busy with a long job. The next job's queue
+// deadline answers it at that deadline, not when the worker is free again.
+TEST(CrewdHttpFull, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue-timeout-ms", "500"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::thread holder([port] {
+    const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":3000})");
+    EXPECT_EQ(ex.status, 200) << ex.body;
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }
+  } join{holder};
+  bool running = false;
+  for (int i = 0; i < 500 * kSlowdown && !running; ++i) {
+    const Json j = Json::parse(get(port, "/api/v1/pools").body, nullptr, false);
+    running = j.is_object() && j["pools"][1]["busy"] == 1;
+    if (!running) std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(running) << "the first job never ran\n" << crewd.log();
+  const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":10})");
+  ASSERT_EQ(ex.outcome, Outcome::response);
+  EXPECT_EQ(ex.status, 503) << ex.body;
+  const Json j = json_of(ex);
+  EXPECT_EQ(j["outcome"], "rejected");
+  EXPECT_EQ(j["reason"], "expired in the queue");
+  // Well before the first job ends (3 s), even under a sanitizer.
+  EXPECT_LT(ex.ended - ex.sent, kSlowdown > 1 ? 2000ms : 800ms) << "answered when the worker was free";
+}
+
 }  // namespace
 }  // namespace crewd::test
