@@ -33,7 +33,8 @@
 //                          supervisor thread at the queue deadline (within
 //                          its timer's precision), however long the workers
 //                          stay busy; f is destroyed unrun later, on the
-//                          thread that pops the task;
+//                          thread that pops the task (or the supervisor's,
+//                          if that came first);
 //   dropped unrun          crew::Error(Errc::shutdown_dropped) (a soft or
 //                          hard shutdown took it from the queue), or
 //                          Errc::expired if its queue deadline had passed.
@@ -186,8 +187,9 @@ class Completion {
 
   template <class... Args>
   void deliver(Args&&... args) {
-    auto fn = [h = std::move(*handler_),
-               args = std::make_tuple(std::forward<Args>(args)...)]() mutable {
+    // The arguments first: if that throws, the handler is still here.
+    auto bound = std::make_tuple(std::forward<Args>(args)...);
+    auto fn = [h = std::move(*handler_), args = std::move(bound)]() mutable {
       std::apply(std::move(h), std::move(args));
     };
     handler_.reset();
@@ -222,7 +224,7 @@ class Completion {
 // counts the task as it would count the function itself. At the queue
 // deadline the pool's supervisor completes it with expired
 // (QueueExpiryListener); the function is destroyed later, unrun, on the
-// thread that pops the task.
+// thread that lets go of the task last (see QueueExpiryListener).
 template <class F, class Op>
 class Runner : public crew::detail::QueueExpiryListener {
  public:
@@ -311,9 +313,14 @@ constexpr void check_result() {
 }
 
 struct Initiate {
+  // Not inlined: under use_awaitable this runs inside Asio's initiating
+  // coroutine, whose frame the completion destroys (on an I/O thread,
+  // possibly before this call returns), and clang places the locals of a
+  // callee inlined there in that frame (ThreadSanitizer saw `task` freed
+  // under it). Its own stack frame keeps them out of reach.
   template <class Handler, class Executor, class F>
-  void operator()(Handler&& handler, Pool* pool, const Executor& ex, F&& f, TaskOptions opts,
-                  bool may_block) const {
+  [[gnu::noinline]] void operator()(Handler&& handler, Pool* pool, const Executor& ex, F&& f,
+                                    TaskOptions opts, bool may_block) const {
     using Fn = std::decay_t<F>;
     using R = task_result_t<Fn>;
     using Op = Completion<std::decay_t<Handler>, Executor, R>;

@@ -53,9 +53,10 @@ class Core;
 // left `queued` for good (the callable will never run) and while the timer
 // heap still holds the task, so the callable is alive and no other thread
 // touches it. It must not block: every deadline of the pool waits for it.
-// The callable itself is destroyed later, by whichever thread pops its cell
-// (a worker, a helping wait, a shutdown). crew::asio completes a submission
-// there, so that an expired task is answered at its deadline, not when a
+// The callable itself is destroyed later, by the thread that lets go of
+// the task last: the one that pops its cell (a worker, a helping wait, a
+// shutdown), or the supervisor itself if the cell was popped before the
+// hook returned. crew::asio completes a submission there, so that an expired task is answered at its deadline, not when a
 // worker reaches it.
 struct QueueExpiryListener {};
 
