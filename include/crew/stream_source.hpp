@@ -85,8 +85,9 @@ struct StreamSourceOptions {
   std::chrono::milliseconds job_timeout{0};
   // An entry larger than this (its field names and values, in bytes) or
   // with more fields is not run: it goes to the dead-letter stream at once
-  // (attempt 1, its fields not copied there, the error saying which limit
-  // it passed) and is acknowledged, so it is neither copied nor retried.
+  // (its attempt as delivered: 1, or Redis' delivery count for a claimed
+  // entry; its fields not copied there; the error saying which limit it
+  // passed) and is acknowledged, so it is neither copied nor retried.
   // Both >= 1. hiredis 0.14 (Debian 12) has no limit on a reply it reads,
   // so the entry is in memory once as hiredis' reply; these bound every
   // copy after it (the Job, the handler's work, the outcome's command).
