@@ -542,6 +542,31 @@ TEST(CrewdRedis, InstancesSurviveARedisRestartAndAreNotReadyMeanwhile) {
 // A job that fails every attempt (here: it always runs past its deadline,
 // which POST /api/v1/jobs answers with 504) and an entry that is not a valid
 // job both end in the dead-letter stream, with their error and fields.
+// redis.max_entry_bytes: an entry over it is dead-lettered at once, unrun
+// and without its fields; the next entry runs.
+TEST(CrewdRedis, AnEntryOverMaxEntryBytesIsDeadLetteredUnrun) {
+  Watchdog dog(60s);
+  RedisServer redis;
+  Client client(redis.port());
+  dog.guard(static_cast<pid_t>(client.server_pid()));
+  const auto big =
+      client.enqueue(1, {{"kind", "sleep"}, {"ms", "1"}, {"pad", std::string(2048, 'x')}});
+  const auto fine = client.enqueue(1, {{"kind", "sleep"}, {"ms", "1"}});
+  auto a = start_instance(dog, redis.port(), "a", {"--redis-max-entry-bytes", "1024"});
+  ASSERT_GT(a->wait_port(), 0) << a->log();
+  StreamReader dead(client, "crew:dead");
+  StreamReader results(client, "crew:results");
+  ASSERT_TRUE(dead.wait_for([&] { return dead.total() == 1; }, 20s)) << a->log();
+  ASSERT_TRUE(results.wait_for([&] { return results.total() == 1; }, 20s)) << a->log();
+  const Outcome d = dead.all().at(0);
+  EXPECT_EQ(d.job, big.at(0));
+  EXPECT_EQ(d.status, "dead");
+  EXPECT_EQ(d.attempt, 1) << "not retried";
+  EXPECT_EQ(d.value, "entry has 2063 bytes of fields, over max_entry_bytes 1024");
+  EXPECT_EQ(results.all().at(0).job, fine.at(0));
+  ASSERT_TRUE(results.wait_for([&] { return client.pending() == 0; }, 10s));
+}
+
 TEST(CrewdRedis, AJobThatAlwaysFailsIsDeadLetteredWithItsError) {
   Watchdog dog(60s);
   RedisServer redis;
