@@ -267,8 +267,7 @@ TEST(StreamSource, AnEntryOverTheSizeLimitsIsDeadLetteredUnrun) {
   ASSERT_TRUE(dead.contains(big) && dead.contains(many));
   EXPECT_EQ(dead[big].status, "dead");
   EXPECT_EQ(dead[big].attempt, 1) << "not retried";
-  EXPECT_EQ(dead[big].value,
-            "entry has 1048587 bytes of fields, over max_entry_bytes 1048576");
+  EXPECT_EQ(dead[big].value, "entry has 1048587 bytes of fields, over max_entry_bytes 1048576");
   EXPECT_EQ(dead[many].attempt, 1);
   EXPECT_EQ(dead[many].value, "entry has 1025 fields, over max_entry_fields 1024");
   for (const auto& keys : keys_of(redis, "crew:dead")) {

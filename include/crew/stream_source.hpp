@@ -119,13 +119,13 @@ using JobHandler = std::function<JobResult(const Job&, std::stop_token)>;
 
 struct StreamSourceStats {
   bool connected = false;
-  std::uint64_t read = 0;       // entries taken by XREADGROUP
-  std::uint64_t claimed = 0;    // entries taken by XAUTOCLAIM
-  std::uint64_t succeeded = 0;  // results written and acknowledged
-  std::uint64_t retried = 0;    // failed attempts retried here
+  std::uint64_t read = 0;           // entries taken by XREADGROUP
+  std::uint64_t claimed = 0;        // entries taken by XAUTOCLAIM
+  std::uint64_t succeeded = 0;      // results written and acknowledged
+  std::uint64_t retried = 0;        // failed attempts retried here
   std::uint64_t dead_lettered = 0;  // oversized entries included
   std::uint64_t oversized = 0;      // entries over max_entry_bytes / max_entry_fields
-  std::uint64_t left_pending = 0;  // stopped or refused before completing
+  std::uint64_t left_pending = 0;   // stopped or refused before completing
   std::uint64_t reconnects = 0;
   std::size_t in_flight = 0;
 };

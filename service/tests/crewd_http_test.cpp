@@ -386,7 +386,8 @@ TEST(CrewdHttpFull, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
   EXPECT_EQ(j["outcome"], "rejected");
   EXPECT_EQ(j["reason"], "expired in the queue");
   // Well before the first job ends (3 s), even under a sanitizer.
-  EXPECT_LT(ex.ended - ex.sent, kSlowdown > 1 ? 2000ms : 800ms) << "answered when the worker was free";
+  EXPECT_LT(ex.ended - ex.sent, kSlowdown > 1 ? 2000ms : 800ms)
+      << "answered when the worker was free";
 }
 
 }  // namespace

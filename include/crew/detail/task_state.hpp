@@ -56,8 +56,8 @@ class Core;
 // The callable itself is destroyed later, by the thread that lets go of
 // the task last: the one that pops its cell (a worker, a helping wait, a
 // shutdown), or the supervisor itself if the cell was popped before the
-// hook returned. crew::asio completes a submission there, so that an expired task is answered at its deadline, not when a
-// worker reaches it.
+// hook returned. crew::asio completes a submission there, so that an
+// expired task is answered at its deadline, not when a worker reaches it.
 struct QueueExpiryListener {};
 
 // Why a running long task's token was stopped. The first reason wins.
