@@ -3,7 +3,7 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format, image
 #
-#   build   compiler, CMake, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
+#   build   compiler, CMake, ccache, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
 #   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
@@ -15,7 +15,7 @@
 # only when something is missing. Uses sudo when not run as root.
 set -euo pipefail
 
-readonly build_pkgs=(g++ cmake make pkg-config libgtest-dev libgmock-dev googletest
+readonly build_pkgs=(g++ cmake make pkg-config ccache libgtest-dev libgmock-dev googletest
   prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev)
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
