@@ -3,8 +3,9 @@
 #   make run | test | image | bench | tsan | asan | stress | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # make stress runs the concurrency tests many times in a row (each case x20
-# in build/, x3 under TSan in build-tsan/); SINCE=<git ref> limits it to the
-# test files changed since that ref (scripts/stress.sh).
+# in build/, x3 under TSan in build-tsan/; model_test's random programs
+# 20,000 and 2,000 times); SINCE=<git ref> limits it to the test files
+# changed since that ref (scripts/stress.sh).
 # All use build/ except the sanitizer and clang builds; only `make bench`
 # turns the benchmarks (and their extra libraries) on there.
 

@@ -4,7 +4,8 @@
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format, image
 #
 #   build   compiler, CMake, ccache, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
-#   test    build + clang, its sanitizer runtimes, redis-server (stream source tests),
+#   test    build + clang, its sanitizer runtimes, RapidCheck (model_test),
+#           redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
 #   format  clang-format
@@ -17,7 +18,8 @@ set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config ccache libgtest-dev libgmock-dev googletest
   prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev)
-readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server)
+readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server
+  librapidcheck-dev)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3)
 readonly format_pkgs=(clang-format)

@@ -8,6 +8,9 @@
 # (default 20) in the RelWithDebInfo build (build/), then TSAN_REPEAT times
 # (default 3) under ThreadSanitizer (build-tsan/); a case stops at its first
 # failure (ctest --repeat until-fail), and the script fails if any case did.
+# model_test (random programs, tests/model_test.cpp) is not repeated: it runs
+# once with MODEL_RELEASE_PROGRAMS (default 20000) programs in build/ and
+# MODEL_TSAN_PROGRAMS (default 2000) under TSan.
 # Builds only the selected binaries. JOBS (default 2) sets -j for both.
 #
 # --since REF: only the binaries whose test files changed between the git
@@ -23,10 +26,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly concurrency_tests=(pool_test submission_test task_test shutdown_test group_test
   fork_join_test batch_test parallel_for_test func_pool_test sharded_pool_test pool_start_test
   priority_test chaos_test timer_heap_test cpu_pressure_test application_test signals_test metrics_test
-  stream_source_test)
+  stream_source_test model_test)
 
 release_repeat="${RELEASE_REPEAT:-20}"
 tsan_repeat="${TSAN_REPEAT:-3}"
+model_release_programs="${MODEL_RELEASE_PROGRAMS:-20000}"
+model_tsan_programs="${MODEL_TSAN_PROGRAMS:-2000}"
 jobs="${JOBS:-2}"
 since=""
 only=()
@@ -65,8 +70,8 @@ else
   fi
 fi
 
-run_preset() { # preset build-dir repeat
-  local preset="$1" dir="$2" repeat="$3"
+run_preset() { # preset build-dir repeat model-programs
+  local preset="$1" dir="$2" repeat="$3" programs="$4"
   cmake --preset "$preset" >/dev/null
   local available present=()
   available="$(cmake --build "$dir" --target help)"
@@ -77,20 +82,29 @@ run_preset() { # preset build-dir repeat
     echo "stress: none of ${selected[*]} is configured in $dir" >&2
     return 1
   fi
-  local labels
-  labels="^($(
-    IFS='|'
-    echo "${present[*]}"
-  ))\$"
-  printf '\n==== stress (%s): %s, each case x%s ====\n' "$preset" "${present[*]}" "$repeat"
   cmake --build "$dir" -j "$jobs" --target "${present[@]}"
-  local t0=$SECONDS
-  # Every repetition prints a line; keep the failures, the progress lines of
-  # each finished case and the summary.
-  ctest --preset "$preset" -j "$jobs" -L "$labels" --repeat "until-fail:$repeat" |
-    grep -vE '^ +(Start +[0-9]+:|Test +#[0-9]+: .* Passed)'
+  local t0=$SECONDS repeated=() t
+  for t in "${present[@]}"; do [[ "$t" == model_test ]] || repeated+=("$t"); done
+  if ((${#repeated[@]} != 0)); then
+    local labels
+    labels="^($(
+      IFS='|'
+      echo "${repeated[*]}"
+    ))\$"
+    printf '\n==== stress (%s): %s, each case x%s ====\n' "$preset" "${repeated[*]}" "$repeat"
+    # Every repetition prints a line; keep the failures, the progress lines of
+    # each finished case and the summary.
+    ctest --preset "$preset" -j "$jobs" -L "$labels" --repeat "until-fail:$repeat" |
+      grep -vE '^ +(Start +[0-9]+:|Test +#[0-9]+: .* Passed)'
+  fi
+  if ((${#repeated[@]} != ${#present[@]})); then
+    # Longer than ctest's bound on a test: run directly, RapidCheck's
+    # parameters from RC_PARAMS (a failure prints its seed and shrunk program).
+    printf '\n==== stress (%s): model_test, %s programs ====\n' "$preset" "$programs"
+    RC_PARAMS="max_success=$programs${RC_PARAMS:+ $RC_PARAMS}" "$dir/tests/model_test"
+  fi
   echo "stress ($preset): passed in $((SECONDS - t0)) s"
 }
 
-run_preset default build "$release_repeat"
-run_preset tsan build-tsan "$tsan_repeat"
+run_preset default build "$release_repeat" "$model_release_programs"
+run_preset tsan build-tsan "$tsan_repeat" "$model_tsan_programs"
