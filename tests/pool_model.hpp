@@ -24,7 +24,7 @@
 //   stopped or wrote off.
 // Every blocking call runs on a thread of its own, bounded (kBound, or a
 // shutdown's own bound): a call past it fails the program (which RapidCheck
-// then shrinks); one still blocked kBound later leaves its pool behind,
+// then shrinks); one still blocked kLate later leaves its pool behind,
 // never freed, instead of hanging the test.
 #pragma once
 
@@ -75,6 +75,9 @@ inline constexpr auto kBound = std::chrono::milliseconds(3000) * kSlowdown;
 // A shutdown that has a timeout, or is hard, returns within timeout +
 // abandon_grace + this.
 inline constexpr auto kShutdownSlack = std::chrono::milliseconds(1000) * kSlowdown;
+// A call past its bound is waited for this much longer: returned then, it
+// was late; still blocked, it hangs.
+inline constexpr auto kLate = kShutdownSlack;
 
 // ---------------------------------------------------------------------------
 // What a task does.
@@ -550,9 +553,10 @@ inline void Sut::wedge() {
   static auto* left = new std::vector<Left*>();  // reachable: not a leak to LeakSanitizer
   const std::lock_guard lock(mu);
   left->push_back(new Left{std::move(pool), std::move(groups), handles});
-  // Each left-behind pool keeps its threads: past a few, stop shrinking.
-  if (left->size() > 20) {
-    std::fprintf(stderr, "model: more than 20 programs hung; giving up. The last one:\n%s\n",
+  // Each left-behind pool keeps its threads, and each hang costs a bound
+  // (kBound + kLate: 20 s under a sanitizer): past 10, stop shrinking.
+  if (left->size() > 10) {
+    std::fprintf(stderr, "model: more than 10 programs hung; giving up. The last one:\n%s\n",
                  program.c_str());
     std::abort();
   }
@@ -563,11 +567,11 @@ inline void Sut::blocking(const std::string& what, std::function<void()> call,
   const auto ms = [](std::chrono::nanoseconds d) {
     return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
   };
-  // Past its bound, a call gets kBound more to tell a slow call from a hung one.
-  const std::optional<std::chrono::nanoseconds> took = bounded(std::move(call), limit, kBound);
+  // Past its bound, a call gets kLate more to tell a slow call from a hung one.
+  const std::optional<std::chrono::nanoseconds> took = bounded(std::move(call), limit, kLate);
   if (!took) {
     wedge();
-    RC_FAIL(what + " did not return within " + ms(limit) + " ms (nor " + ms(kBound) + " ms later)");
+    RC_FAIL(what + " did not return within " + ms(limit) + " ms (nor " + ms(kLate) + " ms later)");
   }
   if (*took > limit) {
     RC_FAIL(what + " took " + ms(*took) + " ms, more than its bound of " + ms(limit) + " ms");
