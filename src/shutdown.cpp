@@ -26,6 +26,11 @@ std::string summary_of(const ShutdownReport& r) {
          std::to_string(r.abandoned.size() + r.abandoned_unnamed);
 }
 
+// The pool whose shutdown this thread is running: the user code it calls
+// on the way (stop callbacks of the tasks it stops, observers, the logger)
+// runs on this thread too.
+thread_local const Core* t_shutting_down = nullptr;
+
 }  // namespace
 
 ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
@@ -33,6 +38,23 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   const auto t0 = Clock::now();
   ShutdownReport report;
   report.mode = mode;
+  if (t_shutting_down == this) {
+    // Called from user code that this pool's own shutdown runs on this
+    // thread: waiting for that shutdown would wait for itself. A harder
+    // mode is passed on as an escalation; the call returns at once with
+    // the pool still stopping.
+    MutexLock lock(ctl.mu);
+    if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
+    report.final_state = state();
+    return report;
+  }
+  struct Running {
+    const Core* outer = std::exchange(t_shutting_down, nullptr);
+    explicit Running(const Core* core) noexcept { t_shutting_down = core; }
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+    ~Running() { t_shutting_down = outer; }
+  } running(this);
   OutcomeCounts before;
   {
     MutexLock lock(ctl.mu);
@@ -235,17 +257,13 @@ void Core::drop_queue() {
       TaskStateBase* s;
       ~Release() { s->release(); }
     } release{s};
+    // leave_queue counts the outcome it decides; one decided elsewhere
+    // (cancelled, expired) was counted there.
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      disarm_queue_deadline(s);
       emit_settled_in_queue(s);
-      shared_.add(TaskStatus::rejected);
       dropped.push_back({s->id, s->name()});
-    } else {
-      disarm_queue_deadline(s);  // cancelled while queued: its deadline may be armed
-      if (!s->ran()) {
-        emit_settled_in_queue(s);
-        shared_.add(s->status());  // cancelled or expired while queued
-      }
+    } else if (!s->ran()) {
+      emit_settled_in_queue(s);
     }
   }
   MutexLock lock(ctl_->mu);
@@ -284,19 +302,13 @@ void Core::settle_popped_here(Cell& cell) {
     return;
   }
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-    disarm_queue_deadline(s);
-    note_dropped(s);
-    count_here(TaskStatus::rejected);
+    note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->leave_queue(TaskStatus::running)) {
     disarm_queue_deadline(s);
     run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
-  } else {
-    disarm_queue_deadline(s);  // cancelled while queued: its deadline may be armed
-    if (!s->ran()) {
-      emit_settled_in_queue(s);
-      count_here(s->status());
-    }
+  } else if (!s->ran()) {
+    emit_settled_in_queue(s);  // decided (and counted) while queued
   }
   s->release();
 }

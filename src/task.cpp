@@ -45,6 +45,23 @@ std::string_view to_string(CancelResult r) noexcept {
 
 namespace detail {
 
+void settle_in_queue(TaskStateBase* s, bool count) noexcept {
+  s->discard_callable();
+  if (s->owner != nullptr) s->owner->settled_in_queue(s, count);
+  s->publish_settled();
+}
+
+bool TaskStateBase::expire() noexcept {
+  if (!claim_in_queue(TaskStatus::rejected, Errc::expired)) return false;
+  // Counted before the callable hears of it: a listener completes the task
+  // elsewhere (crew::asio posts its completion handler).
+  if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);
+  queue_expired();
+  discard_callable();
+  publish_settled();
+  return true;
+}
+
 template <class Settled>
 bool TaskStateBase::park_until(Settled settled,
                                std::chrono::steady_clock::time_point deadline) const noexcept {
@@ -71,17 +88,13 @@ bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) c
     if (done()) return true;
     std::this_thread::yield();
   }
-  return park_until(
-      [](std::uint32_t w) { return is_final(static_cast<TaskStatus>(w & kStatusMask)); }, deadline);
+  return park_until([](std::uint32_t w) { return is_final(status_of(w)); }, deadline);
 }
 
 bool TaskStateBase::wait_returned_until(
     std::chrono::steady_clock::time_point deadline) const noexcept {
-  return park_until(
-      [](std::uint32_t w) {
-        return is_final(static_cast<TaskStatus>(w & kStatusMask)) && (w & kLiveBit) == 0;
-      },
-      deadline);
+  return park_until([](std::uint32_t w) { return is_final(status_of(w)) && (w & kLiveBit) == 0; },
+                    deadline);
 }
 
 void TaskStateBase::wake(std::uint64_t prev) noexcept {

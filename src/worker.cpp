@@ -43,6 +43,11 @@ void Core::count_here(TaskStatus outcome) noexcept {
   }
 }
 
+void Core::settled_in_queue(TaskStateBase* s, bool count) noexcept {
+  disarm_queue_deadline(s);
+  if (count) count_here(s->raw_status());
+}
+
 void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
                          bool replacement) {
   Core& c = *self;
@@ -270,19 +275,12 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
-    disarm_queue_deadline(s);
-    w.counts.rejected.inc();
-    note_dropped(s);
+    note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (!s->leave_queue(TaskStatus::running)) {
-    // Decided while queued (cancelled, expired): counted here, once. A task
-    // run by a waiting worker (ran()) was counted by that worker. A
-    // cancelled one may still have its queue deadline armed, and the heap's
-    // reference would keep its callable until then.
-    disarm_queue_deadline(s);
-    if (!s->ran()) {
-      emit_settled_in_queue(s);
-      w.counts.add(s->status());
-    }
+    // Decided while queued (cancelled, expired): counted by the thread that
+    // decided it (leave_queue). A task run by a waiting worker (ran()) was
+    // counted by that worker.
+    if (!s->ran()) emit_settled_in_queue(s);
   } else {
     disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);

@@ -256,8 +256,7 @@ TEST(ShutdownAbandon, ADrainWithoutTimeoutReturnsWhenTheLastWorkerIsWrittenOff) 
                 {.name = "hung", .timeout = 50ms}),
             Admission::accepted);
   started.wait();
-  auto done = std::async(std::launch::async,
-                         [&] { return pool.shutdown(); });  // drain, no timeout
+  auto done = std::async(std::launch::async, [&] { return pool.shutdown(); });  // drain, no timeout
   const bool returned = done.wait_for(2s * test::kSlowdown) == std::future_status::ready;
   gate->open();
   ASSERT_TRUE(returned) << "the drain did not return after the write-off";
@@ -555,6 +554,30 @@ TEST(ShutdownSelfCalls, ShutdownFromATaskOfThePoolThrowsAtOnceInEveryMode) {
   EXPECT_TRUE(r.abandoned.empty());
   EXPECT_EQ(r.abandoned_unnamed, 0u);
   EXPECT_EQ(pool.stats().workers_replaced, 0u);
+}
+
+// A stop callback that a hard shutdown fires on its own thread, and that
+// calls shutdown() on the same pool, does not wait for that shutdown (it
+// would wait for itself): it returns at once with the pool still stopping.
+TEST(ShutdownSelfCalls, AStopCallbackThatShutsTheSamePoolDownReturnsAtOnce) {
+  Watchdog dog(20s);
+  Pool pool({.name = "t", .max_workers = 1, .abandon_grace = 2s});
+  std::latch started(1);
+  std::atomic<int> inner_state{-1};
+  auto t = pool.submit(
+      [&](std::stop_token stop) {
+        const std::stop_callback again(stop, [&] {
+          inner_state = static_cast<int>(pool.shutdown(ShutdownMode::hard, 0s).final_state);
+        });
+        started.count_down();
+        until_stopped(stop);
+      },
+      {.name = "calls back"});
+  started.wait();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_EQ(inner_state.load(), static_cast<int>(PoolState::stopping));
+  EXPECT_EQ(r.final_state, PoolState::stopped);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
 }
 
 TEST(Restart, AStoppedPoolRunsAgain) {

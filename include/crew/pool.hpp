@@ -109,7 +109,11 @@ class Pool : public detail::SubmitApi<Pool> {
   // takes no new task); the next call runs the shutdown again. A mode other
   // than drain, soft or hard throws Error(Errc::invalid_options). In a child
   // of fork(), on a pool created before the fork (whose workers are not
-  // there), it throws Error(Errc::would_deadlock) too.
+  // there), it throws Error(Errc::would_deadlock) too. Called from user code
+  // that a shutdown of this pool runs on its own thread (a stop callback of
+  // a task it stops, an observer, the logger), it does not wait for that
+  // shutdown: it asks it to escalate if the mode is harder and returns at
+  // once, with final_state PoolState::stopping.
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
   // With the options' default mode and timeout.
   ShutdownReport shutdown();

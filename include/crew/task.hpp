@@ -103,8 +103,10 @@ enum class CancelResult : std::uint8_t {
 // the task's callable and its captures have been destroyed, and the pool's
 // stats() already count its outcome; the pool's observers and handlers of
 // the task may still be running (Pool::wait_idle() waits for them). A task
-// cancelled while queued gives up its callable when a worker or a shutdown
-// reaches its cell, not at its queue deadline.
+// that ends without running (cancelled or dropped while queued, expired in
+// the queue) is settled by the thread that decides it, before the outcome
+// shows: its callable is destroyed there (the caller of cancel(), a
+// shutdown, or for an expiry the pool's supervisor) and the pool counts it.
 template <class T>
 class [[nodiscard]] Task {
  public:
@@ -192,11 +194,13 @@ class [[nodiscard]] Task {
   // long task (it then ends `cancelled` however it returns). A running short
   // task cannot be interrupted and finishes normally.
   //
-  // `already_finished` also when a long task's callable had returned and
-  // its outcome was decided but not yet published: cancel() then waits for
-  // the publication, which runs no user code (a few bookkeeping steps on
-  // the task's thread), so that status() reads the outcome afterwards. May
-  // be called from any thread, a worker of the task's pool included.
+  // `cancelled`: the callable is destroyed on the calling thread before
+  // cancel() returns. `already_finished` also when a long task's callable
+  // had returned and its outcome was decided but not yet published: cancel()
+  // then waits for the publication, which runs no user code (a few
+  // bookkeeping steps on the task's thread), so that status() reads the
+  // outcome afterwards. May be called from any thread, a worker of the
+  // task's pool included.
   CancelResult cancel() noexcept {
     if (!state_) return CancelResult::already_finished;
     if (state_->leave_queue(TaskStatus::cancelled, Errc::cancelled)) return CancelResult::cancelled;

@@ -400,6 +400,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void disarm_queue_deadline(TaskStateBase* s) noexcept {
     if (s->has_queue_deadline()) disarm_timer(s);
   }
+  // For settle_in_queue (any thread that decided a queued task's outcome,
+  // holding a reference): disarms its queue deadline and counts it.
+  void settled_in_queue(TaskStateBase* s, bool count) noexcept;
 
  private:
   // ---- state (the pool's parts; docs/design.md says which thread touches what) ----
@@ -596,7 +599,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     }
     disarm_queue_deadline(s);
     s->refused_as = why;
-    s->leave_queue(TaskStatus::rejected, Errc::rejected);
+    // Counted as a refusal already (refused_).
+    if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
     if (observes(Observer::task_rejected)) [[unlikely]] {
       emit_rejected(event_of(s), TaskStatus::rejected, Errc::rejected, why);
     }

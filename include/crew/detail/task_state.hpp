@@ -11,8 +11,10 @@
 //   bits 0-31   the status word, futex-waitable (the low half on the
 //               little-endian targets crew builds for): bits 0-7
 //               TaskStatus, bits 8-15 the Errc of a non-success outcome,
-//               bit 29 "written off: its callable still runs", bit 30 "it
-//               went through running", bit 31 "someone waits"
+//               bit 28 "an outcome decided in the queue is being settled"
+//               (it still reads as queued), bit 29 "written off: its
+//               callable still runs", bit 30 "it went through running",
+//               bit 31 "someone waits"
 //   bits 32-63  the reference count
 // The status leaves `queued` by exactly one compare-exchange (to running,
 // cancelled or rejected) and leaves `running` by exactly one
@@ -83,9 +85,19 @@ struct RunFrame {
   Core* core = nullptr;  // whose supervisor to wake on a stop request
 };
 
+class TaskStateBase;
+// Settles a task whose outcome claim_in_queue decided (src/task.cpp): its
+// callable is destroyed, its queue deadline disarmed, the pool counts it
+// (unless `count` is false: it was counted already, as a refusal), and the
+// outcome is published. Runs on the deciding thread; it holds a reference.
+void settle_in_queue(TaskStateBase* s, bool count) noexcept;
+
 class TaskStateBase {
  public:
   static constexpr std::uint32_t kStatusMask = 0xffu;
+  // Set with an outcome decided while queued until it is counted and the
+  // callable destroyed (settle_in_queue): the task still reads as queued.
+  static constexpr std::uint32_t kSettlingBit = 1u << 28;
   static constexpr std::uint32_t kLiveBit = 1u << 29;
   static constexpr std::uint32_t kRanBit = 1u << 30;
   static constexpr std::uint32_t kWaitersBit = 1u << 31;
@@ -135,7 +147,17 @@ class TaskStateBase {
   }
 
   [[nodiscard]] TaskStatus status() const noexcept {
+    return status_of(static_cast<std::uint32_t>(word_.load(std::memory_order_acquire)));
+  }
+  // The status byte as it is: the outcome claim_in_queue decided, while it
+  // is being settled, too.
+  [[nodiscard]] TaskStatus raw_status() const noexcept {
     return static_cast<TaskStatus>(word_.load(std::memory_order_acquire) & kStatusMask);
+  }
+  // The status a status word shows (queued while an outcome decided in the
+  // queue is being settled).
+  [[nodiscard]] static TaskStatus status_of(std::uint32_t w) noexcept {
+    return (w & kSettlingBit) != 0 ? TaskStatus::queued : static_cast<TaskStatus>(w & kStatusMask);
   }
   [[nodiscard]] Errc reason() const noexcept {
     return static_cast<Errc>((word_.load(std::memory_order_acquire) >> 8) & 0xffu);
@@ -147,30 +169,50 @@ class TaskStateBase {
   }
 
   // queued -> running | cancelled | rejected. False if it had already left
-  // `queued`.
+  // `queued`. An outcome decided here (cancelled, rejected) is settled by
+  // the calling thread before anyone can see it (settle_in_queue): the
+  // pool counts it, its queue deadline is disarmed and its callable is
+  // destroyed, then waiters wake. The caller holds a reference.
   bool leave_queue(TaskStatus to, Errc why = Errc{}) noexcept {
+    if (to != TaskStatus::running) {
+      if (!claim_in_queue(to, why)) return false;
+      settle_in_queue(this, /*count=*/true);
+      return true;
+    }
+    std::uint64_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
+      const std::uint64_t next =
+          (cur & (kRefMask | kWaitersBit)) | encode(TaskStatus::running, why) | kRanBit;
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) return true;
+    }
+  }
+  // The first step of leave_queue to an outcome: decides it, unseen
+  // (kSettlingBit). The caller then calls settle_in_queue().
+  bool claim_in_queue(TaskStatus to, Errc why) noexcept {
+    CREW_ASSERT(is_final(to), "claim_in_queue to a status that is not an outcome");
     std::uint64_t cur = word_.load(std::memory_order_relaxed);
     for (;;) {
       if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
       CREW_ASSERT(is_legal_transition(TaskStatus::queued, to), "illegal task transition");
-      const std::uint64_t next = (cur & (kRefMask | kWaitersBit)) | encode(to, why) |
-                                 (to == TaskStatus::running ? kRanBit : 0u);
-      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) {
-        if (is_final(to)) wake(cur);
-        return true;
-      }
+      const std::uint64_t next = (cur & (kRefMask | kWaitersBit)) | encode(to, why) | kSettlingBit;
+      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) return true;
     }
   }
+  // The last step: publishes the outcome and wakes the waiters.
+  void publish_settled() noexcept {
+    wake(word_.fetch_and(~std::uint64_t{kSettlingBit}, std::memory_order_acq_rel));
+  }
+  // Destroys the callable of a task that will never run (TaskState).
+  virtual void discard_callable() noexcept {}
 
   // queued -> rejected(expired) when the queue deadline passes (the
-  // supervisor, holding the timer heap's reference), then the callable's
-  // on_queue_expired() if it asked for it (QueueExpiryListener). False if
-  // the task had already left `queued`: nothing is called then.
-  bool expire() noexcept {
-    if (!leave_queue(TaskStatus::rejected, Errc::expired)) return false;
-    queue_expired();
-    return true;
-  }
+  // supervisor, holding the timer heap's reference), settled as
+  // leave_queue does, with the callable's on_queue_expired() (if it asked
+  // for it: QueueExpiryListener) after the pool counted the task and before
+  // the callable is destroyed. False if the task had already left `queued`:
+  // nothing is called then. In src/task.cpp.
+  bool expire() noexcept;
 
   // running -> outcome. False if the outcome was already decided (the task
   // was abandoned while it ran).
@@ -403,8 +445,11 @@ class TaskState final : public ResultStateBase<R> {
   }
   TaskState(const TaskState&) = delete;
   TaskState& operator=(const TaskState&) = delete;
+  // The callable lives while the task is queued: run() ends it, and so
+  // does the thread that decides an outcome in the queue
+  // (discard_callable). No flag of its own, so the state keeps its size.
   ~TaskState() override {
-    if (!fn_ended_) fn_.~F();
+    if (this->raw_status() == TaskStatus::queued) fn_.~F();
   }
 
   // Runs the callable once, and destroys it (and its captures) before the
@@ -413,10 +458,7 @@ class TaskState final : public ResultStateBase<R> {
   void run(const TaskContext& ctx) override {
     struct End {
       TaskState* t;
-      ~End() {
-        t->fn_.~F();
-        t->fn_ended_ = true;
-      }
+      ~End() { t->fn_.~F(); }
     } end{this};
     if constexpr (std::is_void_v<R>) {
       call(ctx);
@@ -426,6 +468,7 @@ class TaskState final : public ResultStateBase<R> {
   }
 
  private:
+  void discard_callable() noexcept override { fn_.~F(); }
   void queue_expired() noexcept override {
     if constexpr (std::is_base_of_v<QueueExpiryListener, F>) {
       static_assert(noexcept(fn_.on_queue_expired()), "on_queue_expired() must be noexcept");
@@ -444,10 +487,9 @@ class TaskState final : public ResultStateBase<R> {
   }
   static std::stop_token stop_token_of(const TaskContext& ctx);
 
-  union {  // alive until run() returns or the state is destroyed
+  union {  // alive while queued (see ~TaskState)
     F fn_;
   };
-  bool fn_ended_ = false;
 };
 
 }  // namespace crew::detail
