@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -140,6 +141,27 @@ TEST(RunBatch, VoidTasksAndLongTasksTakingAContext) {
       {.name = "ctx"});
   ASSERT_TRUE(named.all_succeeded());
   EXPECT_EQ(named.outcomes[2].get(), "ctx/3");
+}
+
+// Shrunk from a random program of the model test (model_test.cpp): a
+// batch whose timeout cancels its task while it is still queued (the only
+// worker is busy). When run_batch returns, the pool's stats() count that
+// task, and its callable is gone.
+TEST(RunBatch, ATaskItsTimeoutCancelledInTheQueueIsCountedWhenItReturns) {
+  Watchdog dog;
+  Pool pool(workers(1));
+  test::WorkerHold hold(pool);
+  std::atomic<bool> destroyed{false};
+  std::vector<std::function<void()>> tasks;
+  tasks.emplace_back([p = std::make_shared<test::DestructionProbe>(&destroyed, 0ms)] {});
+  const PoolStats before = pool.stats();
+  BatchResult<void> r = run_batch(pool, tasks, {.timeout = 5ms});
+  EXPECT_TRUE(r.timed_out);
+  ASSERT_EQ(r.outcomes.size(), 1u);
+  EXPECT_EQ(r.outcomes[0].status, TaskStatus::cancelled);
+  EXPECT_EQ(pool.stats().outcomes.cancelled, before.outcomes.cancelled + 1);
+  tasks.clear();  // the range's copy of the callable
+  EXPECT_TRUE(destroyed);
 }
 
 TEST(RunBatch, OnATemporaryPoolRunsEveryTaskAndTheCallerHelps) {
