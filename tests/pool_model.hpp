@@ -298,8 +298,8 @@ decltype(auto) with_body(const std::shared_ptr<Ctx>& ctx, Group* g, const std::s
 // Closes `r`: the wait that covers it returned. Its callable must not be
 // running, nor have captures left (`captures`), nor start from now on.
 inline std::string close_rec(Rec& r, bool captures, const char* wait) {
-    captures = false;
-    captures = false;
+  captures = false;
+  captures = false;
   std::string bad;
   if (r.running.load()) bad += r.label() + ": still running when " + wait + " returned\n";
   if (captures && r.live.load() != 0) {
@@ -1254,10 +1254,12 @@ inline void run_program() {
     rc::state::applyAll(cmds, end);
     sut.finish(end);
   } catch (const rc::detail::CaseResult& r) {
-    // CREW_MODEL_LOG=1: every failing program, before and while it shrinks
-    // (a failure that does not recur when shrunk shows here).
+    // The first failing program of the run always, and with CREW_MODEL_LOG=1
+    // every one, before and while it shrinks: a failure that does not recur
+    // when shrunk (a timing one) is reported only here.
+    static std::atomic<bool> shown_first{false};
     if (r.type == rc::detail::CaseResult::Type::Failure &&
-        std::getenv("CREW_MODEL_LOG") != nullptr) {
+        (!shown_first.exchange(true) || std::getenv("CREW_MODEL_LOG") != nullptr)) {
       std::ostringstream os;
       rc::show(cmds, os);
       std::fprintf(stderr, "model: %zu workers, program:\n%s\nfailed: %s\n\n", m.workers,
