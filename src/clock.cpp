@@ -140,18 +140,7 @@ bool TscClock::uses_tsc() noexcept {
 #else
 
 std::int64_t TscClock::slow_now_ns() noexcept { return steady_ns(); }
-void TscClock::reset_in_child() noexcept {
-  if ((seq_.load(std::memory_order_relaxed) & 1) == 0) return;
-  g_phase.store(kUnknown, std::memory_order_relaxed);
-  seq_.store(0, std::memory_order_release);
-}
-
-namespace {
-// A writer of the anchor holds seq_ odd for a few instructions; a child of
-// fork() that inherited it odd would take the slow path on every read.
-void clock_in_child() noexcept { TscClock::reset_in_child(); }
-[[maybe_unused]] const int g_clock_fork_handler = pthread_atfork(nullptr, nullptr, clock_in_child);
-}  // namespace
+void TscClock::reset_in_child() noexcept {}  // no anchor is ever written here
 
 bool TscClock::uses_tsc() noexcept { return false; }
 
