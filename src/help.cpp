@@ -27,7 +27,8 @@ struct StackBounds {
   std::uintptr_t low = 0;
   std::uintptr_t high = 0;
   std::uintptr_t help_floor = 0;  // foreign help: above it (1/16 of the stack used)
-  std::uintptr_t nest_floor = 0;  // a wait nests a task: above it (low + reserve; half, unthrowing)
+  std::uintptr_t nest_floor = 0;  // a wait nests a task: above it (low + reserve; own_floor
+                                  // where the wait cannot throw)
   std::uintptr_t own_floor = 0;   // own tasks, where waits may throw: low + reserve / 2
   std::uintptr_t hard_floor = 0;  // own tasks, where waits cannot throw: low + reserve / 4
   std::uintptr_t reserve = 0;

@@ -267,8 +267,7 @@ void Core::resume() {
   ctl_->workers_changed.notify_all();
   idle_.wake_all();
   // Tasks queued while paused may need workers that were never started.
-  const std::size_t queued = queue_.size();
-  for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
+  grow_for_queued();
 }
 
 void Core::resize(std::size_t max_workers) {
@@ -284,10 +283,14 @@ void Core::resize(std::size_t max_workers) {
   max_workers_.store(max_workers, std::memory_order_seq_cst);
   life_.call_attention();
   idle_.wake_all();
-  if (state() == PoolState::running) {
-    const std::size_t queued = queue_.size();
-    for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers; ++i) grow();
-  }
+  if (state() == PoolState::running) grow_for_queued();
+}
+
+// Workers start at submission, one at a time; after a pause, a resize or at
+// the start of a drain, what is queued may need more than were started.
+void Core::grow_for_queued() noexcept {
+  const std::size_t queued = queue_.size();
+  for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
 }
 
 bool Core::stop_worker(std::uint64_t id, WorkerStop how) {

@@ -49,8 +49,8 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     return report;
   }
   struct Running {
-    const Core* outer = std::exchange(t_shutting_down, nullptr);
-    explicit Running(const Core* core) noexcept { t_shutting_down = core; }
+    const Core* outer;
+    explicit Running(const Core* core) noexcept : outer(std::exchange(t_shutting_down, core)) {}
     Running(const Running&) = delete;
     Running& operator=(const Running&) = delete;
     ~Running() { t_shutting_down = outer; }
@@ -95,8 +95,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     // died or expired): workers start at submission, and a stopping pool
     // starts no more on its own, so a drain right after a burst of posts
     // would otherwise run the queue on the few that were started.
-    const std::size_t queued = queue_.size();
-    for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
+    grow_for_queued();
   } else {
     drop_queue();
   }
@@ -360,7 +359,8 @@ void Core::abandon_busy(bool force) {
       bool write_off = false;
       w->cur_mu.lock();
       if (w->cur_task != nullptr || w->cur_long) {
-        write_off = write_off_run_locked(*w, r, notes);
+        write_off_run_locked(*w, r, notes);
+        write_off = true;
       } else {
         // A plain short task (no handle, no name): its outcome is counted
         // by the thread if it ever returns. With `force`, also a thread
@@ -376,8 +376,7 @@ void Core::abandon_busy(bool force) {
       w->cur_mu.unlock();
       if (write_off) hung.push_back(w);
     }
-    for (const auto& w : hung) write_off_locked(w);
-    ctl_->workers_changed.notify_all();
+    for (const auto& w : hung) write_off_locked(w);  // each wakes the waiting shutdown
   }
   announce(notes);  // observers and the logger, outside the locks
 }

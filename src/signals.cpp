@@ -22,9 +22,10 @@ std::atomic<int> g_in_handler{0};
 std::atomic<bool> g_signals_owned{false};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-// What a child of fork() must undo: the dispositions the watcher replaced
-// and both ends of its pipe. Written by the owning watcher in start() and
-// stop(), read by the child handler (the child's only thread).
+// The dispositions the owning watcher replaced (stop() restores them) and
+// its pipe's read end: what a child of fork() must undo too. Written by the
+// owning watcher in start() and stop(), read by the child handler (the
+// child's only thread).
 constexpr int kMaxSignals = 64;
 struct Inherited {
   int count = 0;
@@ -144,7 +145,6 @@ std::string SignalWatcher::start(const std::vector<int>& signals, const std::str
     if (sigaction(s, &sa, &old) != 0) {
       return "sigaction(" + signal_name(s) + "): " + std::strerror(errno);
     }
-    installed_.emplace_back(s, old);
     g_inherited.signo[g_inherited.count] = s;
     g_inherited.old[g_inherited.count] = old;
     ++g_inherited.count;
@@ -153,15 +153,16 @@ std::string SignalWatcher::start(const std::vector<int>& signals, const std::str
 }
 
 void SignalWatcher::stop() noexcept {
-  for (auto it = installed_.rbegin(); it != installed_.rend(); ++it) {
-    (void)sigaction(it->first, &it->second, nullptr);
+  if (owned_) {  // what this watcher installed, in the reverse order
+    for (int i = g_inherited.count - 1; i >= 0; --i) {
+      (void)sigaction(g_inherited.signo[i], &g_inherited.old[i], nullptr);
+    }
+    g_inherited.count = 0;
   }
-  installed_.clear();
   if (fds_[1] >= 0) {
     g_signal_fd.store(-1, std::memory_order_seq_cst);
     // A handler that loaded the fd before the store may still write to it.
     while (g_in_handler.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-    g_inherited.count = 0;
     g_inherited.read_fd = -1;
     // The reader stops at the stop byte (or at end of file, if the pipe was
     // full); signals written before it are still delivered.

@@ -21,7 +21,6 @@
 #include <functional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 namespace crew::detail {
@@ -52,7 +51,6 @@ class SignalWatcher {
   void stop() noexcept;
 
  private:
-  std::vector<std::pair<int, struct sigaction>> installed_;
   int fds_[2] = {-1, -1};
   std::thread thread_;
   bool owned_ = false;

@@ -92,8 +92,8 @@ std::int64_t Core::fire_timers(std::int64_t now) {
         t.fire();
       }
     } else {
-      // Counted by whoever pops its cell. expire() tells a callable that
-      // listens (QueueExpiryListener) while the heap's reference keeps it.
+      // expire() settles it here: counted, a listening callable told
+      // (QueueExpiryListener), the callable destroyed, then published.
       (void)s->expire();
       s->release();
     }
@@ -157,7 +157,8 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            if (write_off_run_locked(*w, ctl.shutdowns.current(), notes)) hung.push_back(w);
+            write_off_run_locked(*w, ctl.shutdowns.current(), notes);
+            hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
           }
@@ -229,22 +230,25 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 // Under Control::mu and w.cur_mu: decides the outcome of the worker's
 // current run as abandoned (cancelled, or timed_out if its deadline stopped
 // it) and marks the worker, so that the run's own end does not count it
-// again. False if the run's task had already finished. Observers and the
-// logger hear of it from announce(notes), after the locks are released.
-bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
+// again. The run's thread clears its run slot under w.cur_mu before it
+// decides an outcome, so a run found there is always this call's to decide.
+// Observers and the logger hear of it from announce(notes), after the
+// locks are released.
+void Core::write_off_run_locked(Worker& w, ShutdownReport* report,
                                 std::vector<WriteOffNote>& notes) noexcept {
   w.cur_mu.assert_held();
   CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
   WriteOffNote note;
   note.worker = w.id;
   note.started_ns = w.cur_started_ns;
-  if (w.cur_task != nullptr) {
-    TaskStateBase* s = w.cur_task;
-    if (s->stop_reason() == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
-    // Counted before it is published, as run_claimed does. The running
-    // thread clears cur_task under cur_mu before it decides an outcome, so
-    // with cur_task set the outcome is the write-off's to decide.
-    shared_.add(note.outcome);
+  TaskStateBase* const s = w.cur_task;
+  const StopReason reason = s != nullptr ? s->stop_reason() : w.cur_reason;
+  if (reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
+  // Counted before it is published, as run_claimed does. The running thread
+  // clears cur_task under cur_mu before it decides an outcome, so with
+  // cur_task set the outcome is the write-off's to decide.
+  shared_.add(note.outcome);
+  if (s != nullptr) {
     const bool decided = s->finish_written_off(note.outcome);
     CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
     (void)decided;
@@ -257,15 +261,12 @@ bool Core::write_off_run_locked(Worker& w, ShutdownReport* report,
       } catch (...) {
       }
     }
-  } else {
-    if (w.cur_reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
-    if (report != nullptr) ++report->abandoned_unnamed;
+  } else if (report != nullptr) {
+    ++report->abandoned_unnamed;
   }
-  if (w.cur_task == nullptr) shared_.add(note.outcome);
   note.ended_ns = now_ns();
   notes.push_back(note);  // no allocation: room was reserved
   w.abandoned.store(true, std::memory_order_release);
-  return true;
 }
 
 // Outside the pool's locks: tells observers and the logger about the

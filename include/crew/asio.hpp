@@ -32,9 +32,8 @@
 //   expired in the queue   crew::Error(Errc::expired), posted by the pool's
 //                          supervisor thread at the queue deadline (within
 //                          its timer's precision), however long the workers
-//                          stay busy; f is destroyed unrun later, on the
-//                          thread that pops the task (or the supervisor's,
-//                          if that came first);
+//                          stay busy; f is destroyed unrun right after, on
+//                          that thread;
 //   dropped unrun          crew::Error(Errc::shutdown_dropped) (a soft or
 //                          hard shutdown took it from the queue), or
 //                          Errc::expired if its queue deadline had passed.
@@ -58,7 +57,7 @@
 // Thread safety: as Pool::submit. Completions run on the handler's executor;
 // they are posted from the thread that decides them (the one that ran the
 // task, the pool's supervisor for expired, the submitting thread for a
-// refusal, the thread that destroys a dropped task), so a handler's
+// refusal, the thread that drops a task or destroys one unrun), so a handler's
 // executor must accept posts from any thread, as Asio's do.
 // Lifetimes: the executor's execution context must outlive every completion
 // (the tracked work keeps io_context::run() from returning before them).
@@ -223,8 +222,7 @@ class Completion {
 // It returns void and rethrows the function's exception, so that the pool
 // counts the task as it would count the function itself. At the queue
 // deadline the pool's supervisor completes it with expired
-// (QueueExpiryListener); the function is destroyed later, unrun, on the
-// thread that lets go of the task last (see QueueExpiryListener).
+// (QueueExpiryListener), then destroys it unrun.
 template <class F, class Op>
 class Runner : public crew::detail::QueueExpiryListener {
  public:

@@ -51,12 +51,13 @@ struct WriteOffNote;
 bool stack_allows_help() noexcept;
 // Whether the calling thread's stack has its reserve left below the current
 // frame (a sixteenth of the stack, at least 32 KiB and at most a quarter;
-// where waits cannot throw, half the reserve): a wait nests a
-// queued task only then, and otherwise cancels the task it waits for and
-// throws Error(stack_exhausted) (see waits_may_throw_for_stack), or, where
-// it cannot throw, returns with the task settled as cancelled. On a stack that is not the thread's
-// own (a fiber's, a stackful coroutine's) or one of unknown size: only while no task runs nested on
-// it yet; below that such a wait sleeps instead.
+// where waits cannot throw, half the reserve): a wait nests a queued task
+// only then, and otherwise cancels the task it waits for and throws
+// Error(stack_exhausted) (see waits_may_throw_for_stack), or, where it
+// cannot throw, returns with the task settled as cancelled. On a stack that
+// is not the thread's own (a fiber's, a stackful coroutine's) or one of
+// unknown size: only while no task runs nested on it yet; past that such a
+// wait sleeps instead.
 bool stack_allows_nesting() noexcept;
 // Whether the calling frame is on a stack other than the thread's own, or
 // on a thread whose stack is unknown.
@@ -64,9 +65,9 @@ bool on_foreign_stack() noexcept;
 // The text of that Error, naming `what` was not run.
 std::string stack_exhausted_message(std::string_view what);
 // False while the calling thread waits where it cannot throw (~Group, or
-// while an exception unwinds): there a wait nests the caller's own tasks
-// down to a quarter of the reserve, and below it cancels the task it waits
-// for without throwing.
+// while an exception unwinds): there a wait stops nesting the task it waits
+// for at half the reserve (it cancels it without throwing), and runs the
+// caller's own queued tasks down to a quarter of it.
 bool waits_may_throw_for_stack() noexcept;
 // Marks the calling thread's scope as one whose waits cannot throw.
 struct NoStackThrowScope {
@@ -754,6 +755,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void set_state(PoolState to) noexcept;
   bool transition(PoolState from, PoolState to) noexcept;  // compare-exchange
   void grow() noexcept;
+  // grow() once per queued task, up to max_workers.
+  void grow_for_queued() noexcept;
   // `spinning`: the new worker starts with a spinning token (it was started
   // for queued work, so it must bring in help if it finds more).
   std::uint64_t spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
@@ -816,7 +819,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   std::int64_t watch_workers(std::int64_t now);
   void write_off_locked(const std::shared_ptr<Worker>& w) noexcept;
   // `notes` must have room for one more note (reserved by the caller).
-  bool write_off_run_locked(Worker& w, ShutdownReport* report,
+  void write_off_run_locked(Worker& w, ShutdownReport* report,
                             std::vector<WriteOffNote>& notes) noexcept;
   void announce(std::vector<WriteOffNote>& notes) noexcept;
   // Fires `targets` on the stopper thread (inline if it cannot start).

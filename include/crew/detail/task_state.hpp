@@ -51,15 +51,12 @@ class Core;
 // A callable that derives from this is told when its task expires in the
 // queue, before the pool destroys it: TaskStateBase::expire() calls its
 //   void on_queue_expired() noexcept;
-// on the pool's supervisor thread, at the queue deadline, once the task has
-// left `queued` for good (the callable will never run) and while the timer
-// heap still holds the task, so the callable is alive and no other thread
-// touches it. It must not block: every deadline of the pool waits for it.
-// The callable itself is destroyed later, by the thread that lets go of
-// the task last: the one that pops its cell (a worker, a helping wait, a
-// shutdown), or the supervisor itself if the cell was popped before the
-// hook returned. crew::asio completes a submission there, so that an
-// expired task is answered at its deadline, not when a worker reaches it.
+// on the pool's supervisor thread, at the queue deadline, once the outcome
+// is decided (the callable will never run) and counted, and before anyone
+// sees it: no other thread touches the callable then. It must not block:
+// every deadline of the pool waits for it. The supervisor destroys the
+// callable right after. crew::asio completes a submission there, so that
+// an expired task is answered at its deadline, not when a worker reaches it.
 struct QueueExpiryListener {};
 
 // Why a running long task's token was stopped. The first reason wins.
