@@ -47,7 +47,7 @@ bench:
 	./build/bench/crew_bench --json build/bench-results.json
 	python3 bench/report.py build/bench-results.json
 
-# Sanitizer runs. The sanitizers' options and tests/tsan.supp are compiled
+# Sanitizer runs. The sanitizers' options and tests/support/tsan.supp are compiled
 # into each executable of these builds (cmake/sanitizer_defaults.cpp.in), so
 # a test run by hand or by plain ctest in build-tsan/ or build-asan/ gets
 # them too; TSAN_OPTIONS and the like in the environment override them.

@@ -14,8 +14,8 @@
 # Builds only the selected binaries. JOBS (default 2) sets -j for both.
 #
 # --since REF: only the binaries whose test files changed between the git
-# ref REF and the working tree (tests/<name>.cpp; tests/app/ counts for
-# application_test); a change to tests/test_util.hpp or tests/CMakeLists.txt
+# ref REF and the working tree (tests/<layer>/<name>.cpp; tests/app/ counts for
+# application_test); a change to tests/support/ or tests/CMakeLists.txt
 # selects them all. Nothing selected: says so and succeeds.
 # --tests LIST: exactly these binaries (comma-separated).
 set -euo pipefail
@@ -54,11 +54,11 @@ else
   git rev-parse --verify --quiet "$since^{commit}" >/dev/null ||
     { echo "stress.sh: '$since' is not a git ref here" >&2; exit 2; }
   changed="$(git diff --name-only "$since" -- tests/)"
-  if grep -qxE 'tests/(test_util\.hpp|CMakeLists\.txt)' <<<"$changed"; then
+  if grep -qxE 'tests/(support/.*|CMakeLists\.txt)' <<<"$changed"; then
     selected=("${concurrency_tests[@]}")
   else
     for t in "${concurrency_tests[@]}"; do
-      if grep -qx "tests/$t.cpp" <<<"$changed" ||
+      if grep -qE "^tests/[a-z]+/$t\.cpp$" <<<"$changed" ||
         { [[ "$t" == application_test ]] && grep -q '^tests/app/' <<<"$changed"; }; then
         selected+=("$t")
       fi

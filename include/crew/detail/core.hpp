@@ -41,6 +41,13 @@ namespace crew::detail {
 
 class Core;
 struct Control;
+
+// Whether `m` is one of the three modes (a value cast from an integer may
+// not be).
+constexpr bool valid_shutdown_mode(ShutdownMode m) noexcept {
+  return m == ShutdownMode::drain || m == ShutdownMode::soft || m == ShutdownMode::hard;
+}
+
 struct Worker;
 struct StopTarget;
 struct WriteOffNote;

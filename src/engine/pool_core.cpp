@@ -1,9 +1,7 @@
-// The Pool facade and the parts of Core that are neither the workers
-// (worker.cpp, wake.cpp, run.cpp, help.cpp), the supervisor (supervisor.cpp)
-// nor shutdown (shutdown.cpp):
-// options, start-up, growth, pause / resize / stop_worker, stats.
-#include "crew/pool.hpp"
-
+// The parts of Core that are neither the workers (worker.cpp, wake.cpp,
+// run.cpp, help.cpp), the supervisor (supervisor.cpp), shutdown
+// (shutdown.cpp) nor the options (pool_options.cpp): start-up, growth,
+// pause / resize / stop_worker, stats.
 #include <pthread.h>
 
 #include <algorithm>
@@ -19,8 +17,10 @@
 #include "control.hpp"
 #include "crew/detail/assert.hpp"
 #include "crew/detail/barrier.hpp"
+#include "crew/detail/core.hpp"
 #include "crew/observer.hpp"
 #include "crew/usable_cpus.hpp"
+#include "pool_options.hpp"
 
 namespace crew {
 namespace detail {
@@ -32,84 +32,6 @@ std::atomic<std::uint32_t> g_forks{0};
 void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
 std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
-
-bool valid(ShutdownMode m) noexcept {
-  return m == ShutdownMode::drain || m == ShutdownMode::soft || m == ShutdownMode::hard;
-}
-
-[[noreturn]] void invalid(const std::string& field, const std::string& why) {
-  throw Error(Errc::invalid_options, "crew::PoolOptions." + field + ": " + why);
-}
-
-void require_non_negative(const char* field, std::chrono::nanoseconds d) {
-  if (d.count() < 0)
-    invalid(field, "must not be negative (got " + std::to_string(d.count()) + " ns)");
-}
-
-// One queue shard per usable CPU, at least 4 (so that a few producers
-// on a small machine still get a shard each), at most 64.
-constexpr std::size_t kMaxShards = 64;
-std::size_t default_queue_shards() noexcept {
-  return std::clamp<std::size_t>(usable_cpus(), 4, kMaxShards);
-}
-
-// Upper bound on workers: far beyond any sane setting, low enough to catch a
-// negative number converted to size_t.
-constexpr std::size_t kMaxWorkersLimit = 1 << 16;
-
-PoolOptions resolved(PoolOptions o) {
-  if (o.name.empty()) invalid("name", "must not be empty");
-  if (o.max_workers == 0) o.max_workers = 2 * usable_cpus();
-  if (o.max_workers > kMaxWorkersLimit) {
-    invalid("max_workers", std::to_string(o.max_workers) + " exceeds the limit of " +
-                               std::to_string(kMaxWorkersLimit));
-  }
-  if (o.min_workers > o.max_workers) {
-    invalid("min_workers", std::to_string(o.min_workers) + " exceeds max_workers (" +
-                               std::to_string(o.max_workers) + ")");
-  }
-  if (o.queue_capacity == 0) o.queue_capacity = 1000 * usable_cpus();
-  if (o.queue_shards == 0) o.queue_shards = default_queue_shards();
-  if (o.queue_shards > kMaxShards) {
-    invalid("queue_shards",
-            std::to_string(o.queue_shards) + " exceeds the limit of " + std::to_string(kMaxShards));
-  }
-  require_non_negative("idle_timeout", o.idle_timeout);
-  if (o.idle_timeout.count() == 0) invalid("idle_timeout", "must be positive");
-  require_non_negative("task_timeout", o.task_timeout);
-  require_non_negative("shutdown_timeout", o.shutdown_timeout);
-  require_non_negative("abandon_grace", o.abandon_grace);
-  require_non_negative("spin", o.spin);
-  if (o.priority_levels == 0 || o.priority_levels > PopState::kMaxLevels) {
-    invalid("priority_levels", std::to_string(o.priority_levels) + " is not in 1.." +
-                                   std::to_string(PopState::kMaxLevels));
-  }
-  if (o.priority_aging == 0) invalid("priority_aging", "must be positive");
-  if (o.stack_size != 0 &&
-      (o.stack_size < PoolOptions::kMinStackSize || o.stack_size > PoolOptions::kMaxStackSize)) {
-    invalid("stack_size", std::to_string(o.stack_size) + " is not 0 (the default) and not in " +
-                              std::to_string(PoolOptions::kMinStackSize) + ".." +
-                              std::to_string(PoolOptions::kMaxStackSize) + " bytes");
-  }
-  if (o.overflow != Overflow::block && o.overflow != Overflow::reject &&
-      o.overflow != Overflow::caller_runs) {
-    invalid("overflow",
-            std::to_string(static_cast<int>(o.overflow)) + " is not block, reject or caller_runs");
-  }
-  if (!valid(o.shutdown_mode)) {
-    invalid("shutdown_mode",
-            std::to_string(static_cast<int>(o.shutdown_mode)) + " is not drain, soft or hard");
-  }
-  if (o.worker_policy != WorkerPolicy::normal && o.worker_policy != WorkerPolicy::batch) {
-    invalid("worker_policy",
-            std::to_string(static_cast<int>(o.worker_policy)) + " is not normal or batch");
-  }
-  if (!o.logger) o.logger = default_logger();
-  for (std::size_t i = 0; i < o.observers.size(); ++i) {
-    if (!o.observers[i]) invalid("observers", "entry " + std::to_string(i) + " is null");
-  }
-  return o;
-}
 
 std::vector<Core::ObserverSlot> observer_slots(const PoolOptions& o) {
   std::vector<Core::ObserverSlot> slots;
@@ -271,15 +193,7 @@ void Core::resume() {
 }
 
 void Core::resize(std::size_t max_workers) {
-  if (max_workers == 0) max_workers = 2 * usable_cpus();
-  if (max_workers > kMaxWorkersLimit) {
-    invalid("max_workers", "resize(" + std::to_string(max_workers) + ") exceeds the limit of " +
-                               std::to_string(kMaxWorkersLimit));
-  }
-  if (max_workers < opts_.min_workers) {
-    invalid("max_workers", "resize(" + std::to_string(max_workers) + ") is below min_workers (" +
-                               std::to_string(opts_.min_workers) + ")");
-  }
+  max_workers = resolved_resize(max_workers, opts_.min_workers);
   max_workers_.store(max_workers, std::memory_order_seq_cst);
   life_.call_attention();
   idle_.wake_all();
@@ -444,97 +358,5 @@ void Core::log(LogLevel level, const LogContext& context, std::string_view messa
 }
 
 }  // namespace detail
-
-// ---- Pool ----
-
-namespace {
-
-// wait_idle() and shutdown() wait for the pool's tasks: from one of them
-// they would wait for itself, and in a child of fork() on a pool created
-// before the fork, for workers that are not there.
-void refuse_self_wait(const detail::Core& core, const char* call) {
-  if (core.inherited_by_fork()) {
-    throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call + " on pool '" +
-                                          core.options().name +
-                                          "' in a child of fork(): its workers are not there");
-  }
-  if (!core.in_own_task()) return;
-  throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call +
-                                        " called from a task of pool '" + core.options().name +
-                                        "': it would wait for itself");
-}
-
-}  // namespace
-
-Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
-  core_->start();
-}
-
-Pool::~Pool() {
-  if (core_->inherited_by_fork()) {
-    // A child of fork() destroys its copy of a pool (it returned from main,
-    // or called exit()): the threads a shutdown would wait for, and whose
-    // thread objects the core would destroy, are the parent's. Nothing of
-    // the copy runs or is freed; the child's exit or exec takes it.
-    (void)new std::shared_ptr<detail::Core>(std::move(core_));
-    return;
-  }
-  if (detail::t_current.core == core_.get()) {
-    std::fprintf(stderr, "crew: pool '%s' destroyed from one of its own workers\n",
-                 core_->options().name.c_str());
-    std::abort();  // it would wait for itself forever
-  }
-  // A shutdown that throws (out of memory for its report) is given up
-  // cleanly and can run again; after three such failures the process ends.
-  for (int attempt = 0;; ++attempt) {
-    try {
-      (void)core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
-      break;
-    } catch (const std::bad_alloc&) {
-      if (attempt == 2) std::terminate();
-    }
-  }
-  core_->stop_supervisor();
-  core_->mark_released();
-}
-
-ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
-  if (!detail::valid(mode)) {
-    throw Error(Errc::invalid_options, "crew::Pool::shutdown: mode " +
-                                           std::to_string(static_cast<int>(mode)) +
-                                           " is not drain, soft or hard");
-  }
-  refuse_self_wait(*core_, "shutdown()");
-  return core_->shutdown(mode, timeout);
-}
-ShutdownReport Pool::shutdown() {
-  refuse_self_wait(*core_, "shutdown()");
-  return core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
-}
-bool Pool::restart() { return core_->restart(); }
-void Pool::pause() { core_->pause(); }
-void Pool::resume() { core_->resume(); }
-void Pool::resize(std::size_t max_workers) { core_->resize(max_workers); }
-bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
-  return core_->stop_worker(worker_id, how);
-}
-bool Pool::run_pending_task() { return core_->run_pending(); }
-PoolState Pool::state() const noexcept { return core_->state(); }
-bool Pool::inherited_by_fork() const noexcept { return core_->inherited_by_fork(); }
-PoolStats Pool::stats() const { return core_->stats(); }
-PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
-
-std::optional<PoolStats> PoolStatsHandle::read() const {
-  const std::shared_ptr<const detail::Core> core = core_.lock();
-  if (!core || core->released()) return std::nullopt;
-  return core->stats();
-}
-std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
-const PoolOptions& Pool::options() const noexcept { return core_->options(); }
-std::string_view Pool::name() const noexcept { return core_->options().name; }
-bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
-  refuse_self_wait(*core_, "wait_idle()");
-  return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
-}
 
 }  // namespace crew

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "../test_util.hpp"
+#include "test_util.hpp"
 
 namespace crew::test {
 

@@ -9,17 +9,10 @@
 #include <string>
 
 #include "control.hpp"
+#include "thread_name.hpp"
 
 namespace crew::detail {
 namespace {
-
-// "<pool name>-<worker id>", cut to the 15 bytes Linux keeps, id preserved.
-void name_this_thread(const std::string& pool, std::uint64_t id) noexcept {
-  const std::string suffix = "-" + std::to_string(id);
-  std::string name = pool.substr(0, suffix.size() < 15 ? 15 - suffix.size() : 0) + suffix;
-  if (name.size() > 15) name.resize(15);
-  pthread_setname_np(pthread_self(), name.c_str());
-}
 
 // Puts the calling thread under `policy`. False if the system refused.
 bool apply_policy(WorkerPolicy policy) noexcept {
@@ -51,7 +44,7 @@ void Core::settled_in_queue(TaskStateBase* s, bool count) noexcept {
 void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
                          bool replacement) {
   Core& c = *self;
-  name_this_thread(c.opts_.name, w->id);
+  name_thread(c.opts_.name, std::to_string(w->id));
   if (!apply_policy(c.opts_.worker_policy) &&
       !c.ctl_->policy_refused.exchange(true, std::memory_order_relaxed)) {
     try {

@@ -5,7 +5,7 @@
 // process). Every signal path runs in a child process (tests/app/app_child,
 // or the graceful_consumer example): the test forks and execs it, sends real
 // signals, reads the calls it reports, and checks the exit code, the order
-// of the calls and the time taken (tests/app/child_process.hpp; one table
+// of the calls and the time taken (tests/support/child_process.hpp; one table
 // row per scenario). A child that overruns its bound is killed and the test
 // fails. The signal pipe on its own is tested in signals_test.
 #include "crew/application.hpp"
@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "app/child_process.hpp"
+#include "child_process.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
