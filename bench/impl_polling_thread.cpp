@@ -3,7 +3,7 @@
 // ring and runs each task as soon as it sees it; it never sleeps, wakes
 // nobody and shares its queue with no other consumer. Its sched p99 in a
 // round is what the machine gives a consumer that never leaves its CPU:
-// the floor under the pools' tails in the same round (docs/design.md,
+// the floor under the pools' tails in the same round (docs/notes/2026-11-24-latency-tail.md,
 // "Where the latency tail comes from").
 //
 // Data flow: the producer (the one thread the latency workload submits

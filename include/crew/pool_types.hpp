@@ -210,7 +210,7 @@ struct PoolOptions {
   // At most usable CPUs / 2 workers (at least 1) spin at once in the
   // process; a worker woken onto the CPU of the thread that woke it does not
   // spin; a spinner that lost its CPU for more than 10 us is not relied on:
-  // tasks submitted meanwhile wake a sleeping worker (docs/design.md,
+  // tasks submitted meanwhile wake a sleeping worker (docs/design/wake-ups.md,
   // "Waking workers without losing a wake-up").
   std::chrono::nanoseconds spin = std::chrono::microseconds(50);
   // Whether idle workers spin for the whole `spin` also while the
@@ -221,7 +221,7 @@ struct PoolOptions {
   // the CPU from threads that would make progress, often the ones that
   // submit the next task. Set it for workers on CPUs reserved for them,
   // where the measure reflects other CPUs. Without the pressure file the
-  // CPUs never count as contended (docs/design.md, "Spinning on a
+  // CPUs never count as contended (docs/design/wake-ups.md, "Spinning on a
   // contended machine").
   bool spin_when_contended = false;
   // Stack size of each worker thread in bytes; 0 means the system default

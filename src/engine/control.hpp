@@ -1,7 +1,7 @@
 // src/control.hpp (private): the pool's bookkeeping that is not on the
 // submission path: workers (under Control::mu), the shutdown book (under
 // Control::mu), the timer heap and the stopper (each under its own mutex).
-// See docs/design.md for who touches what.
+// See docs/design/architecture.md for who touches what.
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Shutdown modes, restart, and the handling of submissions that raced a
-// shutdown. The sequence is described in docs/design.md and docs/shutdown.md.
+// shutdown. The sequence is described in docs/design/architecture.md and docs/shutdown.md.
 #include <string>
 #include <utility>
 

@@ -36,7 +36,7 @@
 // the spin lock, crew_bench's queue_deadline took 390-489 ns per task
 // against 549-622 before (4 alternated runs of `crew_bench --impl crew
 // --workload short_detached,queue_deadline --rounds 3`; short_detached 35
-// ns in both); docs/design.md ("Deadlines: one timer per pool") has what
+// ns in both); docs/design/architecture.md ("Deadlines: one timer per pool") has what
 // the lane changed.
 #pragma once
 

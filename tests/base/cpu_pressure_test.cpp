@@ -178,7 +178,7 @@ class FakePressure {
 // A one-worker pool whose idle worker would spin for 10 s after each task.
 // The worker and the test's thread are pinned to two different CPUs: a
 // worker woken onto its waker's CPU does not spin at all (Worker::crowded,
-// docs/design.md, "Waking workers without losing a wake-up"), and with one
+// docs/design/wake-ups.md, "Waking workers without losing a wake-up"), and with one
 // worker and a waker that sleeps right after the post the kernel often
 // puts it there, which would hide the spin these tests look for.
 struct OneSpinner {

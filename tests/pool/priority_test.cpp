@@ -76,7 +76,7 @@ TEST(PriorityAging, ALowTaskRunsAfterAgingHighTasksOnOneWorker) {
 // after at most `aging` high tasks taken by the worker that takes it since
 // it was queued (docs/api.md, "Priorities"). The reference point is a
 // pause: a worker may have popped one high task just before it saw the
-// pause and holds it until resume() (docs/design.md "Pause"); that task was
+// pause and holds it until resume() (docs/design/architecture.md "Pause"); that task was
 // taken before the low one was queued but runs after the counts are read,
 // so the bound checked here is aging + 1.
 //

@@ -11,7 +11,7 @@
 // other half. And one wake-up per sleep: the pops between a release and
 // the woken submitter's first run make no syscall (before, each of them
 // woke it again: 15 % of the workers' time with one producer and the
-// default capacity). docs/design.md has the measurements.
+// default capacity). docs/notes/2026-11-26-bounded-queue.md has the measurements.
 //
 // Who touches what:
 //   enter / leave / wait    a submitter that found the queue full (its own

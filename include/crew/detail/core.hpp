@@ -1,6 +1,6 @@
 // crew/detail/core.hpp: the shared state of a pool, with the submission fast
 // path inline. Workers, the supervisor and shutdown live in src/; the data
-// flow is described in docs/design.md.
+// flow is described in docs/design/architecture.md.
 //
 // Who touches what on the hot path:
 //   submitter: queue_ tail and slot; reads life_ (the pool's state) and
@@ -8,7 +8,7 @@
 //   worker:    queue_ head and slot; its own Worker counters
 // Everything else is in Control (src/control.hpp): the worker list and the
 // shutdown book under its mutex, the timer heap and the stopper with their
-// own. All of Core's state is private; docs/design.md maps the units.
+// own. All of Core's state is private; docs/design/architecture.md maps the units.
 #pragma once
 
 #include <atomic>
@@ -413,7 +413,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void settled_in_queue(TaskStateBase* s, bool count) noexcept;
 
  private:
-  // ---- state (the pool's parts; docs/design.md says which thread touches what) ----
+  // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   const PoolOptions opts_;
   // Task-state runs counted and published whose handlers and observers have
   // not yet returned (run_claimed); wait_idle() waits for them too.

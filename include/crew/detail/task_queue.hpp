@@ -621,7 +621,7 @@ class Queues {
   // workers may steal them. Workers then take turns on a shard's head once
   // per batch instead of once per task, and the tasks of a batch run one
   // after another on one CPU instead of alternating between CPUs over the
-  // lines they share. docs/design.md ("Batches from the shared queue") has
+  // lines they share. docs/notes/2026-11-27-shared-queue-batches.md has
   // the measurements.
   bool pop_batch(Cell& out, PopState& st, LocalQueue& mine) noexcept {
     auto more = [&mine](std::size_t taken) {
