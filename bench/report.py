@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Turns crew_bench's JSON into docs/bench/results.md, the plots
 docs/bench/results.png (flat workloads), docs/bench/forkjoin.png and
-docs/bench/latency.png, and the benchmark block of README.md.
+docs/bench/latency.png, and the benchmark summary of README.md.
 
     python3 bench/report.py [build/bench-results.json]
 
-README.md gets the table between `<!-- bench-table -->` and
-`<!-- /bench-table -->` (a lone opening marker gets the table and a closing
-marker after it). Python standard library only; the plot needs gnuplot.
+README.md gets a summary of the headline figures (SUMMARY) between
+`<!-- bench-table -->` and `<!-- /bench-table -->` (a lone opening marker
+gets the summary and a closing marker after it); the full tables are in
+docs/bench/results.md. Python standard library only; the plot needs gnuplot.
 """
 
 import datetime
@@ -452,6 +453,56 @@ def markdown_body(entries, json_path):
     return "\n".join(out) + "\n"
 
 
+# The README's summary: (label, kind, workload or rate, the other impl).
+SUMMARY = [
+    ("short_detached: 1 producer, fire-and-forget, ns/task", "flat", "short_detached", "tbb_enqueue"),
+    ("short_future: a result handle per task, ns/task", "flat", "short_future", "tbb_enqueue"),
+    ("producers_4: 4 producers, ns/task", "flat", "producers_4", "tbb_enqueue"),
+    ("factorial: factorial(20) per task, ns/task", "flat", "factorial", "tbb_enqueue"),
+    ("fib: a `crew::Group` per call, ns/task", "fj", "fib", "tbb_task_group"),
+    ("skynet: a `crew::Group` per node, ns/task", "fj", "skynet", "tbb_task_group"),
+    ("nqueens: a `crew::Group` per placement, ns/task", "fj", "nqueens", "tbb_task_group"),
+    ("task start at 100,000 tasks/s: sched p99, µs", "latency", 100_000, "tbb_enqueue"),
+    ("task start at 500,000 tasks/s: sched p99, µs", "latency", 500_000, "tbb_enqueue"),
+    ("task start at 1,000,000 tasks/s: sched p99, µs", "latency", 1_000_000, "tbb_enqueue"),
+]
+
+
+def summary_body(entries, json_path):
+    """The README's block: one row per SUMMARY entry found in the results."""
+    rows, fork_join, _, _ = split(entries)
+    latency = latency_rows(entries)
+    flat = {(e["workload"], e["impl"]): e for e in rows}
+    fj = {(e["workload"], e["impl"]): e for e in fork_join}
+    lat = {(e["rate"], e["impl"]): e for e in latency}
+    out = ["| figure | crew | oneTBB | crew / oneTBB |", "|---|--:|--:|--:|"]
+    for label, kind, key, other in SUMMARY:
+        if kind == "latency":
+            a, b = lat.get((key, "crew")), lat.get((key, other))
+            if a is None or b is None:
+                continue
+            ratio = b.get("crew_sched_p99_ratio_median")
+            cells = (fmt_us(a["sched_p99_us"]), fmt_us(b["sched_p99_us"]))
+        else:
+            table = flat if kind == "flat" else fj
+            a, b = table.get((key, "crew")), table.get((key, other))
+            if a is None or b is None or "ns_per_task" not in a or "ns_per_task" not in b:
+                continue
+            if kind == "fj":
+                label = label.replace(key, f"{key}({a['size']})", 1)
+            ratio = b.get("crew_ratio_median")
+            cells = (fmt_ns(a["ns_per_task"]), fmt_ns(b["ns_per_task"]))
+        r = "—" if ratio is None else f"{ratio:.2f}"
+        out.append(f"| {label} | {cells[0]} | {cells[1]} ({other}) | {r} |")
+    run_date = datetime.date.fromtimestamp(os.path.getmtime(json_path)).isoformat()
+    any_rows = rows or fork_join or latency
+    rounds = any_rows[0]["rounds"] if any_rows else DEFAULT_ROUNDS
+    out += ["", f"`make bench` of {run_date} on {machine()}, 2 workers per pool, medians of "
+                f"{rounds} interleaved rounds; crew / oneTBB is the median of the per-round "
+                "ratios (below 1: crew is faster)."]
+    return "\n".join(out) + "\n"
+
+
 def write_results_md(body):
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     text = ("# crew benchmark results\n\n"
@@ -581,6 +632,7 @@ def write_latency_plot(rows):
 
 
 def update_readme(body):
+    """Writes `body` (the summary) between the README's markers."""
     if not README.exists():
         print(f"report.py: {README} not found; not updated", file=sys.stderr)
         return
@@ -589,8 +641,9 @@ def update_readme(body):
     if start < 0:
         print(f"report.py: no {OPEN_MARK} in README.md; not updated", file=sys.stderr)
         return
-    block = (OPEN_MARK + "\n" + body.replace("PLOT_DIR/", "docs/bench/") +
-             "\nDetails: [docs/bench/results.md](docs/bench/results.md).\n" + CLOSE_MARK)
+    block = (OPEN_MARK + "\n" + body +
+             "\nAll tables, plots and targets: [docs/bench/results.md](docs/bench/results.md).\n"
+             + CLOSE_MARK)
     end = text.find(CLOSE_MARK, start)
     tail = text[end + len(CLOSE_MARK):] if end >= 0 else text[start + len(OPEN_MARK):]
     README.write_text(text[:start] + block + tail, encoding="utf-8")
@@ -605,7 +658,7 @@ def main():
         sys.exit(f"report.py: {json_path}: no results")
     body = markdown_body(entries, json_path)
     write_results_md(body)
-    update_readme(body)
+    update_readme(summary_body(entries, json_path))
     if rows:
         write_bar_plot(rows, "results.png",
                        f"crew_bench: median ns/task, 2 workers, {rows[0]['tasks']:,} tasks, "
