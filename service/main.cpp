@@ -3,7 +3,7 @@
 //   crewd [--config FILE] [--listen HOST:PORT] [--<setting> VALUE ...]
 //   crewd --help | --print-config
 //
-// A few I/O threads serve every client connection (service/http.hpp, on
+// A few I/O threads serve every client connection (service/http/server.hpp, on
 // Boost.Asio); two pools do the work: "compute" runs factorials (short
 // tasks), "jobs" runs jobs (long tasks with a deadline). crew::Application
 // owns the lifecycle: the listening socket is its resource (a port in use
@@ -24,17 +24,17 @@
 #include <thread>
 #include <vector>
 
-#include "config.hpp"
-#include "http.hpp"
-#include "http_metrics.hpp"
+#include "config/config.hpp"
+#include "http/server.hpp"
 #include "logging.hpp"
-#include "process_metrics.hpp"
+#include "metrics/http_metrics.hpp"
+#include "metrics/process_metrics.hpp"
 
 #if CREWD_CREW_METRICS
 #include <crew/metrics.hpp>
 #endif
 #if CREWD_REDIS
-#include "redis_jobs.hpp"
+#include "jobs/redis_jobs.hpp"
 #endif
 
 namespace crewd {

@@ -1,8 +1,8 @@
 // libFuzzer target for crewd's request layer, on raw bytes: what a client
-// sends on a connection goes through RequestParser (service/request.hpp:
+// sends on a connection goes through RequestParser (service/http/request.hpp:
 // Beast's parser with crewd's limits), each request it yields through
 // match_route, and the {n} of a factorial or the body of a job through
-// parse_factorial_n / parse_job_request (service/jobs.hpp). The input is
+// parse_factorial_n / parse_job_request (service/jobs/jobs.hpp). The input is
 // also given to those two directly, so that the JSON layer is fuzzed as
 // deeply as before.
 //
@@ -26,8 +26,8 @@
 #include <variant>
 #include <vector>
 
-#include "jobs.hpp"
-#include "request.hpp"
+#include "http/request.hpp"
+#include "jobs/jobs.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
 

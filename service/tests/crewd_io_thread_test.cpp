@@ -1,4 +1,4 @@
-// One I/O thread in-process (service/io_thread.hpp): the hand-over of a
+// One I/O thread in-process (service/http/io_thread.hpp): the hand-over of a
 // connection from the accept loop to a thread that is stopping. Timing that
 // the crewd process cannot be made to show on demand (I/O thread 0 late by
 // more than a sweep behind another thread) is set up here by posting to the
@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "crewd_harness.hpp"
-#include "http_state.hpp"
+#include "http/server_state.hpp"
 
 namespace crewd::test {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <variant>
 
-#include "jobs.hpp"
+#include "jobs/jobs.hpp"
 
 namespace crewd {
 namespace {

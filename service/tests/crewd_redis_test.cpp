@@ -24,9 +24,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "crewd_harness.hpp"
-#include "redis_jobs.hpp"
+#include "jobs/redis_jobs.hpp"
 #include "redis_server.hpp"
 
 namespace crewd::test {

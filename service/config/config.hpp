@@ -1,0 +1,161 @@
+// service/config/config.hpp: crewd's settings and how they are layered.
+//
+// Every setting has a working default. Values are taken, each overriding the
+// one before, from
+//   1. a TOML file (--config FILE, or CREWD_CONFIG),
+//   2. environment variables CREWD_<KEY> (key upper-cased, '.' -> '_'),
+//   3. command-line flags --<key> ('.' and '_' -> '-').
+// e.g. shutdown.timeout_ms = 10000 in [shutdown] of the file,
+// CREWD_SHUTDOWN_TIMEOUT_MS=10000, --shutdown-timeout-ms 10000.
+// docs/crewd.md lists every setting.
+//
+// A bad value (wrong type, out of range, an unknown key in the file, an
+// inconsistent pair) stops start-up with a message naming the setting and
+// where the value came from; crewd then exits with kConfigErrorExit.
+#pragma once
+
+#include <chrono>
+#include <crew/log.hpp>
+#include <crew/pool_types.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jobs/jobs.hpp"
+
+namespace crewd {
+
+// Exit codes of crewd beyond crew::ExitCode (0, 1, 3-6).
+inline constexpr int kUsageExit = 2;         // unknown flag, missing flag value
+inline constexpr int kConfigErrorExit = 78;  // a bad setting (sysexits.h EX_CONFIG)
+
+using Millis = std::chrono::milliseconds;
+
+struct Config {
+  // listen = "HOST:PORT" or "[IPv6]:PORT"; port 0 picks a free port (logged
+  // at start-up). host is kept without brackets.
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;
+  crew::LogLevel log_level = crew::LogLevel::info;
+
+  // The HTTP front door (service/http/server.hpp): a few I/O threads serve every
+  // connection; a connection costs no thread. Each limit answers a client
+  // that oversteps it at once (docs/crewd.md, "Limits").
+  struct Http {
+    std::size_t io_threads = 0;  // 0: one per usable CPU (crew::usable_cpus())
+    // Open connections at most. At the limit the oldest idle connection of
+    // the I/O thread taking the new one is closed; with none idle, the new
+    // connection gets 503 and is closed.
+    std::size_t max_connections = 16'384;
+    std::size_t backlog = 1024;            // listen(2) backlog
+    std::size_t header_limit = 16 * 1024;  // request line + header fields, bytes (431, 414)
+    std::size_t header_count_limit = 100;  // header fields (431)
+    std::size_t body_limit = 64 * 1024;    // bytes; larger bodies get 413
+    Millis head_timeout{10'000};           // from a request's first byte to its complete head (408)
+    Millis body_timeout{10'000};           // from the head to the complete body (408)
+    std::chrono::seconds keep_alive_timeout{5};  // idle between requests, or before the first
+    std::size_t keep_alive_max = 1000;           // requests per connection
+    Millis write_timeout{5000};                  // writing one response
+  } http;
+
+  // GET /api/v1/factorial/{n}: short tasks.
+  struct Compute {
+    std::size_t workers = 0;  // 0: one per usable CPU (crew::usable_cpus())
+    std::size_t queue = 10'000;
+    Millis queue_timeout{1000};  // a task not started by then: 503
+    // batch: a woken compute worker does not preempt the I/O thread that
+    // handed it the task (crew::WorkerPolicy::batch, Linux SCHED_BATCH).
+    crew::WorkerPolicy worker_policy = crew::WorkerPolicy::batch;
+    // How long an idle compute worker polls for the next task before it
+    // sleeps (crew::PoolOptions::spin).
+    std::chrono::microseconds spin =
+        std::chrono::duration_cast<std::chrono::microseconds>(crew::PoolOptions{}.spin);
+    // Spin for the whole `spin` also while the machine's CPUs are contended
+    // (crew::PoolOptions::spin_when_contended).
+    bool spin_when_contended = crew::PoolOptions{}.spin_when_contended;
+    // Compute on the connection's I/O thread instead of the pool: only for
+    // measuring what the pool costs (README, "crewd figures").
+    bool inline_factorial = false;
+  } compute;
+
+  // POST /api/v1/jobs: long tasks with a deadline.
+  struct Jobs {
+    std::size_t workers = 64;
+    std::size_t queue = 1024;
+    Millis queue_timeout{5000};
+    JobLimits limits;
+  } jobs;
+
+  struct Shutdown {
+    // How the compute and jobs pools stop after a SIGTERM: drain runs every
+    // accepted task, soft rejects queued ones (503), hard also cancels running
+    // jobs. See docs/crewd.md, "Lifecycle".
+    crew::ShutdownMode mode = crew::ShutdownMode::drain;
+    // Bound of that pool shutdown; past it the pool escalates to hard.
+    Millis timeout{10'000};
+    // From SIGTERM until crewd gives up on the graceful path (exit 4).
+    Millis termination_timeout{20'000};
+    // After SIGTERM, requests that reach crewd within this window are still
+    // served: they were sent before the signal and sat in kernel queues.
+    Millis admit_grace{100};
+  } shutdown;
+
+  // Jobs from a Redis stream (service/jobs/redis_jobs.hpp, docs/distributed.md);
+  // off while address is empty.
+  struct Redis {
+    std::string address;   // HOST:PORT
+    std::string password;  // AUTH when set; --print-config hides it
+    std::string stream = "crew:jobs";
+    std::string group = "crew";
+    std::string consumer;  // this instance in the group; empty: "<host name>-<pid>"
+    std::string results_stream = "crew:results";
+    std::string dead_letter_stream = "crew:dead";
+    Millis claim_idle{30'000};  // entries pending this long are claimed from their consumer
+    std::uint32_t max_attempts = 3;
+    Millis retry_backoff{100};  // before the second attempt; doubles for each further one
+    std::size_t in_flight = 0;  // jobs taken and not yet finished; 0: jobs.workers
+    std::size_t batch = 64;     // entries per XREADGROUP at most (COUNT)
+    // An entry over either is dead-lettered unrun (StreamSourceOptions).
+    std::size_t max_entry_bytes = std::size_t{1} << 20;
+    std::size_t max_entry_fields = 1024;
+  } redis;
+};
+
+// The environment: every variable whose name starts with CREWD_ (tests pass
+// a map). An unknown CREWD_* name is an error, like an unknown key in the
+// file, except Kubernetes' service links of a Service named crewd
+// (CREWD_SERVICE_HOST, CREWD_PORT_8080_TCP, ...), which are ignored.
+using Environment = std::map<std::string, std::string>;
+[[nodiscard]] Environment process_environment();
+
+// What start-up should do after reading the command line.
+struct LoadResult {
+  Config config;
+  bool run = false;         // start the service with `config`
+  int exit_code = 0;        // otherwise exit with this code
+  std::string out;          // for stdout (--help, --print-config)
+  std::string err;          // for stderr (the error message)
+  std::string config_file;  // the file read, if any
+};
+
+// Parses the command line, reads the file and the environment, validates.
+// Never throws for bad input: errors come back as exit_code + err.
+// The listen host is resolved here (getaddrinfo), so that a bad address is a
+// configuration error with the resolver's reason.
+[[nodiscard]] LoadResult load_config(const std::vector<std::string>& args, const Environment& env);
+
+// The effective configuration as a TOML file (what --print-config writes),
+// each line commented with where its value came from.
+[[nodiscard]] std::string to_toml(const Config& config,
+                                  const std::vector<std::string>& sources = {});
+
+// The names a setting goes by.
+[[nodiscard]] std::string env_name(std::string_view key);
+[[nodiscard]] std::string flag_name(std::string_view key);
+
+}  // namespace crewd

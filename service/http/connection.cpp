@@ -1,0 +1,524 @@
+// A connection's life (service/http/connection.hpp): reading and parsing
+// requests, responding, writing, closing, and the deadline of each phase.
+// What each route answers is in routes.cpp. Runs on the connection's
+// I/O thread only.
+#include "http/connection.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+#include <span>
+#include <utility>
+
+namespace crewd::http {
+namespace {
+
+// Client bytes in a log line: printable, short.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char ch : s.substr(0, 128)) out += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+  if (s.size() > 128) out += "...";
+  return out;
+}
+
+}  // namespace
+
+// ---- Connection: reading ----
+
+void Connection::start() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  socket_.set_option(tcp::no_delay(true), ec);
+  open_ = true;  // its slot in State::open was taken at accept
+  s_.requests->connection_opened();
+  enter_idle();
+  advance();
+}
+
+void Connection::enter_idle() {
+  phase_ = Phase::idle;
+  idle_since_ = Clock::now();
+  auto wait = std::chrono::duration_cast<Clock::duration>(s_.config.http.keep_alive_timeout);
+  // After the cut a connection is given only the admit grace to start a
+  // request: whatever was sent before the signal has arrived by then.
+  if (s_.gate.is_cut()) {
+    wait = std::min(wait, std::chrono::duration_cast<Clock::duration>(
+                              std::max<Clock::duration>(s_.config.shutdown.admit_grace, 10ms)));
+  }
+  deadline_ = idle_since_ + wait;
+}
+
+// After the cut a request still arriving must be complete by the gate's
+// receive_by, so that the pools can run its task within the termination
+// timeout: no client holds the stop past its deadlines.
+Clock::time_point Connection::receive_deadline(Clock::time_point t) const {
+  return s_.gate.is_cut() ? std::min(t, receive_by()) : t;
+}
+
+Clock::time_point Connection::receive_by() const {
+  return Clock::time_point(std::chrono::nanoseconds(s_.gate.receive_by_ns()));
+}
+
+void Connection::advance() {
+  bool full = false;
+  const std::size_t served_before = served_;
+  for (;;) {
+    if (phase_ != Phase::idle && phase_ != Phase::head && phase_ != Phase::body) return;
+    if (served_ - served_before >= kPipelineBurst && !in_.empty()) {
+      // Pipelined requests answered back to back: let the I/O thread's other
+      // connections have their turn before the next ones.
+      net::post(w_.ioc, [self = shared_from_this()] { self->advance(); });
+      return;
+    }
+    if (!in_.empty()) {
+      const std::size_t before = in_.size();
+      const Phase phase = phase_;
+      if (parse() == Step::waiting) return;
+      if (in_.size() != before || phase_ != phase) {  // progress
+        full = false;
+        continue;
+      }
+      if (full) {  // cannot happen with the parser's own limits; never spin
+        if (fail_request(431, "request too large", CloseReason::bad_request) == Step::more)
+          continue;
+        return;
+      }
+    }
+    if (peer_eof_) {
+      // Nothing more will come: what is half read is dropped.
+      close_now(CloseReason::client);
+      return;
+    }
+    if (!more_) {
+      wait_readable();  // reads what is there at once, or waits
+      return;
+    }
+    more_ = false;
+    switch (read_available()) {
+      case Read::data:
+        continue;
+      case Read::full:
+        full = true;
+        continue;  // parse() reports the limit
+      case Read::would_block:
+        wait_readable();
+        return;
+      case Read::eof:
+        peer_eof_ = true;
+        continue;
+      case Read::error:
+        close_now(CloseReason::client);
+        return;
+    }
+  }
+}
+
+Connection::Read Connection::read_available() {
+  const std::size_t cap = read_cap();
+  std::size_t got = 0;
+  for (;;) {
+    const std::span<char> space = in_.prepare(kReadChunk, cap);
+    if (space.empty()) return got > 0 ? Read::data : Read::full;
+    error_code ec;
+    const std::size_t n = socket_.read_some(net::buffer(space.data(), space.size()), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) {
+      return got > 0 ? Read::data : Read::would_block;
+    }
+    if (ec == net::error::eof) {
+      if (got > 0) {
+        peer_eof_ = true;
+        return Read::data;
+      }
+      return Read::eof;
+    }
+    if (ec) return got > 0 ? Read::data : Read::error;
+    in_.commit(n);
+    got += n;
+    if (n < space.size()) return Read::data;  // probably all there is; the next read says
+  }
+}
+
+// Waits for the client's next bytes with an asynchronous read into the
+// connection's small landing buffer, not a readiness wait: Asio re-arms
+// epoll (an epoll_ctl call) for every readiness wait, but not for a read
+// that finds the socket empty; and the landing buffer is small, so that a
+// connection waiting for a request holds no read buffer of its own.
+void Connection::wait_readable() {
+  if (waiting_read_) return;
+  waiting_read_ = true;
+  landing_[0] = 0;  // see read_landed()
+  socket_.async_read_some(
+      net::buffer(landing_),
+      [self = shared_from_this()](const error_code& ec, std::size_t n) { self->on_read(ec, n); });
+}
+
+void Connection::on_read(const error_code& ec, std::size_t n) {
+  waiting_read_ = false;
+  if (phase_ == Phase::closed) return;
+  if (phase_ == Phase::closing) {
+    if (ec) {
+      close_now(close_reason_);  // the client closed (or reset): done
+    } else {
+      drain();
+    }
+    return;
+  }
+  if (ec == net::error::eof) {
+    peer_eof_ = true;
+  } else if (ec && ec != net::error::operation_aborted) {
+    close_now(CloseReason::client);
+    return;
+  }
+  if (n > 0) {
+    const std::size_t cap = std::max(read_cap(), in_.size() + n);
+    const std::span<char> space = in_.prepare(n, cap);
+    std::memcpy(space.data(), landing_.data(), n);
+    in_.commit(n);
+    more_ = n == landing_.size();  // there may be more: read it at once
+  }
+  if (phase_ == Phase::idle || phase_ == Phase::head || phase_ == Phase::body) advance();
+}
+
+Connection::Step Connection::parse() {
+  const auto now = Clock::now();
+  if (!parser_) {
+    parser_.emplace(s_.limits);
+    head_seen_ = false;
+    refused_ = false;
+    phase_ = Phase::head;
+    deadline_ = receive_deadline(now + s_.config.http.head_timeout);
+  }
+  const std::size_t n = parser_->feed(in_.data());
+  in_.consume(n);
+  if (parser_->failed()) {
+    const RequestError& e = parser_->error();
+    return fail_request(e.status, e.message, CloseReason::bad_request);
+  }
+  if (parser_->header_done() && !head_seen_) {
+    head_seen_ = true;
+    const Step step = on_head();
+    // Answered already (an error, or no body wanted), or waiting.
+    if (step == Step::waiting || !parser_) return step;
+  }
+  if (parser_->done()) return on_request();
+  return Step::more;
+}
+
+Connection::Step Connection::on_head() {
+  const auto now = Clock::now();
+  head_at_ = now;
+  Request& req = parser_->request();
+  match_ = match_route(req.method, req.path());
+  const bool work = match_.route != Route::unmatched && match_.method_allowed && match_.work();
+  refused_ = !s_.gate.on_request(counted_, admitted_open_, handing_over_, work);
+  if (!parser_->done()) {
+    phase_ = Phase::body;
+    body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
+  }
+  const bool expect = req.version >= 11;
+  if (expect && req.expect_other) {
+    return fail_request(417, "only Expect: 100-continue is supported", CloseReason::bad_request);
+  }
+  if (expect && req.expect_continue && req.has_body && !parser_->done()) {
+    const bool wants_body = match_.route == Route::jobs && match_.method_allowed && !refused_;
+    if (wants_body && s_.pools.jobs.stats().queued >= s_.config.jobs.queue) {
+      // The pool would refuse the job: say so before the client sends its
+      // body (a slot may free meanwhile; then the client retries).
+      parser_->request().keep_alive = false;
+      phase_ = Phase::handling;
+      deadline_ = Clock::time_point::max();
+      Response r = error_response(503, "pool jobs refused the task (full)");
+      r.retry_after = true;
+      return respond(std::move(r));
+    }
+    if (!wants_body) {
+      // Answer without the body; the client must not send it, so the
+      // connection cannot be trusted past this response.
+      parser_->request().keep_alive = false;
+      return on_request();
+    }
+    out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+    return write_out(After::interim);
+  }
+  return Step::more;
+}
+
+// ---- Connection: responding ----
+
+Connection::Step Connection::fail_request(int status, std::string message, CloseReason why) {
+  close_reason_ = why;
+  if (!head_seen_) {
+    match_ = RouteMatch{};
+    head_at_ = Clock::now();
+  }
+  phase_ = Phase::handling;
+  deadline_ = Clock::time_point::max();
+  head_only_ = false;
+  Response r = error_response(status, message);
+  r.close = true;
+  return respond(std::move(r));
+}
+
+Connection::Step Connection::respond(Response r) {
+  if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
+  s_.gate.end_handover(handing_over_);  // answered: nothing to hand over
+  const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
+  // A client that shut its sending side after pipelining requests is still
+  // answered for those already read: the connection closes after the last.
+  const bool nothing_more = peer_eof_ && in_.empty();
+  if (!keep || nothing_more || s_.gate.halting() || served_ + 1 >= s_.config.http.keep_alive_max) {
+    r.close = true;
+  }
+  // HTTP/1.0 closes unless the response says otherwise.
+  r.keep_alive = !r.close && parser_ && parser_->request().version == 10;
+  if (r.close && close_reason_ == CloseReason::client) close_reason_ = CloseReason::server;
+  // Counted before it is sent: a client that has read the response finds
+  // it counted.
+  const auto latency = Clock::now() - head_at_;
+  s_.requests->observe(match_.route, r.status, latency);
+  if (s_.log->should_log(spdlog::level::debug)) {
+    const Request* req = parser_ ? &parser_->request() : nullptr;
+    s_.log->debug("{} {} {} {:.3f} ms", req ? printable(req->method) : "-",
+                  req ? printable(req->target) : "-", r.status, millis(latency));
+  }
+  out_.clear();
+  append_response(out_, r, head_only_);
+  ++served_;
+  close_after_ = r.close;
+  parser_.reset();
+  head_seen_ = false;
+  return write_out(After::response);
+}
+
+// ---- Connection: writing ----
+
+Connection::Step Connection::write_out(After after) {
+  error_code ec;
+  const std::size_t n = socket_.write_some(net::buffer(out_), ec);
+  if (!ec && n == out_.size()) return after_write(after);
+  if (ec && ec != net::error::would_block && ec != net::error::try_again) {
+    close_now(CloseReason::client);
+    return Step::waiting;
+  }
+  const std::size_t done = ec ? 0 : n;
+  phase_ = Phase::writing;
+  deadline_ = Clock::now() + s_.config.http.write_timeout;
+  net::async_write(socket_, net::buffer(out_.data() + done, out_.size() - done),
+                   [self = shared_from_this(), after](const error_code& e, std::size_t) {
+                     self->on_written(e, after);
+                   });
+  return Step::waiting;
+}
+
+void Connection::on_written(const error_code& ec, After after) {
+  if (phase_ == Phase::closed) return;
+  if (ec) {
+    close_now(CloseReason::client);
+    return;
+  }
+  if (after_write(after) == Step::more) advance();
+}
+
+Connection::Step Connection::after_write(After after) {
+  if (after == After::interim) {
+    phase_ = Phase::body;
+    deadline_ = body_deadline_;
+    return Step::more;
+  }
+  s_.gate.on_response_done(admitted_open_);
+  if (close_after_) {
+    if (peer_eof_) {
+      close_now(close_reason_);
+    } else {
+      graceful_close(close_reason_);
+    }
+    return Step::waiting;
+  }
+  enter_idle();
+  return Step::more;
+}
+
+// ---- Connection: closing ----
+
+void Connection::stop_serving(CloseReason why) {
+  if (!open_) return;
+  open_ = false;
+  s_.open.fetch_sub(1, std::memory_order_relaxed);
+  s_.requests->connection_closed(why);
+}
+
+void Connection::graceful_close(CloseReason why) {
+  if (phase_ == Phase::closing || phase_ == Phase::closed) return;
+  stop_serving(why);
+  s_.gate.on_close(counted_, admitted_open_, handing_over_);
+  phase_ = Phase::closing;
+  deadline_ = Clock::now() + kLinger;
+  parser_.reset();
+  in_.clear();
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    close_now(why);
+    return;
+  }
+  if (s_.lingering.fetch_add(1, std::memory_order_relaxed) >= s_.max_lingering) {
+    // Every lingering descriptor is taken: drop what has arrived and close
+    // now. Only bytes the client sends after this meet a reset.
+    s_.lingering.fetch_sub(1, std::memory_order_relaxed);
+    w_.note_linger_cut();
+    drain(/*linger=*/false);
+    return;
+  }
+  lingering_ = true;
+  drain();
+}
+
+// Reads and drops what the client still sends, until it closes (or the
+// linger deadline: the sweep closes the socket then). Without `linger`,
+// only what has arrived, then closes. Either way at most kDrainReads reads
+// at a time: a client sending as fast as they drain does not hold the I/O
+// thread.
+void Connection::drain(bool linger) {
+  constexpr int kDrainReads = 64;
+  char sink[4096];
+  for (int i = 0; i < kDrainReads; ++i) {
+    error_code ec;
+    (void)socket_.read_some(net::buffer(sink), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) break;
+    if (ec) {
+      close_now(close_reason_);
+      return;
+    }
+  }
+  if (linger) {
+    wait_readable();
+  } else {
+    close_now(close_reason_);
+  }
+}
+
+void Connection::close_now(CloseReason why) {
+  if (phase_ == Phase::closed) return;
+  stop_serving(why);
+  s_.gate.on_close(counted_, admitted_open_, handing_over_);
+  stop_lingering();
+  phase_ = Phase::closed;
+  deadline_ = Clock::time_point::max();
+  error_code ec;
+  socket_.close(ec);  // pending operations end with operation_aborted
+  parser_.reset();
+  in_.release();
+  if (linked_) w_.unlink(this);
+}
+
+void Connection::on_deadline(Clock::time_point) {
+  switch (phase_) {
+    case Phase::idle:
+      deadline_ = Clock::time_point::max();  // once
+      close_if_idle(s_.gate.is_cut() ? CloseReason::shutdown : CloseReason::idle_timeout);
+      return;
+    case Phase::head:
+      request_timed_out("head", s_.config.http.head_timeout, CloseReason::head_timeout);
+      return;
+    case Phase::body:
+      request_timed_out("body", s_.config.http.body_timeout, CloseReason::body_timeout);
+      return;
+    case Phase::writing:
+      close_now(CloseReason::write_timeout);
+      return;
+    case Phase::closing:
+      close_now(close_reason_);
+      return;
+    case Phase::handling:
+    case Phase::closed:
+      return;
+  }
+}
+
+// 408 for a request whose `part` (head, body) did not arrive within its
+// http.<part>_timeout_ms.
+void Connection::request_timed_out(std::string_view part, Millis bound, CloseReason why) {
+  // Cut short by the stop (receive_deadline): say so rather than the timeout.
+  const bool stop = s_.gate.is_cut() && deadline_ == receive_by();
+  const std::string message =
+      stop ? "the request " + std::string(part) +
+                 " did not arrive before crewd stops taking work (shutdown.timeout_ms before "
+                 "shutdown.termination_timeout_ms)"
+           : "the request " + std::string(part) + " did not arrive within http." +
+                 std::string(part) + "_timeout_ms (" + std::to_string(bound.count()) + " ms)";
+  if (fail_request(408, message, why) == Step::more) advance();
+}
+
+// Closes the connection if it is still idle once the handlers already
+// queued on this thread have run: a request that has just arrived may sit
+// in a read completion not yet run (the connection still looks idle), or
+// in the socket; such a request is served, not cut off.
+void Connection::close_if_idle(CloseReason why) {
+  net::post(w_.ioc, [self = shared_from_this(), why] {
+    if (self->phase_ != Phase::idle || !self->in_.empty() || self->read_landed()) return;
+    error_code ec;
+    if (self->socket_.available(ec) > 0) return;  // the pending read takes it
+    self->graceful_close(why);
+  });
+}
+
+// Whether the connection is idle with nothing arriving (a candidate to
+// close for room).
+bool Connection::quiet() const {
+  if (phase_ != Phase::idle || !in_.empty() || read_landed()) return false;
+  error_code ec;
+  return socket_.available(ec) == 0 && !ec;
+}
+
+// The cut: a request still arriving gets the stop's receive deadline, and
+// idle connections are handled as by stop_idle().
+void Connection::on_cut() {
+  if (phase_ == Phase::head || phase_ == Phase::body) {
+    deadline_ = receive_deadline(deadline_);
+    body_deadline_ = receive_deadline(body_deadline_);
+    return;
+  }
+  if (phase_ == Phase::idle) stop_idle();
+}
+
+void Connection::on_stop() {
+  if (phase_ == Phase::idle) stop_idle();
+}
+
+// An idle connection when crewd stops taking work (the cut, the listener's
+// close): a keep-alive one is closed at once; one that has not sent a
+// request yet gets the admit grace from its accept, since its request may
+// be on the way (accepted before the cut, or while the listener closed: its
+// handshake was answered before the SYN filter), and gets an answer (503
+// for work) rather than a bare close.
+void Connection::stop_idle() {
+  if (served_ > 0) {
+    close_if_idle(CloseReason::shutdown);
+    return;
+  }
+  deadline_ = std::min(deadline_, accepted_ + s_.config.shutdown.admit_grace);
+}
+
+// At http.max_connections with nothing idle to close: 503, then close.
+void Connection::refuse() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  s_.requests->connection_opened();
+  open_ = true;
+  stop_serving(CloseReason::refused);  // gives its slot back
+  Response r = error_response(503, "too many connections (http.max_connections " +
+                                       std::to_string(s_.max_connections) + ")");
+  r.close = true;
+  r.retry_after = true;
+  out_.clear();
+  append_response(out_, r, false);
+  (void)socket_.write_some(net::buffer(out_), ec);  // best effort: a fresh socket takes it all
+  close_reason_ = CloseReason::refused;
+  phase_ = Phase::handling;
+  graceful_close(CloseReason::refused);
+}
+
+}  // namespace crewd::http

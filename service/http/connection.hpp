@@ -1,0 +1,175 @@
+// service/http/connection.hpp: one client connection of crewd's front door:
+// reading requests under the [http] limits, the deadline of each phase,
+// handing each request to its route, writing the responses in order, and
+// closing without resetting what the client has not read yet.
+//
+// Phases: idle -> head -> body -> handling -> writing -> idle (keep-alive),
+// or -> closing (sending side shut, reading what the client still sends,
+// for kLinger at most; at once closed instead when State::max_lingering
+// closes linger already) -> closed. deadline() is the current phase's; the
+// I/O thread's sweep calls on_deadline() when it passes.
+//
+// Threads: a connection lives on one I/O thread (io_thread.hpp) for its
+// whole life, and every member runs there: reads, writes, the sweep, the
+// cut and stop (posted to that thread), and the completions of the tasks
+// its routes submit (crew::asio resumes them on the thread's executor).
+// So nothing here is locked. Asynchronous reads, writes and posted
+// closes hold a shared_ptr to the connection, so it lives until the last
+// of them has run; a task's completion can run until the task ends or
+// the server's stop deadline (serve() then stops the io_context).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/in_buffer.hpp"
+#include "http/request.hpp"
+#include "http/server_state.hpp"
+#include "jobs/jobs.hpp"
+
+namespace crewd::http {
+
+struct JobTimes;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(IoThread& w, tcp::socket socket, bool counted)
+      : w_(w), s_(w.state), socket_(std::move(socket)), counted_(counted) {
+    accepted_ = Clock::now();
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    stop_lingering();
+    if (linked_) w_.unlink(this);
+  }
+
+  void start();
+  void refuse();
+  void on_deadline(Clock::time_point now);
+  void on_cut();
+  void on_stop();
+  void force_close() { close_now(CloseReason::shutdown); }
+  void trim() noexcept {
+    if (phase_ == Phase::idle && in_.empty()) {
+      in_.release();
+      std::string().swap(out_);
+    }
+  }
+  [[nodiscard]] Clock::time_point deadline() const noexcept { return deadline_; }
+  [[nodiscard]] bool idle() const noexcept { return phase_ == Phase::idle && in_.empty(); }
+  [[nodiscard]] bool quiet() const;
+  [[nodiscard]] Clock::time_point idle_since() const noexcept { return idle_since_; }
+  // Idle with nothing arriving (quiet()): no response to protect, so no
+  // linger either; its descriptor is free for the connection that takes
+  // its slot.
+  void evict() { close_now(CloseReason::evicted); }
+
+  Connection* prev = nullptr;
+  Connection* next = nullptr;
+  bool linked_ = false;
+
+ private:
+  enum class Phase : std::uint8_t {
+    idle,      // waiting for a request's first byte
+    head,      // reading a request's head
+    body,      // reading its body
+    handling,  // the request is complete; its response is being made
+    writing,   // writing (the socket took part of it)
+    closing,   // sending side shut; reading what the client still sends
+    closed,
+  };
+  enum class Step : std::uint8_t { more, waiting };
+  enum class After : std::uint8_t { response, interim };
+  enum class Read : std::uint8_t { data, would_block, full, eof, error };
+
+  void advance();
+  Step parse();
+  Step on_head();
+  Step on_request();
+  Step respond(Response r);
+  Step write_out(After after);
+  Step after_write(After after);
+  void on_written(const error_code& ec, After after);
+  Read read_available();
+  // Pipelined requests one advance() answers before it lets the I/O
+  // thread's other connections run: a client that pipelines hundreds of
+  // requests (and need not read the responses until its socket buffer is
+  // full) delays the others by this many responses, not by all of them.
+  static constexpr std::size_t kPipelineBurst = 2;
+  // `t`, or the stop's receive_by after the cut if that comes first.
+  [[nodiscard]] Clock::time_point receive_deadline(Clock::time_point t) const;
+  [[nodiscard]] Clock::time_point receive_by() const;  // meaningful once cut
+  void stop_idle();
+  void wait_readable();
+  void on_read(const error_code& ec, std::size_t n);
+  // The most a connection buffers: a head at its limit plus one read.
+  [[nodiscard]] std::size_t read_cap() const noexcept {
+    return s_.limits.header_bytes + kReadChunk;
+  }
+  void enter_idle();
+  void graceful_close(CloseReason why);
+  void drain(bool linger = true);
+  // Gives back the State::lingering slot this connection holds, if any.
+  void stop_lingering() noexcept {
+    if (!lingering_) return;
+    lingering_ = false;
+    s_.lingering.fetch_sub(1, std::memory_order_relaxed);
+  }
+  void close_now(CloseReason why);
+  void stop_serving(CloseReason why);
+  void close_if_idle(CloseReason why);
+  Step fail_request(int status, std::string message, CloseReason why);
+  void request_timed_out(std::string_view part, Millis bound, CloseReason why);
+
+  Step factorial(std::string_view arg);
+  void on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value);
+  Step job();
+  void on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
+              Clock::time_point submitted, std::exception_ptr e);
+  void resume(Response r);
+
+  IoThread& w_;
+  State& s_;
+  tcp::socket socket_;
+  Phase phase_ = Phase::idle;
+  Clock::time_point accepted_;
+  Clock::time_point idle_since_{};
+  Clock::time_point deadline_ = Clock::time_point::max();
+  Clock::time_point body_deadline_{};
+  Clock::time_point head_at_{};  // latency is measured from here
+  InBuffer in_;
+  std::optional<RequestParser> parser_;
+  RouteMatch match_;
+  std::string out_;
+  std::size_t served_ = 0;
+  bool head_seen_ = false;
+  bool head_only_ = false;
+  bool refused_ = false;       // by the gate: 503
+  bool close_after_ = false;   // the response being written says Connection: close
+  bool peer_eof_ = false;      // the client shut its sending side
+  bool waiting_read_ = false;  // an asynchronous read is pending (into landing_)
+  bool more_ = false;          // the socket may hold more: read before waiting
+  bool open_ = false;          // counted in State::open and the connections gauge
+  bool counted_;               // Gate: first request pending
+  bool admitted_open_ = false;
+  bool handing_over_ = false;  // Gate: admitted, its task not yet handed to a pool
+  bool lingering_ = false;     // holds a State::lingering slot (closing)
+  CloseReason close_reason_ = CloseReason::client;
+  std::array<char, 512> landing_;  // where a pending read lands
+  // Whether the pending read has taken bytes whose completion has not run
+  // yet: the reactor reads on this connection's I/O thread and queues the
+  // completion, so until it runs the connection looks idle while a request
+  // sits in landing_. wait_readable zeroes the first byte, which no request
+  // starts with.
+  [[nodiscard]] bool read_landed() const noexcept { return waiting_read_ && landing_[0] != 0; }
+};
+
+}  // namespace crewd::http

@@ -1,0 +1,71 @@
+// service/jobs/jobs.hpp: crewd's request layer. Turns what a client sends (the
+// {n} of /api/v1/factorial/{n}, the JSON body of POST /api/v1/jobs) into a
+// validated request, or into the message of a 400 response.
+//
+// Pure functions over untrusted bytes: no I/O, no pool, no global state. This
+// is the layer the libFuzzer target (service/fuzz/jobs_fuzzer.cpp) drives, so
+// every input, however malformed, must end in a value or a ParseError, never
+// in an exception or undefined behaviour.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace crewd {
+
+// Why a request was refused; becomes the "error" of a 400 response. Never
+// echoes raw input: names the field and the accepted range.
+struct ParseError {
+  std::string message;
+};
+
+// n! fits in uint64_t up to 20!.
+inline constexpr unsigned kMaxFactorialN = 20;
+
+[[nodiscard]] constexpr std::uint64_t factorial(unsigned n) noexcept {
+  std::uint64_t r = 1;
+  for (unsigned i = 2; i <= n; ++i) r *= i;
+  return r;
+}
+
+// The {n} path segment: decimal digits only (no sign, no spaces), 0..20;
+// any number of leading zeros ("0000000005" is 5).
+[[nodiscard]] std::variant<unsigned, ParseError> parse_factorial_n(std::string_view segment);
+
+enum class JobKind : std::uint8_t {
+  sleep,  // waits on its stop token: an I/O-bound call to another service
+  spin,   // burns CPU, checking its stop token: CPU-bound work
+};
+
+[[nodiscard]] std::string_view to_string(JobKind kind) noexcept;
+
+// Bounds of a job request (config [jobs]; docs/crewd.md, "Limits").
+struct JobLimits {
+  std::uint32_t max_ms = 10'000;             // "ms": 0..max_ms
+  std::uint32_t max_timeout_ms = 60'000;     // "timeout_ms": 1..max_timeout_ms
+  std::uint32_t default_timeout_ms = 5'000;  // when "timeout_ms" is absent
+};
+
+inline constexpr std::size_t kMaxJobNameLength = 64;
+
+struct JobRequest {
+  JobKind kind = JobKind::sleep;
+  std::uint32_t ms = 0;
+  std::uint32_t timeout_ms = 0;
+  // The task's name in reports, worker snapshots and metrics; the kind when
+  // the client gave none. 1..64 of [A-Za-z0-9._:-].
+  std::string name;
+
+  friend bool operator==(const JobRequest&, const JobRequest&) = default;
+};
+
+// The body of POST /api/v1/jobs:
+//   {"kind": "sleep"|"spin", "ms": N, "timeout_ms": M, "name": "..."}
+// kind and ms are required; unknown fields are refused (a typo must not
+// silently fall back to a default).
+[[nodiscard]] std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
+                                                                     const JobLimits& limits);
+
+}  // namespace crewd
