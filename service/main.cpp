@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "http/routes.hpp"
 #include "http/server.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
@@ -102,7 +103,7 @@ int run(const Config& config) {
                 ? std::string("no cgroup CPU quota")
                 : fmt::format("cgroup CPU quota {:.2f} at {}", cpus.quota, cpus.cgroup));
 
-  auto request_metrics = std::make_shared<RequestMetrics>();
+  auto request_metrics = std::make_shared<RequestMetrics>(http::route_labels());
   std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
   std::vector<std::shared_ptr<crew::Observer>> compute_observers, jobs_observers;
 #if CREWD_CREW_METRICS

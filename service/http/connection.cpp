@@ -1,7 +1,7 @@
 // A connection's life (service/http/connection.hpp): reading and parsing
 // requests, responding, writing, closing, and the deadline of each phase.
-// What each route answers is in routes.cpp. Runs on the connection's
-// I/O thread only.
+// What each route answers is in routes.cpp; on_request hands it the
+// request. Runs on the connection's I/O thread only.
 #include "http/connection.hpp"
 
 #include <spdlog/spdlog.h>
@@ -212,8 +212,7 @@ Connection::Step Connection::on_head() {
   head_at_ = now;
   Request& req = parser_->request();
   match_ = match_route(req.method, req.path());
-  const bool work = match_.route != Route::unmatched && match_.method_allowed && match_.work();
-  refused_ = !s_.gate.on_request(counted_, admitted_open_, handing_over_, work);
+  refused_ = !s_.gate.on_request(counted_, admitted_open_, handing_over_, match_.work());
   if (!parser_->done()) {
     phase_ = Phase::body;
     body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
@@ -223,16 +222,16 @@ Connection::Step Connection::on_head() {
     return fail_request(417, "only Expect: 100-continue is supported", CloseReason::bad_request);
   }
   if (expect && req.expect_continue && req.has_body && !parser_->done()) {
-    const bool wants_body = match_.route == Route::jobs && match_.method_allowed && !refused_;
-    if (wants_body && s_.pools.jobs.stats().queued >= s_.config.jobs.queue) {
-      // The pool would refuse the job: say so before the client sends its
-      // body (a slot may free meanwhile; then the client retries).
-      parser_->request().keep_alive = false;
-      phase_ = Phase::handling;
-      deadline_ = Clock::time_point::max();
-      Response r = error_response(503, "pool jobs refused the task (full)");
-      r.retry_after = true;
-      return respond(std::move(r));
+    const Route* route = match_.method_allowed && !refused_ ? match_.route : nullptr;
+    const bool wants_body = route != nullptr && route->expect_body != nullptr;
+    if (wants_body) {
+      if (std::optional<Response> refusal = route->expect_body(s_)) {
+        // Refused before the client sends its body.
+        parser_->request().keep_alive = false;
+        phase_ = Phase::handling;
+        deadline_ = Clock::time_point::max();
+        return respond(*std::move(refusal));
+      }
     }
     if (!wants_body) {
       // Answer without the body; the client must not send it, so the
@@ -245,6 +244,68 @@ Connection::Step Connection::on_head() {
   }
   return Step::more;
 }
+
+// ---- Connection: handing a request to its route ----
+
+// The Exchange a route's handler gets (routes.hpp): respond() answers at
+// once, later() leaves the answer to a Reply.
+class Connection::RouteExchange final : public Exchange {
+ public:
+  explicit RouteExchange(Connection& c) : c_(c) {}
+
+  [[nodiscard]] const Request& request() const noexcept override { return c_.parser_->request(); }
+  [[nodiscard]] std::string_view arg() const noexcept override { return c_.match_.arg; }
+  [[nodiscard]] State& state() const noexcept override { return c_.s_; }
+  [[nodiscard]] net::io_context::executor_type executor() const noexcept override {
+    return c_.w_.ioc.get_executor();
+  }
+  void respond(Response r) override { step_ = c_.respond(std::move(r)); }
+  [[nodiscard]] Reply later() override {
+    deferred_ = true;
+    return Reply(c_.shared_from_this());
+  }
+
+  // What the connection does next: Step::waiting for a Reply.
+  [[nodiscard]] Step step() {
+    if (step_) return *step_;
+    if (!deferred_)
+      return c_.respond(error_response(500, "internal error: the route gave no answer"));
+    // The pool has the task (or refused it): nothing left to hand over.
+    c_.s_.gate.end_handover(c_.handing_over_);
+    return Step::waiting;
+  }
+
+ private:
+  Connection& c_;
+  std::optional<Step> step_;
+  bool deferred_ = false;
+};
+
+Connection::Step Connection::on_request() {
+  phase_ = Phase::handling;
+  deadline_ = Clock::time_point::max();
+  const Request& req = parser_->request();
+  head_only_ = req.method == "HEAD";
+  if (refused_) return respond(error_response(503, "crewd is shutting down"));
+  if (match_.route == nullptr) return respond(error_response(404, "no such route"));
+  if (!match_.method_allowed) {
+    Response r =
+        error_response(405, "method not allowed; allowed: " + std::string(match_.route->methods));
+    r.allow = match_.route->methods;
+    return respond(std::move(r));
+  }
+  RouteExchange exchange(*this);
+  match_.route->handler(exchange);
+  return exchange.step();
+}
+
+void Connection::resume(Response r) {
+  if (respond(std::move(r)) == Step::more) advance();
+}
+
+void Reply::operator()(Response r) const { c_->resume(std::move(r)); }
+
+State& Reply::state() const noexcept { return c_->s_; }
 
 // ---- Connection: responding ----
 
@@ -278,7 +339,7 @@ Connection::Step Connection::respond(Response r) {
   // Counted before it is sent: a client that has read the response finds
   // it counted.
   const auto latency = Clock::now() - head_at_;
-  s_.requests->observe(match_.route, r.status, latency);
+  s_.requests->observe(route_index(match_.route), r.status, latency);
   if (s_.log->should_log(spdlog::level::debug)) {
     const Request* req = parser_ ? &parser_->request() : nullptr;
     s_.log->debug("{} {} {} {:.3f} ms", req ? printable(req->method) : "-",

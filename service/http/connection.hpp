@@ -31,12 +31,10 @@
 
 #include "http/in_buffer.hpp"
 #include "http/request.hpp"
+#include "http/routes.hpp"
 #include "http/server_state.hpp"
-#include "jobs/jobs.hpp"
 
 namespace crewd::http {
-
-struct JobTimes;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -129,12 +127,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Step fail_request(int status, std::string message, CloseReason why);
   void request_timed_out(std::string_view part, Millis bound, CloseReason why);
 
-  Step factorial(std::string_view arg);
-  void on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value);
-  Step job();
-  void on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
-              Clock::time_point submitted, std::exception_ptr e);
+  // The route's handler answered later (Reply).
   void resume(Response r);
+  friend class Reply;
+  class RouteExchange;
 
   IoThread& w_;
   State& s_;

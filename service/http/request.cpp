@@ -225,23 +225,33 @@ std::size_t RequestParser::on_chunk_body_impl(std::uint64_t, boost::beast::strin
 
 void RequestParser::on_finish_impl(error_code&) {}
 
-RouteMatch match_route(std::string_view method, std::string_view path) {
-  const bool get = method == "GET" || method == "HEAD";
-  constexpr std::string_view kFactorial = "/api/v1/factorial/";
-  if (path.starts_with(kFactorial)) {
-    const std::string_view arg = path.substr(kFactorial.size());
-    if (arg.empty() || arg.find('/') != std::string_view::npos) return {};
-    return {Route::factorial, get, arg, "GET, HEAD"};
+std::optional<std::string_view> match_path(std::string_view pattern,
+                                           std::string_view path) noexcept {
+  std::string_view arg;
+  if (const auto open = pattern.find('{'); open != std::string_view::npos) {
+    const auto close = pattern.find('}', open);
+    if (close == std::string_view::npos || !path.starts_with(pattern.substr(0, open))) {
+      return std::nullopt;
+    }
+    arg = path.substr(open);
+    arg = arg.substr(0, arg.find('/'));
+    if (arg.empty()) return std::nullopt;
+    pattern.remove_prefix(close + 1);
+    path.remove_prefix(open + arg.size());
   }
-  if (path == "/api/v1/jobs") return {Route::jobs, method == "POST", {}, "POST"};
-  static constexpr std::pair<std::string_view, Route> kGets[] = {{"/api/v1/pools", Route::pools},
-                                                                 {"/metrics", Route::metrics},
-                                                                 {"/healthz", Route::healthz},
-                                                                 {"/readyz", Route::readyz}};
-  for (const auto& [p, r] : kGets) {
-    if (path == p) return {r, get, {}, "GET, HEAD"};
+  if (path != pattern) return std::nullopt;
+  return arg;
+}
+
+bool method_listed(std::string_view methods, std::string_view method) noexcept {
+  while (!methods.empty()) {
+    const auto comma = methods.find(',');
+    if (methods.substr(0, comma) == method) return true;
+    if (comma == std::string_view::npos) break;
+    methods.remove_prefix(comma + 1);
+    while (methods.starts_with(' ')) methods.remove_prefix(1);
   }
-  return {};
+  return false;
 }
 
 Response error_response(int status, std::string_view message) {

@@ -3,9 +3,10 @@
 // RequestParser turns client bytes into one request (Boost.Beast's parser
 // underneath, with crewd's limits: header section size and field count,
 // body size, strict Content-Length and Transfer-Encoding), or into the
-// status and message of the error response. match_route maps a request to a
-// route; Response and append_response write a response. The connection
-// layer (connection.cpp) feeds bytes in and writes bytes out; the libFuzzer target
+// status and message of the error response. match_path matches a path
+// against a route pattern (the route table is in routes.hpp); Response and
+// append_response write a response. The connection layer (connection.cpp)
+// feeds bytes in and writes bytes out; the libFuzzer target
 // (service/fuzz/request_fuzzer.cpp) feeds raw bytes through the same code.
 //
 // Nothing here echoes client input beyond short printable pieces, and
@@ -15,10 +16,9 @@
 #include <boost/beast/http/basic_parser.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
-
-#include "metrics/http_metrics.hpp"
 
 namespace crewd {
 
@@ -109,18 +109,13 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   bool chunked_seen_ = false;
 };
 
-// Routes, by method and path.
-struct RouteMatch {
-  Route route = Route::unmatched;
-  bool method_allowed = false;
-  std::string_view arg;    // {n} of the factorial route
-  const char* allow = "";  // for 405
-  // Whether the route does work on a pool (what the shutdown admission rules gate).
-  [[nodiscard]] bool work() const noexcept {
-    return route == Route::factorial || route == Route::jobs;
-  }
-};
-[[nodiscard]] RouteMatch match_route(std::string_view method, std::string_view path);
+// Whether `path` matches `pattern`: literal text, and at most one "{name}"
+// that matches one non-empty path segment. Returns that segment (empty
+// without one), or nullopt. The route table (routes.hpp) matches with it.
+[[nodiscard]] std::optional<std::string_view> match_path(std::string_view pattern,
+                                                         std::string_view path) noexcept;
+// Whether `method` is one of `methods`, a list as in an Allow header ("GET, HEAD").
+[[nodiscard]] bool method_listed(std::string_view methods, std::string_view method) noexcept;
 
 // A response, written by append_response.
 struct Response {

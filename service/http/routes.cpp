@@ -1,14 +1,16 @@
-// What each route of crewd answers (the routes are matched in request.cpp):
-// the dispatch of a complete request, the factorial and job routes that
-// hand work to the compute and jobs pools, and the routes answered on the
-// I/O thread (/api/v1/pools, /metrics, /healthz, /readyz).
+// crewd's routes (routes.hpp): the table, the path match and each route's
+// handler: the factorial and job routes hand work to the compute and jobs
+// pools; the others (/api/v1/pools, /metrics, /healthz, /readyz) answer on
+// the I/O thread.
 //
-// Threads: all of it runs on the connection's I/O thread. The factorial and
+// Threads: handlers run on the connection's I/O thread. The factorial and
 // job tasks run on the pools' workers and touch only what they captured
 // (their input, a JobTimes, a reference that keeps the State alive); their
-// completions (on_factorial, on_job) are posted back to the connection's
-// I/O thread by crew::asio, and can run until the task ends, or until
-// serve() gives up on them at stop()'s deadline.
+// completions are posted back to the connection's I/O thread by
+// crew::asio, and can run until the task ends, or until serve() gives up
+// on them at stop()'s deadline.
+#include "http/routes.hpp"
+
 #include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
@@ -18,19 +20,21 @@
 #include <charconv>
 #include <crew/asio.hpp>
 #include <crew/error.hpp>
+#include <exception>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <variant>
 
-#include "http/connection.hpp"
 #include "http/server_state.hpp"
 #include "jobs/job_runner.hpp"
 #include "jobs/jobs.hpp"
 
-namespace crewd {
-namespace http {
+namespace crewd::http {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -66,8 +70,6 @@ Response factorial_response(unsigned n, std::uint64_t value) {
   return r;
 }
 
-}  // namespace
-
 // A job's clock and id, shared between the task (which may end without a
 // value: timed out, cancelled) and the handler.
 struct JobTimes {
@@ -76,113 +78,50 @@ struct JobTimes {
   std::atomic<std::uint64_t> id{0};
 };
 
-// ---- Connection: requests ----
+// ---- Handlers that hand work to a pool ----
 
-Connection::Step Connection::on_request() {
-  phase_ = Phase::handling;
-  deadline_ = Clock::time_point::max();
-  const Request& req = parser_->request();
-  head_only_ = req.method == "HEAD";
-  if (refused_) return respond(error_response(503, "crewd is shutting down"));
-  if (match_.route == Route::unmatched) return respond(error_response(404, "no such route"));
-  if (!match_.method_allowed) {
-    Response r = error_response(405, std::string("method not allowed; allowed: ") + match_.allow);
-    r.allow = match_.allow;
-    return respond(std::move(r));
-  }
-  switch (match_.route) {
-    case Route::factorial:
-      return factorial(match_.arg);
-    case Route::jobs:
-      return job();
-    case Route::pools:
-      return respond(s_.pools_json());
-    case Route::metrics:
-      return respond(s_.metrics_text());
-    case Route::healthz:
-      return respond(json_response(200, Json{{"status", "ok"}}));
-    case Route::readyz:
-      return respond(s_.readiness());
-    case Route::unmatched:
-      break;
-  }
-  return respond(error_response(404, "no such route"));
-}
-
-// ---- Connection: routes that do work ----
-
-Connection::Step Connection::factorial(std::string_view arg) {
-  const auto parsed = parse_factorial_n(arg);
-  if (const auto* e = std::get_if<ParseError>(&parsed))
-    return respond(error_response(400, e->message));
-  const unsigned n = std::get<unsigned>(parsed);
-  if (s_.config.compute.inline_factorial)
-    return respond(factorial_response(n, crewd::factorial(n)));
-  crew::asio::async_try_submit(
-      s_.pools.compute, w_.ioc.get_executor(),
-      [n, keep = s_.shared_from_this()] { return crewd::factorial(n); },
-      {.name = "factorial", .queue_timeout = s_.config.compute.queue_timeout},
-      [self = shared_from_this(), n](std::exception_ptr e, std::uint64_t value) {
-        self->on_factorial(n, std::move(e), value);
-      });
-  s_.gate.end_handover(handing_over_);  // the pool has it (or refused it)
-  return Step::waiting;
-}
-
-void Connection::resume(Response r) {
-  if (respond(std::move(r)) == Step::more) advance();
-}
-
-void Connection::on_factorial(unsigned n, std::exception_ptr e, std::uint64_t value) {
-  if (e) {
-    std::string message = "pool compute did not run the task";
-    try {
-      std::rethrow_exception(e);
-    } catch (const crew::Error& err) {
-      if (err.code() == crew::Errc::rejected) {
-        message =
-            "pool compute refused the task (" + std::string(crew::to_string(err.admission())) + ")";
-      } else {
-        message += " (" + std::string(crew::to_string(err.code())) + ")";
-      }
-    } catch (const std::exception& err) {
-      s_.log->error("factorial {}: {}", n, err.what());
-      resume(error_response(500, "internal error"));
-      return;
+Response factorial_outcome(const State& s, unsigned n, std::exception_ptr e, std::uint64_t value) {
+  if (!e) return factorial_response(n, value);
+  std::string message = "pool compute did not run the task";
+  try {
+    std::rethrow_exception(e);
+  } catch (const crew::Error& err) {
+    if (err.code() == crew::Errc::rejected) {
+      message =
+          "pool compute refused the task (" + std::string(crew::to_string(err.admission())) + ")";
+    } else {
+      message += " (" + std::string(crew::to_string(err.code())) + ")";
     }
-    resume(error_response(503, message));
+  } catch (const std::exception& err) {
+    s.log->error("factorial {}: {}", n, err.what());
+    return error_response(500, "internal error");
+  }
+  return error_response(503, message);
+}
+
+void factorial(Exchange& ex) {
+  const auto parsed = parse_factorial_n(ex.arg());
+  if (const auto* e = std::get_if<ParseError>(&parsed)) {
+    ex.respond(error_response(400, e->message));
     return;
   }
-  resume(factorial_response(n, value));
-}
-
-Connection::Step Connection::job() {
-  const auto parsed = parse_job_request(parser_->request().body, s_.config.jobs.limits);
-  if (const auto* e = std::get_if<ParseError>(&parsed))
-    return respond(error_response(400, e->message));
-  const JobRequest job = std::get<JobRequest>(parsed);
-  auto times = std::make_shared<JobTimes>();
-  const auto submitted = Clock::now();
+  const unsigned n = std::get<unsigned>(parsed);
+  State& s = ex.state();
+  if (s.config.compute.inline_factorial) {
+    ex.respond(factorial_response(n, crewd::factorial(n)));
+    return;
+  }
   crew::asio::async_try_submit(
-      s_.pools.jobs, w_.ioc.get_executor(),
-      [job, times, keep = s_.shared_from_this()](const crew::TaskContext& ctx) {
-        times->id.store(ctx.id);
-        times->started_ns.store(now_ns());
-        (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
-        times->ended_ns.store(now_ns());
-      },
-      {.name = job.name,
-       .timeout = std::chrono::milliseconds(job.timeout_ms),
-       .queue_timeout = s_.config.jobs.queue_timeout},
-      [self = shared_from_this(), job, times, submitted](std::exception_ptr e) {
-        self->on_job(job, times, submitted, std::move(e));
+      s.pools.compute, ex.executor(),
+      [n, keep = s.shared_from_this()] { return crewd::factorial(n); },
+      {.name = "factorial", .queue_timeout = s.config.compute.queue_timeout},
+      [reply = ex.later(), n](std::exception_ptr e, std::uint64_t value) {
+        reply(factorial_outcome(reply.state(), n, std::move(e), value));
       });
-  s_.gate.end_handover(handing_over_);  // the pool has it (or refused it)
-  return Step::waiting;
 }
 
-void Connection::on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& times,
-                        Clock::time_point submitted, std::exception_ptr e) {
+Response job_outcome(const State& s, const JobRequest& job, const JobTimes& times,
+                     Clock::time_point submitted, std::exception_ptr e) {
   std::string outcome = "succeeded";
   int code = 200;
   std::string message;
@@ -223,17 +162,17 @@ void Connection::on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& 
       outcome = "failed";
       code = 500;
       message = "the task failed";
-      s_.log->error("job {}: {}", job.name, err.what());
+      s.log->error("job {}: {}", job.name, err.what());
     }
   }
   Json body{{"name", job.name},
             {"kind", std::string(to_string(job.kind))},
             {"ms", job.ms},
             {"timeout_ms", job.timeout_ms},
-            {"task_id", times->id.load()},
+            {"task_id", times.id.load()},
             {"outcome", outcome}};
-  const std::int64_t started = times->started_ns.load();
-  const std::int64_t ended = times->ended_ns.load();
+  const std::int64_t started = times.started_ns.load();
+  const std::int64_t ended = times.ended_ns.load();
   const std::int64_t submitted_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(submitted.time_since_epoch()).count();
   if (started != 0) {
@@ -248,22 +187,52 @@ void Connection::on_job(const JobRequest& job, const std::shared_ptr<JobTimes>& 
   }
   Response r = json_response(code, body);
   r.retry_after = retry_after;
-  resume(std::move(r));
+  return r;
 }
 
-}  // namespace http
+void job(Exchange& ex) {
+  State& s = ex.state();
+  const auto parsed = parse_job_request(ex.request().body, s.config.jobs.limits);
+  if (const auto* e = std::get_if<ParseError>(&parsed)) {
+    ex.respond(error_response(400, e->message));
+    return;
+  }
+  const JobRequest job = std::get<JobRequest>(parsed);
+  auto times = std::make_shared<JobTimes>();
+  const auto submitted = Clock::now();
+  crew::asio::async_try_submit(
+      s.pools.jobs, ex.executor(),
+      [job, times, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+        times->id.store(ctx.id);
+        times->started_ns.store(now_ns());
+        (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
+        times->ended_ns.store(now_ns());
+      },
+      {.name = job.name,
+       .timeout = std::chrono::milliseconds(job.timeout_ms),
+       .queue_timeout = s.config.jobs.queue_timeout},
+      [reply = ex.later(), job, times, submitted](std::exception_ptr e) {
+        reply(job_outcome(reply.state(), job, *times, submitted, std::move(e)));
+      });
+}
 
-// ---- State: the routes answered on the I/O thread ----
+// A job whose body is not sent yet (Expect: 100-continue): the pool would
+// refuse it, so say so before the client sends the body (a slot may free
+// meanwhile; then the client retries).
+std::optional<Response> job_expect_body(const State& s) {
+  if (s.pools.jobs.stats().queued < s.config.jobs.queue) return std::nullopt;
+  Response r = error_response(503, "pool jobs refused the task (full)");
+  r.retry_after = true;
+  return r;
+}
 
-using http::Json;
-using http::json_response;
-using http::millis;
-using State = HttpServer::State;
+// ---- Handlers that answer on the I/O thread ----
 
-Response State::pools_json() const {
+void pools(Exchange& ex) {
+  const State& s = ex.state();
   Json list = Json::array();
-  for (const crew::Pool* p : {&pools.compute, &pools.jobs}) {
-    const crew::PoolStats s = p->stats();
+  for (const crew::Pool* p : {&s.pools.compute, &s.pools.jobs}) {
+    const crew::PoolStats st = p->stats();
     Json worker_list = Json::array();
     for (const crew::WorkerInfo& w : p->workers()) {
       Json worker{{"id", w.id},
@@ -275,37 +244,37 @@ Response State::pools_json() const {
       worker_list.push_back(std::move(worker));
     }
     list.push_back(Json{{"name", std::string(p->name())},
-                        {"state", std::string(crew::to_string(s.state))},
-                        {"workers", s.workers},
-                        {"idle", s.idle},
-                        {"busy", s.busy},
-                        {"max_workers", s.max_workers},
-                        {"queued", s.queued},
-                        {"blocked_submitters", s.blocked_submitters},
-                        {"submitted", s.submitted},
+                        {"state", std::string(crew::to_string(st.state))},
+                        {"workers", st.workers},
+                        {"idle", st.idle},
+                        {"busy", st.busy},
+                        {"max_workers", st.max_workers},
+                        {"queued", st.queued},
+                        {"blocked_submitters", st.blocked_submitters},
+                        {"submitted", st.submitted},
                         {"outcomes",
-                         {{"succeeded", s.outcomes.succeeded},
-                          {"failed", s.outcomes.failed},
-                          {"cancelled", s.outcomes.cancelled},
-                          {"timed_out", s.outcomes.timed_out},
-                          {"rejected", s.outcomes.rejected}}},
-                        {"abandoned", s.abandoned},
-                        {"workers_replaced", s.workers_replaced},
-                        {"helped", s.helped},
+                         {{"succeeded", st.outcomes.succeeded},
+                          {"failed", st.outcomes.failed},
+                          {"cancelled", st.outcomes.cancelled},
+                          {"timed_out", st.outcomes.timed_out},
+                          {"rejected", st.outcomes.rejected}}},
+                        {"abandoned", st.abandoned},
+                        {"workers_replaced", st.workers_replaced},
+                        {"helped", st.helped},
                         {"worker_list", std::move(worker_list)}});
   }
-  const Json http{{"io_threads", workers.size()},
-                  {"connections", open.load(std::memory_order_relaxed)},
-                  {"max_connections", max_connections},
-                  {"lingering", lingering.load(std::memory_order_relaxed)},
-                  {"max_lingering", max_lingering}};
-  return json_response(
-      200, Json{{"halting", gate.halting()}, {"http", http}, {"pools", std::move(list)}});
+  const Json http{{"io_threads", s.workers.size()},
+                  {"connections", s.open.load(std::memory_order_relaxed)},
+                  {"max_connections", s.max_connections},
+                  {"lingering", s.lingering.load(std::memory_order_relaxed)},
+                  {"max_lingering", s.max_lingering}};
+  ex.respond(json_response(
+      200, Json{{"halting", s.gate.halting()}, {"http", http}, {"pools", std::move(list)}}));
 }
 
-Response State::metrics_text() const {
+void metrics(Exchange& ex) {
   std::vector<prometheus::MetricFamily> families;
-  for (const auto& c : exposed) {
+  for (const auto& c : ex.state().exposed) {
     auto f = c->Collect();
     families.insert(families.end(), std::make_move_iterator(f.begin()),
                     std::make_move_iterator(f.end()));
@@ -313,17 +282,63 @@ Response State::metrics_text() const {
   Response r;
   r.body = prometheus::TextSerializer().Serialize(families);
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  return r;
+  ex.respond(std::move(r));
 }
 
-Response State::readiness() const {
-  if (gate.halting()) return json_response(503, Json{{"status", "halting"}});
-  for (const auto& check : readiness_checks) {
+void healthz(Exchange& ex) { ex.respond(json_response(200, Json{{"status", "ok"}})); }
+
+void readyz(Exchange& ex) {
+  const State& s = ex.state();
+  if (s.gate.halting()) {
+    ex.respond(json_response(503, Json{{"status", "halting"}}));
+    return;
+  }
+  for (const auto& check : s.readiness_checks) {
     if (std::string why = check(); !why.empty()) {
-      return json_response(503, Json{{"status", "not ready"}, {"reason", why}});
+      ex.respond(json_response(503, Json{{"status", "not ready"}, {"reason", why}}));
+      return;
     }
   }
-  return json_response(200, Json{{"status", "ready"}});
+  ex.respond(json_response(200, Json{{"status", "ready"}}));
 }
 
-}  // namespace crewd
+// ---- The table ----
+
+// The order is that of the `route` labels in /metrics.
+constexpr Route kRoutes[] = {
+    {.path = "/api/v1/factorial/{n}", .methods = "GET, HEAD", .handler = factorial, .work = true},
+    {.path = "/api/v1/jobs",
+     .methods = "POST",
+     .handler = job,
+     .work = true,
+     .expect_body = job_expect_body},
+    {.path = "/api/v1/pools", .methods = "GET, HEAD", .handler = pools},
+    {.path = "/metrics", .methods = "GET, HEAD", .handler = metrics},
+    {.path = "/healthz", .methods = "GET, HEAD", .handler = healthz},
+    {.path = "/readyz", .methods = "GET, HEAD", .handler = readyz},
+};
+
+}  // namespace
+
+std::span<const Route> routes() noexcept { return kRoutes; }
+
+std::vector<std::string> route_labels() {
+  std::vector<std::string> labels;
+  for (const Route& r : kRoutes) labels.emplace_back(r.path);
+  return labels;
+}
+
+std::size_t route_index(const Route* route) noexcept {
+  return route == nullptr ? std::size(kRoutes) : static_cast<std::size_t>(route - kRoutes);
+}
+
+RouteMatch match_route(std::string_view method, std::string_view path) {
+  for (const Route& r : kRoutes) {
+    if (const auto arg = match_path(r.path, path)) {
+      return {.route = &r, .method_allowed = method_listed(r.methods, method), .arg = *arg};
+    }
+  }
+  return {};
+}
+
+}  // namespace crewd::http

@@ -12,10 +12,10 @@
 //     read-only after.
 //   gate: see admission_gate.hpp.
 //   open: the accepting thread adds a slot per connection; each
-//     connection's I/O thread gives it back; pools_json reads it.
+//     connection's I/O thread gives it back; the /api/v1/pools route reads it.
 //   lingering: each connection's I/O thread takes a slot when its close
 //     starts to linger (kLinger) and gives it back when the socket closes;
-//     pools_json reads it.
+//     the /api/v1/pools route reads it.
 //   listen_fd, stop_deadline: written by bind() / stop() (main's thread),
 //     read by stop() and serve().
 //   next_worker, last_accept_warning, acceptor, accept_retry: the accepting
@@ -57,9 +57,6 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   void accept_next();
   void on_accept(const http::error_code& ec, http::tcp::socket socket, std::size_t worker);
   void close_listener();
-  Response pools_json() const;
-  Response metrics_text() const;
-  Response readiness() const;
 
   const Config config;
   const HttpLimits limits;

@@ -1,31 +1,13 @@
 #include "metrics/http_metrics.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "metrics/metric_family.hpp"
 
 namespace crewd {
-
-std::string_view route_pattern(Route r) noexcept {
-  switch (r) {
-    case Route::factorial:
-      return "/api/v1/factorial/{n}";
-    case Route::jobs:
-      return "/api/v1/jobs";
-    case Route::pools:
-      return "/api/v1/pools";
-    case Route::metrics:
-      return "/metrics";
-    case Route::healthz:
-      return "/healthz";
-    case Route::readyz:
-      return "/readyz";
-    case Route::unmatched:
-      return "unmatched";
-  }
-  return "unmatched";
-}
 
 std::string_view to_string(CloseReason r) noexcept {
   switch (r) {
@@ -53,18 +35,28 @@ std::string_view to_string(CloseReason r) noexcept {
   return "client";
 }
 
-RequestMetrics::RequestMetrics() = default;
+namespace {
+
+std::vector<std::string> with_unmatched(std::vector<std::string> routes) {
+  routes.emplace_back("unmatched");
+  return routes;
+}
+
+}  // namespace
+
+RequestMetrics::RequestMetrics(std::vector<std::string> routes)
+    : routes_(with_unmatched(std::move(routes))), table_(std::make_unique<Row[]>(routes_.size())) {}
 
 RequestMetrics::~RequestMetrics() {
-  for (auto& row : table_) {
-    for (auto& cell : row) delete cell.load(std::memory_order_acquire);
+  for (std::size_t r = 0; r < routes_.size(); ++r) {
+    for (auto& cell : table_[r]) delete cell.load(std::memory_order_acquire);
   }
 }
 
-RequestMetrics::Series& RequestMetrics::series(Route route, int status) noexcept {
+RequestMetrics::Series& RequestMetrics::series(std::size_t route, int status) noexcept {
   if (status < kMinStatus || status > kMaxStatus) status = 500;
-  auto& cell =
-      table_[static_cast<std::size_t>(route)][static_cast<std::size_t>(status - kMinStatus)];
+  route = std::min(route, routes_.size() - 1);  // past the routes: unmatched
+  auto& cell = table_[route][static_cast<std::size_t>(status - kMinStatus)];
   Series* s = cell.load(std::memory_order_acquire);
   if (s != nullptr) return *s;
   // First response with this route and status: publish a new series; a
@@ -75,7 +67,8 @@ RequestMetrics::Series& RequestMetrics::series(Route route, int status) noexcept
   return *s;
 }
 
-void RequestMetrics::observe(Route route, int status, std::chrono::nanoseconds latency) noexcept {
+void RequestMetrics::observe(std::size_t route, int status,
+                             std::chrono::nanoseconds latency) noexcept {
   Series& s = series(route, status);
   const double seconds = std::chrono::duration<double>(latency).count();
   std::size_t b = 0;
@@ -106,13 +99,12 @@ std::vector<prometheus::MetricFamily> RequestMetrics::Collect() const {
       "status",
       prometheus::MetricType::Histogram,
       {}};
-  for (std::size_t r = 0; r < kRouteCount; ++r) {
+  for (std::size_t r = 0; r < routes_.size(); ++r) {
     for (std::size_t i = 0; i < table_[r].size(); ++i) {
       const Series* s = table_[r][i].load(std::memory_order_acquire);
       if (s == nullptr) continue;
       const std::vector<prometheus::ClientMetric::Label> labels = {
-          {"route", std::string(route_pattern(static_cast<Route>(r)))},
-          {"status", std::to_string(static_cast<int>(i) + kMinStatus)}};
+          {"route", routes_[r]}, {"status", std::to_string(static_cast<int>(i) + kMinStatus)}};
       // The count is the sum of the buckets, so the +Inf bucket always equals
       // it, even when a scrape races an observation.
       prometheus::ClientMetric h;

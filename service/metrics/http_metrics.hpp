@@ -8,7 +8,9 @@
 //                                                       stopped serving a connection)
 //
 // `route` is the route's pattern ("/api/v1/factorial/{n}"), or "unmatched"
-// for a 404, so the label set stays bounded whatever clients send.
+// for a 404, so the label set stays bounded whatever clients send. The
+// patterns are given at construction (http::route_labels(), from the route
+// table in service/http/routes.cpp).
 //
 // Cost per request: two relaxed atomic adds on the (route, status) series;
 // no lock, no allocation after a series' first use. Collect() reads the
@@ -24,22 +26,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace crewd {
-
-// The routes crewd serves; `unmatched` counts requests for unknown paths.
-enum class Route : std::uint8_t {
-  factorial,
-  jobs,
-  pools,
-  metrics,
-  healthz,
-  readyz,
-  unmatched,
-};
-inline constexpr std::size_t kRouteCount = 7;
 
 // Why a connection ended (the `reason` label of crewd_http_connections_closed_total).
 enum class CloseReason : std::uint8_t {
@@ -58,12 +50,11 @@ enum class CloseReason : std::uint8_t {
 inline constexpr std::size_t kCloseReasonCount = 10;
 [[nodiscard]] std::string_view to_string(CloseReason r) noexcept;
 
-// The pattern of a route, as in docs/crewd.md and the `route` label.
-[[nodiscard]] std::string_view route_pattern(Route r) noexcept;
-
 class RequestMetrics final : public prometheus::Collectable {
  public:
-  RequestMetrics();
+  // `routes`: the `route` label of each route; observe()'s `route` indexes
+  // it, and any index past its end counts as "unmatched".
+  explicit RequestMetrics(std::vector<std::string> routes);
   ~RequestMetrics() override;
   RequestMetrics(const RequestMetrics&) = delete;
   RequestMetrics& operator=(const RequestMetrics&) = delete;
@@ -71,7 +62,7 @@ class RequestMetrics final : public prometheus::Collectable {
   // A response is about to be written (counted before it is sent, so that a
   // client that has read it finds it counted). Statuses outside 100..599
   // count as 500.
-  void observe(Route route, int status, std::chrono::nanoseconds latency) noexcept;
+  void observe(std::size_t route, int status, std::chrono::nanoseconds latency) noexcept;
   void connection_opened() noexcept;
   // The connection stopped being served (it may linger a moment, draining,
   // before its socket is closed).
@@ -94,11 +85,15 @@ class RequestMetrics final : public prometheus::Collectable {
   };
   static constexpr int kMinStatus = 100;
   static constexpr int kMaxStatus = 599;
-  Series& series(Route route, int status) noexcept;
+  using Row = std::array<std::atomic<Series*>, kMaxStatus - kMinStatus + 1>;
+  Series& series(std::size_t route, int status) noexcept;
 
-  // Allocated on first use, never freed before the object: a status code is
-  // one of a few hundred, so the table is small and lookups need no lock.
-  std::array<std::array<std::atomic<Series*>, kMaxStatus - kMinStatus + 1>, kRouteCount> table_{};
+  // One label per route, then "unmatched".
+  const std::vector<std::string> routes_;
+  // One row per label. Series are allocated on first use, never freed
+  // before the object: a status code is one of a few hundred, so the table
+  // is small and lookups need no lock.
+  const std::unique_ptr<Row[]> table_;
   std::atomic<std::int64_t> open_connections_{0};
   std::atomic<std::uint64_t> accepted_connections_{0};
   std::array<std::atomic<std::uint64_t>, kCloseReasonCount> closed_{};

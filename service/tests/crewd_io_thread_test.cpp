@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "crewd_harness.hpp"
+#include "http/routes.hpp"
 #include "http/server_state.hpp"
 
 namespace crewd::test {
@@ -32,7 +33,7 @@ class OneIoThread {
         jobs_({.name = "jobs", .max_workers = 1}),
         state_(std::make_shared<HttpServer::State>(
             Config{}, ServicePools{compute_, jobs_}, std::make_shared<spdlog::logger>("test"),
-            std::make_shared<RequestMetrics>(),
+            std::make_shared<RequestMetrics>(http::route_labels()),
             std::vector<std::shared_ptr<prometheus::Collectable>>{})) {
     state_->max_connections = 16;
     state_->workers.push_back(std::make_unique<http::IoThread>(*state_, 0));
