@@ -32,7 +32,7 @@ void Connection::start() {
   error_code ec;
   socket_.non_blocking(true, ec);
   socket_.set_option(tcp::no_delay(true), ec);
-  open_ = true;  // its slot in State::open was taken at accept
+  slot_ = Slot::serving;  // its slot in State::open was taken at accept
   s_.requests->connection_opened();
   enter_idle();
   advance();
@@ -92,11 +92,11 @@ void Connection::advance() {
       close_now(CloseReason::client);
       return;
     }
-    if (!more_) {
+    if (input_ != Input::more) {
       wait_readable();  // reads what is there at once, or waits
       return;
     }
-    more_ = false;
+    input_ = Input::unknown;
     switch (read_available()) {
       case Read::data:
         continue;
@@ -147,8 +147,8 @@ Connection::Read Connection::read_available() {
 // that finds the socket empty; and the landing buffer is small, so that a
 // connection waiting for a request holds no read buffer of its own.
 void Connection::wait_readable() {
-  if (waiting_read_) return;
-  waiting_read_ = true;
+  if (input_ == Input::reading) return;
+  input_ = Input::reading;
   landing_[0] = 0;  // see read_landed()
   socket_.async_read_some(
       net::buffer(landing_),
@@ -156,7 +156,7 @@ void Connection::wait_readable() {
 }
 
 void Connection::on_read(const error_code& ec, std::size_t n) {
-  waiting_read_ = false;
+  input_ = Input::unknown;
   if (phase_ == Phase::closed) return;
   if (phase_ == Phase::closing) {
     if (ec) {
@@ -177,7 +177,7 @@ void Connection::on_read(const error_code& ec, std::size_t n) {
     const std::span<char> space = in_.prepare(n, cap);
     std::memcpy(space.data(), landing_.data(), n);
     in_.commit(n);
-    more_ = n == landing_.size();  // there may be more: read it at once
+    if (n == landing_.size()) input_ = Input::more;  // there may be more: read it at once
   }
   if (phase_ == Phase::idle || phase_ == Phase::head || phase_ == Phase::body) advance();
 }
@@ -186,8 +186,8 @@ Connection::Step Connection::parse() {
   const auto now = Clock::now();
   if (!parser_) {
     parser_.emplace(s_.limits);
-    head_seen_ = false;
-    refused_ = false;
+    current_.head_seen = false;
+    current_.refused = false;
     phase_ = Phase::head;
     deadline_ = receive_deadline(now + s_.config.http.head_timeout);
   }
@@ -197,8 +197,8 @@ Connection::Step Connection::parse() {
     const RequestError& e = parser_->error();
     return fail_request(e.status, e.message, CloseReason::bad_request);
   }
-  if (parser_->header_done() && !head_seen_) {
-    head_seen_ = true;
+  if (parser_->header_done() && !current_.head_seen) {
+    current_.head_seen = true;
     const Step step = on_head();
     // Answered already (an error, or no body wanted), or waiting.
     if (step == Step::waiting || !parser_) return step;
@@ -212,7 +212,8 @@ Connection::Step Connection::on_head() {
   head_at_ = now;
   Request& req = parser_->request();
   match_ = match_route(req.method, req.path());
-  refused_ = !s_.gate.on_request(counted_, admitted_open_, handing_over_, match_.work());
+  current_.refused = !s_.gate.on_request(gate_.first_pending, gate_.admitted_open,
+                                         gate_.handing_over, match_.work());
   if (!parser_->done()) {
     phase_ = Phase::body;
     body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
@@ -222,7 +223,7 @@ Connection::Step Connection::on_head() {
     return fail_request(417, "only Expect: 100-continue is supported", CloseReason::bad_request);
   }
   if (expect && req.expect_continue && req.has_body && !parser_->done()) {
-    const Route* route = match_.method_allowed && !refused_ ? match_.route : nullptr;
+    const Route* route = match_.method_allowed && !current_.refused ? match_.route : nullptr;
     const bool wants_body = route != nullptr && route->expect_body != nullptr;
     if (wants_body) {
       if (std::optional<Response> refusal = route->expect_body(s_)) {
@@ -271,7 +272,7 @@ class Connection::RouteExchange final : public Exchange {
     if (!deferred_)
       return c_.respond(error_response(500, "internal error: the route gave no answer"));
     // The pool has the task (or refused it): nothing left to hand over.
-    c_.s_.gate.end_handover(c_.handing_over_);
+    c_.s_.gate.end_handover(c_.gate_.handing_over);
     return Step::waiting;
   }
 
@@ -285,8 +286,8 @@ Connection::Step Connection::on_request() {
   phase_ = Phase::handling;
   deadline_ = Clock::time_point::max();
   const Request& req = parser_->request();
-  head_only_ = req.method == "HEAD";
-  if (refused_) return respond(error_response(503, "crewd is shutting down"));
+  current_.head_only = req.method == "HEAD";
+  if (current_.refused) return respond(error_response(503, "crewd is shutting down"));
   if (match_.route == nullptr) return respond(error_response(404, "no such route"));
   if (!match_.method_allowed) {
     Response r =
@@ -311,13 +312,13 @@ State& Reply::state() const noexcept { return c_->s_; }
 
 Connection::Step Connection::fail_request(int status, std::string message, CloseReason why) {
   close_reason_ = why;
-  if (!head_seen_) {
+  if (!current_.head_seen) {
     match_ = RouteMatch{};
     head_at_ = Clock::now();
   }
   phase_ = Phase::handling;
   deadline_ = Clock::time_point::max();
-  head_only_ = false;
+  current_.head_only = false;
   Response r = error_response(status, message);
   r.close = true;
   return respond(std::move(r));
@@ -325,7 +326,7 @@ Connection::Step Connection::fail_request(int status, std::string message, Close
 
 Connection::Step Connection::respond(Response r) {
   if (phase_ == Phase::closed || phase_ == Phase::closing) return Step::waiting;
-  s_.gate.end_handover(handing_over_);  // answered: nothing to hand over
+  s_.gate.end_handover(gate_.handing_over);  // answered: nothing to hand over
   const bool keep = parser_ && !parser_->failed() && parser_->request().keep_alive;
   // A client that shut its sending side after pipelining requests is still
   // answered for those already read: the connection closes after the last.
@@ -346,11 +347,11 @@ Connection::Step Connection::respond(Response r) {
                   req ? printable(req->target) : "-", r.status, millis(latency));
   }
   out_.clear();
-  append_response(out_, r, head_only_);
+  append_response(out_, r, current_.head_only);
   ++served_;
-  close_after_ = r.close;
+  current_.close_after = r.close;
   parser_.reset();
-  head_seen_ = false;
+  current_.head_seen = false;
   return write_out(After::response);
 }
 
@@ -389,8 +390,8 @@ Connection::Step Connection::after_write(After after) {
     deadline_ = body_deadline_;
     return Step::more;
   }
-  s_.gate.on_response_done(admitted_open_);
-  if (close_after_) {
+  s_.gate.on_response_done(gate_.admitted_open);
+  if (current_.close_after) {
     if (peer_eof_) {
       close_now(close_reason_);
     } else {
@@ -405,8 +406,8 @@ Connection::Step Connection::after_write(After after) {
 // ---- Connection: closing ----
 
 void Connection::stop_serving(CloseReason why) {
-  if (!open_) return;
-  open_ = false;
+  if (slot_ != Slot::serving) return;
+  slot_ = Slot::none;
   s_.open.fetch_sub(1, std::memory_order_relaxed);
   s_.requests->connection_closed(why);
 }
@@ -414,7 +415,7 @@ void Connection::stop_serving(CloseReason why) {
 void Connection::graceful_close(CloseReason why) {
   if (phase_ == Phase::closing || phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_, handing_over_);
+  s_.gate.on_close(gate_.first_pending, gate_.admitted_open, gate_.handing_over);
   phase_ = Phase::closing;
   deadline_ = Clock::now() + kLinger;
   parser_.reset();
@@ -433,7 +434,7 @@ void Connection::graceful_close(CloseReason why) {
     drain(/*linger=*/false);
     return;
   }
-  lingering_ = true;
+  slot_ = Slot::lingering;
   drain();
 }
 
@@ -464,7 +465,7 @@ void Connection::drain(bool linger) {
 void Connection::close_now(CloseReason why) {
   if (phase_ == Phase::closed) return;
   stop_serving(why);
-  s_.gate.on_close(counted_, admitted_open_, handing_over_);
+  s_.gate.on_close(gate_.first_pending, gate_.admitted_open, gate_.handing_over);
   stop_lingering();
   phase_ = Phase::closed;
   deadline_ = Clock::time_point::max();
@@ -568,7 +569,7 @@ void Connection::refuse() {
   error_code ec;
   socket_.non_blocking(true, ec);
   s_.requests->connection_opened();
-  open_ = true;
+  slot_ = Slot::serving;
   stop_serving(CloseReason::refused);  // gives its slot back
   Response r = error_response(503, "too many connections (http.max_connections " +
                                        std::to_string(s_.max_connections) + ")");

@@ -39,7 +39,7 @@ namespace crewd::http {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(IoThread& w, tcp::socket socket, bool counted)
-      : w_(w), s_(w.state), socket_(std::move(socket)), counted_(counted) {
+      : w_(w), s_(w.state), socket_(std::move(socket)), gate_{.first_pending = counted} {
     accepted_ = Clock::now();
   }
   Connection(const Connection&) = delete;
@@ -70,11 +70,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // its slot.
   void evict() { close_now(CloseReason::evicted); }
 
-  Connection* prev = nullptr;
-  Connection* next = nullptr;
-  bool linked_ = false;
+  // The next connection in its I/O thread's list (IoThread::first).
+  [[nodiscard]] Connection* next() const noexcept { return next_; }
 
  private:
+  // The I/O thread's list is threaded through its connections; only the
+  // thread's link() and unlink() change the links.
+  friend void IoThread::link(Connection* c) noexcept;
+  friend void IoThread::unlink(Connection* c) noexcept;
+  Connection* prev_ = nullptr;
+  Connection* next_ = nullptr;
+  bool linked_ = false;
+
   enum class Phase : std::uint8_t {
     idle,      // waiting for a request's first byte
     head,      // reading a request's head
@@ -117,8 +124,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void drain(bool linger = true);
   // Gives back the State::lingering slot this connection holds, if any.
   void stop_lingering() noexcept {
-    if (!lingering_) return;
-    lingering_ = false;
+    if (slot_ != Slot::lingering) return;
+    slot_ = Slot::none;
     s_.lingering.fetch_sub(1, std::memory_order_relaxed);
   }
   void close_now(CloseReason why);
@@ -146,18 +153,54 @@ class Connection : public std::enable_shared_from_this<Connection> {
   RouteMatch match_;
   std::string out_;
   std::size_t served_ = 0;
-  bool head_seen_ = false;
-  bool head_only_ = false;
-  bool refused_ = false;       // by the gate: 503
-  bool close_after_ = false;   // the response being written says Connection: close
-  bool peer_eof_ = false;      // the client shut its sending side
-  bool waiting_read_ = false;  // an asynchronous read is pending (into landing_)
-  bool more_ = false;          // the socket may hold more: read before waiting
-  bool open_ = false;          // counted in State::open and the connections gauge
-  bool counted_;               // Gate: first request pending
-  bool admitted_open_ = false;
-  bool handing_over_ = false;  // Gate: admitted, its task not yet handed to a pool
-  bool lingering_ = false;     // holds a State::lingering slot (closing)
+
+  // The state beside phase_. Each group's fields change together, and the
+  // comments give their legal combinations.
+  //
+  // The request being read or answered. Reset when a request's first byte
+  // is parsed (parse()); head_seen and close_after also by respond().
+  //   head (phase): head_seen = false.   body: head_seen = true.
+  //   handling: head_seen, unless the request failed before its head
+  //     was read (fail_request: 400, 408, 431); refused only with head_seen.
+  //   writing a response: head_seen = false (the next request's head is
+  //     not read yet); close_after says whether the connection closes
+  //     after it. Writing a 100 Continue: as body.
+  struct Current {
+    bool head_seen = false;    // on_head() has run for it
+    bool head_only = false;    // HEAD: the response goes without its body
+    bool refused = false;      // by the gate: it is answered 503
+    bool close_after = false;  // the response being written says Connection: close
+  };
+  Current current_;
+  // Where the next client bytes come from. `reading` is the only state
+  // with an asynchronous read pending; `more` is set only by a read that
+  // filled landing_, and is cleared before the next read or wait.
+  enum class Input : std::uint8_t {
+    unknown,  // wait_readable() finds out (reads at once, or waits)
+    more,     // the socket may hold more: read before waiting
+    reading,  // an asynchronous read is pending (into landing_)
+  };
+  Input input_ = Input::unknown;
+  bool peer_eof_ = false;  // the client shut its sending side (any phase; never reset)
+  // Which of State's bounded slots the connection holds: serving from
+  // start() (or refuse()) until stop_serving(), lingering from
+  // graceful_close() until the socket closes. Never both: a connection
+  // stops being served before it lingers.
+  enum class Slot : std::uint8_t {
+    none,
+    serving,    // counted in State::open and the connections gauge
+    lingering,  // holds a State::lingering slot (phase closing)
+  };
+  Slot slot_ = Slot::none;
+  // The connection's side of the admission gate (admission_gate.hpp),
+  // changed only by the Gate's calls. Legal: first_pending excludes the
+  // other two (no request yet); handing_over implies admitted_open.
+  struct GateFlags {
+    bool first_pending = false;  // counted until its first request (Gate::on_accept)
+    bool admitted_open = false;  // an admitted request without a written response
+    bool handing_over = false;   // admitted, its task not yet handed to a pool
+  };
+  GateFlags gate_;
   CloseReason close_reason_ = CloseReason::client;
   std::array<char, 512> landing_;  // where a pending read lands
   // Whether the pending read has taken bytes whose completion has not run
@@ -165,7 +208,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // completion, so until it runs the connection looks idle while a request
   // sits in landing_. wait_readable zeroes the first byte, which no request
   // starts with.
-  [[nodiscard]] bool read_landed() const noexcept { return waiting_read_ && landing_[0] != 0; }
+  [[nodiscard]] bool read_landed() const noexcept {
+    return input_ == Input::reading && landing_[0] != 0;
+  }
 };
 
 }  // namespace crewd::http

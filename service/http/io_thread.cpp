@@ -17,19 +17,19 @@
 namespace crewd::http {
 
 void IoThread::link(Connection* c) noexcept {
-  c->next = first;
-  c->prev = nullptr;
-  if (first != nullptr) first->prev = c;
+  c->next_ = first;
+  c->prev_ = nullptr;
+  if (first != nullptr) first->prev_ = c;
   first = c;
   c->linked_ = true;
   ++count;
 }
 
 void IoThread::unlink(Connection* c) noexcept {
-  if (c->prev != nullptr) c->prev->next = c->next;
-  if (c->next != nullptr) c->next->prev = c->prev;
-  if (first == c) first = c->next;
-  c->prev = c->next = nullptr;
+  if (c->prev_ != nullptr) c->prev_->next_ = c->next_;
+  if (c->next_ != nullptr) c->next_->prev_ = c->prev_;
+  if (first == c) first = c->next_;
+  c->prev_ = c->next_ = nullptr;
   c->linked_ = false;
   --count;
 }
@@ -55,7 +55,7 @@ bool IoThread::evict_one() {
   Connection* skip[3] = {nullptr, nullptr, nullptr};
   for (Connection*& passed : skip) {
     Connection* oldest = nullptr;
-    for (Connection* c = first; c != nullptr; c = c->next) {
+    for (Connection* c = first; c != nullptr; c = c->next()) {
       if (!c->idle() || std::find(std::begin(skip), std::end(skip), c) != std::end(skip)) continue;
       if (oldest == nullptr || c->idle_since() < oldest->idle_since()) oldest = c;
     }
@@ -97,7 +97,7 @@ void IoThread::sweep() {
     forced = true;
     std::size_t cut = 0;
     for (Connection* c = first; c != nullptr;) {
-      Connection* next = c->next;  // c unlinks itself
+      Connection* next = c->next();  // c unlinks itself
       c->force_close();
       ++cut;
       c = next;
@@ -105,7 +105,7 @@ void IoThread::sweep() {
     if (cut > 0) state.log->warn("stop deadline: closed {} connections still open", cut);
   }
   for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;  // c may unlink itself
+    Connection* next = c->next();  // c may unlink itself
     if (c->deadline() <= now) {
       c->on_deadline(now);
     } else {
@@ -121,7 +121,7 @@ void IoThread::sweep() {
 
 void IoThread::cut() {
   for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;
+    Connection* next = c->next();
     c->on_cut();
     c = next;
   }
@@ -132,7 +132,7 @@ void IoThread::begin_stop(Clock::time_point force_at) {
   force_close_at = force_at;
   if (accepts_over) work.reset();
   for (Connection* c = first; c != nullptr;) {
-    Connection* next = c->next;
+    Connection* next = c->next();
     c->on_stop();
     c = next;
   }
