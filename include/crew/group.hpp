@@ -148,12 +148,12 @@ bool await_task(Pool& pool, const Task<T>& task, std::chrono::steady_clock::time
 // run: waits until the callable returned or the deadline passes, logging a
 // warning that `who` ("group", "run_batch") named `name` waits for the
 // task. True if it returned (at once when it was not written off). Defined
-// in src/group.cpp; used by groups and batches, which promise that no
+// in src/pool/group.cpp; used by groups and batches, which promise that no
 // callable of theirs outlives their wait.
 bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view who,
                     std::string_view name, std::chrono::steady_clock::time_point deadline) noexcept;
 
-// Group internals (src/group.cpp), called from the inline submission path.
+// Group internals (src/pool/group.cpp), called from the inline submission path.
 void group_retain(GroupHead* g) noexcept;
 void group_release(GroupHead* g) noexcept;
 void group_task_failed(GroupHead* g, std::exception_ptr e) noexcept;

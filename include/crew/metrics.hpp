@@ -83,7 +83,7 @@ void append_text_exposition(std::string& out,
 [[nodiscard]] std::string text_exposition(const std::vector<prometheus::MetricFamily>& families);
 
 namespace detail::prom {
-struct Layout;     // bucket bounds and counter offsets (src/metrics_series.hpp)
+struct Layout;     // bucket bounds and counter offsets (src/metrics/metrics_series.hpp)
 class PoolSeries;  // one pool's counters
 }  // namespace detail::prom
 

@@ -1,5 +1,5 @@
-// src/app_controller.hpp (private): the lifecycle controller, the thread in
-// Application::run(). See src/app_controller.cpp.
+// src/app/app_controller.hpp (private): the lifecycle controller, the thread in
+// Application::run(). See src/app/app_controller.cpp.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // AppCore: the failure record, halt requests and signals as they change the
-// shared state (src/app_core.hpp), and the helpers of the application's
+// shared state (src/app/app_core.hpp), and the helpers of the application's
 // units.
 #include "app_core.hpp"
 

@@ -1,4 +1,4 @@
-// src/app_core.hpp (private): the state an Application's threads share, and
+// src/app/app_core.hpp (private): the state an Application's threads share, and
 // the small helpers its units use (deadlines, waits, messages).
 //
 // AppCore is owned jointly (shared_ptr) by the Application, every Context,
@@ -8,7 +8,7 @@
 //   opts, logger, prefix   const; any thread
 //   resources, pools       the registering thread before run(); read-only
 //                          once `started` is set
-//   state                  written by the controller (src/app_controller.cpp);
+//   state                  written by the controller (src/app/app_controller.cpp);
 //                          read by any thread
 //   halt_source            stopped by the controller; cancel_source likewise
 //   the fields under mu    failure, halt_requested: any thread (record(),

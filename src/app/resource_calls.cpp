@@ -1,5 +1,5 @@
 // Resource calls on threads of their own, and the keeper's ping rounds
-// (src/resource_calls.hpp).
+// (src/app/resource_calls.hpp).
 #include "resource_calls.hpp"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// src/resource_calls.hpp (private): calls of Resource::init, ping and close,
+// src/app/resource_calls.hpp (private): calls of Resource::init, ping and close,
 // each on a thread of its own under a deadline, and the keeper that pings
 // the live resources while the application runs.
 //

@@ -1,5 +1,5 @@
 // The signal self-pipe: the handler, the process-wide state it reads, and
-// the watcher that owns the pipe and its reader thread (src/signals.hpp).
+// the watcher that owns the pipe and its reader thread (src/app/signals.hpp).
 #include "signals.hpp"
 
 #include <fcntl.h>

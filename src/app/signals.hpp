@@ -1,4 +1,4 @@
-// src/signals.hpp (private): the signal self-pipe of the Application.
+// src/app/signals.hpp (private): the signal self-pipe of the Application.
 //
 // A SignalWatcher installs a handler for a set of signals; the handler only
 // writes the signal number to a pipe (async-signal-safe: lock-free atomics,

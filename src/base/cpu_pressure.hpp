@@ -1,4 +1,4 @@
-// src/cpu_pressure.hpp (private): whether the machine's CPUs are
+// src/base/cpu_pressure.hpp (private): whether the machine's CPUs are
 // contended, so that idle workers spin only briefly while threads wait for
 // a CPU (Core::kContendedSpinNs, PoolOptions::spin_when_contended).
 //

@@ -1,4 +1,4 @@
-#include "crew/detail/futex.hpp"
+#include "futex.hpp"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -1,4 +1,4 @@
-// src/os_thread.hpp (private): a joinable thread with a chosen stack size,
+// src/base/os_thread.hpp (private): a joinable thread with a chosen stack size,
 // for the pool's workers (std::thread cannot set one).
 #pragma once
 

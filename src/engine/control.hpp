@@ -1,4 +1,4 @@
-// src/control.hpp (private): the pool's bookkeeping that is not on the
+// src/engine/control.hpp (private): the pool's bookkeeping that is not on the
 // submission path: workers (under Control::mu), the shutdown book (under
 // Control::mu), the timer heap and the stopper (each under its own mutex).
 // See docs/design/architecture.md for who touches what.
@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "blocked_submitters.hpp"
 #include "crew/detail/assert.hpp"
 #include "crew/detail/core.hpp"
 #include "crew/detail/mutex.hpp"
@@ -27,6 +28,7 @@
 #include "os_thread.hpp"
 #include "shutdown_book.hpp"
 #include "stopper.hpp"
+#include "supervisor_alarm.hpp"
 #include "timer_heap.hpp"
 
 namespace crew::detail {
@@ -122,6 +124,13 @@ class SpawnRetry {
   std::string error_;
 };
 
+// A worker's state change made under a lock, announced after it.
+struct WorkerStateChange {
+  WorkerState from = WorkerState::starting;
+  WorkerState to = WorkerState::starting;
+  bool changed = false;
+};
+
 struct Worker final : Runner {
   Worker(std::uint64_t id_in, Core* core) : id(id_in) {
     frame.core = core;
@@ -141,6 +150,10 @@ struct Worker final : Runner {
   const std::uint64_t id;
   OsThread thread;  // guarded by Control::mu
   std::atomic<WorkerState> state{WorkerState::starting};
+  // The change to `abandoned` made by write_off_locked (under Control::mu),
+  // announced by the thread that wrote the worker off once it released the
+  // lock (announce_written_off).
+  WorkerStateChange written_off;
   std::atomic<bool> exit_requested{false};  // stop_worker
   // Set under cur_mu (and Control::mu) when the worker is written off; the
   // worker reads it under cur_mu when its run ends, so exactly one of them
@@ -170,7 +183,7 @@ struct Worker final : Runner {
   // its start time instead of reading the clock again.
   std::int64_t clock_ns = 0;
   std::uint64_t clock_seq = 0;
-  // When this worker first deferred help for a backlog (help_due), since it
+  // When this worker first deferred help for a backlog (wake_due), since it
   // last saw the queue empty; 0: not deferring.
   std::int64_t backlog_since_ns = 0;
   std::uint32_t drained = 0;  // pops since, for sampling the backlog
@@ -205,15 +218,29 @@ struct Worker final : Runner {
 // stored between the two would be overwritten, and the written-off thread
 // would look busy or idle again (abandon_busy deciding from it, observers
 // hearing of a state after the abandonment).
-inline void set_worker_state(Worker& w, WorkerState to) noexcept {
+// A worker's state change without its event, for a thread that holds
+// Control::mu or the worker's cur_mu: it announces the change once it has
+// released them (announce_state), so that observers never run under the
+// pool's locks.
+inline WorkerStateChange change_worker_state(Worker& w, WorkerState to) noexcept {
   WorkerState from = w.state.load(std::memory_order_relaxed);
   do {
-    if (from == to || from == WorkerState::abandoned) return;
+    if (from == to || from == WorkerState::abandoned) return {};
     CREW_ASSERT(is_legal_transition(from, to), "illegal worker state transition");
   } while (!w.state.compare_exchange_weak(from, to, std::memory_order_relaxed));
+  return {from, to, true};
+}
+// Tells observers of a change made by change_worker_state; no lock held.
+inline void announce_state(const Worker& w, const WorkerStateChange& change) noexcept {
+  if (!change.changed) return;
   Core& c = *w.frame.core;
   if (c.observes(Observer::worker_state)) [[unlikely]]
-    c.emit_worker_state(w.id, from, to);
+    c.emit_worker_state(w.id, change.from, change.to);
+}
+// A state change and its event, on a thread that holds none of the pool's
+// locks.
+inline void set_worker_state(Worker& w, WorkerState to) noexcept {
+  announce_state(w, change_worker_state(w, to));
 }
 
 // The root stop token's callback. Runs on the thread that stops
@@ -229,6 +256,9 @@ static_assert(std::is_nothrow_constructible_v<std::stop_callback<RootStop>, cons
                                               RootStop>);
 
 struct Control {
+  Control(std::size_t queue_capacity, std::size_t priority_levels)
+      : blocked(queue_capacity, priority_levels) {}
+
   mutable Mutex mu;
   std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
   std::vector<std::shared_ptr<Worker>> exited CREW_GUARDED_BY(mu);     // to join
@@ -254,8 +284,14 @@ struct Control {
   std::condition_variable shutdown_done;
   OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
 
+  // Submitters blocked on a full shared queue; released in batches once it
+  // is down to half its capacity.
+  BlockedSubmitters blocked;
+
   // Supervisor.
   std::thread supervisor;
+  // The supervisor's sleep and who wakes it.
+  SupervisorAlarm alarm;
   std::atomic<bool> supervisor_exit{false};
   // Fires the stop requests the supervisor makes (execution deadlines):
   // stop callbacks are user code, on a thread of their own.
@@ -270,5 +306,13 @@ struct Control {
   // Queue deadlines, and execution deadlines of foreign long runs.
   TimerHeap timers;
 };
+
+// Core's calls into its Control that the engine makes on hot paths (a
+// worker's pop), inline here where Control is complete.
+inline void Core::on_slot_freed() noexcept { ctl_->blocked.slot_freed(queue_); }
+inline void Core::wake_supervisor() noexcept { ctl_->alarm.wake(); }
+inline void Core::supervise_by(std::int64_t deadline_ns) noexcept {
+  ctl_->alarm.need_by(deadline_ns);
+}
 
 }  // namespace crew::detail

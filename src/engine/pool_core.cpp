@@ -73,8 +73,7 @@ Core::Core(PoolOptions options)
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      blocked_(opts_.queue_capacity, opts_.priority_levels),
-      ctl_(std::make_unique<Control>()),
+      ctl_(std::make_unique<Control>(opts_.queue_capacity, opts_.priority_levels)),
       forks_at_start_(forks_so_far()) {
   enable_light_fences();
 }
@@ -117,6 +116,40 @@ void Core::throw_negative_timeout(const TaskOptions& o) {
                   " ns is negative");
 }
 
+Core::Route Core::route_full(FillRef fill, std::size_t level, bool may_block, Admission& why) {
+  // A worker of this pool never waits for room in its own queue: that is
+  // the nested-submit deadlock. It runs the task itself instead.
+  if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
+    ran_inline_.fetch_add(1, std::memory_order_relaxed);
+    return Route::run_here;
+  }
+  if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
+  BlockedSubmitters& blocked = ctl_->blocked;
+  if (!blocked.enter(opts_.max_blocked_submitters)) {
+    return refuse(Admission::too_many_blocked, why);
+  }
+  // Wait for the level to drain to its low-water mark rather than for
+  // the first free slot, then push (blocked_submitters.hpp says why).
+  Route r = Route::refused;
+  for (;;) {
+    if (life_.closed()) {
+      refuse(Admission::closed, why);
+      break;
+    }
+    if (queue_.try_push(fill, level)) {
+      r = Route::queued;
+      break;
+    }
+    blocked.wait([&] {
+      return queue_.level_size(level) > blocked.low_water() &&
+             !life_.closed(std::memory_order_seq_cst);
+    });
+  }
+  blocked.leave();
+  if (r == Route::queued) after_push();
+  return r;
+}
+
 void Core::grow() noexcept {
   std::size_t live = live_workers_.load(std::memory_order_relaxed);
   while (live < max_workers_.load(std::memory_order_relaxed)) {
@@ -156,7 +189,7 @@ std::uint64_t Core::spawn_worker_locked(bool replacement, bool spinning) noexcep
     live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) (void)idle_.give_token();
     ctl.spawns.failed(e.what(), now_ns());
-    alarm_.need_by(ctl.spawns.retry_at_ns());
+    ctl.alarm.need_by(ctl.spawns.retry_at_ns());
     return 0;
   }
   ctl.spawns.succeeded();
@@ -278,7 +311,7 @@ PoolStats Core::stats() const {
     if (ws == WorkerState::idle) ++s.idle;
   }
   s.queued = queue_.size();
-  s.blocked_submitters = blocked_.count();
+  s.blocked_submitters = ctl_->blocked.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.

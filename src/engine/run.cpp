@@ -97,7 +97,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     w->cur_deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
     w->cur_mu.unlock();
-    if (deadline != 0) alarm_.need_by(deadline);
+    if (deadline != 0) supervise_by(deadline);
   } else if (s->is_long) {
     register_foreign(s, deadline);
   }

@@ -215,7 +215,7 @@ void Core::give_up_shutdown() noexcept {
 void Core::wake_everyone() noexcept {
   idle_.wake_all();
   ctl_->workers_changed.notify_all();  // paused workers
-  blocked_.release_all();              // blocked submitters see `closed`
+  ctl_->blocked.release_all();         // blocked submitters see `closed`
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.
@@ -349,11 +349,11 @@ void Core::stop_running() {
 // (all remaining workers when `force`).
 void Core::abandon_busy(bool force) {
   std::vector<WriteOffNote> notes;
+  std::vector<std::shared_ptr<Worker>> hung;
   {
     MutexLock lock(ctl_->mu);
     notes.reserve(ctl_->workers.size());
     ShutdownReport* r = ctl_->shutdowns.current();
-    std::vector<std::shared_ptr<Worker>> hung;
     hung.reserve(ctl_->workers.size());
     for (const auto& w : ctl_->workers) {
       bool write_off = false;
@@ -379,6 +379,7 @@ void Core::abandon_busy(bool force) {
     for (const auto& w : hung) write_off_locked(w);  // each wakes the waiting shutdown
   }
   announce(notes);  // observers and the logger, outside the locks
+  for (const auto& w : hung) announce_state(*w, w->written_off);
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {

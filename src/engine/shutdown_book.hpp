@@ -1,4 +1,4 @@
-// src/shutdown_book.hpp (private): the books of a pool's shutdowns: whether
+// src/engine/shutdown_book.hpp (private): the books of a pool's shutdowns: whether
 // one is running and in which mode, whether a concurrent caller asked it to
 // escalate, the report it is building, the last one's report, and the
 // submitters that sweep the queue after it (Core::on_push_after_close).

@@ -1,4 +1,4 @@
-// src/stopper.hpp (private): the thread that fires a pool's stop requests
+// src/engine/stopper.hpp (private): the thread that fires a pool's stop requests
 // for the supervisor. A stop request runs the task's stop callbacks, which
 // are user code: on a thread of its own, a slow callback never delays a
 // deadline, a write-off or a replacement. Started on first use.

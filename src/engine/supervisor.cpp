@@ -30,7 +30,7 @@ void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
     s->release();
     throw;
   }
-  if (earliest) alarm_.need_by(at_ns);
+  if (earliest) ctl_->alarm.need_by(at_ns);
 }
 
 void Core::disarm_timer(TaskStateBase* s) noexcept {
@@ -107,13 +107,13 @@ std::int64_t Core::fire_timers(std::int64_t now) {
 void Core::supervise() noexcept {
   Control& ctl = *ctl_;
   for (;;) {
-    const SupervisorAlarm::Key key = alarm_.begin_scan();
+    const SupervisorAlarm::Key key = ctl_->alarm.begin_scan();
     if (ctl.supervisor_exit.load(std::memory_order_acquire)) {
-      alarm_.cancel();
+      ctl_->alarm.cancel();
       return;
     }
     if (ctl.root_stop_pending.exchange(false, std::memory_order_acq_rel)) {
-      alarm_.cancel();
+      ctl_->alarm.cancel();
       (void)shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
       continue;
     }
@@ -124,7 +124,7 @@ void Core::supervise() noexcept {
     } catch (...) {  // out of memory while scanning: try again shortly
       next = now_ns() + std::chrono::nanoseconds(std::chrono::milliseconds(10)).count();
     }
-    alarm_.sleep_until(key, next);
+    ctl_->alarm.sleep_until(key, next);
   }
 }
 
@@ -141,6 +141,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
   std::string spawn_error;
   std::chrono::nanoseconds spawn_backoff{0};
   const std::int64_t grace = opts_.abandon_grace.count();
+  std::vector<std::shared_ptr<Worker>> hung;
   {
     MutexLock lock(ctl.mu);
     // Room for every worker first: nothing below allocates once a note
@@ -148,7 +149,6 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     notes.reserve(ctl.workers.size());
     to_stop.reserve(ctl.workers.size());
     replaced.reserve(ctl.replacements_due + ctl.workers.size());
-    std::vector<std::shared_ptr<Worker>> hung;
     hung.reserve(ctl.workers.size());
     for (const auto& w : ctl.workers) {
       w->cur_mu.lock();
@@ -206,6 +206,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     to_join.swap(ctl.exited);
   }
   announce(notes);
+  for (const auto& w : hung) announce_state(*w, w->written_off);
   // The logger is user code: called only now, outside the pool's locks.
   if (spawn_failures != 0) {
     log(LogLevel::error, {.pool = opts_.name},
@@ -299,7 +300,7 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   Control& ctl = *ctl_;
   ctl.mu.assert_held();
   w->abandoned.store(true, std::memory_order_release);
-  set_worker_state(*w, WorkerState::abandoned);
+  w->written_off = change_worker_state(*w, WorkerState::abandoned);
   live_workers_.fetch_sub(1, std::memory_order_relaxed);
   ++ctl.tasks_abandoned;
   if (w->thread.joinable()) w->thread.detach();
@@ -346,7 +347,7 @@ void Core::stop_supervisor() noexcept {
   Control& ctl = *ctl_;
   ctl.root_stop.reset();  // no callback can start after this
   ctl.supervisor_exit.store(true, std::memory_order_release);
-  alarm_.wake_all();
+  ctl_->alarm.wake_all();
   if (ctl.supervisor.joinable()) ctl.supervisor.join();
   // The supervisor is gone, so nothing hands the stopper more work.
   ctl.stopper.stop();

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "control.hpp"
-#include "crew/detail/futex.hpp"
+#include "futex.hpp"
 
 namespace crew {
 

@@ -1,4 +1,4 @@
-// src/timer_heap.hpp (private): a pool's deadlines that live on task
+// src/engine/timer_heap.hpp (private): a pool's deadlines that live on task
 // states: queue deadlines (a task not started by then expires) and the
 // execution deadlines of long tasks that run outside a worker's top level.
 // Each armed deadline is an (deadline, state) entry holding one reference

@@ -11,8 +11,8 @@
 
 #include "control.hpp"
 #include "cpu_pressure.hpp"
-#include "crew/detail/futex.hpp"
 #include "crew/usable_cpus.hpp"
+#include "futex.hpp"
 
 namespace crew::detail {
 
@@ -93,9 +93,9 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
       // woken worker often lands on this CPU and preempts this one, which
       // then holds nothing another worker could have run. (The token is
       // held here: a failed pop below takes it back.)
-      if (queued >= 2 && help_due(w, queued)) {
+      if (queued >= 2 && wake_due(w, queued)) {
         token = false;
-        if (idle_.give_token()) bring_in_help();
+        if (idle_.give_token()) wake_or_grow();
       }
       if (queue_.try_pop(cell, w.pop)) {
         found = true;
@@ -150,8 +150,8 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && idle_.give_token() && found && !queue_.empty() && help_due(w, queue_.size())) {
-    bring_in_help();
+  if (token && idle_.give_token() && found && !queue_.empty() && wake_due(w, queue_.size())) {
+    wake_or_grow();
   }
   return found;
 }
@@ -166,7 +166,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
 // within kWatchNs. With no watcher (all others asleep without a deadline, or
 // no sleeper at all: help is then a new worker) or kBurst or more tasks
 // queued, help comes now.
-bool Core::help_due(Worker& w, std::size_t queued) noexcept {
+bool Core::wake_due(Worker& w, std::size_t queued) noexcept {
   if (queued >= kBurst || idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
   if (w.backlog_since_ns == 0) {
@@ -180,13 +180,13 @@ bool Core::help_due(Worker& w, std::size_t queued) noexcept {
 
 // A worker popping without spinning after it deferred help looks again
 // every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
-void Core::help_with_backlog(Worker& w) noexcept {
+void Core::wake_for_backlog(Worker& w) noexcept {
   if ((++w.drained & 7) != 0) return;
   const std::size_t queued = queue_.size();
   if (queued == 0) {
     w.backlog_since_ns = 0;
-  } else if (!idle_.spinner_running() && help_due(w, queued)) {
-    bring_in_help();
+  } else if (!idle_.spinner_running() && wake_due(w, queued)) {
+    wake_or_grow();
   }
 }
 
@@ -198,7 +198,7 @@ void Core::after_batch(Worker& w) noexcept {
   // Else help as for a spinner's backlog: deferred only while a sleeper
   // watches, and that sleeper, finding them on a look, brings in help for
   // what it leaves (Slept::saw_work). After spin_for_work this repeats its
-  // own decision for the same cells, and help_due says no the second time.
+  // own decision for the same cells, and wake_due says no the second time.
   // Nobody to bring in is the common case of a saturated pool: it returns
   // before anything reads the other workers' queues or the clock.
   if (idle_.spinning() != 0) return;
@@ -206,10 +206,10 @@ void Core::after_batch(Worker& w) noexcept {
                                    max_workers_.load(std::memory_order_relaxed)) {
     return;
   }
-  if (help_due(w, moved)) bring_in_help();
+  if (wake_due(w, moved)) wake_or_grow();
 }
 
-void Core::bring_in_help() noexcept {
+void Core::wake_or_grow() noexcept {
   if (idle_.sleepers() != 0) {
     (void)idle_.wake_one(sched_getcpu());
   } else if (live_workers_.load(std::memory_order_relaxed) <
@@ -237,7 +237,7 @@ void Core::bring_in_help() noexcept {
 // busy clearing it, and help is brought in at once, as a burst needs. With
 // PoolOptions::spin 0 no worker between two tasks beats, so one look (for a
 // worker woken within IdleWorkers::kWakeGraceUs) replaces the poll.
-void Core::help_submitter() noexcept {
+void Core::wake_for_push() noexcept {
   static constexpr int kPolls = 16;
   const int sleeping = idle_.sleepers();
   if (idle_.spinning() != 0) {
@@ -253,7 +253,7 @@ void Core::help_submitter() noexcept {
       if (idle_.spinner_running()) return;  // it takes the task
     }
   }
-  bring_in_help();
+  wake_or_grow();
 }
 
 void IdleWorkers::pop_locked(Worker& w, int waker_cpu) noexcept {
@@ -338,10 +338,10 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
-  // (help_due), and on a busy machine that look has preempted it, so tasks
+  // (wake_due), and on a busy machine that look has preempted it, so tasks
   // are queued. It stops after kWatchLooks looks that found nothing to do,
   // once the queues are empty: each look costs a busy machine two context
-  // switches, and a steady load that never defers help (help_due) has no
+  // switches, and a steady load that never defers help (wake_due) has no
   // use for them. A worker that defers help after that wakes it instead.
   bool watching = false;
   int looks = 0;
@@ -363,7 +363,7 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
     }
     // While another worker is awake, look at the queue every kWatchNs: a
     // worker that took a task and deferred help for what it left queued
-    // (help_due) may be in a long task.
+    // (wake_due) may be in a long task.
     std::int64_t wake_at = expire_at;
     bool watch = looks < kWatchLooks && live_workers_.load(std::memory_order_relaxed) >
                                             static_cast<std::size_t>(idle_.sleepers());

@@ -77,10 +77,12 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   // tasks. abandon_busy reads the state and writes off under cur_mu.
   bool written_off = false;
   if (started) {
+    WorkerStateChange idle;
     w->cur_mu.lock();
     written_off = w->abandoned.load(std::memory_order_acquire);
-    if (!written_off) set_worker_state(*w, WorkerState::idle);
+    if (!written_off) idle = change_worker_state(*w, WorkerState::idle);
     w->cur_mu.unlock();
+    announce_state(*w, idle);
   }
   Exit how = written_off ? Exit::abandoned : Exit::leave;
   if (started && !written_off) {
@@ -133,6 +135,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   idle_.quiesce();
   bool written_off = false;
   bool last = false;
+  WorkerStateChange stopped;
   {
     MutexLock lock(ctl.mu);
     add_to(ctl.retired, w->counts.read());
@@ -144,7 +147,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
       std::erase(ctl.abandoned, w);
     } else {
       if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
-      set_worker_state(*w, WorkerState::stopped);
+      stopped = change_worker_state(*w, WorkerState::stopped);
       std::erase(ctl.workers, w);
       last = ctl.workers.empty();
       ctl.exited.push_back(w);
@@ -157,6 +160,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
     }
   }
   if (!written_off) {
+    announce_state(*w, stopped);
     if (!died) emit_worker(WorkerEvent::stopped, w->id);
     if (last) ctl.workers_changed.notify_all();  // a shutdown waits for the last one
     wake_supervisor();                           // joins the thread, replaces a dead worker
@@ -179,7 +183,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
         if (attend(w, how)) break;
       }
       if (queue_.try_pop(cell, w.pop)) {
-        if (w.backlog_since_ns != 0) help_with_backlog(w);
+        if (w.backlog_since_ns != 0) wake_for_backlog(w);
         after_batch(w);
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
@@ -200,7 +204,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
     }
     spinning = slept == Slept::woken_spinning;
     // One that left on its own look found work whose helper was deferred
-    // (help_due) by a worker that may now be in a long task: it looks as a
+    // (wake_due) by a worker that may now be in a long task: it looks as a
     // spinner, so that it brings in help for what it leaves queued.
     spin_first = spinning || slept == Slept::saw_work;
   }

@@ -12,7 +12,7 @@
 // Threads: observer() and watch() run on whatever thread builds the pools;
 // Collect() on any scraping thread, concurrently with itself and with the
 // pools' work. pools_ is guarded by mu_, held only to find or add a series;
-// each PoolSeries guards its own state (src/metrics_series.hpp).
+// each PoolSeries guards its own state (src/metrics/metrics_series.hpp).
 #include "crew/metrics.hpp"
 
 #include <prometheus/client_metric.h>

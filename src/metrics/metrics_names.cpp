@@ -1,4 +1,4 @@
-// The task-name label table (src/metrics_names.hpp).
+// The task-name label table (src/metrics/metrics_names.hpp).
 #include "metrics_names.hpp"
 
 #include <algorithm>

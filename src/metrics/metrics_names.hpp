@@ -1,4 +1,4 @@
-// The task-name label table of one pool's metrics (src/metrics_series.hpp
+// The task-name label table of one pool's metrics (src/metrics/metrics_series.hpp
 // owns one per pool): task name -> slot of the pool's counter blocks.
 //
 // Slot 0 is task="unnamed", slot 1 task="other", then one per distinct

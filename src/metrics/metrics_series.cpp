@@ -1,5 +1,5 @@
 // One pool's counters and the observer that writes them
-// (src/metrics_series.hpp has the data flow and which thread touches what).
+// (src/metrics/metrics_series.hpp has the data flow and which thread touches what).
 #include "metrics_series.hpp"
 
 #include <algorithm>

@@ -11,7 +11,7 @@
 //                                watch_mu_
 //
 // A Shard holds one Block of counters per task-name slot (NameTable,
-// src/metrics_names.hpp), allocated by its owner on first use and published
+// src/metrics/metrics_names.hpp), allocated by its owner on first use and published
 // with a release store; Layout says where each counter sits in a Block. A
 // thread finds its Shard through a one-entry thread-local cache keyed by the
 // series' uid; its first event in a series binds a Shard (reusing one left

@@ -11,7 +11,7 @@
 // rendered once (`a="x",b="y"`), then each sample line written through a
 // LineWriter that makes room for the line's longest form and copies without
 // a check per character. Numbers are std::to_chars in shortest round-trip
-// form, spelled as TextSerializer spells them (tests/text_exposition_test.cpp
+// form, spelled as TextSerializer spells them (tests/metrics/text_exposition_test.cpp
 // compares the two byte for byte).
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_family.h>

@@ -19,11 +19,11 @@
 #include <string>
 
 #include "crew/detail/block_cache.hpp"
-#include "crew/detail/futex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "crew/log.hpp"
+#include "futex.hpp"
 
 namespace crew {
 namespace detail {

@@ -1,4 +1,4 @@
-// src/redis_conn.hpp (private): one synchronous hiredis connection, used by
+// src/redis/redis_conn.hpp (private): one synchronous hiredis connection, used by
 // one thread at a time (the caller provides the exclusion).
 #pragma once
 

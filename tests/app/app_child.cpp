@@ -1,4 +1,4 @@
-// app_child: an Application in a small process, for tests/application_test.cpp.
+// app_child: an Application in a small process, for tests/app/application_test.cpp.
 //
 //   app_child SCENARIO
 //

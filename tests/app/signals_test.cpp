@@ -1,4 +1,4 @@
-// Tests of the signal self-pipe (src/signals.hpp) in process, on SIGUSR1 and
+// Tests of the signal self-pipe (src/app/signals.hpp) in process, on SIGUSR1 and
 // SIGUSR2 only (gtest leaves them alone). raise() runs the handler on the
 // calling thread before it returns, so every count below is exact. The
 // lifecycle's use of signals is tested with real child processes in

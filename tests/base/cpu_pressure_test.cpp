@@ -1,4 +1,4 @@
-// Whether the machine's CPUs count as contended (src/cpu_pressure.hpp): the
+// Whether the machine's CPUs count as contended (src/base/cpu_pressure.hpp): the
 // parser of the pressure file, the filter's thresholds, and a pool's idle
 // workers that spin only briefly while the CPUs are contended (fed a
 // made-up stall total) and for their whole window again once they are not.

@@ -1,4 +1,4 @@
-// The pool's timers (src/timer_heap.hpp: the lane for deadlines armed in
+// The pool's timers (src/engine/timer_heap.hpp: the lane for deadlines armed in
 // order, the heap for the rest) against a plain model: random arms, disarms
 // and firings, the answers checked after each step, and the references
 // they hold handed back exactly once.

@@ -1,4 +1,4 @@
-// Random programs against a model of crew's contracts (tests/pool_model.hpp
+// Random programs against a model of crew's contracts (tests/pool/pool_model.hpp
 // says what a program does and what is checked after each of its steps).
 //
 // RapidCheck generates the programs and, when one fails, shrinks it to a

@@ -1,5 +1,5 @@
-// tests/pool_model.hpp: a model of crew's contracts and the commands of the
-// random programs that tests/model_test.cpp checks against it (RapidCheck's
+// tests/pool/pool_model.hpp: a model of crew's contracts and the commands of the
+// random programs that tests/pool/model_test.cpp checks against it (RapidCheck's
 // stateful testing), also replayed by hand in tests/model_regression_test.cpp.
 //
 // A program builds a pool and runs a sequence of commands on it: post,

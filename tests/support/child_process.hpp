@@ -1,4 +1,4 @@
-// tests/app/child_process.hpp: a child process whose stdout (and, with
+// tests/support/child_process.hpp: a child process whose stdout (and, with
 // Output::merged, stderr) a test reads line by line (fork + exec, a pipe,
 // poll), for application_test: it runs
 // tests/app/app_child and the graceful_consumer example, sends them real

@@ -1,4 +1,4 @@
-// tests/redis_server.hpp: a redis-server started for one test on a free
+// tests/support/redis_server.hpp: a redis-server started for one test on a free
 // loopback port (Debian's redis-server; scripts/deps.sh installs it), with
 // a small client for the test's own checks. Stopped with the object.
 #pragma once

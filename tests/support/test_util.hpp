@@ -1,4 +1,4 @@
-// tests/test_util.hpp: helpers shared by crew's tests.
+// tests/support/test_util.hpp: helpers shared by crew's tests.
 //
 // Every concurrency test holds a Watchdog: if the test has not finished when
 // it fires, the process prints the test's name and aborts, so a deadlock

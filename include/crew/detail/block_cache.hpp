@@ -1,5 +1,5 @@
 // crew/detail/block_cache.hpp: small blocks from a per-thread cache of freed
-// ones (src/block_cache.cpp), for task states and boxed callables.
+// ones (src/base/block_cache.cpp), for task states and boxed callables.
 //
 // Each thread touches only its own cache. A block may be freed on another
 // thread than the one that allocated it; it then joins the freeing thread's
@@ -22,7 +22,7 @@ inline constexpr std::size_t kMaxCachedBlock = 512;
 
 // Whether freed blocks are kept at all: not under AddressSanitizer, which
 // must see every free to catch a use after it. (Also read by the group
-// states' own cache, src/group.cpp, and by the tests.)
+// states' own cache, src/pool/group.cpp, and by the tests.)
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kBlockCacheOn = false;
 #elif defined(__has_feature)

@@ -6,7 +6,7 @@
 //   submitter: queue_ tail and slot; reads life_ (the pool's state) and
 //              idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
-// Everything else is in Control (src/control.hpp): the worker list and the
+// Everything else is in Control (src/engine/control.hpp): the worker list and the
 // shutdown book under its mutex, the timer heap and the stopper with their
 // own. All of Core's state is private; docs/design/architecture.md maps the units.
 #pragma once
@@ -21,14 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "crew/detail/blocked_submitters.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
-#include "crew/detail/event_count.hpp"
 #include "crew/detail/idle_workers.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
-#include "crew/detail/supervisor_alarm.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -366,7 +363,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
   void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
 
-  // ---- observers (src/observe.cpp) ----
+  // ---- observers (src/engine/observe.cpp) ----
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
     return (observed_ & events) != 0;
   }
@@ -386,10 +383,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // A worker's state changed (set_worker_state, on the worker's thread).
   void emit_worker_state(std::uint64_t worker, WorkerState from, WorkerState to) noexcept;
   // Wakes the supervisor (a stop was requested, a deadline moved earlier).
-  void wake_supervisor() noexcept { alarm_.wake(); }
+  void wake_supervisor() noexcept;
   // Has the supervisor look again by `deadline_ns` (an execution deadline
   // of a run just started; any thread).
-  void supervise_by(std::int64_t deadline_ns) noexcept { alarm_.need_by(deadline_ns); }
+  void supervise_by(std::int64_t deadline_ns) noexcept;
   // PoolOptions::stop_token was stopped (RootStop, on the stopping thread):
   // the supervisor runs the hard shutdown.
   void on_root_stop() noexcept;
@@ -434,11 +431,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // when nobody holds a token; the woken worker starts out with one, so one
   // burst costs one wake-up per worker.
   IdleWorkers idle_;
-  // Submitters blocked on a full shared queue; released in batches once it
-  // is down to half its capacity.
-  BlockedSubmitters blocked_;
-  // The supervisor's sleep and who wakes it.
-  SupervisorAlarm alarm_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
@@ -643,7 +635,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       after_push();
       return Route::queued;
     }
-    return route_full(fill, level, may_block, why);
+    return route_full(fill_ref(fill), level, may_block, why);
   }
 
   Route refuse(Admission a, Admission& why) noexcept {
@@ -652,42 +644,24 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     return Route::refused;
   }
 
+  // A fill passed out of line: the slow paths after a failed push.
+  struct FillRef {
+    void (*fill)(void* ctx, Cell& c) noexcept;
+    void* ctx;
+    void operator()(Cell& c) const noexcept { fill(ctx, c); }
+  };
   template <class Fill>
-  Route route_full(Fill& fill, std::size_t level, bool may_block, Admission& why) {
-    // A worker of this pool never waits for room in its own queue: that is
-    // the nested-submit deadlock. It runs the task itself instead.
-    if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
-      ran_inline_.fetch_add(1, std::memory_order_relaxed);
-      return Route::run_here;
-    }
-    if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
-    if (!blocked_.enter(opts_.max_blocked_submitters)) {
-      return refuse(Admission::too_many_blocked, why);
-    }
-    // Wait for the level to drain to its low-water mark rather than for
-    // the first free slot, then push (blocked_submitters.hpp says why).
-    Route r = Route::refused;
-    for (;;) {
-      if (life_.closed()) {
-        refuse(Admission::closed, why);
-        break;
-      }
-      if (queue_.try_push(fill, level)) {
-        r = Route::queued;
-        break;
-      }
-      blocked_.wait([&] {
-        return queue_.level_size(level) > blocked_.low_water() &&
-               !life_.closed(std::memory_order_seq_cst);
-      });
-    }
-    blocked_.leave();
-    if (r == Route::queued) after_push();
-    return r;
+  static FillRef fill_ref(Fill& f) noexcept {
+    return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
   }
+  // The shared queue of `level` is full (src/engine/pool_core.cpp): runs
+  // the task here (a worker of this pool, or caller_runs), refuses it, or
+  // blocks the caller until the level drains (BlockedSubmitters).
+  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why);
 
-  // A cell left the queue: blocked submitters may be due for release.
-  void on_slot_freed() noexcept { blocked_.slot_freed(queue_); }
+  // A cell left the queue: blocked submitters may be due for release
+  // (inline in src/engine/control.hpp, for the workers' pops).
+  void on_slot_freed() noexcept;
 
   // `own_queue`: the push went to the calling worker's own queue. That
   // worker runs the task itself unless a thief takes it first, so any
@@ -706,13 +680,13 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       return;
     }
     if (own_queue ? idle_.spinning() != 0 : idle_.spinner_running()) return;
-    help_submitter();
+    wake_for_push();
   }
 
   // After a worker's pop: the cells a batch pop moved into its local queue
   // wait there for it, or for a thief, and it is about to run a task that
   // may be long. So some worker must hold a spinning token (it steals
-  // them), or help is brought in as for a spinner's backlog (help_due: at
+  // them), or help is brought in as for a spinner's backlog (wake_due: at
   // once, or after kBacklogNs while a sleeper watches the queues). Without
   // this, a pool whose workers all ran long tasks kept such a cell queued
   // with a worker slot free (PoolWorkers.WorkersStartOnDemandUpToMax, about
@@ -802,19 +776,19 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // yields it when it sees nothing queued, to a thread that may be waiting
   // for that CPU behind it.
   static constexpr std::int64_t kSpinYieldNs = 200'000;
-  // Deferred help (wake.cpp, help_due): a backlog shorter than kBurst tasks
+  // Deferred help (wake.cpp, wake_due): a backlog shorter than kBurst tasks
   // gets help once it has lasted kBacklogNs; sleepers look at the queue every
   // kWatchNs while another worker is awake.
   static constexpr std::size_t kBurst = 4;
   static constexpr std::int64_t kBacklogNs = 20'000;
   static constexpr std::int64_t kWatchNs = 4'000'000;
   static constexpr int kWatchLooks = 4;
-  bool help_due(Worker& w, std::size_t queued) noexcept;
-  void help_with_backlog(Worker& w) noexcept;
+  bool wake_due(Worker& w, std::size_t queued) noexcept;
+  void wake_for_backlog(Worker& w) noexcept;
   // Wakes a sleeper, else starts a worker if every worker is busy and
   // there is room for another (submitters, and the last spinner to see work).
-  void bring_in_help() noexcept;
-  void help_submitter() noexcept;
+  void wake_or_grow() noexcept;
+  void wake_for_push() noexcept;
   Slept sleep_for_work(Worker& w) noexcept;
   void wait_out_pause(Worker& w);
   // run.cpp

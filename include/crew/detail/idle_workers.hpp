@@ -1,6 +1,6 @@
 // crew/detail/idle_workers.hpp: the state of a pool's wake-up policy: who
 // holds a spinning token, and the stack of sleeping workers. The policy
-// itself (when to spin, sleep, wake) is Core's, in src/wake.cpp.
+// itself (when to spin, sleep, wake) is Core's, in src/engine/wake.cpp.
 //
 // Who touches what:
 //   spinning tokens  a worker takes one to poll the queues and gives it back;
@@ -24,9 +24,9 @@
 #include <atomic>
 #include <vector>
 
+#include "crew/detail/cache_line.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/mutex.hpp"
-#include "crew/detail/task_queue.hpp"
 #include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
@@ -82,7 +82,7 @@ class IdleWorkers {
     return age < stale_;
   }
 
-  // ---- sleepers (src/wake.cpp) ----
+  // ---- sleepers (src/engine/wake.cpp) ----
   [[nodiscard]] int sleepers() const noexcept { return sleepers_.load(std::memory_order_seq_cst); }
   [[nodiscard]] int watchers() const noexcept { return watchers_.load(std::memory_order_seq_cst); }
   // Pushes `w` (a worker about to sleep, on its own thread) on the stack, at

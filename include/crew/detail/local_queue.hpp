@@ -52,6 +52,8 @@
 #include "crew/detail/barrier.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/detail/mutex.hpp"
+#include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
 
@@ -274,7 +276,7 @@ class LocalQueues {
   // The lowest free slot (its queue may still hold cells a previous owner
   // left), or kNone. Thread-safe.
   std::size_t claim() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (std::size_t i = 0; i < kSlots; ++i) {
       if (owned_[i]) continue;
       if (!queues_[i]) queues_[i] = std::make_unique<LocalQueue>();
@@ -289,7 +291,7 @@ class LocalQueues {
   }
   void release(std::size_t i) noexcept {
     if (i == kNone) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     owned_[i] = false;
   }
 
@@ -327,9 +329,9 @@ class LocalQueues {
   }
 
  private:
-  std::mutex mu_;
-  std::unique_ptr<LocalQueue> queues_[kSlots];  // guarded by mu_
-  bool owned_[kSlots] = {};                     // guarded by mu_
+  Mutex mu_;
+  std::unique_ptr<LocalQueue> queues_[kSlots] CREW_GUARDED_BY(mu_);
+  bool owned_[kSlots] CREW_GUARDED_BY(mu_) = {};
   std::atomic<LocalQueue*> published_[kSlots] = {};
   std::atomic<std::size_t> used_{0};
 };

@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "crew/detail/assert.hpp"
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/cache_line.hpp"
 #include "crew/pool_types.hpp"
 
 namespace crew::detail {

@@ -2,7 +2,7 @@
 // instructions: per-task and per-worker bookkeeping, almost never
 // contended, where a std::mutex would double the state's size; and the
 // pool's timer heap, contended while the pool is busy, whose sections are
-// one sift (src/timer_heap.hpp says what a mutex cost there). A waiter
+// one sift (src/engine/timer_heap.hpp says what a mutex cost there). A waiter
 // yields its CPU after 64 looks, so a holder that lost its CPU gets it
 // back. And cpu_relax(), the pause of every spin-wait in the pool.
 #pragma once

@@ -20,8 +20,6 @@
 // queue's priority levels to the worker-local queues (local_queue.hpp).
 #pragma once
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +31,7 @@
 #include <new>
 #include <vector>
 
+#include "crew/detail/cache_line.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/local_queue.hpp"
 #include "crew/detail/mutex.hpp"
@@ -41,7 +40,13 @@
 
 namespace crew::detail {
 
-inline constexpr std::size_t kCacheLine = 64;
+// The memory of a ring's slots: zeroed, aligned for `align`. Rings of
+// kMapThreshold bytes or more are mapped, so that their pages are touched
+// (and count as resident) only as the queue fills them
+// (src/base/ring_memory.cpp). Throws std::bad_alloc.
+inline constexpr std::size_t kMapThreshold = std::size_t{128} << 10;
+void* allocate_ring_memory(std::size_t bytes, std::size_t align);
+void release_ring_memory(void* p, std::size_t bytes) noexcept;
 
 class Ring {
  public:
@@ -163,27 +168,9 @@ class Ring {
   }
 
   // Zeroed memory aligned for Slot: all turns 0 (= free for lap 0), cells
-  // empty. Large rings are mapped, so their pages are touched (and count as
-  // resident) only as the queue fills them.
-  static constexpr std::size_t kMapThreshold = std::size_t{128} << 10;
-  static void* allocate_zeroed(std::size_t n) {
-    if (n >= kMapThreshold) {
-      void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) throw std::bad_alloc();
-      return p;
-    }
-    void* p = std::aligned_alloc(alignof(Slot), n);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, n);
-    return p;
-  }
-  static void release(void* p, std::size_t n) noexcept {
-    if (n >= kMapThreshold) {
-      ::munmap(p, n);
-    } else {
-      std::free(p);
-    }
-  }
+  // empty.
+  static void* allocate_zeroed(std::size_t n) { return allocate_ring_memory(n, alignof(Slot)); }
+  static void release(void* p, std::size_t n) noexcept { release_ring_memory(p, n); }
 
   Slot* slots_ = nullptr;
   std::size_t cap_;

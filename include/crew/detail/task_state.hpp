@@ -83,7 +83,7 @@ struct RunFrame {
 };
 
 class TaskStateBase;
-// Settles a task whose outcome claim_in_queue decided (src/task.cpp): its
+// Settles a task whose outcome claim_in_queue decided (src/engine/task.cpp): its
 // callable is destroyed, its queue deadline disarmed, the pool counts it
 // (unless `count` is false: it was counted already, as a refusal), and the
 // outcome is published. Runs on the deciding thread; it holds a reference.
@@ -208,7 +208,7 @@ class TaskStateBase {
   // leave_queue does, with the callable's on_queue_expired() (if it asked
   // for it: QueueExpiryListener) after the pool counted the task and before
   // the callable is destroyed. False if the task had already left `queued`:
-  // nothing is called then. In src/task.cpp.
+  // nothing is called then. In src/engine/task.cpp.
   bool expire() noexcept;
 
   // running -> outcome. False if the outcome was already decided (the task
@@ -287,7 +287,7 @@ class TaskStateBase {
   // submission for a task with a name, a queue deadline or an execution
   // deadline, and for every long task (its runner link).
   struct Extras {
-    // From the block cache, like the state (src/block_cache.cpp).
+    // From the block cache, like the state (src/base/block_cache.cpp).
     static void* operator new(std::size_t size);
     static void operator delete(void* p, std::size_t size) noexcept;
 

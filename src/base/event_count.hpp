@@ -1,4 +1,4 @@
-// crew/detail/event_count.hpp: lets a thread sleep until a condition it
+// src/base/event_count.hpp (private): lets a thread sleep until a condition it
 // polls becomes true, without a lost wake-up and without a syscall on the
 // notify side when nobody sleeps.
 //
@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "crew/detail/futex.hpp"
+#include "futex.hpp"
 
 namespace crew::detail {
 

@@ -1,7 +1,7 @@
-// crew/detail/supervisor_alarm.hpp: how a pool's supervisor sleeps and is
+// src/engine/supervisor_alarm.hpp (private): how a pool's supervisor sleeps and is
 // woken. It sleeps until its next planned wake-up (the earliest deadline it
 // knows of); a thread that arms an earlier deadline, or needs it for
-// anything else, wakes it. The supervisor's work is src/supervisor.cpp.
+// anything else, wakes it. The supervisor's work is src/engine/supervisor.cpp.
 //
 // Who touches what:
 //   begin_scan, cancel, sleep_until  the supervisor thread only
@@ -16,7 +16,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "crew/detail/event_count.hpp"
+#include "event_count.hpp"
 
 namespace crew::detail {
 

@@ -1,4 +1,4 @@
-// crew/detail/blocked_submitters.hpp: submitters blocked on a pool's full
+// src/engine/blocked_submitters.hpp (private): submitters blocked on a pool's full
 // shared queue, and how they are released: in batches, not one per freed
 // slot. A submitter that finds its priority level full waits until the
 // level is down to half its capacity (the low-water mark), then pushes;
@@ -30,9 +30,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "crew/detail/event_count.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_queue.hpp"
+#include "event_count.hpp"
 
 namespace crew::detail {
 

@@ -1,4 +1,4 @@
-// crew/detail/futex.hpp: waiting on a 32-bit atomic with a deadline.
+// src/base/futex.hpp (private): waiting on a 32-bit atomic with a deadline.
 // std::atomic::wait has no timed form, so crew uses the Linux futex directly.
 #pragma once
 
@@ -22,6 +22,7 @@ void futex_wait_low(const std::atomic<std::uint64_t>& word, std::uint32_t expect
                     std::chrono::steady_clock::time_point deadline) noexcept;
 void futex_wake_low(const std::atomic<std::uint64_t>& word, int count) noexcept;
 
+// A deadline that never passes.
 inline constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
 
 }  // namespace crew::detail
