@@ -8,7 +8,7 @@
 # (default 20) in the RelWithDebInfo build (build/), then TSAN_REPEAT times
 # (default 3) under ThreadSanitizer (build-tsan/); a case stops at its first
 # failure (ctest --repeat until-fail), and the script fails if any case did.
-# model_test (random programs, tests/model_test.cpp) is not repeated: it runs
+# model_test (random programs, tests/pool/model_test.cpp) is not repeated: it runs
 # once with MODEL_RELEASE_PROGRAMS (default 20000) programs in build/ and
 # MODEL_TSAN_PROGRAMS (default 2000) under TSan.
 # Builds only the selected binaries. JOBS (default 2) sets -j for both.
