@@ -153,7 +153,7 @@ struct Worker final : Runner {
   // The change to `abandoned` made by write_off_locked (under Control::mu),
   // announced by the thread that wrote the worker off once it released the
   // lock (announce_written_off).
-  WorkerStateChange written_off;
+  WorkerStateChange write_off_change;
   std::atomic<bool> exit_requested{false};  // stop_worker
   // Set under cur_mu (and Control::mu) when the worker is written off; the
   // worker reads it under cur_mu when its run ends, so exactly one of them

@@ -379,7 +379,7 @@ void Core::abandon_busy(bool force) {
     for (const auto& w : hung) write_off_locked(w);  // each wakes the waiting shutdown
   }
   announce(notes);  // observers and the logger, outside the locks
-  for (const auto& w : hung) announce_state(*w, w->written_off);
+  for (const auto& w : hung) announce_state(*w, w->write_off_change);
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {

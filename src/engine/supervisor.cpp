@@ -206,7 +206,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
     to_join.swap(ctl.exited);
   }
   announce(notes);
-  for (const auto& w : hung) announce_state(*w, w->written_off);
+  for (const auto& w : hung) announce_state(*w, w->write_off_change);
   // The logger is user code: called only now, outside the pool's locks.
   if (spawn_failures != 0) {
     log(LogLevel::error, {.pool = opts_.name},
@@ -300,7 +300,7 @@ void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
   Control& ctl = *ctl_;
   ctl.mu.assert_held();
   w->abandoned.store(true, std::memory_order_release);
-  w->written_off = change_worker_state(*w, WorkerState::abandoned);
+  w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
   live_workers_.fetch_sub(1, std::memory_order_relaxed);
   ++ctl.tasks_abandoned;
   if (w->thread.joinable()) w->thread.detach();
