@@ -1,0 +1,166 @@
+// Tests of admission: a full queue under each overflow policy, blocked
+// submitters and the low-water mark that releases them, the bound on how
+// many may block, and their release by shutdown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <semaphore>
+#include <thread>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::Gate;
+using test::Watchdog;
+
+// A paused pool takes submissions but runs none: a queue of capacity N is
+// full after N posts.
+TEST(PoolAdmission, TryPostOnAFullQueueSaysFull) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 4});
+  pool.pause();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::accepted);
+  EXPECT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::full);
+  auto refused = pool.try_submit([] { return 1; });
+  EXPECT_EQ(refused.status(), TaskStatus::rejected);
+  try {
+    (void)refused.get();
+    ADD_FAILURE() << "get() of a refused task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::rejected);
+  }
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 4);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.rejected, 2u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST(PoolAdmission, RejectPolicyNeverBlocks) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 2, .overflow = Overflow::reject});
+  pool.pause();
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  EXPECT_EQ(pool.post([] {}), Admission::full);
+  pool.resume();
+}
+
+TEST(PoolAdmission, CallerRunsPolicyRunsOnTheSubmittingThread) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .overflow = Overflow::caller_runs});
+  pool.pause();
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread::id ran_on;
+  EXPECT_EQ(pool.post([&ran_on] { ran_on = std::this_thread::get_id(); }), Admission::accepted);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  auto t = pool.submit([] { return std::this_thread::get_id(); });
+  EXPECT_EQ(t.get(), std::this_thread::get_id());
+  pool.resume();
+}
+
+TEST(PoolAdmission, BlockPolicyWaitsForRoom) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::atomic<bool> posted{false};
+  std::thread submitter([&] {
+    EXPECT_EQ(pool.post([] {}), Admission::accepted);
+    posted = true;
+  });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  EXPECT_FALSE(posted.load());
+  pool.resume();
+  submitter.join();
+  EXPECT_TRUE(posted.load());
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().outcomes.succeeded, 2u);
+}
+
+// A submitter blocked on a full queue goes on once its level is down to
+// half the capacity (the low-water mark), not at the first freed slot: the
+// worker here frees one slot per step, and the submitter must stay blocked
+// until the fourth. With priority levels the mark is per level.
+class BlockedSubmitterLowWater : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(BlockedSubmitterLowWater, GoesOnAtHalfTheCapacity) {
+  Watchdog dog;
+  const std::size_t levels = GetParam();
+  constexpr std::size_t kCapacity = 8;
+  Pool pool({.max_workers = 1, .queue_capacity = kCapacity, .priority_levels = levels});
+  TaskOptions top;
+  top.priority = static_cast<std::uint8_t>(levels - 1);
+  Gate first;
+  std::counting_semaphore<> step(0);
+  std::atomic<int> stuck{0};  // steps that timed out (a hang, not a pass)
+  auto one_step = [&] {
+    if (!step.try_acquire_for(20s * test::kSlowdown)) stuck.fetch_add(1);
+  };
+  ASSERT_EQ(pool.post([&] { (void)first.wait(); }, top), Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  for (std::size_t i = 0; i < kCapacity; ++i) {
+    ASSERT_EQ(pool.post(one_step, top), Admission::accepted);
+  }
+  std::atomic<bool> posted{false};
+  std::thread submitter([&] {
+    EXPECT_EQ(pool.post([] {}, top), Admission::accepted);
+    posted = true;
+  });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  // The worker takes one stepping task (7 queued), then one more per step.
+  first.open();
+  for (std::size_t queued = kCapacity - 1; queued > kCapacity / 2; --queued) {
+    ASSERT_TRUE(eventually([&] { return pool.stats().queued == queued; })) << queued;
+    std::this_thread::sleep_for(20ms);  // room for a wrong early release
+    EXPECT_FALSE(posted.load()) << "released with " << queued << " queued";
+    step.release();
+  }
+  // Now 4 queued: the mark.
+  ASSERT_TRUE(eventually([&] { return posted.load(); }));
+  submitter.join();
+  step.release(static_cast<std::ptrdiff_t>(kCapacity));
+  ASSERT_TRUE(pool.wait_idle(20s));
+  EXPECT_EQ(stuck.load(), 0);
+  EXPECT_EQ(pool.stats().outcomes.succeeded, kCapacity + 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, BlockedSubmitterLowWater, ::testing::Values(1u, 3u));
+
+TEST(PoolAdmission, TooManyBlockedSubmittersAreRejected) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1, .max_blocked_submitters = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread blocked([&] { EXPECT_EQ(pool.post([] {}), Admission::accepted); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  EXPECT_EQ(pool.post([] {}), Admission::too_many_blocked);
+  pool.resume();
+  blocked.join();
+}
+
+TEST(PoolAdmission, BlockedSubmittersAreReleasedByShutdown) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::thread blocked([&] { EXPECT_EQ(pool.post([] {}), Admission::closed); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  (void)pool.shutdown(ShutdownMode::soft, 0s);
+  blocked.join();
+  EXPECT_EQ(pool.post([] {}), Admission::closed);
+}
+
+}  // namespace
+}  // namespace crew
