@@ -15,6 +15,7 @@
 #include "config/config.hpp"
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
+#include "fake_cgroup.hpp"
 
 namespace crewd {
 namespace {
@@ -413,25 +414,17 @@ TEST(CrewdBinary, ItLogsACgroupQuotaAsTheSourceOfItsUsableCpus) {
   if (affinity_cpus() < 2) {
     GTEST_SKIP() << "needs 2 CPUs in the affinity mask for the quota to be the smaller limit";
   }
-  namespace fs = std::filesystem;
-  std::string dir = (fs::temp_directory_path() / "crewd-cgroups-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  struct Remove {
-    fs::path p;
-    ~Remove() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } remove{dir};
-  fs::create_directories(fs::path(dir) / "sys_fs_cgroup/pod/crewd");
-  std::ofstream(fs::path(dir) / "proc_self_cgroup") << "0::/pod/crewd\n";
-  std::ofstream(fs::path(dir) / "sys_fs_cgroup/pod/crewd/cpu.max") << "50000 100000\n";
-  test::Crewd crewd({"--listen", "127.0.0.1:0"}, {{"CREW_TEST_CGROUP_ROOT", dir}});
+  const crew::test::FakeCgroups cgroups;
+  cgroups.write("proc_self_cgroup", "0::/pod/crewd\n");
+  cgroups.write("sys_fs_cgroup/pod/crewd/cpu.max", "50000 100000\n");
+  test::Crewd crewd({"--listen", "127.0.0.1:0"},
+                    {{crew::test::kCgroupRootVariable, cgroups.root()}});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   const std::string expected =
       "usable CPUs: 1 (from cgroup_v2_quota: " + std::to_string(affinity_cpus()) +
-      " in the affinity mask, cgroup CPU quota 0.50 at " + dir + "/sys_fs_cgroup/pod/crewd)";
+      " in the affinity mask, cgroup CPU quota 0.50 at " + cgroups.path("sys_fs_cgroup/pod/crewd") +
+      ")";
   EXPECT_NE(crewd.log().find(expected), std::string::npos) << expected << "\n" << crewd.log();
   EXPECT_EQ(gauge(port, "crewd_usable_cpus"), 1);
   test::expect_clean_stop(crewd);

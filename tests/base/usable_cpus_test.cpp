@@ -25,6 +25,7 @@
 
 #include "crew/pool.hpp"
 #include "crew/sharded_pool.hpp"
+#include "fake_cgroup.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -32,10 +33,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::FakeCgroups;
 using test::kSlowdown;
 using test::Watchdog;
 
-constexpr const char* kRootVariable = "CREW_TEST_CGROUP_ROOT";
+constexpr const char* kRootVariable = test::kCgroupRootVariable;
 
 // The CPUs in this thread's affinity mask, counted here rather than by the
 // code under test.
@@ -56,46 +58,6 @@ int first_cpu() {
   }
   return -1;
 }
-
-// A fake cgroup tree in a scratch directory: `proc_self_cgroup` and
-// `sys_fs_cgroup/...`, read by read_usable_cpus() while the variable names it.
-class FakeCgroups {
- public:
-  FakeCgroups() {
-    std::string tmpl = (fs::temp_directory_path() / "crew-cgroups-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp");
-    root_ = tmpl;
-  }
-  FakeCgroups(const FakeCgroups&) = delete;
-  FakeCgroups& operator=(const FakeCgroups&) = delete;
-  ~FakeCgroups() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-
-  // Writes `text` to `relative` (its directories created).
-  void write(const std::string& relative, const std::string& text) const {
-    const fs::path p = root_ / relative;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-  }
-  void remove(const std::string& relative) const { fs::remove_all(root_ / relative); }
-  void make_dir(const std::string& relative) const { fs::create_directories(root_ / relative); }
-  [[nodiscard]] std::string path(const std::string& relative) const {
-    return (root_ / relative).string();
-  }
-
-  // read_usable_cpus() against this tree.
-  [[nodiscard]] UsableCpus read() const {
-    ::setenv(kRootVariable, root_.c_str(), 1);
-    const UsableCpus u = read_usable_cpus();
-    ::unsetenv(kRootVariable);
-    return u;
-  }
-
- private:
-  fs::path root_;
-};
 
 // Pins the calling thread to its first CPU until destroyed.
 class PinnedToOneCpu {
