@@ -257,6 +257,9 @@ TEST(StackChecks, AFiberStackNestsOneTaskAtMost) {
                     "(__sanitizer_start_switch_fiber), which plain ucontext does not do";
   }
   Watchdog dog;
+  g_fiber_ran = 0;  // this process may run the test more than once (--gtest_repeat)
+  g_fiber_depth = 0;
+  g_fiber_deepest = 0;
   Pool pool({.name = "fiber", .max_workers = 1});
   test::WorkerHold hold(pool);  // the tasks stay queued for the fiber
   g_fiber_pool = &pool;
