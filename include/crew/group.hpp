@@ -411,10 +411,11 @@ class Group {
       if (pre != Admission::accepted) return pre;
     }
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
-      if (opts.name.empty() && opts.queue_timeout.count() == 0 && pool_->core_->counted_ok()) {
-        const std::size_t level = pool_->core_->level_of(opts);
+      detail::Core& core = detail::PoolAccess::core(*pool_);
+      if (opts.name.empty() && opts.queue_timeout.count() == 0 && core.counted_ok()) {
+        const std::size_t level = core.level_of(opts);
         detail::GroupCellFor<D> cell(state_, pool_, std::forward<F>(f));
-        return pool_->core_->post_counted(std::move(cell), level, may_block);
+        return core.post_counted(std::move(cell), level, may_block);
       }
     }
     detail::GroupTask<D> task(state_, pool_, std::forward<F>(f));

@@ -65,10 +65,8 @@ class PoolStatsHandle {
   std::string name_;
 };
 
-class Group;
-class ShardedPool;
 namespace detail {
-class GroupState;
+class PoolAccess;
 }
 
 class Pool : public detail::SubmitApi<Pool> {
@@ -185,9 +183,7 @@ class Pool : public detail::SubmitApi<Pool> {
 
  private:
   friend class detail::SubmitApi<Pool>;
-  friend class ShardedPool;         // places its tasks through enqueue()
-  friend class Group;               // submits its short tasks without a task state
-  friend class detail::GroupState;  // helps only from the pool's own workers
+  friend class detail::PoolAccess;
 
   // SubmitApi's hook: every submission of this pool, and of a ShardedPool
   // onto its shards, ends here.
@@ -203,4 +199,21 @@ class Pool : public detail::SubmitApi<Pool> {
   std::shared_ptr<detail::Core> core_;
 };
 
+namespace detail {
+
+// The one door into a pool's engine, for crew's own facades: Group submits
+// its short tasks without a task state (Core::post_counted) and tells the
+// pool's workers from other threads; ShardedPool places a task through a
+// shard's own enqueue. Not for user code: the core is not a public API.
+class PoolAccess {
+ public:
+  static Core& core(Pool& pool) noexcept { return *pool.core_; }
+  static const Core& core(const Pool& pool) noexcept { return *pool.core_; }
+  template <bool kHandle, bool kMayBlock, class F>
+  static decltype(auto) enqueue(Pool& pool, F&& f, TaskOptions&& opts) {
+    return pool.enqueue<kHandle, kMayBlock>(std::forward<F>(f), std::move(opts));
+  }
+};
+
+}  // namespace detail
 }  // namespace crew

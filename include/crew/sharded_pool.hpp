@@ -195,7 +195,8 @@ class ShardedPool : public detail::SubmitApi<ShardedPool> {
   template <bool kHandle, bool kMayBlock, class F>
   decltype(auto) enqueue(F&& f, TaskOptions&& opts) {
     return place(std::forward<F>(f), [&opts](Pool& p, auto&& task) -> decltype(auto) {
-      return p.enqueue<kHandle, kMayBlock>(std::forward<decltype(task)>(task), std::move(opts));
+      return detail::PoolAccess::enqueue<kHandle, kMayBlock>(p, std::forward<decltype(task)>(task),
+                                                             std::move(opts));
     });
   }
 

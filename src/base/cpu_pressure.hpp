@@ -1,6 +1,6 @@
 // src/base/cpu_pressure.hpp (private): whether the machine's CPUs are
 // contended, so that idle workers spin only briefly while threads wait for
-// a CPU (Core::kContendedSpinNs, PoolOptions::spin_when_contended).
+// a CPU (kContendedSpinNs, PoolOptions::spin_when_contended).
 //
 // A spinning worker keeps a CPU busy for up to PoolOptions::spin after its
 // last task. On a machine with a CPU to spare that costs nobody anything

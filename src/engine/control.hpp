@@ -152,7 +152,7 @@ struct Worker final : Runner {
   std::atomic<WorkerState> state{WorkerState::starting};
   // The change to `abandoned` made by write_off_locked (under Control::mu),
   // announced by the thread that wrote the worker off once it released the
-  // lock (announce_written_off).
+  // lock (announce_state).
   WorkerStateChange write_off_change;
   std::atomic<bool> exit_requested{false};  // stop_worker
   // Set under cur_mu (and Control::mu) when the worker is written off; the
@@ -189,7 +189,7 @@ struct Worker final : Runner {
   std::uint32_t drained = 0;  // pops since, for sampling the backlog
   // Since when this worker has kept its CPU: its first look at empty
   // queues after it last slept or yielded (0: none yet). See
-  // Core::kSpinYieldNs.
+  // kSpinYieldNs.
   std::int64_t on_cpu_since_ns = 0;
   // Woken onto the CPU of the thread that woke it (the kernel found no idle
   // CPU for it): it has preempted its waker, so it runs what is queued

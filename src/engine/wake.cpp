@@ -13,6 +13,7 @@
 #include "cpu_pressure.hpp"
 #include "crew/usable_cpus.hpp"
 #include "futex.hpp"
+#include "wake_policy.hpp"
 
 namespace crew::detail {
 

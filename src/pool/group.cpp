@@ -591,7 +591,7 @@ class GroupState final : public GroupHead {
     }
     return false;
   }
-  bool on_worker_of_pool() const noexcept { return t_current.core == pool().core_.get(); }
+  bool on_worker_of_pool() const noexcept { return t_current.core == &PoolAccess::core(pool()); }
 
   // 2^31 - 1 tasks pending at once at most.
   static constexpr std::uint64_t kPendingMask = 0x7fff'ffffULL;

@@ -259,7 +259,7 @@ TEST(PoolSpin, IdleWorkersSpinOnlyBrieflyWhileTheCpusAreContended) {
   OneSpinner pool(/*spin_when_contended=*/false);
   // The first look primes the gauge; the worker then spins until the next
   // reading (4 ms) says the CPUs are contended, and from then on for at
-  // most Core::kContendedSpinNs (5 us) after each task, then sleeps.
+  // most kContendedSpinNs (5 us) after each task, then sleeps.
   for (int round = 0; round < 3; ++round) {
     const double used = pool.idle_cpu_ms_after_a_task();
     EXPECT_LT(used, 15.0) << "round " << round << ": the idle worker spun for " << used
@@ -293,7 +293,7 @@ TEST(PoolSpin, SpinWhenContendedKeepsTheSpin) {
   EXPECT_TRUE(spins) << "spin_when_contended: the idle worker should spin";
 }
 
-// A spinner that has kept its CPU for Core::kSpinYieldNs yields it when it
+// A spinner that has kept its CPU for kSpinYieldNs yields it when it
 // sees nothing queued: a thread that shares its CPU gets nearly all of it,
 // instead of half in turns of a time slice (crewd at wrk -c8: the I/O
 // threads waited behind the compute workers' spins, and the p99 was ten

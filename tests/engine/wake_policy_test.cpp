@@ -169,7 +169,7 @@ TEST(PoolWake, DeferredHelpIsTakenByAWatchingSleeper) {
 // The watcher that takes deferred work may block in it too, and so must
 // bring in help for what it leaves queued. One worker is held; the two
 // others sleep watching. Tasks a and b each wait for c, posted in the order
-// a, c, b: the worker woken for them defers help (fewer than Core::kBurst
+// a, c, b: the worker woken for them defers help (fewer than kBurst
 // queued beside the one it takes) and takes a, with c and b in its local
 // queue; a watcher, on its look, steals the newest, b; c then needs a
 // fourth worker, which only that watcher can ask for (nobody else is awake

@@ -15,7 +15,7 @@
 // made at the same instant by another worker (both read before the other's
 // store lands). The pushing worker is awake and runs its own queue when
 // its current task returns; and a sleeper that fell asleep while another
-// worker was awake watches the queue every Core::kWatchNs (wake.cpp), so a
+// worker was awake watches the queue every kWatchNs (wake.cpp), so a
 // pushed task waits at most that long for a second worker.
 #pragma once
 

@@ -756,33 +756,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void count_here(TaskStatus outcome) noexcept;
   // wake.cpp
   bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
-  // A gap this long between two looks of a spinner (normally a few
-  // microseconds apart) means it did not have its CPU.
-  static constexpr std::int64_t kLostCpuNs = 20'000;
-  // A spin's window while the machine's CPUs are contended: about what a
-  // wake-up costs (a futex wake-up took 5 us at the median on the 2-CPU
-  // VM), so that a spin that fails costs no more than the wake-up it tried
-  // to save. Long enough for a producer that is keeping a queue filled
-  // (crew_bench's short_detached and factorial: without any spin while
-  // contended 20 to 30 % slower than with the full window), short enough
-  // not to wait out the gap between two requests (crewd at wrk -c8: the
-  // compute workers' CPU per request 4.9 us against 4.0 without a spin and
-  // 14 with the full 50 us).
-  static constexpr std::int64_t kContendedSpinNs = 5'000;
-  // A spinner that sees work it cannot take this many looks in a row (about
-  // 4 us) yields its CPU (wake.cpp, spin_for_work).
-  static constexpr unsigned kStuckLooks = 16;
-  // A spinner that has kept its CPU this long (tasks and spins, no sleep)
-  // yields it when it sees nothing queued, to a thread that may be waiting
-  // for that CPU behind it.
-  static constexpr std::int64_t kSpinYieldNs = 200'000;
-  // Deferred help (wake.cpp, wake_due): a backlog shorter than kBurst tasks
-  // gets help once it has lasted kBacklogNs; sleepers look at the queue every
-  // kWatchNs while another worker is awake.
-  static constexpr std::size_t kBurst = 4;
-  static constexpr std::int64_t kBacklogNs = 20'000;
-  static constexpr std::int64_t kWatchNs = 4'000'000;
-  static constexpr int kWatchLooks = 4;
+  // The wake policy's constants are in src/engine/wake_policy.hpp.
   bool wake_due(Worker& w, std::size_t queued) noexcept;
   void wake_for_backlog(Worker& w) noexcept;
   // Wakes a sleeper, else starts a worker if every worker is busy and

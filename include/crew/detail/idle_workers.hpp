@@ -13,7 +13,7 @@
 //                    which also guards Worker::in_idle_stack and
 //                    Worker::waker_cpu. The count is stored under mu_ and
 //                    read by anyone.
-//   watchers         a sleeper that looks at the queues every Core::kWatchNs
+//   watchers         a sleeper that looks at the queues every kWatchNs
 //                    counts itself from its first timed sleep until it
 //                    leaves the idle stack (its own thread).
 //   heartbeat        a spinner notes the time every few polls, and a waker
