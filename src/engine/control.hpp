@@ -305,7 +305,41 @@ struct Control {
 
   // Queue deadlines, and execution deadlines of foreign long runs.
   TimerHeap timers;
+
+  // ---- the worker books: calls that need `mu` (and a worker's cur_mu
+  // where named), checked by clang's -Wthread-safety. Each takes the pool's
+  // Core for the counters it shares with the submission path. None calls
+  // user code (observers and the logger hear of what they did after the
+  // locks are released).
+
+  // Starts a worker thread (pool_core.cpp). The caller has already counted
+  // it in live_workers_. `spinning`: the new worker starts with a spinning
+  // token (it was started for queued work, so it must bring in help if it
+  // finds more). A failure is kept for the supervisor, which logs it and
+  // tries again while tasks are queued. Returns the new worker's id, 0 if
+  // its thread could not start.
+  std::uint64_t spawn_worker_locked(Core& core, bool replacement, bool spinning = false) noexcept
+      CREW_REQUIRES(mu);
+  // Tries again to start a worker whose thread could not be started
+  // (supervisor.cpp). Returns when to look again.
+  std::int64_t retry_spawn_locked(Core& core, std::int64_t now) noexcept CREW_REQUIRES(mu);
+  // Every outcome counted so far (pool_core.cpp).
+  [[nodiscard]] OutcomeCounts totals_locked(const Core& core) const CREW_REQUIRES(mu);
+  // Writes a worker off (supervisor.cpp): it leaves the books and its thread
+  // is detached. Its state change is kept in w->write_off_change for the
+  // caller to announce after releasing `mu`.
+  void write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noexcept CREW_REQUIRES(mu);
+  // Decides the outcome of the worker's current run as abandoned
+  // (supervisor.cpp); `notes` must have room for one more note (reserved by
+  // the caller), which announce() delivers after the locks.
+  void write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
+                            std::vector<WriteOffNote>& notes) noexcept CREW_REQUIRES(mu, w.cur_mu);
 };
+
+// Prepares a stop of the worker's current top-level long run (run.cpp).
+// False if there is none.
+bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept
+    CREW_REQUIRES(w.cur_mu);
 
 // Core's calls into its Control that the engine makes on hot paths (a
 // worker's pop), inline here where Control is complete.

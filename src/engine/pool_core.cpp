@@ -89,7 +89,7 @@ void Core::start() {
     set_state(PoolState::running);
     for (std::size_t i = 0; i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
-      spawn_worker_locked(false);
+      ctl_->spawn_worker_locked(*this, false);
     }
   }
   if (opts_.stop_token.stop_possible()) ctl_->root_stop.emplace(opts_.stop_token, RootStop{this});
@@ -166,7 +166,7 @@ void Core::grow() noexcept {
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
-      spawn_worker_locked(false, /*spinning=*/true);
+      ctl_->spawn_worker_locked(*this, false, /*spinning=*/true);
       return;
     }
   }
@@ -177,25 +177,24 @@ void Core::grow() noexcept {
 // failure is kept for the supervisor, which logs it and tries again while
 // tasks are queued; a replacement is announced by the caller. Returns the
 // new worker's id, 0 if its thread could not start.
-std::uint64_t Core::spawn_worker_locked(bool replacement, bool spinning) noexcept {
-  Control& ctl = *ctl_;
-  ctl.mu.assert_held();
-  auto w = std::make_shared<Worker>(++ctl.next_worker_id, this);
+std::uint64_t Control::spawn_worker_locked(Core& core, bool replacement, bool spinning) noexcept {
+  auto w = std::make_shared<Worker>(++next_worker_id, &core);
   try {
-    w->thread = OsThread(opts_.stack_size, [self = shared_from_this(), w, spinning, replacement] {
-      worker_thread(self, w, spinning, replacement);
-    });
+    w->thread =
+        OsThread(core.opts_.stack_size, [self = core.shared_from_this(), w, spinning, replacement] {
+          Core::worker_thread(self, w, spinning, replacement);
+        });
   } catch (const std::exception& e) {
-    live_workers_.fetch_sub(1, std::memory_order_relaxed);
-    if (spinning) (void)idle_.give_token();
-    ctl.spawns.failed(e.what(), now_ns());
-    ctl.alarm.need_by(ctl.spawns.retry_at_ns());
+    core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
+    if (spinning) (void)core.idle_.give_token();
+    spawns.failed(e.what(), now_ns());
+    alarm.need_by(spawns.retry_at_ns());
     return 0;
   }
-  ctl.spawns.succeeded();
-  if (replacement) ++ctl.workers_replaced;
+  spawns.succeeded();
+  if (replacement) ++workers_replaced;
   const std::uint64_t id = w->id;
-  ctl.workers.push_back(std::move(w));
+  workers.push_back(std::move(w));
   return id;
 }
 
@@ -288,14 +287,12 @@ bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
-OutcomeCounts Core::totals_locked() const {
-  const Control& ctl = *ctl_;
-  ctl.mu.assert_held();
-  OutcomeCounts sum = ctl.retired;
-  sum += shared_.read();
-  sum.rejected += refused_.load(std::memory_order_relaxed);
-  for (const auto& w : ctl.workers) sum += w->counts.read();
-  for (const auto& w : ctl.abandoned) sum += w->counts.read();
+OutcomeCounts Control::totals_locked(const Core& core) const {
+  OutcomeCounts sum = retired;
+  sum += core.shared_.read();
+  sum.rejected += core.refused_.load(std::memory_order_relaxed);
+  for (const auto& w : workers) sum += w->counts.read();
+  for (const auto& w : abandoned) sum += w->counts.read();
   return sum;
 }
 
@@ -315,7 +312,7 @@ PoolStats Core::stats() const {
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.
-  s.outcomes = totals_locked();
+  s.outcomes = ctl_->totals_locked(*this);
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
   s.abandoned = ctl_->tasks_abandoned;

@@ -312,10 +312,7 @@ void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noex
   count_here(outcome);
 }
 
-// Under w.cur_mu: prepares a stop of the worker's current top-level long
-// run. False if there is none.
-bool Core::prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {
-  w.cur_mu.assert_held();
+bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {
   if (!w.cur_long) return false;
   out.reason = why;
   if (w.cur_task != nullptr) {

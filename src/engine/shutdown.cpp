@@ -69,7 +69,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
       return report;
     }
     ctl.shutdowns.begin(mode, &report);
-    before = totals_locked();
+    before = ctl.totals_locked(*this);
     if (mode != ShutdownMode::drain) life_.start_dropping();
     set_state(PoolState::stopping);
     life_.call_attention();
@@ -139,7 +139,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
     report.elapsed = Clock::now() - t0;
-    report.lifetime = totals_locked();
+    report.lifetime = ctl.totals_locked(*this);
     report.during = report.lifetime;
     report.during.succeeded -= before.succeeded;
     report.during.failed -= before.failed;
@@ -172,7 +172,7 @@ bool Core::restart() {
     life_.call_attention();
     for (std::size_t i = live_workers_.load(); i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
-      spawn_worker_locked(false);
+      ctl_->spawn_worker_locked(*this, false);
     }
   }
   wake_supervisor();
@@ -359,7 +359,7 @@ void Core::abandon_busy(bool force) {
       bool write_off = false;
       w->cur_mu.lock();
       if (w->cur_task != nullptr || w->cur_long) {
-        write_off_run_locked(*w, r, notes);
+        ctl_->write_off_run_locked(*this, *w, r, notes);
         write_off = true;
       } else {
         // A plain short task (no handle, no name): its outcome is counted
@@ -376,7 +376,7 @@ void Core::abandon_busy(bool force) {
       w->cur_mu.unlock();
       if (write_off) hung.push_back(w);
     }
-    for (const auto& w : hung) write_off_locked(w);  // each wakes the waiting shutdown
+    for (const auto& w : hung) ctl_->write_off_locked(*this, w);  // each wakes the waiting shutdown
   }
   announce(notes);  // observers and the logger, outside the locks
   for (const auto& w : hung) announce_state(*w, w->write_off_change);

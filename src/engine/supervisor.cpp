@@ -157,7 +157,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            write_off_run_locked(*w, ctl.shutdowns.current(), notes);
+            ctl.write_off_run_locked(*this, *w, ctl.shutdowns.current(), notes);
             hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
@@ -175,7 +175,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
       w->cur_mu.unlock();
     }
     for (const auto& w : hung) {
-      write_off_locked(w);
+      ctl.write_off_locked(*this, w);
       ++ctl.replacements_due;  // at once: the pool keeps its capacity
     }
 
@@ -188,19 +188,19 @@ std::int64_t Core::watch_workers(std::int64_t now) {
                  max_workers_.load(std::memory_order_relaxed)) {
         --ctl.replacements_due;
         live_workers_.fetch_add(1, std::memory_order_relaxed);
-        const std::uint64_t id = spawn_worker_locked(true);
+        const std::uint64_t id = ctl.spawn_worker_locked(*this, true);
         if (id == 0) break;  // retried by `spawns` below
         if (replaced.size() < replaced.capacity()) replaced.push_back(id);
       }
       while (live_workers_.load(std::memory_order_relaxed) < opts_.min_workers &&
              ctl.replacements_due == 0 && !ctl.spawns.due()) {
         live_workers_.fetch_add(1, std::memory_order_relaxed);
-        (void)spawn_worker_locked(false);
+        (void)ctl.spawn_worker_locked(*this, false);
       }
     } else {
       ctl.replacements_due = 0;  // a stopped pool starts its workers on restart()
     }
-    next = std::min(next, retry_spawn_locked(now));
+    next = std::min(next, ctl.retry_spawn_locked(*this, now));
     spawn_failures = ctl.spawns.take_unlogged(spawn_error);
     spawn_backoff = ctl.spawns.backoff();
     to_join.swap(ctl.exited);
@@ -235,9 +235,8 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 // decides an outcome, so a run found there is always this call's to decide.
 // Observers and the logger hear of it from announce(notes), after the
 // locks are released.
-void Core::write_off_run_locked(Worker& w, ShutdownReport* report,
-                                std::vector<WriteOffNote>& notes) noexcept {
-  w.cur_mu.assert_held();
+void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
+                                   std::vector<WriteOffNote>& notes) noexcept {
   CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
   WriteOffNote note;
   note.worker = w.id;
@@ -248,7 +247,7 @@ void Core::write_off_run_locked(Worker& w, ShutdownReport* report,
   // Counted before it is published, as run_claimed does. The running thread
   // clears cur_task under cur_mu before it decides an outcome, so with
   // cur_task set the outcome is the write-off's to decide.
-  shared_.add(note.outcome);
+  core.shared_.add(note.outcome);
   if (s != nullptr) {
     const bool decided = s->finish_written_off(note.outcome);
     CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
@@ -296,47 +295,43 @@ void Core::announce(std::vector<WriteOffNote>& notes) noexcept {
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;
 // when its task returns, the thread ends without touching the pool's state.
-void Core::write_off_locked(const std::shared_ptr<Worker>& w) noexcept {
-  Control& ctl = *ctl_;
-  ctl.mu.assert_held();
+void Control::write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noexcept {
   w->abandoned.store(true, std::memory_order_release);
   w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
-  live_workers_.fetch_sub(1, std::memory_order_relaxed);
-  ++ctl.tasks_abandoned;
+  core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
+  ++tasks_abandoned;
   if (w->thread.joinable()) w->thread.detach();
-  std::erase(ctl.workers, w);
-  ctl.abandoned.push_back(w);
+  std::erase(workers, w);
+  abandoned.push_back(w);
   // A shutdown waiting for the workers counts this one as gone: its thread
   // will not notify when it ends (worker_exited skips written-off workers).
-  ctl.workers_changed.notify_all();
+  workers_changed.notify_all();
 }
 
 // Tries again to start a worker whose thread could not be started, while
 // tasks are queued that a worker of this pool may still run (running, or a
 // drain). Returns when to look again.
-std::int64_t Core::retry_spawn_locked(std::int64_t now) noexcept {
-  Control& ctl = *ctl_;
-  ctl.mu.assert_held();
-  if (!ctl.spawns.due()) return kNever;
-  const PoolState st = life_.state();
+std::int64_t Control::retry_spawn_locked(Core& core, std::int64_t now) noexcept {
+  if (!spawns.due()) return kNever;
+  const PoolState st = core.life_.state();
   const bool may_start =
-      st == PoolState::running || (st == PoolState::stopping && !life_.dropping());
-  if (!may_start || queue_.empty()) {
-    ctl.spawns.forget();  // the next submission starts one the usual way
+      st == PoolState::running || (st == PoolState::stopping && !core.life_.dropping());
+  if (!may_start || core.queue_.empty()) {
+    spawns.forget();  // the next submission starts one the usual way
     return kNever;
   }
-  if (now < ctl.spawns.retry_at_ns()) return ctl.spawns.retry_at_ns();
-  if (live_workers_.load(std::memory_order_relaxed) >=
-      max_workers_.load(std::memory_order_relaxed)) {
-    ctl.spawns.forget();  // the pool is at its size: its workers run the queue
+  if (now < spawns.retry_at_ns()) return spawns.retry_at_ns();
+  if (core.live_workers_.load(std::memory_order_relaxed) >=
+      core.max_workers_.load(std::memory_order_relaxed)) {
+    spawns.forget();  // the pool is at its size: its workers run the queue
     return kNever;
   }
   // As grow() does: the new worker looks as a spinner, so it brings in
   // help for what it leaves queued.
-  live_workers_.fetch_add(1, std::memory_order_relaxed);
-  idle_.hand_token();
-  if (spawn_worker_locked(false, /*spinning=*/true) != 0) return kNever;
-  return ctl.spawns.retry_at_ns();
+  core.live_workers_.fetch_add(1, std::memory_order_relaxed);
+  core.idle_.hand_token();
+  if (spawn_worker_locked(core, false, /*spinning=*/true) != 0) return kNever;
+  return spawns.retry_at_ns();
 }
 
 void Core::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {

@@ -410,6 +410,11 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void settled_in_queue(TaskStateBase* s, bool count) noexcept;
 
  private:
+  // The engine's shared state (src/engine/control.hpp), whose members that
+  // need its mutex (the worker books: spawning, write-offs, totals) read
+  // and update Core's counters too.
+  friend struct Control;
+
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   const PoolOptions opts_;
   // Task-state runs counted and published whose handlers and observers have
@@ -738,11 +743,6 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void grow() noexcept;
   // grow() once per queued task, up to max_workers.
   void grow_for_queued() noexcept;
-  // `spinning`: the new worker starts with a spinning token (it was started
-  // for queued work, so it must bring in help if it finds more).
-  std::uint64_t spawn_worker_locked(bool replacement, bool spinning = false) noexcept;
-  std::int64_t retry_spawn_locked(std::int64_t now) noexcept;  // supervisor.cpp
-  [[nodiscard]] OutcomeCounts totals_locked() const;
   // worker.cpp
   static void worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
                             bool replacement);
@@ -767,15 +767,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void wait_out_pause(Worker& w);
   // run.cpp
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept;
-  bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept;
   // supervisor.cpp
   void supervise() noexcept;
   std::int64_t fire_timers(std::int64_t now);
   std::int64_t watch_workers(std::int64_t now);
-  void write_off_locked(const std::shared_ptr<Worker>& w) noexcept;
-  // `notes` must have room for one more note (reserved by the caller).
-  void write_off_run_locked(Worker& w, ShutdownReport* report,
-                            std::vector<WriteOffNote>& notes) noexcept;
   void announce(std::vector<WriteOffNote>& notes) noexcept;
   // Fires `targets` on the stopper thread (inline if it cannot start).
   void hand_to_stopper(std::vector<StopTarget>& targets) noexcept;
