@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "affinity.hpp"
 #include "config/config.hpp"
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
@@ -362,16 +363,6 @@ TEST(CrewdBinary, APortInUseFailsStartUp) {
       << out;
 }
 
-// The lowest CPU in this process's affinity mask, and how many it holds.
-int first_cpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) return cpu;
-  }
-  return -1;
-}
 int affinity_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -387,7 +378,7 @@ double gauge(int port, const std::string& name) {
 }
 
 TEST(CrewdBinary, UnderTasksetItLogsOneUsableCpuAndSizesItsDefaultsFromIt) {
-  const int cpu = first_cpu();
+  const int cpu = crew::test::first_cpu();
   ASSERT_GE(cpu, 0);
   test::Crewd crewd({"--listen", "127.0.0.1:0"}, {}, 0,
                     {"/usr/bin/taskset", "-c", std::to_string(cpu)});

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "affinity.hpp"
 #include "crew/pool.hpp"
 #include "crew/sharded_pool.hpp"
 #include "fake_cgroup.hpp"
@@ -48,17 +49,6 @@ std::size_t affinity_now() {
   return static_cast<std::size_t>(CPU_COUNT(&set));
 }
 
-// The lowest CPU in this thread's affinity mask.
-int first_cpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) return cpu;
-  }
-  return -1;
-}
-
 // Pins the calling thread to its first CPU until destroyed.
 class PinnedToOneCpu {
  public:
@@ -67,7 +57,7 @@ class PinnedToOneCpu {
     ok_ = ::sched_getaffinity(0, sizeof(saved_), &saved_) == 0;
     cpu_set_t one;
     CPU_ZERO(&one);
-    const int cpu = first_cpu();
+    const int cpu = test::first_cpu();
     if (cpu >= 0) CPU_SET(static_cast<std::size_t>(cpu), &one);
     ok_ = ok_ && cpu >= 0 && ::sched_setaffinity(0, sizeof(one), &one) == 0;
   }
@@ -313,7 +303,7 @@ TEST(UsableCpusChild, OneCpuGivesADefaultPoolTwoWorkers) {
 // test above.
 TEST(UsableCpus, UnderTasksetADefaultPoolHasTwoWorkers) {
   Watchdog dog;
-  const int cpu = first_cpu();
+  const int cpu = test::first_cpu();
   ASSERT_GE(cpu, 0);
   char self[4096] = {};
   ASSERT_GT(::readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
