@@ -80,6 +80,9 @@ start=$SECONDS
 # docker reads deploy/Dockerfile.dockerignore by itself; podman is told.
 ignore=()
 [[ "$(engine --which)" == podman ]] && ignore=(--ignorefile deploy/Dockerfile.dockerignore)
+# The Dockerfile's compiler cache is a RUN --mount cache, which docker's
+# classic builder does not know (podman's buildah does).
+[[ "$(engine --which)" == docker ]] && export DOCKER_BUILDKIT=1
 if ! engine build --network=host -f deploy/Dockerfile "${ignore[@]}" -t "$tag" . >"$state/build.log" 2>&1; then
   tail -n 40 "$state/build.log" >&2
   echo "image.sh: build of $tag failed (whole log: $state/build.log)" >&2
