@@ -211,17 +211,17 @@ struct Worker final : Runner {
   OwnedCounter helped;  // cells this thread took in run_pending()
 };
 
-// The one place a worker's state changes. The worker thread writes its own
-// state; a write-off (supervisor or shutdown) writes `abandoned`, after
-// which the thread's own updates are ignored.
+// The one place a worker's state changes, without its event. The worker
+// thread writes its own state; a write-off (supervisor or shutdown) writes
+// `abandoned`, after which the thread's own updates are ignored.
 // A compare-exchange, not a load then a store: a write-off's `abandoned`
 // stored between the two would be overwritten, and the written-off thread
 // would look busy or idle again (abandon_busy deciding from it, observers
 // hearing of a state after the abandonment).
-// A worker's state change without its event, for a thread that holds
-// Control::mu or the worker's cur_mu: it announces the change once it has
-// released them (announce_state), so that observers never run under the
-// pool's locks.
+// A thread that holds Control::mu or the worker's cur_mu announces the
+// change once it has released them (announce_state), so that observers
+// never run under the pool's locks; any other thread calls
+// set_worker_state, which does both.
 inline WorkerStateChange change_worker_state(Worker& w, WorkerState to) noexcept {
   WorkerState from = w.state.load(std::memory_order_relaxed);
   do {
