@@ -5,12 +5,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <latch>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
@@ -184,6 +188,110 @@ TEST(StateWalk, WorkersGoThroughEveryLegalEdge) {
   }
   std::this_thread::sleep_for(20ms);  // written-off threads finish on their own
   EXPECT_EQ(rec->worker_edges(), legal_edges(kWorkerStates));
+}
+
+// Each worker's state changes, as observers heard them, keyed by pool name
+// and worker id, in the order they arrived (which need not be the order in
+// which they happened: events are emitted after the change, on different
+// threads).
+class ChainRecorder final : public Observer {
+ public:
+  using Edge = std::pair<WorkerState, WorkerState>;
+  std::uint32_t events() const noexcept override { return worker_state; }
+  void on_worker_state(std::string_view pool, std::uint64_t worker, WorkerState from,
+                       WorkerState to) noexcept override {
+    const std::lock_guard lock(mu_);
+    chains_[{std::string(pool), worker}].push_back({from, to});
+  }
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<Edge>> chains() {
+    const std::lock_guard lock(mu_);
+    return chains_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<Edge>> chains_;
+};
+
+// Whether a worker's edges, in any order, make one walk from `starting`:
+// each state is left as often as it is entered, except `starting` (left once
+// more) and the last state (entered once more), and nothing leaves
+// `abandoned`. A state overwritten without being read (a write-off's
+// `abandoned` lost to the worker's own store, say) shows up as two edges
+// leaving the same state: a fork, which no single walk has.
+bool one_walk(const std::vector<ChainRecorder::Edge>& edges) {
+  std::map<WorkerState, int> balance;  // times left minus times entered
+  for (const auto& [from, to] : edges) {
+    if (from == WorkerState::abandoned) return false;
+    ++balance[from];
+    --balance[to];
+  }
+  int starts = 0;
+  int ends = 0;
+  for (const auto& [state, b] : balance) {
+    if (b == 1 && state == WorkerState::starting) {
+      ++starts;
+    } else if (b == -1) {
+      ++ends;
+    } else if (b != 0) {
+      return false;
+    }
+  }
+  return edges.empty() || (starts == 1 && ends == 1);
+}
+
+TEST(StateWalk, TheChainCheckerSeesAFork) {
+  using S = WorkerState;
+  EXPECT_TRUE(one_walk({{S::starting, S::idle}, {S::idle, S::busy}, {S::busy, S::abandoned}}));
+  EXPECT_TRUE(one_walk({{S::idle, S::busy},
+                        {S::starting, S::idle},
+                        {S::busy, S::idle},
+                        {S::idle, S::busy},
+                        {S::busy, S::abandoned}}));
+  // The worker read `busy`, a write-off stored `abandoned`, then the worker
+  // stored `idle` over it.
+  EXPECT_FALSE(one_walk(
+      {{S::starting, S::idle}, {S::idle, S::busy}, {S::busy, S::abandoned}, {S::busy, S::idle}}));
+  EXPECT_FALSE(one_walk({{S::starting, S::idle}, {S::abandoned, S::idle}}));
+}
+
+// A hard shutdown with a 1 ms grace writes off workers while they flip
+// between busy and idle: every worker's state changes still make one walk,
+// and none follows its write-off.
+TEST(StateWalk, AWriteOffRacingAWorkersOwnStateChangeIsNeverLost) {
+  Watchdog dog(60s);
+  auto rec = std::make_shared<ChainRecorder>();
+  constexpr int kRounds = 150;
+  for (int round = 0; round < kRounds; ++round) {
+    Pool pool({.name = "r" + std::to_string(round),
+               .max_workers = 2,
+               .abandon_grace = 1ms,
+               .observers = {rec}});
+    std::atomic<bool> stop{false};
+    std::thread poster([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto a = pool.try_post([] {
+          const auto until = std::chrono::steady_clock::now() + 20us;
+          while (std::chrono::steady_clock::now() < until) {
+          }
+        });
+        if (a == Admission::closed) break;
+      }
+    });
+    std::this_thread::sleep_for(2ms);
+    (void)pool.shutdown(ShutdownMode::hard, 0s);
+    stop = true;
+    poster.join();
+  }
+  std::this_thread::sleep_for(50ms * test::kSlowdown);  // written-off threads end their tasks
+  const auto chains = rec->chains();
+  ASSERT_FALSE(chains.empty());
+  int written_off = 0;
+  for (const auto& [key, edges] : chains) {
+    EXPECT_TRUE(one_walk(edges)) << "pool " << key.first << " worker " << key.second;
+    for (const auto& edge : edges) written_off += edge.second == WorkerState::abandoned ? 1 : 0;
+  }
+  std::printf("%d workers written off in %d shutdowns\n", written_off, kRounds);
 }
 
 }  // namespace
