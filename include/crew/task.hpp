@@ -40,6 +40,10 @@ struct TaskOptions {
   // rejected with Errc::expired. 0 means no queue deadline. A deadline is
   // armed in the pool's timer at submission and disarmed at start: crew_bench's
   // queue_deadline workload measures the cost against short_detached's.
+  // The time a submitter waits for room (Overflow::block) counts: the task
+  // is queued when there is room and ends expired at once. A submission
+  // refused (the pool closed, the queue full) ends rejected with
+  // Errc::rejected, even if its deadline passed while it was refused.
   std::chrono::nanoseconds queue_timeout{0};
   // 0 (lowest) .. PoolOptions::priority_levels - 1 (highest). Submitting a
   // higher one throws Error(invalid_options).

@@ -194,6 +194,9 @@ bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point de
       // Own newest tasks first: most often `s` and its siblings are among
       // them.
       if (help_once(/*own=*/true, /*foreign=*/false)) continue;
+      // Past its queue deadline: ends expired (whoever pops its cell
+      // reports it), never started.
+      if (s->queue_deadline_passed() && s->expire()) return true;
       if (s->leave_queue(TaskStatus::running)) {
         disarm_queue_deadline(s);
         const ForeignNesting nesting;

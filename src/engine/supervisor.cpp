@@ -93,8 +93,9 @@ std::int64_t Core::fire_timers(std::int64_t now) {
       }
     } else {
       // expire() settles it here: counted, a listening callable told
-      // (QueueExpiryListener), the callable destroyed, then published.
-      (void)s->expire();
+      // (QueueExpiryListener), the callable destroyed, then published;
+      // unless its submitter is still routing it, which then does.
+      if (!s->defer_expiry()) (void)s->expire();
       s->release();
     }
   }

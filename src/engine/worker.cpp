@@ -273,6 +273,8 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
+  } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
+    emit_settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "crew/pool.hpp"
+#include "crew/task.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -160,6 +161,58 @@ TEST(PoolAdmission, BlockedSubmittersAreReleasedByShutdown) {
   (void)pool.shutdown(ShutdownMode::soft, 0s);
   blocked.join();
   EXPECT_EQ(pool.post([] {}), Admission::closed);
+}
+
+// A submitter blocked for room holds a task whose queue deadline passes
+// while it waits: the task is not counted as submitted yet, so its expiry
+// waits for the submission (stats never shows an outcome without its
+// submission), and the task, queued once there is room, ends expired
+// without running.
+TEST(PoolAdmission, AQueueDeadlinePassingWhileTheSubmitterWaitsForRoomExpiresOnceQueued) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  std::atomic<bool> ran{false};
+  Task<void> late;
+  std::thread submitter([&] { late = pool.submit([&] { ran = true; }, {.queue_timeout = 5ms}); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  std::this_thread::sleep_for(30ms);  // past the queue deadline, still blocked
+  const PoolStats blocked = pool.stats();
+  EXPECT_LE(blocked.outcomes.total(), blocked.submitted);
+  EXPECT_EQ(blocked.outcomes.total(), 0u);
+  pool.resume();
+  submitter.join();
+  ASSERT_TRUE(late.wait_for(5s));
+  EXPECT_EQ(late.status(), TaskStatus::rejected);
+  EXPECT_EQ(late.reason(), Errc::expired);
+  ASSERT_TRUE(pool.wait_idle(5s));
+  EXPECT_FALSE(ran.load());
+  const PoolStats after = pool.stats();
+  EXPECT_EQ(after.submitted, 2u);
+  EXPECT_EQ(after.outcomes.total(), 2u);
+  EXPECT_EQ(after.outcomes.rejected, 1u);
+}
+
+// The same, but the pool closes while the submitter waits: the refusal
+// decides (the handle says rejected, not expired) and the task is counted
+// once.
+TEST(PoolAdmission, AQueueDeadlinePassingWhileTheSubmitterWaitsForRoomLosesToARefusal) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  Task<void> refused;
+  std::thread submitter([&] { refused = pool.submit([] {}, {.queue_timeout = 5ms}); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  std::this_thread::sleep_for(30ms);  // past the queue deadline, still blocked
+  (void)pool.shutdown(ShutdownMode::soft, 0s);
+  submitter.join();
+  EXPECT_EQ(refused.status(), TaskStatus::rejected);
+  EXPECT_EQ(refused.reason(), Errc::rejected);
+  const PoolStats st = pool.stats();
+  EXPECT_EQ(st.submitted, 2u);
+  EXPECT_EQ(st.outcomes.total(), 2u);  // the first dropped by the shutdown, this one refused
 }
 
 }  // namespace

@@ -577,8 +577,12 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       s->enqueued_ns = now_ns();
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
-    // the state; once armed, the state is shared with the supervisor.
-    if (s->has_queue_deadline()) {
+    // the state; once armed, the state is shared with the supervisor,
+    // which leaves the deadline to this thread until the submission is
+    // counted (begin_admission).
+    const bool deadline = s->has_queue_deadline();
+    if (deadline) {
+      s->begin_admission();
       arm_queue_deadline(s);
       s->add_ref();
     } else {
@@ -590,9 +594,19 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       case Route::queued:
         if (observes(Observer::task_enqueued)) [[unlikely]]
           emit_enqueued(event_of(s));
+        // Counted (pushed): a deadline that passed while this call routed
+        // it is fired here; whoever pops the cell reports it, as for the
+        // supervisor's.
+        if (deadline && s->end_admission()) [[unlikely]]
+          (void)s->expire();
         return Admission::accepted;
       case Route::run_here:
         disarm_queue_deadline(s);
+        if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
+          if (s->expire()) emit_settled_in_queue(s);
+          s->release();
+          return Admission::accepted;
+        }
         if (s->leave_queue(TaskStatus::running)) {
           run_claimed_here(s, /*drop_ref=*/true);
         } else {
@@ -602,6 +616,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       case Route::refused:
         break;
     }
+    // A refusal decides, even if the queue deadline passed meanwhile.
+    if (deadline) (void)s->end_admission();
     disarm_queue_deadline(s);
     s->refused_as = why;
     // Counted as a refusal already (refused_).

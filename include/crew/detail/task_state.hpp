@@ -100,6 +100,10 @@ class TaskStateBase {
   static constexpr std::uint32_t kWaitersBit = 1u << 31;
   static constexpr std::size_t kNotInHeap = static_cast<std::size_t>(-1);
   static constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
+  // Extras::admission.
+  static constexpr std::uint8_t kAdmitted = 0;
+  static constexpr std::uint8_t kAdmitting = 1;
+  static constexpr std::uint8_t kExpiryDeferred = 2;
 
   TaskStateBase() noexcept = default;
   TaskStateBase(const TaskStateBase&) = delete;
@@ -210,6 +214,37 @@ class TaskStateBase {
   // the callable is destroyed. False if the task had already left `queued`:
   // nothing is called then. In src/engine/task.cpp.
   bool expire() noexcept;
+  // The queue deadline while the submission is being routed (admit_state),
+  // before the task is counted as submitted: a deadline that passes then is
+  // not the supervisor's to fire (an outcome counted before its submission
+  // breaks outcomes <= submitted; a refusal would then end expired and be
+  // counted twice). The supervisor hands it over instead (defer_expiry),
+  // and the submitter fires it once the submission is counted
+  // (end_admission). One of the two fires it: the hand-over is one atomic.
+  // Only for a task with a queue deadline (it has Extras).
+  void begin_admission() noexcept {
+    extras_->admission.store(kAdmitting, std::memory_order_relaxed);  // published by arming
+  }
+  // Whether a queue deadline was set and has passed: a thread about to
+  // start the task expires it instead (expire()), so that a task never
+  // starts after its queue deadline, however late the supervisor's timer
+  // or the submitter's end_admission.
+  [[nodiscard]] bool queue_deadline_passed() const noexcept {
+    return extras_ != nullptr && extras_->queue_deadline != kNoDeadline &&
+           std::chrono::steady_clock::now() >= extras_->queue_deadline;
+  }
+  // Supervisor, at the queue deadline: true if the submitter has not
+  // finished admitting the task, which then expires it itself.
+  bool defer_expiry() noexcept {
+    std::uint8_t expected = kAdmitting;
+    return extras_->admission.compare_exchange_strong(expected, kExpiryDeferred,
+                                                      std::memory_order_acq_rel);
+  }
+  // Submitter, once the task is counted (queued, run here or refused):
+  // whether its queue deadline passed meanwhile and is now its to fire.
+  bool end_admission() noexcept {
+    return extras_->admission.exchange(kAdmitted, std::memory_order_acq_rel) == kExpiryDeferred;
+  }
 
   // running -> outcome. False if the outcome was already decided (the task
   // was abandoned while it ran).
@@ -305,6 +340,8 @@ class TaskStateBase {
     // The callable returned (detach_runner): stop requests come too late.
     // Guarded by the stop lock too.
     bool run_over = false;
+    // The queue deadline's hand-over at admission (begin_admission).
+    std::atomic<std::uint8_t> admission{kAdmitted};
   };
   // Before the state is shared: the Extras its submitter made (made first,
   // so that a failed allocation of either leaks nothing), or none.
