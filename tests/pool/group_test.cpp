@@ -146,6 +146,9 @@ TEST(GroupOutOfMemory, ATaskWhoseHandleCannotBeListedDoesNotOutliveTheGroup) {
       try {
         g.submit(
             [&] {
+              // Long enough for the caller to pass wait() if the group
+              // did not wait for this task.
+              std::this_thread::sleep_for(20ms);
               if (waited) ran_after_wait = true;
             },
             {.name = "fifth"});
