@@ -2,6 +2,9 @@
 # Builds crewd's container image from deploy/Dockerfile (`make image`):
 #
 #   scripts/image.sh [TAG]      TAG: crewd:0.1.0 unless given (or $CREWD_IMAGE)
+#   scripts/image.sh --file DOCKERFILE --context DIR TAG
+#                               another image on the same base (deploy/compose's
+#                               Redis and Prometheus, scripts/compose.sh)
 #
 # The engine is scripts/container.sh's (docker with a daemon, else podman).
 # The Dockerfile starts from debian:12; when no local image has that name and
@@ -9,12 +12,22 @@
 # bookworm from the Debian mirror apt on this machine uses, imported as
 # debian:12. The build keeps the engine's layer cache, so a second run with
 # nothing changed compiles nothing; its output goes to build-image/build.log
-# and is shown only on failure. Prints one line when the image changed,
-# nothing otherwise.
+# (build-<name>.log for <name>.Dockerfile) and is shown only on failure.
+# DOCKERFILE.dockerignore, when there is one, is the context's ignore file.
+# Prints one line when the image changed, nothing otherwise.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+file=deploy/Dockerfile
+context=.
+while [[ "${1:-}" == --file || "${1:-}" == --context ]]; do
+  [[ $# -ge 2 ]] || { echo "image.sh: $1 needs a value" >&2; exit 2; }
+  if [[ "$1" == --file ]]; then file="$2"; else context="$2"; fi
+  shift 2
+done
 tag="${1:-${CREWD_IMAGE:-crewd:0.1.0}}"
+log=build.log
+[[ "$file" == deploy/Dockerfile ]] || log="build-$(basename "$file" .Dockerfile).log"
 engine() { bash scripts/container.sh "$@"; }
 state=build-image
 mkdir -p "$state"
@@ -77,15 +90,15 @@ base_image
 
 before="$(engine image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
 start=$SECONDS
-# docker reads deploy/Dockerfile.dockerignore by itself; podman is told.
+# docker reads DOCKERFILE.dockerignore by itself; podman is told.
 ignore=()
-[[ "$(engine --which)" == podman ]] && ignore=(--ignorefile deploy/Dockerfile.dockerignore)
+[[ "$(engine --which)" == podman && -f "$file.dockerignore" ]] && ignore=(--ignorefile "$file.dockerignore")
 # The Dockerfile's compiler cache is a RUN --mount cache, which docker's
 # classic builder does not know (podman's buildah does).
 [[ "$(engine --which)" == docker ]] && export DOCKER_BUILDKIT=1
-if ! engine build --network=host -f deploy/Dockerfile "${ignore[@]}" -t "$tag" . >"$state/build.log" 2>&1; then
-  tail -n 40 "$state/build.log" >&2
-  echo "image.sh: build of $tag failed (whole log: $state/build.log)" >&2
+if ! engine build --network=host -f "$file" "${ignore[@]}" -t "$tag" "$context" >"$state/$log" 2>&1; then
+  tail -n 40 "$state/$log" >&2
+  echo "image.sh: build of $tag failed (whole log: $state/$log)" >&2
   exit 1
 fi
 after="$(engine image inspect --format '{{.Id}}' "$tag")"
