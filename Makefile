@@ -1,6 +1,7 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | image | bench | tsan | asan | stress | fuzz | tidy-build | format | clean
+#   make run | test | image | compose | compose-down | bench | tsan | asan | stress | fuzz |
+#        tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # make stress runs the concurrency tests many times in a row (each case x20
 # in build/, x3 under TSan in build-tsan/; model_test's random programs
@@ -15,7 +16,7 @@ JOBS ?=
 J := $(if $(JOBS),-j $(JOBS))
 FORMAT_DIRS := include src tests bench examples service tools
 
-.PHONY: all run test image bench tsan asan stress fuzz tidy-build format clean
+.PHONY: all run test image compose compose-down bench tsan asan stress fuzz tidy-build format clean
 
 all: test
 
@@ -39,6 +40,21 @@ test:
 image:
 	$(DEPS) image
 	bash scripts/image.sh
+
+# The local stack of deploy/compose/compose.yaml, detached: two crewd
+# instances sharing jobs through Redis and Prometheus scraping both with
+# deploy/monitoring/rules; returns once all answer and prints their
+# addresses. (Re)builds the images first (quiet when nothing changed) and
+# restarts a running stack. compose-down stops it and removes everything it
+# made. docker compose with a docker daemon, else podman-compose
+# (scripts/compose.sh).
+compose:
+	$(DEPS) image
+	bash scripts/compose.sh up
+
+compose-down:
+	$(DEPS) image
+	bash scripts/compose.sh down
 
 bench:
 	$(DEPS) bench

@@ -10,7 +10,8 @@
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
 #   format  clang-format
 #   image   podman, runc, debootstrap (make image; a docker daemon, if one
-#           answers, is used instead), python3 + PyYAML, kubectl, promtool
+#           answers, is used instead), python3 + PyYAML, kubectl, promtool,
+#           podman-compose and CNI's dnsname plugin (make compose)
 #
 # Idempotent and quiet when everything is installed; runs `apt-get update`
 # only when something is missing. Uses sudo when not run as root.
@@ -26,8 +27,11 @@ readonly format_pkgs=(clang-format)
 # The container image (make image, crewd_image_test): Debian's podman with
 # runc (not crun, which refuses hybrid cgroup hosts), debootstrap for the
 # debian:12 base when no registry serves it; the test reads the manifests
-# (kubectl, PyYAML) and checks /metrics with promtool (prometheus).
-readonly image_pkgs=(podman runc debootstrap python3 python3-yaml prometheus)
+# (kubectl, PyYAML) and checks /metrics with promtool (prometheus). The
+# local stack (make compose, crewd_compose_test): podman-compose, and the
+# dnsname plugin with which podman's CNI networks resolve service names.
+readonly image_pkgs=(podman runc debootstrap python3 python3-yaml prometheus podman-compose
+  golang-github-containernetworking-plugin-dnsname)
 # crewd (service/): its libraries for every build (Boost.Asio and Beast are
 # header-only in libboost-dev, which also gives crew::asio); for its tests
 # the Prometheus server and promtool, and PyYAML for the deploy/ manifest
