@@ -66,18 +66,23 @@ label="com.docker.compose.project=$project"
 containers() { engine ps -a -q --filter "label=$label"; }
 networks() { engine network ls -q --filter "label=$label"; }
 
+# `engine ARGS... ID...` on the ids that LIST (containers, networks) prints,
+# if there are any; output to the log, failures left to the final check.
+on_each() {
+  local list="$1" ids
+  shift
+  mapfile -t ids < <("$list")
+  ((${#ids[@]} == 0)) || engine "$@" "${ids[@]}" >>"$log" 2>&1 || true
+}
+
 down() {
-  local ids
-  ids="$(containers)"
   # crewd drains on SIGTERM (shutdown.timeout_ms 10 s); podman-compose's own
   # down would give every container 1 s.
-  [[ -z "$ids" ]] || engine stop -t 15 $ids >>"$log" 2>&1 || true
+  on_each containers stop -t 15
   compose down >>"$log" 2>&1 || true
-  ids="$(containers)"
-  [[ -z "$ids" ]] || engine rm -f $ids >>"$log" 2>&1 || true
+  on_each containers rm -f
   # podman-compose 1.0.3 leaves the network it made.
-  ids="$(networks)"
-  [[ -z "$ids" ]] || engine network rm $ids >>"$log" 2>&1 || true
+  on_each networks network rm
   if [[ -n "$(containers)$(networks)" ]]; then
     echo "compose.sh: $project left containers or networks behind (see $log)" >&2
     return 1
@@ -86,6 +91,7 @@ down() {
 
 # "200" when GET http://127.0.0.1:PORT/PATH answers 200, else nothing.
 status_200() {
+  # shellcheck disable=SC2016  # $1 and $2 are the inner shell's
   timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" &&
     printf "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n" "$2" >&3 && head -n 1 <&3' _ "$1" "$2" \
     2>/dev/null | grep -o ' 200 ' || true
