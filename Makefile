@@ -1,7 +1,7 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | image | compose | compose-down | bench | tsan | asan | stress | fuzz |
-#        tidy-build | format | clean
+#   make run | test | image | compose | compose-down | bench | bench-overload | tsan | asan |
+#        stress | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # make stress runs the concurrency tests many times in a row (each case x20
 # in build/, x3 under TSan in build-tsan/; model_test's random programs
@@ -16,7 +16,10 @@ JOBS ?=
 J := $(if $(JOBS),-j $(JOBS))
 FORMAT_DIRS := include src tests bench examples service tools
 
-.PHONY: all run test image compose compose-down bench tsan asan stress fuzz tidy-build format clean
+BENCH_OVERLOAD_ARGS ?=
+
+.PHONY: all run test image compose compose-down bench bench-overload tsan asan stress fuzz \
+	tidy-build format clean
 
 all: test
 
@@ -62,6 +65,15 @@ bench:
 	cmake --build --preset bench $(J) --target crew_bench
 	./build/bench/crew_bench --json build/bench-results.json
 	python3 bench/report.py build/bench-results.json
+
+# crewd under overload with the open-loop generator bench/loadgen
+# (docs/bench/overload.md): crewd on CPU 0, loadgen on CPU 1; the options
+# of bench/overload/run.py in BENCH_OVERLOAD_ARGS (--rounds, --duration, ...).
+bench-overload:
+	$(DEPS) bench
+	cmake --preset default
+	cmake --build --preset default $(J) --target crewd loadgen
+	python3 bench/overload/run.py --plot build/bench-overload/overload.png $(BENCH_OVERLOAD_ARGS)
 
 # Sanitizer runs. The sanitizers' options and tests/support/tsan.supp are compiled
 # into each executable of these builds (cmake/sanitizer_defaults.cpp.in), so

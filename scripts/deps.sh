@@ -7,7 +7,8 @@
 #   test    build + clang, its sanitizer runtimes, RapidCheck (model_test),
 #           redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check)
-#   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3
+#   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3,
+#           httperf and matplotlib (bench/overload: the cross-check, the plots)
 #   format  clang-format
 #   image   podman, runc, debootstrap (make image; a docker daemon, if one
 #           answers, is used instead), python3 + PyYAML, kubectl, promtool,
@@ -22,7 +23,7 @@ readonly build_pkgs=(g++ cmake make pkg-config ccache libgtest-dev libgmock-dev 
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server
   librapidcheck-dev)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
-  libthread-pool-dev gnuplot-nox python3)
+  libthread-pool-dev gnuplot-nox python3 httperf python3-matplotlib)
 readonly format_pkgs=(clang-format)
 # The container image (make image, crewd_image_test): Debian's podman with
 # runc (not crun, which refuses hybrid cgroup hosts), debootstrap for the
