@@ -32,11 +32,11 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # A workload: the job every request asks for, crewd's settings that make
 # it that workload, and the latency objective goodput is counted against.
-# body1 is the job after the capacity drop (W4's second half).
+# job_after_drop is the job from half-way on (W4).
 @dataclass
 class Workload:
     name: str
@@ -355,8 +355,8 @@ def plot(path, results, mus, workloads, variants, loads):
 
 
 def plot_series(path, raw, workloads, variants, scenarios):
-    """Per second of the step and spike runs (median over the rounds):
-    goodput and p99, one panel column per (workload, scenario)."""
+    """Per second of the step and spike runs and W4's drop (median over
+    the rounds): goodput and p99 of each (workload, scenario)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -365,7 +365,9 @@ def plot_series(path, raw, workloads, variants, scenarios):
     cols += [(w, "drop 0.8x") for w in workloads if w == "W4"]
     if not cols:
         return
-    fig, axes = plt.subplots(2, len(cols), figsize=(4.5 * len(cols), 6.5), squeeze=False)
+    # One row per (workload, scenario): goodput, then p99.
+    fig, rows = plt.subplots(len(cols), 2, figsize=(11, 2.6 * len(cols)), squeeze=False)
+    axes = rows.T
     for col, (w, sc) in enumerate(cols):
         for v in variants:
             runs = [r for r in raw if r["workload"] == w and r["scenario"] == sc
