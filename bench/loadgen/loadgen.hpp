@@ -12,7 +12,7 @@
 //
 // One thread: run() does all its I/O on the calling thread (epoll, a
 // timerfd armed at the next send time) and returns when every request has
-// an outcome. Not thread-safe; concurrent run() calls are independent.
+// an outcome. Calls from several threads at once are independent runs.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,8 @@ struct Options {
   std::int64_t late_ns = 1'000'000;         // a send this far behind schedule is late
   unsigned connections = 16;                // opened before the first send
   unsigned max_connections = 4096;
-  // Called on the run's thread once a second ends, with that second's line
-  // (per_second_line()); may be empty.
+  // Called on the thread running run(), never after it returns, once a
+  // second ends, with that second's line (per_second_line()); may be empty.
   std::function<void(const std::string&)> on_second;
 };
 
