@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,12 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+
+# crewd's stop (SIGTERM, then SIGKILL after 30 s), shared with the
+# throughput figures' script.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "service", "bench"))
+from wrk import stop  # noqa: E402
 
 # A workload: the job every request asks for, crewd's settings that make
 # it that workload, and the latency objective goodput is counted against.
@@ -131,15 +136,6 @@ def crewd_port(cmd, nice):
     proc.kill()
     proc.wait()
     return None, "".join(lines[-5:])
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def metric_value(text, name):
