@@ -11,12 +11,14 @@
 //
 // observer(pool) returns the Observer that counts and times the pool's tasks;
 // it goes into PoolOptions::observers because observers are fixed when a pool
-// is built. watch(pool) adds the gauges (workers, queue length, blocked
-// submitters), read through a PoolStatsHandle at scrape time, once the pool
-// exists. Register the object next to your prometheus::Registry (both with
-// the Exposer, or serialize both Collect() results): a Registry only holds
-// families it built itself, and one collectable for all pools is what keeps
-// each family's TYPE line unique in the exposition.
+// is built. watch(pool) adds the gauges (workers and their maximum, queue
+// length and capacity, blocked submitters, tasks past their deadline, the
+// oldest running task's age), read through a PoolStatsHandle at scrape
+// time, once the pool exists: the hot path pays nothing for them. Register
+// the object next to your prometheus::Registry (both with the Exposer, or
+// serialize both Collect() results): a Registry only holds families it
+// built itself, and one collectable for all pools is what keeps each
+// family's TYPE line unique in the exposition.
 //
 // Cost on the pool's hot path: the observer writes into a shard owned by the
 // calling thread (one per thread and pool): plain relaxed loads and stores,

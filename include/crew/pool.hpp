@@ -55,6 +55,9 @@ class PoolStatsHandle {
  public:
   PoolStatsHandle() = default;
   [[nodiscard]] std::optional<PoolStats> read() const;
+  // Pool::workers(), or nothing once the pool is gone. Blocks on the pool's
+  // worker books (a short lock), never on a task.
+  [[nodiscard]] std::optional<std::vector<WorkerInfo>> workers() const;
   [[nodiscard]] const std::string& pool_name() const noexcept { return name_; }
 
  private:

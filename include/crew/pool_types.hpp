@@ -317,7 +317,13 @@ struct WorkerInfo {
   // The task running now, when it has a handle, a name or a deadline (plain
   // fire-and-forget short tasks show as busy with task id 0).
   TaskRef task;
+  // Since the running task started: long tasks, and tasks with a handle or a
+  // name in a pool whose observers time tasks; 0 for the others.
   std::chrono::nanoseconds running_for{0};
+  // How far the running task is past its execution deadline (a long task's
+  // timeout); 0 without one or before it. Such a task keeps its worker until
+  // it returns or is written off abandon_grace after its stop.
+  std::chrono::nanoseconds overdue_for{0};
 };
 
 struct ShutdownReport {

@@ -335,6 +335,8 @@ std::vector<WorkerInfo> Core::workers() const {
     if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name()};
     if (w->cur_started_ns != 0)
       info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
+    if (w->cur_deadline_ns != 0 && now > w->cur_deadline_ns)
+      info.overdue_for = std::chrono::nanoseconds(now - w->cur_deadline_ns);
     w->cur_mu.unlock();
     out.push_back(std::move(info));
   }

@@ -19,6 +19,7 @@
 #include <prometheus/metric_type.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -105,7 +106,10 @@ std::shared_ptr<Observer> PrometheusMetrics::observer(std::string_view pool) {
 }
 
 void PrometheusMetrics::watch(const Pool& pool) {
-  series_for(pool.name())->watch(&pool, pool.stats_handle());
+  const PoolOptions& o = pool.options();
+  const std::size_t capacity =
+      o.queue_capacity == kUnbounded ? kUnbounded : o.queue_capacity * o.priority_levels;
+  series_for(pool.name())->watch(&pool, pool.stats_handle(), capacity);
 }
 
 std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
@@ -126,6 +130,20 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
   auto blocked = prom::family("crew_submit_blocked",
                               "Callers blocked in a submission, waiting for room in the queue.",
                               MetricType::Gauge);
+  auto workers_max =
+      prom::family("crew_workers_max", "Worker threads the pool may run at most (max_workers).",
+                   MetricType::Gauge);
+  auto capacity = prom::family(
+      "crew_queue_capacity",
+      "Tasks the pool's queue holds at most, over all priority levels (absent when unbounded).",
+      MetricType::Gauge);
+  auto overdue = prom::family("crew_tasks_overdue",
+                              "Tasks running past their deadline on a worker, not yet written off.",
+                              MetricType::Gauge);
+  auto running_age =
+      prom::family("crew_task_running_age_max_seconds",
+                   "How long the longest-running task the pool times has been running (0 if none).",
+                   MetricType::Gauge);
   auto tasks = prom::family("crew_tasks_total", "Tasks that ended, by task name and outcome.",
                             MetricType::Counter);
   auto duration = prom::family("crew_task_duration_seconds",
@@ -157,7 +175,17 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
       q.gauge.value = static_cast<double>(s.queued);
       queue.metric.push_back(q);
       q.gauge.value = static_cast<double>(s.blocked_submitters);
-      blocked.metric.push_back(std::move(q));
+      blocked.metric.push_back(q);
+      q.gauge.value = static_cast<double>(s.max_workers);
+      workers_max.metric.push_back(q);
+      if (t.queue_capacity) {
+        q.gauge.value = static_cast<double>(*t.queue_capacity);
+        capacity.metric.push_back(q);
+      }
+      q.gauge.value = static_cast<double>(t.overdue);
+      overdue.metric.push_back(q);
+      q.gauge.value = std::chrono::duration<double>(t.running_age_max).count();
+      running_age.metric.push_back(std::move(q));
     }
     if (!t.observed) continue;
     const Layout& l = *layout_;
@@ -183,7 +211,8 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
   }
 
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&workers, &queue, &blocked, &tasks, &duration, &wait, &replaced, &abandoned}) {
+  for (auto* f : {&workers, &workers_max, &queue, &capacity, &blocked, &overdue, &running_age,
+                  &tasks, &duration, &wait, &replaced, &abandoned}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   return out;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "crew/error.hpp"
 
@@ -175,14 +176,14 @@ void PoolSeries::count(std::string_view task, TaskStatus outcome,
   }
 }
 
-void PoolSeries::watch(const Pool* pool, PoolStatsHandle handle) {
+void PoolSeries::watch(const Pool* pool, PoolStatsHandle handle, std::size_t queue_capacity) {
   MutexLock lock(watch_mu_);
   std::erase_if(watched_, [](const Watched& w) { return !w.handle.read().has_value(); });
   // A live handle's pool is alive, so an equal address is the same pool.
   for (const Watched& w : watched_) {
     if (w.pool == pool) return;
   }
-  watched_.push_back({pool, std::move(handle)});
+  watched_.push_back({pool, std::move(handle), queue_capacity});
 }
 
 void PoolSeries::release(Shard* shard) noexcept {
@@ -218,12 +219,20 @@ PoolSeries::Totals PoolSeries::totals() {
     if (!s) continue;
     if (!t.gauges) {
       t.gauges = *s;
+      t.queue_capacity = w.queue_capacity;
     } else {  // pools sharing a name: one set of series
       t.gauges->workers += s->workers;
       t.gauges->idle += s->idle;
       t.gauges->busy += s->busy;
+      t.gauges->max_workers += s->max_workers;
       t.gauges->queued += s->queued;
       t.gauges->blocked_submitters += s->blocked_submitters;
+      if (t.queue_capacity) *t.queue_capacity += w.queue_capacity;
+    }
+    if (w.queue_capacity == kUnbounded) t.queue_capacity.reset();
+    for (const WorkerInfo& info : w.handle.workers().value_or(std::vector<WorkerInfo>{})) {
+      if (info.overdue_for.count() > 0) ++t.overdue;
+      t.running_age_max = std::max(t.running_age_max, info.running_for);
     }
     live.push_back(std::move(w));
   }

@@ -146,7 +146,9 @@ class PoolSeries : public std::enable_shared_from_this<PoolSeries> {
   void mark_observed() noexcept { observed_.store(true, std::memory_order_relaxed); }
 
   // Exports `pool`'s gauges through `handle` until the pool is destroyed.
-  void watch(const Pool* pool, PoolStatsHandle handle);
+  // `queue_capacity`: the tasks its queue holds at most, kUnbounded for no
+  // bound (options are fixed at construction, so read once here).
+  void watch(const Pool* pool, PoolStatsHandle handle, std::size_t queue_capacity);
 
   // Hands a shard back when its thread exits.
   void release(Shard* shard) noexcept;
@@ -160,18 +162,23 @@ class PoolSeries : public std::enable_shared_from_this<PoolSeries> {
     bool observed = false;
     std::vector<Slot> slots;  // the slots with any count, and "unnamed"
     std::optional<PoolStats> gauges;
+    // Only with gauges. Unknown when any pool of the name has no bound.
+    std::optional<std::size_t> queue_capacity;
+    std::size_t overdue = 0;  // tasks running past their deadline
+    std::chrono::nanoseconds running_age_max{0};
     std::uint64_t replacements = 0;
     std::uint64_t abandoned = 0;
   };
 
   // Blocks on mu_ (observers binding a shard) and on the watched pools'
-  // stats() (a short lock each), never on their hot paths.
+  // stats() and worker books (short locks), never on their hot paths.
   Totals totals();
 
  private:
   struct Watched {
     const Pool* pool;  // identity only, never dereferenced
     PoolStatsHandle handle;
+    std::size_t queue_capacity;
   };
 
   // The slow path of count(): this thread's first event in this series, or

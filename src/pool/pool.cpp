@@ -95,6 +95,11 @@ std::optional<PoolStats> PoolStatsHandle::read() const {
   if (!core || core->released()) return std::nullopt;
   return core->stats();
 }
+std::optional<std::vector<WorkerInfo>> PoolStatsHandle::workers() const {
+  const std::shared_ptr<const detail::Core> core = core_.lock();
+  if (!core || core->released()) return std::nullopt;
+  return core->workers();
+}
 std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->options(); }
 std::string_view Pool::name() const noexcept { return core_->options().name; }

@@ -276,10 +276,11 @@ TEST(PrometheusMetrics, SeveralPoolsShareOneCollectorWithOneFamilyEach) {
   std::set<std::string> names;
   for (const MetricFamily& f : all) EXPECT_TRUE(names.insert(f.name).second) << f.name;
   EXPECT_EQ(names,
-            (std::set<std::string>{"crew_workers", "crew_queue_length", "crew_submit_blocked",
-                                   "crew_tasks_total", "crew_task_duration_seconds",
-                                   "crew_task_queue_wait_seconds", "crew_worker_replacements_total",
-                                   "crew_tasks_abandoned_total"}));
+            (std::set<std::string>{
+                "crew_workers", "crew_workers_max", "crew_queue_length", "crew_queue_capacity",
+                "crew_submit_blocked", "crew_tasks_overdue", "crew_task_running_age_max_seconds",
+                "crew_tasks_total", "crew_task_duration_seconds", "crew_task_queue_wait_seconds",
+                "crew_worker_replacements_total", "crew_tasks_abandoned_total"}));
   for (const MetricFamily& f : all) {
     for (const ClientMetric& m : f.metric) {
       ASSERT_FALSE(m.label.empty());
@@ -320,6 +321,56 @@ TEST(PrometheusMetrics, GaugesShowWorkersQueueAndBlockedSubmitters) {
   EXPECT_EQ(gauge(after, "crew_queue_length", {{"pool", "gauged"}}), 0);
   EXPECT_EQ(gauge(after, "crew_submit_blocked", {{"pool", "gauged"}}), 0);
   EXPECT_EQ(tasks(after, "gauged", "unnamed", "succeeded"), 4);
+}
+
+// The gauges read at scrape time from the pool's options and its workers:
+// the limits, and a task that keeps running past its deadline.
+TEST(PrometheusMetrics, GaugesShowLimitsAndATaskRunningPastItsDeadline) {
+  Watchdog dog;
+  PrometheusMetrics metrics;
+  auto gate = std::make_shared<Gate>();
+  Pool pool(observed(metrics, "late",
+                     {.max_workers = 2,
+                      .queue_capacity = 3,
+                      .priority_levels = 2,
+                      .abandon_grace = 60s,
+                      .logger = std::make_shared<StderrLogger>(LogLevel::error)}));
+  metrics.watch(pool);
+  const Labels late = {{"pool", "late"}};
+  auto idle = metrics.Collect();
+  EXPECT_EQ(gauge(idle, "crew_workers_max", late), 2);
+  EXPECT_EQ(gauge(idle, "crew_queue_capacity", late), 6);  // per priority level
+  EXPECT_EQ(gauge(idle, "crew_tasks_overdue", late), 0);
+  EXPECT_EQ(gauge(idle, "crew_task_running_age_max_seconds", late), 0);
+
+  // Ignores its stop until the gate opens: overdue from 5 ms on.
+  auto stubborn =
+      pool.submit([gate](std::stop_token) { gate->wait(); }, {.name = "stubborn", .timeout = 5ms});
+  ASSERT_TRUE(
+      eventually([&] { return gauge(metrics.Collect(), "crew_tasks_overdue", late) == 1; }));
+  const auto overdue = metrics.Collect();
+  EXPECT_GE(gauge(overdue, "crew_task_running_age_max_seconds", late), 0.005);
+  pool.resize(5);
+  EXPECT_EQ(gauge(metrics.Collect(), "crew_workers_max", late), 5);
+
+  gate->open();
+  ASSERT_TRUE(stubborn.wait_for(10s));
+  EXPECT_EQ(stubborn.status(), TaskStatus::timed_out);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const auto after = metrics.Collect();
+  EXPECT_EQ(gauge(after, "crew_tasks_overdue", late), 0);
+  EXPECT_EQ(gauge(after, "crew_task_running_age_max_seconds", late), 0);
+  EXPECT_EQ(tasks(after, "late", "stubborn", "timed_out"), 1);
+}
+
+TEST(PrometheusMetrics, AnUnboundedQueueHasNoCapacitySeries) {
+  Watchdog dog;
+  PrometheusMetrics metrics;
+  Pool pool(observed(metrics, "endless", {.queue_capacity = kUnbounded}));
+  metrics.watch(pool);
+  const auto all = metrics.Collect();
+  EXPECT_EQ(find_family(all, "crew_queue_capacity"), nullptr);
+  EXPECT_GT(gauge(all, "crew_workers_max", {{"pool", "endless"}}), 0);
 }
 
 TEST(PrometheusMetrics, ReplacementsAndAbandonmentsMatchThePoolsStats) {
