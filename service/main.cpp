@@ -30,6 +30,7 @@
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
 #include "metrics/process_metrics.hpp"
+#include "metrics/readiness_metrics.hpp"
 
 #if CREWD_CREW_METRICS
 #include <crew/metrics.hpp>
@@ -114,6 +115,8 @@ int run(const Config& config) {
 #endif
   exposed.push_back(request_metrics);
   exposed.push_back(std::make_shared<ProcessMetrics>());
+  auto readiness = std::make_shared<ReadinessMetrics>();
+  exposed.push_back(readiness);
 
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
@@ -157,6 +160,8 @@ int run(const Config& config) {
         [&redis]() -> std::string { return redis->connected() ? "" : "redis disconnected"; });
   }
 #endif
+  // Scrapes run on the I/O threads, within serve(): the server outlives them.
+  readiness->set_probe([&server] { return server.not_ready_reason(); });
 
   crew::Application app({.name = "crewd",
                          .termination_timeout = config.shutdown.termination_timeout,

@@ -289,17 +289,14 @@ void healthz(Exchange& ex) { ex.respond(json_response(200, Json{{"status", "ok"}
 
 void readyz(Exchange& ex) {
   const State& s = ex.state();
-  if (s.gate.halting()) {
+  const std::string why = s.not_ready_reason();
+  if (why.empty()) {
+    ex.respond(json_response(200, Json{{"status", "ready"}}));
+  } else if (s.gate.halting()) {
     ex.respond(json_response(503, Json{{"status", "halting"}}));
-    return;
+  } else {
+    ex.respond(json_response(503, Json{{"status", "not ready"}, {"reason", why}}));
   }
-  for (const auto& check : s.readiness_checks) {
-    if (std::string why = check(); !why.empty()) {
-      ex.respond(json_response(503, Json{{"status", "not ready"}, {"reason", why}}));
-      return;
-    }
-  }
-  ex.respond(json_response(200, Json{{"status", "ready"}}));
 }
 
 // ---- The table ----

@@ -319,7 +319,16 @@ void HttpServer::add_readiness_check(std::function<std::string()> check) {
   state_->readiness_checks.push_back(std::move(check));
 }
 
+std::string HttpServer::State::not_ready_reason() const {
+  if (gate.halting()) return "halting";
+  for (const auto& check : readiness_checks) {
+    if (std::string why = check(); !why.empty()) return why;
+  }
+  return {};
+}
+
 bool HttpServer::halting() const noexcept { return state_->gate.halting(); }
+std::string HttpServer::not_ready_reason() const { return state_->not_ready_reason(); }
 std::size_t HttpServer::first_requests_pending() const noexcept {
   return state_->gate.first_pending();
 }

@@ -109,6 +109,9 @@ class HttpServer {
   void add_readiness_check(std::function<std::string()> check);
 
   [[nodiscard]] bool halting() const noexcept;
+  // Why /readyz answers 503 now ("halting", or a readiness check's reason);
+  // empty while it answers 200. Runs the checks on the calling thread.
+  [[nodiscard]] std::string not_ready_reason() const;
   // Connections accepted before the cut whose first request is not yet
   // admitted; admitted requests without a written response.
   [[nodiscard]] std::size_t first_requests_pending() const noexcept;

@@ -57,6 +57,9 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   void accept_next();
   void on_accept(const http::error_code& ec, http::tcp::socket socket, std::size_t worker);
   void close_listener();
+  // Why /readyz answers 503 ("halting", or a readiness check's reason);
+  // empty when ready. Any thread once serve() runs.
+  [[nodiscard]] std::string not_ready_reason() const;
 
   const Config config;
   const HttpLimits limits;

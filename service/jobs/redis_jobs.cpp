@@ -175,14 +175,15 @@ bool RedisJobs::connected() const noexcept { return source_.connected(); }
 
 crew::StreamSourceStats RedisJobs::stats() const { return source_.stats(); }
 
-// XINFO GROUPS on a connection of its own, so that a slow reply never
-// delays a job; the gauges go unknown (-1) while Redis does not answer.
+// XINFO GROUPS and XLEN on a connection of their own, so that a slow reply
+// never delays a job; the gauges go unknown (-1) while Redis does not answer.
 void RedisJobs::poll_stream(const std::stop_token& stop) {
   const crew::StreamSourceOptions& o = source_.options();
   Context ctx;
   while (!stop.stop_requested()) {
     std::int64_t lag = -1;
     std::int64_t pending = -1;
+    std::int64_t dead_letters = -1;
     if (!ctx) {
       timeval tv{1, 0};
       ctx.reset(redisConnectWithTimeout(o.host.c_str(), o.port, tv));
@@ -222,8 +223,18 @@ void RedisJobs::poll_stream(const std::stop_token& stop) {
         }
       }
     }
+    if (ctx) {
+      // 0 for a stream that does not exist (yet).
+      const Reply r = command(ctx.get(), {"XLEN", o.dead_letter_stream});
+      if (!r) {
+        ctx.reset();
+      } else if (r->type == REDIS_REPLY_INTEGER) {
+        dead_letters = r->integer;
+      }
+    }
     lag_.store(lag);
     pending_.store(pending);
+    dead_letters_.store(dead_letters);
     (void)sleep_until(Clock::now() + kStreamPollInterval, stop);
   }
 }
@@ -275,6 +286,14 @@ std::vector<prometheus::MetricFamily> RedisJobs::Collect() const {
                    "Entries delivered to the consumer group and not yet acknowledged",
                    MetricType::Gauge,
                    {metric(static_cast<double>(pending), MetricType::Gauge, labels)}});
+  }
+  if (const std::int64_t dead = dead_letters_.load(); dead >= 0) {
+    out.push_back({"crewd_redis_dead_letters",
+                   "Entries in the dead-letter stream: jobs that failed their last attempt, from "
+                   "every instance",
+                   MetricType::Gauge,
+                   {metric(static_cast<double>(dead), MetricType::Gauge,
+                           {{"stream", config_.redis.dead_letter_stream}})}});
   }
   return out;
 }

@@ -20,8 +20,10 @@
 //   crewd_redis_stream_lag{stream,group}      entries not yet delivered to
 //   crewd_redis_stream_pending{stream,group}  the group; delivered, not
 //                                      acknowledged (the whole group's)
-// The two stream gauges come from XINFO GROUPS, polled once a second on a
-// connection of their own; they are left out of a scrape while unknown.
+//   crewd_redis_dead_letters{stream}   entries in the dead-letter stream (all
+//                                      instances')
+// The stream gauges come from XINFO GROUPS and XLEN, polled once a second on
+// a connection of their own; they are left out of a scrape while unknown.
 //
 // Thread safety: start() and stop() are called from one thread (main's);
 // the queries and Collect() from any. Destroying a RedisJobs stops it; jobs
@@ -92,6 +94,7 @@ class RedisJobs final : public prometheus::Collectable {
   // From XINFO GROUPS; -1 while unknown.
   std::atomic<std::int64_t> lag_{-1};
   std::atomic<std::int64_t> pending_{-1};
+  std::atomic<std::int64_t> dead_letters_{-1};  // XLEN of the dead-letter stream
   std::jthread poller_;
 };
 
