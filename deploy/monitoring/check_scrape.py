@@ -9,6 +9,8 @@ Collects the metric names used in the expressions of the rule files
 queries), then starts a real crewd on a free loopback port (with
 --redis-server: a redis-server on another free port first, and crewd
 consuming from it), sends it a few requests, scrapes /metrics and checks:
+  - crewd_ready is 1 while /readyz answers 200 (and, with Redis, 0 with
+    /readyz 503 once the redis-server is stopped);
   - every name used is a sample name of the scrape (histograms are exposed
     as _bucket, _sum and _count), a recording rule of the rule files, or
     one Prometheus makes itself (up);
@@ -224,6 +226,17 @@ def main():
                     time.sleep(0.2)
                 check(status == 200, "GET /metrics is 200")
                 check(sample_value(text, "crewd_ready") == 1, "crewd_ready is 1 while /readyz is 200")
+                if redis is not None:
+                    # Redis gone: /readyz says 503, and so does crewd_ready.
+                    stop(redis)
+                    redis = None
+                    deadline = time.monotonic() + 15
+                    while (sample_value(get(port, "/metrics")[1], "crewd_ready") != 0 and
+                           time.monotonic() < deadline):
+                        time.sleep(0.1)
+                    check(sample_value(get(port, "/metrics")[1], "crewd_ready") == 0 and
+                          get(port, "/readyz")[0] == 503,
+                          "crewd_ready is 0 and /readyz 503 once Redis is gone")
                 print(f"scrape: {len(text.splitlines())} lines, {len(names)} names")
             finally:
                 stop(proc)
