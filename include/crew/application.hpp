@@ -9,18 +9,21 @@
 //             ping_period under ping_timeout;
 //   halting   a signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT by default), halt()
 //             or a failure stopped the halt token: main stops taking new work
-//             and has termination_timeout to return;
+//             and has termination_timeout to return (shutdown_now() skips
+//             this state: running -> shutdown on the hard path at once);
 //   shutdown  the context's stop token is stopped; registered pools are shut
 //             down in parallel (in their configured mode, bounded by
 //             pool_shutdown_timeout when they have no timeout of their own;
-//             hard when main did not return in time or a second signal came,
-//             and a second signal during this step makes them go hard);
+//             hard when main did not return in time, a second signal came or
+//             shutdown_now() was called, and a second signal or
+//             shutdown_now() during this step makes them go hard);
 //             resources are closed in parallel, dependents before their
 //             dependencies, under shutdown_timeout;
 //   off       run() returns the exit code.
 //
 // The first failure (main threw, an init / ping / close failed or timed out,
-// main missed the termination timeout, a second signal forced the hard path)
+// main missed the termination timeout, a second signal forced the hard path,
+// shutdown_now() was called)
 // is kept, decides the exit code and is visible through Context::failure();
 // later ones are only logged. docs/lifecycle.md has the state diagram and a
 // timeline of a SIGTERM.
@@ -92,6 +95,7 @@ enum class ExitCode : int {
   termination_timeout = 4,  // main did not return within termination_timeout of the halt
   forced = 5,               // a second signal while halting or shutting pools down
   shutdown_failure = 6,     // a close failed or timed out; a pool had to escalate
+  hard_stop = 7,            // shutdown_now() (Application's or Context's)
 };
 
 [[nodiscard]] std::string_view to_string(ExitCode c) noexcept;
@@ -109,6 +113,7 @@ enum class FailureKind : std::uint8_t {
   pool_shutdown,        // a registered pool escalated or abandoned tasks on the graceful path
   close_failed,         // Resource::close threw
   close_timed_out,      // close did not finish (or start) before the shutdown deadline
+  hard_stop,            // shutdown_now(): the source and reason its caller gave
 };
 
 [[nodiscard]] std::string_view to_string(FailureKind k) noexcept;
@@ -151,6 +156,8 @@ class Context {
   // halts. The first failure decides the exit code; later ones are logged.
   void fail(std::string_view source, std::string_view message) const noexcept;
   void fail(std::string_view source, std::exception_ptr error) const noexcept;
+  // Stops the application at once (see Application::shutdown_now()).
+  void shutdown_now(std::string_view source, std::string_view reason) const noexcept;
   // Writes a line through ApplicationOptions::logger.
   void log(LogLevel level, std::string_view message) const noexcept;
 
@@ -273,6 +280,20 @@ class Application {
   // starts the termination timeout; during init it abandons start-up. Returns
   // at once; the controller (the thread in run()) makes the transition.
   void halt() noexcept;
+
+  // Stops the application at once, on the hard path (an admin endpoint, or
+  // main found its state corrupted): records a failure of kind hard_stop
+  // from `source` with `reason` (exit code 7, unless an earlier failure
+  // decided the code already) and goes to shutdown without the halting
+  // state's termination_timeout. Both tokens are stopped at once; registered
+  // pools are shut down hard (those already shutting down go hard at once);
+  // main, if still running, gets shutdown_timeout after the cancellation, as
+  // on any hard path; resources are closed under shutdown_timeout. During
+  // init it abandons start-up (the init running gets its token stopped and
+  // is not waited for). Returns at once, from any thread (main, a task, a
+  // resource call); the controller makes the transitions. Later calls are
+  // logged only.
+  void shutdown_now(std::string_view source, std::string_view reason) noexcept;
 
   [[nodiscard]] AppState state() const noexcept;
   [[nodiscard]] Context context() const noexcept;

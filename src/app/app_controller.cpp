@@ -1,7 +1,8 @@
 // The lifecycle controller: the thread in Application::run(). It makes every
 // state transition (init -> running -> halting -> shutdown -> off, or
 // init -> shutdown), initializes the resources, starts main and the keeper,
-// waits for main within the termination timeout, and runs the shutdown:
+// waits for main within the termination timeout (not after shutdown_now()),
+// and runs the shutdown:
 // cancel the context, shut the pools down, stop the keeper, wait for main,
 // close the resources. The first failure decides the exit code.
 //
@@ -63,13 +64,14 @@ class Controller {
     start_main(std::move(main));
 
     bool halted = false;
+    bool hard = false;
     {
       MutexLock lock(c_.mu);
       while (!c_.halt_requested && !c_.main_done) c_.changed.wait(lock.native());
       halted = c_.halt_requested;
+      hard = c_.stop_now;  // shutdown_now(): no halting state, no wait for main
     }
-    bool hard = false;
-    if (halted) {
+    if (halted && !hard) {
       transition(AppState::halting);
       c_.log(LogLevel::info, "halting: main has " +
                                  std::to_string(ms_of(c_.opts.termination_timeout)) +
@@ -77,15 +79,21 @@ class Controller {
       const auto deadline = after(Clock::now(), c_.opts.termination_timeout);
       bool main_done = false;
       bool forced = false;
+      bool stop_now = false;
       {
         MutexLock lock(c_.mu);
-        while (!c_.main_done && !c_.forced) {
+        while (!c_.main_done && !c_.hard_requested()) {
           if (!wait_or_timeout(c_.changed, lock.native(), deadline)) break;
         }
         main_done = c_.main_done;
         forced = c_.forced;
+        stop_now = c_.stop_now;
       }
-      if (!main_done) {
+      // shutdown_now() recorded its own failure; it goes hard even when main
+      // has returned meanwhile.
+      if (stop_now) {
+        hard = true;
+      } else if (!main_done) {
         hard = true;
         if (forced) {
           c_.record({FailureKind::forced, "signals",
@@ -134,13 +142,13 @@ class Controller {
   // what was initialized is closed.
   ExitCode abort_startup() {
     transition(AppState::shutdown);
-    bool forced = false;
+    bool hard = false;
     {
       MutexLock lock(c_.mu);
-      forced = c_.forced;
+      hard = c_.hard_requested();
     }
     cancel_context();
-    shut_down_pools(forced);
+    shut_down_pools(hard);
     close_resources();
     transition(AppState::off);
     signals_.stop();
@@ -169,6 +177,8 @@ class Controller {
                                    " stopped its init after the halt: " + describe(call->error));
       } else if (end.done) {
         c_.record({FailureKind::init_failed, entry.name, describe(call->error), call->error});
+      } else if (end.forced && end.stop_now) {
+        c_.log(LogLevel::info, "init of " + entry.name + " left behind: shutdown_now() was called");
       } else if (end.forced) {
         c_.record({FailureKind::forced, "signals",
                    "a second signal arrived during the init of " + entry.name, nullptr});
@@ -187,7 +197,8 @@ class Controller {
 
   struct Wait {
     bool done = false;       // the call returned (or threw)
-    bool forced = false;     // a second signal: stop waiting
+    bool forced = false;     // a second signal or shutdown_now(): stop waiting
+    bool stop_now = false;   // shutdown_now() (or a failure that stops at once)
     bool stop_sent = false;  // its token was stopped because of a halt
   };
 
@@ -200,7 +211,8 @@ class Controller {
         [this, &call, &w] {
           c_.mu.assert_held();
           w.done = call.done.load(std::memory_order_acquire);
-          w.forced = c_.forced;
+          w.forced = c_.hard_requested();
+          w.stop_now = c_.stop_now;
           return w.done || w.forced;
         },
         [this] {
@@ -312,16 +324,21 @@ class Controller {
     };
     for (std::size_t i = 0; i < n; ++i) start_one(i, hard);
     bool escalate = false;
+    bool by_signal = false;
     {
       MutexLock lock(c_.mu);
-      while (finished < n && !(c_.forced && !hard)) c_.changed.wait(lock.native());
+      while (finished < n && !(c_.hard_requested() && !hard)) c_.changed.wait(lock.native());
       escalate = finished < n;
+      by_signal = !c_.stop_now;  // shutdown_now() recorded its own failure
     }
     if (escalate) {
-      // A second signal: a concurrent hard shutdown makes a running one
-      // escalate at once (Pool::shutdown); the first call still reports.
-      c_.record({FailureKind::forced, "signals",
-                 "a second signal arrived while the pools were shutting down", nullptr});
+      // A second signal or shutdown_now(): a concurrent hard shutdown makes
+      // a running one escalate at once (Pool::shutdown); the first call
+      // still reports.
+      if (by_signal) {
+        c_.record({FailureKind::forced, "signals",
+                   "a second signal arrived while the pools were shutting down", nullptr});
+      }
       for (std::size_t i = 0; i < n; ++i) start_one(i, true);
     }
     for (auto& t : threads) t.join();
@@ -353,7 +370,9 @@ class Controller {
   }
 
   // After the cancellation main gets shutdown_timeout more (or until another
-  // signal); then it is left running and the failure says so.
+  // signal); then it is left running and the failure says so. A
+  // shutdown_now() meanwhile does not cut this wait: main may be the caller,
+  // about to return, and the resources it uses are closed after it.
   void wait_for_main() {
     const auto deadline = after(Clock::now(), c_.opts.shutdown_timeout);
     bool done = false;

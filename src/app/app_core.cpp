@@ -55,7 +55,7 @@ void AppCore::notify() noexcept {
   changed.notify_all();
 }
 
-void AppCore::record(Failure f) noexcept {
+void AppCore::record(Failure f, bool at_once) noexcept {
   bool first = false;
   try {
     MutexLock lock(mu);
@@ -74,8 +74,23 @@ void AppCore::record(Failure f) noexcept {
   {
     MutexLock lock(mu);
     halt_requested = true;
+    if (at_once) stop_now = true;
   }
   changed.notify_all();
+}
+
+void AppCore::shutdown_now(std::string_view source, std::string_view reason) noexcept {
+  try {
+    record({FailureKind::hard_stop, std::string(source), std::string(reason), nullptr},
+           /*at_once=*/true);
+  } catch (...) {  // out of memory copying the strings: stop at once all the same
+    {
+      MutexLock lock(mu);
+      halt_requested = true;
+      stop_now = true;
+    }
+    changed.notify_all();
+  }
 }
 
 void AppCore::request_halt() noexcept {

@@ -11,8 +11,8 @@
 //   state                  written by the controller (src/app/app_controller.cpp);
 //                          read by any thread
 //   halt_source            stopped by the controller; cancel_source likewise
-//   the fields under mu    failure, halt_requested: any thread (record(),
-//                          request_halt(), on_signal()); forced and
+//   the fields under mu    failure, halt_requested, stop_now: any thread
+//                          (record(), request_halt(), on_signal()); forced and
 //                          signals_received: the signal reader
 //                          (on_signal()); main_done: main's thread (the
 //                          controller when main cannot start); keeper_stop:
@@ -92,7 +92,10 @@ struct AppCore {
   std::condition_variable changed;
   std::optional<Failure> failure CREW_GUARDED_BY(mu);
   bool halt_requested CREW_GUARDED_BY(mu) = false;
-  bool forced CREW_GUARDED_BY(mu) = false;
+  bool forced CREW_GUARDED_BY(mu) = false;  // a second signal
+  // shutdown_now() (or a failure whose policy is to stop at once): the hard
+  // path without the halting state's wait.
+  bool stop_now CREW_GUARDED_BY(mu) = false;
   int signals_received CREW_GUARDED_BY(mu) = 0;
   bool main_done CREW_GUARDED_BY(mu) = false;
   bool keeper_stop CREW_GUARDED_BY(mu) = false;
@@ -104,9 +107,13 @@ struct AppCore {
   // (an atomic such as AppCall::done).
   void notify() noexcept;
 
-  // Keeps the first failure; logs every one. Any failure halts. The line is
-  // logged before the halt is requested, so logs read in causal order.
-  void record(Failure f) noexcept;
+  // Keeps the first failure; logs every one. Any failure halts; with
+  // `at_once` it also asks for the hard path at once (stop_now). The line
+  // is logged before the halt is requested, so logs read in causal order.
+  void record(Failure f, bool at_once = false) noexcept;
+
+  // Whether the hard path was asked for: a second signal or stop_now.
+  [[nodiscard]] bool hard_requested() const CREW_REQUIRES(mu) { return forced || stop_now; }
 
   void request_halt() noexcept;
 
@@ -122,6 +129,9 @@ struct AppCore {
       request_halt();
     }
   }
+
+  // Context::shutdown_now() and Application::shutdown_now().
+  void shutdown_now(std::string_view source, std::string_view reason) noexcept;
 
   // A signal caught (on the signal reader thread). The first one halts; any
   // later one forces the hard path.

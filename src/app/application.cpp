@@ -63,6 +63,8 @@ std::string_view to_string(ExitCode c) noexcept {
       return "forced";
     case ExitCode::shutdown_failure:
       return "shutdown_failure";
+    case ExitCode::hard_stop:
+      return "hard_stop";
   }
   return "unknown";
 }
@@ -91,6 +93,8 @@ std::string_view to_string(FailureKind k) noexcept {
       return "close_failed";
     case FailureKind::close_timed_out:
       return "close_timed_out";
+    case FailureKind::hard_stop:
+      return "hard_stop";
   }
   return "unknown";
 }
@@ -113,6 +117,8 @@ ExitCode exit_code_of(FailureKind k) noexcept {
     case FailureKind::close_failed:
     case FailureKind::close_timed_out:
       return ExitCode::shutdown_failure;
+    case FailureKind::hard_stop:
+      return ExitCode::hard_stop;
   }
   return ExitCode::runtime_failure;
 }
@@ -138,6 +144,10 @@ void Context::fail(std::string_view source, std::string_view message) const noex
 void Context::fail(std::string_view source, std::exception_ptr error) const noexcept {
   core_->fail(
       source, [&error] { return detail::describe(error); }, error);
+}
+
+void Context::shutdown_now(std::string_view source, std::string_view reason) const noexcept {
+  core_->shutdown_now(source, reason);
 }
 
 void Context::log(LogLevel level, std::string_view message) const noexcept {
@@ -234,6 +244,10 @@ int Application::run(std::function<void(const Context&)> main) noexcept {
 }
 
 void Application::halt() noexcept { core_->request_halt(); }
+
+void Application::shutdown_now(std::string_view source, std::string_view reason) noexcept {
+  core_->shutdown_now(source, reason);
+}
 
 AppState Application::state() const noexcept { return core_->state.load(); }
 

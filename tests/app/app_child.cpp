@@ -133,6 +133,7 @@ enum class Main {
   stuck,          // ignores both tokens
   throws,         // throws 100 ms after it started
   throw_on_halt,  // throws when halted
+  shutdown_now,   // hands the pool a 30 s task, then calls shutdown_now()
 };
 
 struct Scenario {
@@ -221,6 +222,11 @@ bool make_scenario(const std::string& name, Scenario& s) {
     s.main = Main::throws;
     return true;
   }
+  if (name == "shutdown_now") {
+    s.opts.termination_timeout = 10s;
+    s.main = Main::shutdown_now;
+    return true;
+  }
   if (name == "throw_on_halt") {
     s.main = Main::throw_on_halt;
     return true;
@@ -298,6 +304,14 @@ int main(int argc, char** argv) {
         (void)sleep_unless_stopped(c.halt_token(), 30000ms);
         event("main throw");
         throw std::runtime_error("flush failed while halting");
+      case Main::shutdown_now:
+        pool_task(pool, 1, 30000);
+        std::this_thread::sleep_for(100ms);
+        event("main shutdown_now");
+        c.shutdown_now("main", "corrupted state");
+        (void)sleep_unless_stopped(c.stop_token(), 30000ms);
+        event("main cancelled");
+        break;
     }
     event("main return");
   });

@@ -105,6 +105,8 @@ TEST(AppExitCode, EachFailureKindMapsToItsDocumentedCode) {
   EXPECT_EQ(static_cast<int>(ExitCode::termination_timeout), 4);
   EXPECT_EQ(static_cast<int>(ExitCode::forced), 5);
   EXPECT_EQ(static_cast<int>(ExitCode::shutdown_failure), 6);
+  EXPECT_EQ(static_cast<int>(ExitCode::hard_stop), 7);
+  EXPECT_EQ(exit_code_of(FailureKind::hard_stop), ExitCode::hard_stop);
   EXPECT_EQ(exit_code_of(FailureKind::init_timed_out), ExitCode::startup_failure);
   EXPECT_EQ(exit_code_of(FailureKind::ping_timed_out), ExitCode::runtime_failure);
   EXPECT_EQ(exit_code_of(FailureKind::main_threw), ExitCode::runtime_failure);
@@ -510,6 +512,184 @@ TEST(AppPools, TheHardPathShutsPoolsDownHard) {
   EXPECT_EQ(pool.state(), PoolState::stopped);
 }
 
+// ---------------------------------------------------------------------------
+// shutdown_now(): the hard path at once, from code.
+
+// A pool whose one worker runs a long task that waits for its own token (20 s
+// at most) with one more task queued behind it: a drain would wait for the
+// long task and run the queued one; a hard shutdown stops the first and
+// rejects the second.
+struct BusyPool {
+  Pool pool{{.name = "busy",
+             .max_workers = 1,
+             .shutdown_mode = ShutdownMode::drain,
+             .shutdown_timeout = 30s}};
+  std::atomic<bool> long_started{false};
+  std::atomic<bool> long_stopped{false};
+  std::atomic<bool> queued_ran{false};
+
+  void load() {
+    ASSERT_EQ(pool.post([this](std::stop_token st) {
+      long_started = true;
+      long_stopped = wait_for_stop(st, 20s);
+    }),
+              Admission::accepted);
+    ASSERT_EQ(pool.post([this] { queued_ran = true; }), Admission::accepted);
+    ASSERT_TRUE(test::eventually([this] { return long_started.load(); }));
+  }
+  void expect_shut_down_hard() {
+    EXPECT_TRUE(long_stopped.load());
+    EXPECT_FALSE(queued_ran.load());
+    EXPECT_EQ(pool.stats().outcomes.rejected, 1u);
+    EXPECT_EQ(pool.state(), PoolState::stopped);
+  }
+};
+
+TEST(AppShutdownNow, FromMainGoesToShutdownAtOnceAndShutsPoolsDownHard) {
+  Watchdog dog;
+  BusyPool busy;
+  std::vector<AppState> states;
+  // A termination timeout that would outlast the watchdog: the test only
+  // passes if the halting state's wait is skipped.
+  Application app(quiet({.termination_timeout = 10min,
+                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  app.add_pool(busy.pool);
+  bool halted_before_call = true;
+  bool cancelled_at_return = false;
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context& ctx) {
+    busy.load();
+    halted_before_call = ctx.halting();
+    ctx.shutdown_now("admin", "POST /admin/stop");
+    // Ignores the halt token; returns once cancelled.
+    cancelled_at_return = wait_for_stop(ctx.stop_token());
+  });
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
+  EXPECT_FALSE(halted_before_call);
+  EXPECT_TRUE(cancelled_at_return);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
+  const auto f = app.failure();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, FailureKind::hard_stop);
+  EXPECT_EQ(f->source, "admin");
+  EXPECT_EQ(f->message, "POST /admin/stop");
+  busy.expect_shut_down_hard();
+}
+
+// From another thread while main is halting: the termination timeout's wait
+// is cut short.
+TEST(AppShutdownNow, WhileHaltingCutsTheTerminationTimeoutShort) {
+  Watchdog dog;
+  BusyPool busy;
+  std::vector<AppState> states;
+  Application app(quiet({.termination_timeout = 10min,
+                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  app.add_pool(busy.pool);
+  std::thread stopper;
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context& ctx) {
+    busy.load();
+    stopper = std::thread([&app] {
+      ASSERT_TRUE(test::eventually([&app] { return app.state() == AppState::halting; }));
+      app.shutdown_now("watchdog", "halt takes too long");
+    });
+    ctx.halt();
+    (void)wait_for_stop(ctx.stop_token());
+  });
+  stopper.join();
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::halting, AppState::shutdown,
+                                           AppState::off}));
+  busy.expect_shut_down_hard();
+}
+
+// During the pools' graceful shutdown (main returned on its own): a drain
+// with no bound at all goes hard at once.
+TEST(AppShutdownNow, DuringThePoolsDrainMakesThemGoHard) {
+  Watchdog dog;
+  Pool pool({.name = "unbounded",
+             .max_workers = 1,
+             .shutdown_mode = ShutdownMode::drain,
+             .shutdown_timeout = 0s});
+  Application app(quiet({.pool_shutdown_timeout = 0s}));
+  app.add_pool(pool);
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};
+  std::thread stopper;
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context&) {
+    // Ignores the context: only its own token, stopped by the hard shutdown, ends it.
+    ASSERT_EQ(pool.post([&](std::stop_token st) {
+      started = true;
+      stopped = wait_for_stop(st, 20s);
+    }),
+              Admission::accepted);
+    ASSERT_TRUE(test::eventually([&] { return started.load(); }));
+    stopper = std::thread([&app, &pool] {
+      ASSERT_TRUE(test::eventually([&pool] { return pool.state() == PoolState::stopping; }));
+      app.shutdown_now("operator", "drain takes too long");
+    });
+  });
+  stopper.join();
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown) << "the drain waited for the task's own 20 s";
+  EXPECT_TRUE(stopped.load());
+  EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::hard_stop);  // not "forced": no signal came
+}
+
+// During start-up: the init in progress gets its token stopped and is not
+// waited for; main never runs; what was initialized is closed.
+TEST(AppShutdownNow, DuringInitAbandonsStartupWithTheHardStopsExitCode) {
+  Watchdog dog;
+  auto journal = std::make_shared<Journal>();
+  auto release = std::make_shared<test::Gate>();
+  struct Stuck final : Resource {
+    explicit Stuck(std::shared_ptr<test::Gate> g) : gate(std::move(g)) {}
+    // Ignores its token: only the test's gate (opened at the end) lets it go.
+    void init(const ResourceCall&) override { (void)gate->wait(); }
+    void close(const ResourceCall&) override { ADD_FAILURE() << "closed after a failed init"; }
+    std::shared_ptr<test::Gate> gate;
+  };
+  Application app(quiet({.init_timeout = 10min}));
+  app.add_resource(std::make_shared<Recorded>(journal, "db"), {.name = "db"});
+  app.add_resource(std::make_shared<Stuck>(release), {.name = "stuck"});
+  std::thread stopper([&app, &journal] {
+    ASSERT_TRUE(test::eventually([&journal] { return !journal->get().empty(); }));
+    std::this_thread::sleep_for(20ms);  // into stuck's init
+    app.shutdown_now("supervisor", "start-up must not hang");
+  });
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context&) { journal->add("main"); });
+  stopper.join();
+  release->open();
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
+  EXPECT_EQ(journal->get(), (std::vector<std::string>{"init db", "close db"}));
+}
+
+// The first failure still decides the exit code; the hard path is taken
+// all the same.
+TEST(AppShutdownNow, AnEarlierFailureKeepsItsExitCode) {
+  Watchdog dog;
+  BusyPool busy;
+  Application app(quiet({.termination_timeout = 10min}));
+  app.add_pool(busy.pool);
+  const int code = app.run([&](const Context& ctx) {
+    busy.load();
+    ctx.fail("ledger", "checksum mismatch");
+    ctx.shutdown_now("ledger", "corrupted state");
+    (void)wait_for_stop(ctx.stop_token());
+  });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::reported);
+  EXPECT_EQ(app.failure()->message, "checksum mismatch");
+  busy.expect_shut_down_hard();
+}
+
 TEST(AppContext, StopTokenIsACancellationSourceForPools) {
   Watchdog dog;
   Application app(quiet());
@@ -694,6 +874,19 @@ std::vector<ChildCase> child_cases() {
                     "close db done", "state off", "exit 4"},
           .absent = {"main return"},
           .took = Took{.at_least = 500ms, .under = 500ms, .under_scaled = 1000ms},
+      },
+      {
+          .name = "ShutdownNowTakesTheHardPathAtOnceWithExitCode7",
+          .scenario = "shutdown_now",  // termination_timeout 10 s: not waited for
+          .steps = {await_line("task 1 started")},
+          .exit = ExitCode::hard_stop,
+          .order = {"main start", "task 1 started", "main shutdown_now",
+                    "log failure: hard_stop in main: corrupted state", "state shutdown",
+                    "context cancelled", "task 1 stopped", "log pool work: hard",
+                    "close cache done", "close db done", "state off", "exit 7"},
+          .absent = {"state halting"},
+          .later = {{"main cancelled", "log cancelling the context"}},
+          .took = Took{.since = Since::start, .at_least = 100ms, .under_scaled = 2000ms},
       },
       {
           .name = "ResourceInitFailureStopsStartupAndClosesWhatWasInitialized",
