@@ -201,12 +201,26 @@ class Resource {
   virtual void close(const ResourceCall& call) = 0;
 };
 
+// What a failed or timed-out Resource::ping does once it is recorded (the
+// failure, ping_failed or ping_timed_out, is the same either way).
+enum class PingFailure : std::uint8_t {
+  halt,          // the graceful path: main gets termination_timeout to return
+  shutdown_now,  // the hard path at once, as Application::shutdown_now(): for a
+                 // resource without which main can only do harm (its database
+                 // is gone), so nothing waits termination_timeout for it
+};
+
+[[nodiscard]] std::string_view to_string(PingFailure p) noexcept;
+
 struct ResourceOptions {
   // Non-empty, unique within the application; used in logs and failures.
   std::string name;
   // Resources this one uses. They must be registered before it (so they are
   // initialized first), and are closed only after it has closed.
   std::vector<std::string> depends_on{};
+  // What a failed ping of this resource does; empty:
+  // ApplicationOptions::on_ping_failure.
+  std::optional<PingFailure> on_ping_failure{};
 };
 
 struct ApplicationOptions {
@@ -227,6 +241,9 @@ struct ApplicationOptions {
   std::chrono::nanoseconds pool_shutdown_timeout = std::chrono::seconds(10);
   std::chrono::nanoseconds ping_period = std::chrono::seconds(5);
   std::chrono::nanoseconds ping_timeout = std::chrono::milliseconds(1500);
+  // What a failed or timed-out ping does, for resources that do not say
+  // (ResourceOptions::on_ping_failure). The default halts gracefully.
+  PingFailure on_ping_failure = PingFailure::halt;
   // Signals that halt the application (a second one forces the hard path;
   // during the pools' shutdown it makes them go hard).
   // Empty: the application installs no handler and leaves signals alone.
@@ -261,7 +278,7 @@ class Application {
   Application& operator=(Application&&) = delete;
 
   // Throws crew::Error(Errc::invalid_options) for a null resource, a bad
-  // name or dependency, or when called after run() started.
+  // name, dependency or on_ping_failure, or when called after run() started.
   void add_resource(std::shared_ptr<Resource> resource, ResourceOptions options);
   // The application shuts the pool down during its shutdown, on a thread of
   // its own, after the context's stop token was stopped: with

@@ -69,7 +69,8 @@ bool wait_or_timeout(std::condition_variable& cv, std::unique_lock<std::mutex>& 
 struct AppResource {
   std::shared_ptr<Resource> resource;
   std::string name;
-  std::vector<std::size_t> deps;  // indices of entries registered earlier
+  std::vector<std::size_t> deps;                    // indices of entries registered earlier
+  PingFailure on_ping_failure = PingFailure::halt;  // the resource's, or the application's
 };
 
 struct AppCore {

@@ -31,6 +31,12 @@ namespace {
   throw Error(Errc::invalid_options, "crew::" + field + ": " + why);
 }
 
+void check_ping_failure(const std::string& field, PingFailure p) {
+  if (p != PingFailure::halt && p != PingFailure::shutdown_now) {
+    invalid(field, std::to_string(static_cast<int>(p)) + " is not halt or shutdown_now");
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(AppState s) noexcept {
@@ -65,6 +71,16 @@ std::string_view to_string(ExitCode c) noexcept {
       return "shutdown_failure";
     case ExitCode::hard_stop:
       return "hard_stop";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(PingFailure p) noexcept {
+  switch (p) {
+    case PingFailure::halt:
+      return "halt";
+    case PingFailure::shutdown_now:
+      return "shutdown_now";
   }
   return "unknown";
 }
@@ -174,6 +190,7 @@ Application::Application(ApplicationOptions options) {
   if (options.pool_shutdown_timeout < nanoseconds{0}) {
     invalid("ApplicationOptions.pool_shutdown_timeout", "must not be negative");
   }
+  check_ping_failure("ApplicationOptions.on_ping_failure", options.on_ping_failure);
   std::set<int> seen;
   for (int s : options.signals) {
     const std::string field = "ApplicationOptions.signals";
@@ -204,7 +221,12 @@ void Application::add_resource(std::shared_ptr<Resource> resource, ResourceOptio
   if (index_of(options.name) != entries.size()) {
     invalid(field + ".name", "'" + options.name + "' is registered already");
   }
-  detail::AppResource entry{std::move(resource), options.name, {}};
+  if (options.on_ping_failure)
+    check_ping_failure(field + ".on_ping_failure", *options.on_ping_failure);
+  detail::AppResource entry{std::move(resource),
+                            options.name,
+                            {},
+                            options.on_ping_failure.value_or(core_->opts.on_ping_failure)};
   for (const std::string& dep : options.depends_on) {
     const std::size_t i = index_of(dep);
     if (i == entries.size()) {

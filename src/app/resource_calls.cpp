@@ -3,6 +3,7 @@
 #include "resource_calls.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -83,25 +84,35 @@ void keep(const std::shared_ptr<AppCore>& core, const std::vector<std::size_t>& 
     bool failed = false;
     for (std::size_t k = 0; k < calls.size(); ++k) {
       AppCall& call = *calls[k];
-      const std::string& name = c.resources[live[k]].name;
+      const AppResource& entry = c.resources[live[k]];
+      const std::string& name = entry.name;
       const bool done = call.done.load(std::memory_order_acquire);
+      std::optional<Failure> failure;
       if (done && call.error) {
-        failed = true;
         if (stopping) {
           c.log(LogLevel::warning,
                 "ping of " + name + " failed during shutdown: " + describe(call.error));
         } else {
-          c.record({FailureKind::ping_failed, name, describe(call.error), call.error});
+          failure = Failure{FailureKind::ping_failed, name, describe(call.error), call.error};
         }
       } else if (!done) {
-        failed = true;
         const std::string what = "ping did not return within ping_timeout (" +
                                  std::to_string(ms_of(c.opts.ping_timeout)) + " ms)";
         if (stopping) {
           c.log(LogLevel::warning, "ping of " + name + " left behind during shutdown: " + what);
         } else {
-          c.record({FailureKind::ping_timed_out, name, what, nullptr});
+          failure = Failure{FailureKind::ping_timed_out, name, what, nullptr};
         }
+      }
+      failed = failed || (done && call.error) || !done;
+      if (failure) {
+        // The resource's policy: halt (graceful) or the hard path at once.
+        const bool at_once = entry.on_ping_failure == PingFailure::shutdown_now;
+        if (at_once) {
+          c.log(LogLevel::warning,
+                "ping of " + name + " failed and its on_ping_failure is shutdown_now");
+        }
+        c.record(std::move(*failure), at_once);
       }
       finish_call(call);
     }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -142,6 +143,7 @@ struct Scenario {
   Behavior cache;
   Main main = Main::wait_halt;
   std::chrono::nanoseconds pool_timeout = 2s;  // the pool's shutdown_timeout
+  std::optional<crew::PingFailure> db_on_ping_failure{};
 };
 
 crew::ApplicationOptions base_options() {
@@ -206,6 +208,14 @@ bool make_scenario(const std::string& name, Scenario& s) {
     s.db.bad_ping = 3;
     return true;
   }
+  if (name == "ping_failure_shutdown_now") {
+    s.opts.ping_period = 50ms;
+    s.db.ping = Act::fail;
+    s.db.bad_ping = 3;
+    s.db_on_ping_failure = crew::PingFailure::shutdown_now;
+    s.main = Main::ignore_halt;
+    return true;
+  }
   if (name == "ping_timeout") {
     s.opts.ping_period = 50ms;
     s.opts.ping_timeout = 100ms;
@@ -265,7 +275,8 @@ int main(int argc, char** argv) {
                    .abandon_grace = 200ms,
                    .logger = logger});
   crew::Application app(s.opts);
-  app.add_resource(std::make_shared<Probe>("db", s.db), {.name = "db"});
+  app.add_resource(std::make_shared<Probe>("db", s.db),
+                   {.name = "db", .on_ping_failure = s.db_on_ping_failure});
   app.add_resource(std::make_shared<Probe>("cache", s.cache),
                    {.name = "cache", .depends_on = {"db"}});
   app.add_pool(pool);

@@ -140,6 +140,8 @@ TEST(AppOptions, InvalidValuesAreRejectedWithTheFieldName) {
   EXPECT_TRUE(has(invalid_message({.signals = {SIGSEGV}}), "signals"));
   EXPECT_TRUE(has(invalid_message({.signals = {SIGTERM, SIGTERM}}), "signals"));
   EXPECT_TRUE(has(invalid_message({.signals = {0}}), "signals"));
+  EXPECT_TRUE(
+      has(invalid_message({.on_ping_failure = static_cast<PingFailure>(7)}), "on_ping_failure"));
 }
 
 struct Nop final : Resource {
@@ -165,6 +167,10 @@ TEST(AppResources, BadNamesAndDependenciesAreRejected) {
                 .find("depends_on"),
             std::string::npos);
   EXPECT_NE(message(nullptr, {.name = "x"}).find("null"), std::string::npos);
+  EXPECT_NE(message(std::make_shared<Nop>(),
+                    {.name = "x", .on_ping_failure = static_cast<PingFailure>(7)})
+                .find("on_ping_failure"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------------------
@@ -690,6 +696,99 @@ TEST(AppShutdownNow, AnEarlierFailureKeepsItsExitCode) {
   busy.expect_shut_down_hard();
 }
 
+// on_ping_failure: a failed ping halts (the default, tested above) or stops
+// at once. Main ignores the halt token and termination_timeout outlasts the
+// watchdog, so only the hard path ends these in time.
+
+// Its pings succeed until armed() (main arms it once its pool is loaded, so
+// the hard stop cannot come before), then throw or hang.
+struct PingsBadly final : Resource {
+  enum class How : std::uint8_t { throws, hangs };
+  explicit PingsBadly(How h) : how(h) {}
+  void init(const ResourceCall&) override {}
+  void ping(const ResourceCall& call) override {
+    if (!armed->load()) return;
+    if (how == How::throws) throw std::runtime_error("database gone");
+    (void)wait_for_stop(call.stop_token);  // past ping_timeout
+  }
+  void close(const ResourceCall&) override {}
+  How how;
+  std::shared_ptr<std::atomic<bool>> armed = std::make_shared<std::atomic<bool>>(false);
+};
+
+TEST(AppPingFailure, AResourceWhosePolicyIsShutdownNowTakesTheHardPathAtOnce) {
+  Watchdog dog;
+  BusyPool busy;
+  std::vector<AppState> states;
+  Application app(quiet({.termination_timeout = 10min,
+                         .ping_period = 10ms,
+                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  auto db = std::make_shared<PingsBadly>(PingsBadly::How::throws);
+  app.add_resource(std::make_shared<Nop>(), {.name = "cache"});  // the default policy: halt
+  app.add_resource(db, {.name = "db", .on_ping_failure = PingFailure::shutdown_now});
+  app.add_pool(busy.pool);
+  const auto t0 = Clock::now();
+  const int code = app.run([&](const Context& ctx) {
+    busy.load();
+    *db->armed = true;
+    (void)wait_for_stop(ctx.stop_token());
+  });
+  EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::ping_failed);
+  EXPECT_EQ(app.failure()->source, "db");
+  EXPECT_EQ(app.failure()->message, "database gone");
+  busy.expect_shut_down_hard();
+}
+
+// The application's policy applies to a ping that times out too.
+TEST(AppPingFailure, TheApplicationsPolicyCoversPingTimeouts) {
+  Watchdog dog;
+  BusyPool busy;
+  std::vector<AppState> states;
+  Application app(quiet({.termination_timeout = 10min,
+                         .ping_period = 10ms,
+                         .ping_timeout = 50ms,
+                         .on_ping_failure = PingFailure::shutdown_now,
+                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  auto broker = std::make_shared<PingsBadly>(PingsBadly::How::hangs);
+  app.add_resource(broker, {.name = "broker"});
+  app.add_pool(busy.pool);
+  const int code = app.run([&](const Context& ctx) {
+    busy.load();
+    *broker->armed = true;
+    (void)wait_for_stop(ctx.stop_token());
+  });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
+  ASSERT_TRUE(app.failure().has_value());
+  EXPECT_EQ(app.failure()->kind, FailureKind::ping_timed_out);
+  busy.expect_shut_down_hard();
+}
+
+// A resource's own policy wins over the application's.
+TEST(AppPingFailure, AResourcesHaltOverridesTheApplicationsShutdownNow) {
+  Watchdog dog;
+  std::vector<AppState> states;
+  Application app(quiet({.ping_period = 10ms,
+                         .on_ping_failure = PingFailure::shutdown_now,
+                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  auto sink = std::make_shared<PingsBadly>(PingsBadly::How::throws);
+  *sink->armed = true;
+  app.add_resource(sink, {.name = "metrics-sink", .on_ping_failure = PingFailure::halt});
+  bool halted_before_cancel = false;
+  const int code = app.run([&](const Context& ctx) {
+    EXPECT_TRUE(wait_for_stop(ctx.halt_token()));
+    halted_before_cancel = !ctx.stop_token().stop_requested();
+  });
+  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
+  EXPECT_TRUE(halted_before_cancel);
+  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::halting, AppState::shutdown,
+                                           AppState::off}));
+}
+
 TEST(AppContext, StopTokenIsACancellationSourceForPools) {
   Watchdog dog;
   Application app(quiet());
@@ -924,6 +1023,21 @@ std::vector<ChildCase> child_cases() {
           .order = {"main start", "ping db", "log failure: ping_failed in db", "state halting",
                     "main halt seen", "main return", "state shutdown", "context cancelled",
                     "close cache done", "close db done", "state off"},
+          .counts = {{"ping db", 3}},
+          .took = Took{.since = Since::start, .at_least = 150ms, .under_scaled = 2000ms},
+      },
+      {
+          .name = "PingFailureWithShutdownNowTakesTheHardPathAtOnce",
+          // Every 50 ms; the third db ping throws; db's on_ping_failure is
+          // shutdown_now; main ignores the halt (termination_timeout 3 s).
+          .scenario = "ping_failure_shutdown_now",
+          .exit = ExitCode::runtime_failure,
+          .order = {"main start", "task 1 started",
+                    "log ping of db failed and its on_ping_failure is shutdown_now",
+                    "log failure: ping_failed in db", "state shutdown", "context cancelled",
+                    "task 1 stopped", "log pool work: hard", "close cache done", "close db done",
+                    "state off", "exit 1"},
+          .absent = {"state halting"},
           .counts = {{"ping db", 3}},
           .took = Took{.since = Since::start, .at_least = 150ms, .under_scaled = 2000ms},
       },
