@@ -12,7 +12,8 @@
 //
 // Every task ends in exactly one outcome, counted in stats() and visible on
 // its handle. shutdown(mode, timeout) stops the pool and reports what did not
-// run. The destructor performs the default shutdown (options.shutdown_mode).
+// run. The destructor performs the default shutdown (options.shutdown_mode
+// and shutdown_timeout: a drain bounded by 10 s unless configured).
 //
 // Thread safety: all member functions are thread-safe. Do not destroy a pool
 // from one of its own workers. wait_idle() and shutdown() throw
@@ -82,7 +83,9 @@ class Pool : public detail::SubmitApi<Pool> {
   // doubling to 1 s) while tasks are queued: a queued task is never left
   // without a worker because one start failed.
   explicit Pool(PoolOptions options = {});
-  // Performs shutdown(options.shutdown_mode, options.shutdown_timeout).
+  // Performs shutdown(options.shutdown_mode, options.shutdown_timeout): by
+  // default a drain of at most 10 s, then hard. Blocks until every worker
+  // has left or was written off; do not run it on one of the pool's workers.
   ~Pool();
 
   Pool(const Pool&) = delete;

@@ -170,9 +170,14 @@ struct PoolOptions {
   std::chrono::nanoseconds idle_timeout = std::chrono::seconds(10);
   // Default execution deadline of long tasks; 0 means none.
   std::chrono::nanoseconds task_timeout{0};
-  // What the destructor does, and shutdown() without arguments.
+  // What the destructor does, and shutdown() without arguments: a drain
+  // bounded by shutdown_timeout, then hard (queued tasks rejected, long
+  // tasks' tokens stopped, abandon_grace for the rest). Bounded by default
+  // so that no task can hold a plain ~Pool forever; 0 = no limit before
+  // escalating (`.shutdown_timeout = std::chrono::nanoseconds{0}`, the
+  // default before 10 s). docs/shutdown.md says why drain and why 10 s.
   ShutdownMode shutdown_mode = ShutdownMode::drain;
-  std::chrono::nanoseconds shutdown_timeout{0};  // 0 = no limit before escalating
+  std::chrono::nanoseconds shutdown_timeout = std::chrono::seconds(10);
   // After a hard stop (or a missed deadline), how long a task may keep running
   // before its worker is written off and replaced.
   std::chrono::nanoseconds abandon_grace = std::chrono::seconds(1);

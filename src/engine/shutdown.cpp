@@ -152,7 +152,10 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     break;
   }
   ctl.shutdown_done.notify_all();
-  if (logs(LogLevel::info)) log(LogLevel::info, {.pool = opts_.name}, summary_of(report));
+  // An escalation rejected or cut short work the caller asked to finish, and
+  // a destructor's report is read by nobody: a warning, not an info line.
+  const LogLevel level = report.escalated ? LogLevel::warning : LogLevel::info;
+  if (logs(level)) log(level, {.pool = opts_.name}, summary_of(report));
   return report;
 }
 

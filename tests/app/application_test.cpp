@@ -434,7 +434,9 @@ TEST(AppPools, TheContextIsCancelledThenRegisteredPoolsAreShutDownInTheirMode) {
 // watch: a drain must not wait for such a task to end by itself.
 TEST(AppPools, ATaskWaitingForTheContextsStopTokenDoesNotHoldUpTheDrain) {
   Watchdog dog;
-  Pool pool({.name = "consumer", .max_workers = 1});  // drain without a timeout
+  Pool pool({.name = "consumer",
+             .max_workers = 1,
+             .shutdown_timeout = std::chrono::nanoseconds{0}});  // drain without a timeout
   Application app(quiet());
   app.add_pool(pool);
   std::atomic<bool> saw_cancel{false};
@@ -451,12 +453,16 @@ TEST(AppPools, ATaskWaitingForTheContextsStopTokenDoesNotHoldUpTheDrain) {
   EXPECT_EQ(pool.state(), PoolState::stopped);
 }
 
-// A registered pool with no shutdown timeout of its own (the pool default)
-// gets the application's pool_shutdown_timeout, then goes hard.
+// A registered pool with no shutdown timeout of its own (0; the pool's
+// default is 10 s) gets the application's pool_shutdown_timeout, then goes
+// hard.
 TEST(AppPools, AnUnboundedDrainIsCutAtThePoolShutdownTimeout) {
   Watchdog dog;
   EXPECT_EQ(ApplicationOptions{}.pool_shutdown_timeout, 10s);  // bounded by default
-  Pool pool({.name = "stubborn", .max_workers = 1, .abandon_grace = 100ms});
+  Pool pool({.name = "stubborn",
+             .max_workers = 1,
+             .shutdown_timeout = std::chrono::nanoseconds{0},
+             .abandon_grace = 100ms});
   Application app(quiet({.pool_shutdown_timeout = 200ms}));
   app.add_pool(pool);
   std::atomic<bool> stopped{false};

@@ -240,13 +240,13 @@ TEST(ShutdownAbandon, AHungTaskIsAbandonedAfterTheGrace) {
   EXPECT_TRUE(eventually([&] { return finished->load(); }));
 }
 
-// A drain with no timeout (the default, so also ~Pool) returns once the
-// supervisor writes off the last worker, whose long task ignored the stop
-// its deadline requested.
+// A drain with no timeout (also ~Pool's, with shutdown_timeout 0) returns
+// once the supervisor writes off the last worker, whose long task ignored
+// the stop its deadline requested.
 TEST(ShutdownAbandon, ADrainWithoutTimeoutReturnsWhenTheLastWorkerIsWrittenOff) {
   Watchdog dog(20s);
   auto gate = std::make_shared<Gate>();
-  Pool pool({.max_workers = 1, .abandon_grace = 50ms});
+  Pool pool({.max_workers = 1, .shutdown_timeout = 0ns, .abandon_grace = 50ms});
   std::latch started(1);
   ASSERT_EQ(pool.post(
                 [gate, &started](std::stop_token) {

@@ -1,5 +1,5 @@
 // Tests of the pool's lifetime and of calls back into it: destruction
-// drains, producers and consumers at full speed, a stats handle outliving
+// drains (bounded by default), producers and consumers at full speed, a stats handle outliving
 // the pool, an idle pool sleeping, pause() against spinning workers,
 // nested submission and run_pending_task() (within a share of the stack),
 // and wait_idle() refused from the pool's own tasks.
@@ -8,11 +8,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -209,8 +213,59 @@ TEST(PoolLifetime, DestructionRunsEverythingQueued) {
     pool.pause();
     for (int i = 0; i < 1000; ++i)
       ASSERT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
-  }  // default shutdown mode: drain
+  }  // default shutdown: drain (1000 empty tasks take far less than its 10 s)
   EXPECT_EQ(ran.load(), 1000);
+}
+
+TEST(PoolLifetime, TheDefaultShutdownIsADrainBoundedByTenSeconds) {
+  const PoolOptions o;
+  EXPECT_EQ(o.shutdown_mode, ShutdownMode::drain);
+  EXPECT_EQ(o.shutdown_timeout, 10s);
+}
+
+// A task that ends only when told to (here: when its token is stopped, 60 s
+// at most) can no longer hold a plain ~Pool: at the default 10 s the drain
+// goes hard, the task's token is stopped and what is still queued is
+// rejected.
+TEST(PoolLifetime, TheDestructorsDefaultDrainGoesHardAfterTenSeconds) {
+  Watchdog dog(60s);
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> queued_ran{false};
+  std::chrono::steady_clock::time_point t0;
+  {
+    Pool pool({.max_workers = 1});  // every shutdown option at its default
+    ASSERT_EQ(pool.post([&](std::stop_token st) {
+      started = true;
+      std::mutex mu;
+      std::condition_variable_any cv;
+      std::unique_lock lock(mu);
+      stopped = cv.wait_for(lock, st, 60s, [] { return false; }) || st.stop_requested();
+    }),
+              Admission::accepted);
+    ASSERT_EQ(pool.post([&] { queued_ran = true; }), Admission::accepted);
+    ASSERT_TRUE(eventually([&] { return started.load(); }));
+    t0 = std::chrono::steady_clock::now();
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 10s);
+  EXPECT_LT(took, 10s + 5s * test::kSlowdown);
+  EXPECT_TRUE(stopped.load());
+  EXPECT_FALSE(queued_ran.load());
+}
+
+// The bound costs an idle pool nothing: its destructor returns once the
+// workers have left, not at the timeout.
+TEST(PoolLifetime, AnIdleDefaultPoolIsDestroyedAtOnce) {
+  Watchdog dog;
+  for (int i = 0; i < 20; ++i) {
+    auto pool = std::make_unique<Pool>();
+    ASSERT_EQ(pool->post([] {}), Admission::accepted);
+    ASSERT_TRUE(pool->wait_idle(10s));
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
+  }
 }
 
 TEST(PoolLifetime, ManyProducersAndConsumersLoseNothing) {
