@@ -34,3 +34,15 @@ if(CREW_REDIS AND NOT HIREDIS_FOUND)
   message(FATAL_ERROR "CREW_REDIS is ON but hiredis was not found "
     "(Debian: libhiredis-dev; scripts/deps.sh installs it)")
 endif()
+
+# crew::stacktrace, the opt-in stack trace of a task's exception:
+# Boost.Stacktrace with its libbacktrace backend (Debian:
+# libboost-stacktrace-dev). Only programs that link the target pay for it.
+find_package(boost_stacktrace_backtrace 1.74 CONFIG QUIET)
+option(CREW_STACKTRACE
+  "Build crew::stacktrace (needs Boost.Stacktrace; default ON when found)"
+  ${boost_stacktrace_backtrace_FOUND})
+if(CREW_STACKTRACE AND NOT boost_stacktrace_backtrace_FOUND)
+  message(FATAL_ERROR "CREW_STACKTRACE is ON but Boost.Stacktrace was not found "
+    "(Debian: libboost-stacktrace-dev; scripts/deps.sh installs it)")
+endif()

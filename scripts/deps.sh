@@ -19,7 +19,8 @@
 set -euo pipefail
 
 readonly build_pkgs=(g++ cmake make pkg-config ccache libgtest-dev libgmock-dev googletest
-  prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev)
+  prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev
+  libboost-stacktrace-dev)  # the opt-in crew::stacktrace
 readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server
   librapidcheck-dev)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev

@@ -19,6 +19,7 @@
 #include "crew/detail/barrier.hpp"
 #include "crew/detail/core.hpp"
 #include "crew/observer.hpp"
+#include "crew/stacktrace.hpp"
 #include "crew/usable_cpus.hpp"
 #include "pool_options.hpp"
 
@@ -369,8 +370,11 @@ void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noe
   if (!logs(LogLevel::error)) return;
   try {
     const bool plain = task.id == 0 && task.name.empty();
+    // Empty unless the program links crew::stacktrace (crew/stacktrace.hpp).
+    const std::string trace = throw_trace(e);
     log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
-        (plain ? "a fire-and-forget task threw: " : "task threw: ") + what_of(e));
+        (plain ? "a fire-and-forget task threw: " : "task threw: ") + what_of(e) +
+            (trace.empty() ? "" : "; thrown at:\n" + trace));
   } catch (...) {  // out of memory while formatting: drop the line
   }
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "churn.hpp"
+#include "crew/stacktrace.hpp"
 #include "crew/usable_cpus.hpp"
 #include "test_util.hpp"
 
@@ -302,6 +303,17 @@ TEST(PoolExceptions, WithoutAHandlerTheyGoToStderrWithTheTaskName) {
   EXPECT_NE(err.find("errpool"), std::string::npos) << err;
   EXPECT_NE(err.find("reindex"), std::string::npos) << err;
   EXPECT_NE(err.find("lost?"), std::string::npos) << err;
+  // This binary does not link crew::stacktrace: no trace, and nothing
+  // recorded the throw (stacktrace_test checks the other side).
+  EXPECT_EQ(err.find("thrown at"), std::string::npos) << err;
+}
+
+TEST(PoolExceptions, WithoutCrewStacktraceThrowTraceIsEmpty) {
+  try {
+    throw std::runtime_error("here");
+  } catch (...) {
+    EXPECT_EQ(throw_trace(std::current_exception()), "");
+  }
 }
 
 }  // namespace
