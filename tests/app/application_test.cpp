@@ -555,16 +555,37 @@ struct BusyPool {
     EXPECT_EQ(pool.stats().outcomes.rejected, 1u);
     EXPECT_EQ(pool.state(), PoolState::stopped);
   }
+
+  // The states the application went through (on_state_change, on the
+  // controller's thread, read after run() returned).
+  std::vector<AppState> states;
+  // Quiet options that record the states, with a termination timeout that
+  // would outlast the watchdog: a test passes only if the hard path skips
+  // the halting state's wait.
+  ApplicationOptions options(ApplicationOptions o = {}) {
+    o.termination_timeout = 10min;
+    o.on_state_change = [this](AppState s) { states.push_back(s); };
+    return quiet(std::move(o));
+  }
+  // The hard path at once: no halting state, the failure, the pool hard.
+  void expect_hard_path(const Application& app, int code, FailureKind kind,
+                        const std::string& source, const std::string& message) {
+    EXPECT_EQ(code, static_cast<int>(exit_code_of(kind)));
+    EXPECT_EQ(states,
+              (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
+    const auto f = app.failure();
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->kind, kind);
+    EXPECT_EQ(f->source, source);
+    EXPECT_EQ(f->message, message);
+    expect_shut_down_hard();
+  }
 };
 
 TEST(AppShutdownNow, FromMainGoesToShutdownAtOnceAndShutsPoolsDownHard) {
   Watchdog dog;
   BusyPool busy;
-  std::vector<AppState> states;
-  // A termination timeout that would outlast the watchdog: the test only
-  // passes if the halting state's wait is skipped.
-  Application app(quiet({.termination_timeout = 10min,
-                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  Application app(busy.options());
   app.add_pool(busy.pool);
   bool halted_before_call = true;
   bool cancelled_at_return = false;
@@ -579,14 +600,7 @@ TEST(AppShutdownNow, FromMainGoesToShutdownAtOnceAndShutsPoolsDownHard) {
   EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
   EXPECT_FALSE(halted_before_call);
   EXPECT_TRUE(cancelled_at_return);
-  EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
-  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
-  const auto f = app.failure();
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->kind, FailureKind::hard_stop);
-  EXPECT_EQ(f->source, "admin");
-  EXPECT_EQ(f->message, "POST /admin/stop");
-  busy.expect_shut_down_hard();
+  busy.expect_hard_path(app, code, FailureKind::hard_stop, "admin", "POST /admin/stop");
 }
 
 // From another thread while main is halting: the termination timeout's wait
@@ -594,9 +608,7 @@ TEST(AppShutdownNow, FromMainGoesToShutdownAtOnceAndShutsPoolsDownHard) {
 TEST(AppShutdownNow, WhileHaltingCutsTheTerminationTimeoutShort) {
   Watchdog dog;
   BusyPool busy;
-  std::vector<AppState> states;
-  Application app(quiet({.termination_timeout = 10min,
-                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  Application app(busy.options());
   app.add_pool(busy.pool);
   std::thread stopper;
   const auto t0 = Clock::now();
@@ -612,8 +624,8 @@ TEST(AppShutdownNow, WhileHaltingCutsTheTerminationTimeoutShort) {
   stopper.join();
   EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
   EXPECT_EQ(code, static_cast<int>(ExitCode::hard_stop));
-  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::halting, AppState::shutdown,
-                                           AppState::off}));
+  EXPECT_EQ(busy.states, (std::vector<AppState>{AppState::running, AppState::halting,
+                                                AppState::shutdown, AppState::off}));
   busy.expect_shut_down_hard();
 }
 
@@ -687,7 +699,7 @@ TEST(AppShutdownNow, DuringInitAbandonsStartupWithTheHardStopsExitCode) {
 TEST(AppShutdownNow, AnEarlierFailureKeepsItsExitCode) {
   Watchdog dog;
   BusyPool busy;
-  Application app(quiet({.termination_timeout = 10min}));
+  Application app(busy.options());
   app.add_pool(busy.pool);
   const int code = app.run([&](const Context& ctx) {
     busy.load();
@@ -725,10 +737,7 @@ struct PingsBadly final : Resource {
 TEST(AppPingFailure, AResourceWhosePolicyIsShutdownNowTakesTheHardPathAtOnce) {
   Watchdog dog;
   BusyPool busy;
-  std::vector<AppState> states;
-  Application app(quiet({.termination_timeout = 10min,
-                         .ping_period = 10ms,
-                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  Application app(busy.options({.ping_period = 10ms}));
   auto db = std::make_shared<PingsBadly>(PingsBadly::How::throws);
   app.add_resource(std::make_shared<Nop>(), {.name = "cache"});  // the default policy: halt
   app.add_resource(db, {.name = "db", .on_ping_failure = PingFailure::shutdown_now});
@@ -740,25 +749,15 @@ TEST(AppPingFailure, AResourceWhosePolicyIsShutdownNowTakesTheHardPathAtOnce) {
     (void)wait_for_stop(ctx.stop_token());
   });
   EXPECT_LT(Clock::now() - t0, 5s * kSlowdown);
-  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
-  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
-  ASSERT_TRUE(app.failure().has_value());
-  EXPECT_EQ(app.failure()->kind, FailureKind::ping_failed);
-  EXPECT_EQ(app.failure()->source, "db");
-  EXPECT_EQ(app.failure()->message, "database gone");
-  busy.expect_shut_down_hard();
+  busy.expect_hard_path(app, code, FailureKind::ping_failed, "db", "database gone");
 }
 
 // The application's policy applies to a ping that times out too.
 TEST(AppPingFailure, TheApplicationsPolicyCoversPingTimeouts) {
   Watchdog dog;
   BusyPool busy;
-  std::vector<AppState> states;
-  Application app(quiet({.termination_timeout = 10min,
-                         .ping_period = 10ms,
-                         .ping_timeout = 50ms,
-                         .on_ping_failure = PingFailure::shutdown_now,
-                         .on_state_change = [&states](AppState s) { states.push_back(s); }}));
+  Application app(busy.options(
+      {.ping_period = 10ms, .ping_timeout = 50ms, .on_ping_failure = PingFailure::shutdown_now}));
   auto broker = std::make_shared<PingsBadly>(PingsBadly::How::hangs);
   app.add_resource(broker, {.name = "broker"});
   app.add_pool(busy.pool);
@@ -767,11 +766,8 @@ TEST(AppPingFailure, TheApplicationsPolicyCoversPingTimeouts) {
     *broker->armed = true;
     (void)wait_for_stop(ctx.stop_token());
   });
-  EXPECT_EQ(code, static_cast<int>(ExitCode::runtime_failure));
-  EXPECT_EQ(states, (std::vector<AppState>{AppState::running, AppState::shutdown, AppState::off}));
-  ASSERT_TRUE(app.failure().has_value());
-  EXPECT_EQ(app.failure()->kind, FailureKind::ping_timed_out);
-  busy.expect_shut_down_hard();
+  busy.expect_hard_path(app, code, FailureKind::ping_timed_out, "broker",
+                        "ping did not return within ping_timeout (50 ms)");
 }
 
 // A resource's own policy wins over the application's.
