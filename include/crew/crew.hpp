@@ -28,6 +28,7 @@
 #include "crew/pool.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/sharded_pool.hpp"
+#include "crew/stacktrace.hpp"
 #include "crew/task.hpp"
 #include "crew/task_status.hpp"
 #include "crew/usable_cpus.hpp"
