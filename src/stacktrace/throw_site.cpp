@@ -92,8 +92,15 @@ std::string read_throw_site(const std::exception_ptr& e) {
   if (site.frames == 0 || site.object != object) return {};
   const LiveException* live = find_live(object);
   if (live == nullptr || live->number.load(std::memory_order_acquire) != site.number) return {};
+  // The frames are return addresses: one byte back is inside the call, so
+  // that a call that never returns (the throw itself, the function's last
+  // instruction) is not looked up as the start of the next function.
+  Frame calls[sizeof site.stack / sizeof(Frame)] = {};
+  for (std::size_t i = 0; i < site.frames; ++i) {
+    calls[i] = static_cast<const char*>(site.stack[i]) - 1;
+  }
   return boost::stacktrace::to_string(
-      boost::stacktrace::stacktrace::from_dump(site.stack, site.frames * sizeof(Frame)));
+      boost::stacktrace::stacktrace::from_dump(calls, site.frames * sizeof(Frame)));
 }
 
 // Installs the reader before main, so no report can miss it.
