@@ -234,7 +234,8 @@ struct ApplicationOptions {
   // return once the context's stop token was stopped.
   std::chrono::nanoseconds shutdown_timeout = std::chrono::seconds(10);
   // Bounds the graceful shutdown of each registered pool that has no
-  // shutdown_timeout of its own (0; PoolOptions' default is 10 s):
+  // shutdown_timeout of its own (0; PoolOptions' default is 10 s, so a pool
+  // inherits this value only when it sets .shutdown_timeout = 0ns):
   // such a pool is shut down in its mode with this timeout, then goes hard.
   // A pool's own non-zero shutdown_timeout is kept. 0 leaves those pools
   // unbounded (only a second signal then cuts their drain short).
