@@ -25,10 +25,11 @@
 #include "crew/detail/mutex.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
+#include "observer_hub.hpp"
 #include "os_thread.hpp"
 #include "shutdown_book.hpp"
 #include "stopper.hpp"
-#include "supervisor_alarm.hpp"
+#include "supervisor.hpp"
 #include "timer_heap.hpp"
 
 namespace crew::detail {
@@ -73,8 +74,15 @@ inline bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexce
 }
 
 // What a write-off tells observers and the logger, kept while the pool's
-// locks are held and announced after they are released (announce()): user
-// code never runs under Control::mu or a worker's cur_mu.
+// locks are held and announced after they are released
+// (Supervisor::announce).
+//
+// The rule: user code never runs under a worker's cur_mu, and under
+// Control::mu only Observer::on_pool_state does. start, resume, shutdown and
+// restart change the pool's state under Control::mu (with the shutdown book
+// and the worker list), and emit the edge there, so that observers hear the
+// edges in the order they happened. Everything else (worker events, task
+// events, the logger, handlers, stop callbacks) runs after the locks.
 struct WriteOffNote {
   TaskStateBase* task = nullptr;  // holds a reference; null for a plain run
   TaskStatus outcome = TaskStatus::cancelled;
@@ -230,34 +238,16 @@ inline WorkerStateChange change_worker_state(Worker& w, WorkerState to) noexcept
   } while (!w.state.compare_exchange_weak(from, to, std::memory_order_relaxed));
   return {from, to, true};
 }
-// Tells observers of a change made by change_worker_state; no lock held.
-inline void announce_state(const Worker& w, const WorkerStateChange& change) noexcept {
-  if (!change.changed) return;
-  Core& c = *w.frame.core;
-  if (c.observes(Observer::worker_state)) [[unlikely]]
-    c.emit_worker_state(w.id, change.from, change.to);
-}
-// A state change and its event, on a thread that holds none of the pool's
-// locks.
-inline void set_worker_state(Worker& w, WorkerState to) noexcept {
-  announce_state(w, change_worker_state(w, to));
-}
-
-// The root stop token's callback. Runs on the thread that stops
-// PoolOptions::stop_token (or in Core::start, if it already was): it only
-// hands the hard shutdown to the supervisor.
-struct RootStop {
-  Core* core;
-  void operator()() const noexcept;
-};
-// Core::start registers it last, after the threads: registering must not be
-// able to throw, or a failed constructor would leave them running.
-static_assert(std::is_nothrow_constructible_v<std::stop_callback<RootStop>, const std::stop_token&,
-                                              RootStop>);
-
 struct Control {
-  Control(std::size_t queue_capacity, std::size_t priority_levels)
-      : blocked(queue_capacity, priority_levels) {}
+  Control(Core& core, const PoolOptions& options)
+      : observers(options),
+        blocked(options.queue_capacity, options.priority_levels),
+        supervisor(core) {}
+
+  // The observers and the events they hear (user code: never called under
+  // a worker's cur_mu; under `mu` only for pool-state edges, see
+  // WriteOffNote).
+  const ObserverHub observers;
 
   mutable Mutex mu;
   std::vector<std::shared_ptr<Worker>> workers CREW_GUARDED_BY(mu);    // live
@@ -288,23 +278,8 @@ struct Control {
   // is down to half its capacity.
   BlockedSubmitters blocked;
 
-  // Supervisor.
-  std::thread supervisor;
-  // The supervisor's sleep and who wakes it.
-  SupervisorAlarm alarm;
-  std::atomic<bool> supervisor_exit{false};
-  // Fires the stop requests the supervisor makes (execution deadlines):
-  // stop callbacks are user code, on a thread of their own.
-  Stopper stopper;
-  std::atomic<bool> root_stop_pending{false};
-  std::optional<std::stop_callback<RootStop>> root_stop;
-
-  // Long tasks running outside a worker's top level (nested in a wait on a
-  // worker, or on a submitting thread): a hard shutdown stops them too.
-  std::vector<TaskStateBase*> foreign CREW_GUARDED_BY(mu);
-
-  // Queue deadlines, and execution deadlines of foreign long runs.
-  TimerHeap timers;
+  // Deadlines, write-offs, replacements (src/engine/supervisor.hpp).
+  Supervisor supervisor;
 
   // ---- the worker books: calls that need `mu` (and a worker's cur_mu
   // where named), checked by clang's -Wthread-safety. Each takes the pool's
@@ -331,10 +306,23 @@ struct Control {
   void write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noexcept CREW_REQUIRES(mu);
   // Decides the outcome of the worker's current run as abandoned
   // (supervisor.cpp); `notes` must have room for one more note (reserved by
-  // the caller), which announce() delivers after the locks.
+  // the caller), which Supervisor::announce delivers after the locks.
   void write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
                             std::vector<WriteOffNote>& notes) noexcept CREW_REQUIRES(mu, w.cur_mu);
 };
+
+// Tells observers of a change made by change_worker_state; no lock held.
+inline void announce_state(const Worker& w, const WorkerStateChange& change) noexcept {
+  if (!change.changed) return;
+  Core& c = *w.frame.core;
+  if (c.observes(Observer::worker_state)) [[unlikely]]
+    c.control().observers.worker_state(w.id, change.from, change.to);
+}
+// A state change and its event, on a thread that holds none of the pool's
+// locks.
+inline void set_worker_state(Worker& w, WorkerState to) noexcept {
+  announce_state(w, change_worker_state(w, to));
+}
 
 // Prepares a stop of the worker's current top-level long run (run.cpp).
 // False if there is none.
@@ -344,9 +332,5 @@ bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept
 // Core's calls into its Control that the engine makes on hot paths (a
 // worker's pop), inline here where Control is complete.
 inline void Core::on_slot_freed() noexcept { ctl_->blocked.slot_freed(queue_); }
-inline void Core::wake_supervisor() noexcept { ctl_->alarm.wake(); }
-inline void Core::supervise_by(std::int64_t deadline_ns) noexcept {
-  ctl_->alarm.need_by(deadline_ns);
-}
 
 }  // namespace crew::detail

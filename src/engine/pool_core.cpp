@@ -34,18 +34,6 @@ void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
 std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
 
-std::vector<Core::ObserverSlot> observer_slots(const PoolOptions& o) {
-  std::vector<Core::ObserverSlot> slots;
-  for (const auto& obs : o.observers) slots.push_back({obs.get(), obs->events()});
-  return slots;
-}
-
-std::uint32_t union_of(const std::vector<Core::ObserverSlot>& slots) {
-  std::uint32_t all = 0;
-  for (const auto& slot : slots) all |= slot.events;
-  return all;
-}
-
 }  // namespace
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
@@ -69,12 +57,11 @@ OutcomeCounts WorkerCounters::read() const noexcept {
 Core::Core(PoolOptions options)
     : opts_(resolved(std::move(options))),
       log_level_(opts_.logger->level()),
-      observers_(observer_slots(opts_)),
-      observed_(union_of(observers_)),
+      observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      ctl_(std::make_unique<Control>(opts_.queue_capacity, opts_.priority_levels)),
+      ctl_(std::make_unique<Control>(*this, opts_)),
       forks_at_start_(forks_so_far()) {
   enable_light_fences();
 }
@@ -84,7 +71,7 @@ Core::~Core() = default;
 void Core::start() {
   // The supervisor first: the only step that can throw, so a constructor
   // that fails leaves no worker behind (it would idle forever).
-  ctl_->supervisor = std::thread([this] { supervise(); });
+  ctl_->supervisor.start();
   {
     MutexLock lock(ctl_->mu);
     set_state(PoolState::running);
@@ -93,14 +80,8 @@ void Core::start() {
       ctl_->spawn_worker_locked(*this, false);
     }
   }
-  if (opts_.stop_token.stop_possible()) ctl_->root_stop.emplace(opts_.stop_token, RootStop{this});
-}
-
-void RootStop::operator()() const noexcept { core->on_root_stop(); }
-
-void Core::on_root_stop() noexcept {
-  ctl_->root_stop_pending.store(true, std::memory_order_release);
-  wake_supervisor();
+  // Last, after the threads: registering cannot throw (RootStop).
+  ctl_->supervisor.watch(opts_.stop_token);
 }
 
 void Core::throw_bad_priority(unsigned priority) const {
@@ -189,7 +170,7 @@ std::uint64_t Control::spawn_worker_locked(Core& core, bool replacement, bool sp
     core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
     if (spinning) (void)core.idle_.give_token();
     spawns.failed(e.what(), now_ns());
-    alarm.need_by(spawns.retry_at_ns());
+    supervisor.need_by(spawns.retry_at_ns());
     return 0;
   }
   spawns.succeeded();
@@ -199,11 +180,11 @@ std::uint64_t Control::spawn_worker_locked(Core& core, bool replacement, bool sp
   return id;
 }
 
-void Core::set_state(PoolState to) noexcept { emit_pool_state(life_.set(to), to); }
+void Core::set_state(PoolState to) noexcept { ctl_->observers.pool_state(life_.set(to), to); }
 
 bool Core::transition(PoolState from, PoolState to) noexcept {
   if (!life_.transition(from, to)) return false;
-  emit_pool_state(from, to);
+  ctl_->observers.pool_state(from, to);
   return true;
 }
 
@@ -259,7 +240,7 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   target.fire();  // user stop callbacks run outside our locks
   idle_.wake_all();
   ctl_->workers_changed.notify_all();  // a paused worker exits too
-  wake_supervisor();                   // keeps min_workers, watches the grace period
+  ctl_->supervisor.wake();             // keeps min_workers, watches the grace period
   return true;
 }
 

@@ -97,13 +97,13 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     w->cur_deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
     w->cur_mu.unlock();
-    if (deadline != 0) supervise_by(deadline);
+    if (deadline != 0) ctl_->supervisor.need_by(deadline);
   } else if (s->is_long) {
-    register_foreign(s, deadline);
+    ctl_->supervisor.register_foreign(s, deadline);
   }
 
   if (observes(Observer::task_started)) [[unlikely]]
-    emit_started(event_of(s), s->enqueued_ns, start);
+    ctl_->observers.started(ctl_->observers.event_of(s), s->enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   if (s->is_long) s->attach_runner(frame);
   try {
@@ -137,7 +137,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
       return false;
     }
   } else if (s->is_long) {
-    unregister_foreign(s);
+    ctl_->supervisor.unregister_foreign(s);
   }
 
   Errc why{};
@@ -175,7 +175,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
       note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
-      emit_finished(event_of(s), outcome, s->enqueued_ns, start, end);
+      ctl_->observers.finished(ctl_->observers.event_of(s), outcome, s->enqueued_ns, start, end);
     }
     epilogues_.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -188,6 +188,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
 void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                       void* fn) noexcept {
   Core& c = *frame.core;
+  const ObserverHub& hub = c.control().observers;
   try {
     ready_source(frame);
   } catch (...) {
@@ -201,9 +202,9 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   cur_reason = StopReason::none;
   frame.stop_at_ns.store(0, std::memory_order_relaxed);
   cur_mu.unlock();
-  if (deadline != 0) c.supervise_by(deadline);
+  if (deadline != 0) c.control().supervisor.need_by(deadline);
   if (c.observes(Observer::task_started)) [[unlikely]] {
-    c.emit_started(c.plain_event(true), enqueued_ns, start);
+    hub.started(hub.plain_event(true), enqueued_ns, start);
   }
 
   TaskStatus outcome = TaskStatus::succeeded;
@@ -233,15 +234,16 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   // stop or deadline): nobody holds a handle that could carry the exception.
   if (error) c.report_exception(TaskRef{}, error);
   if (c.observes(Observer::task_finished)) [[unlikely]] {
-    c.emit_finished(c.plain_event(true), outcome, enqueued_ns, start, end);
+    hub.finished(hub.plain_event(true), outcome, enqueued_ns, start, end);
   }
   counts.add(outcome);
 }
 
 void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   Core& c = *frame.core;
+  const ObserverHub& hub = c.control().observers;
   const std::int64_t start = start_time(*this);
-  if (c.observes(Observer::task_started)) c.emit_started(c.plain_event(false), enqueued_ns, start);
+  if (c.observes(Observer::task_started)) hub.started(hub.plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   try {
     call(fn);
@@ -252,7 +254,7 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
   const std::int64_t end = now_ns();
   end_time(*this, end);
   if (c.observes(Observer::task_finished) && may_call_user()) {
-    c.emit_finished(c.plain_event(false), outcome, enqueued_ns, start, end);
+    hub.finished(hub.plain_event(false), outcome, enqueued_ns, start, end);
   }
   counts.add(outcome);
 }
@@ -298,7 +300,8 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
 void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   const InlineRun here(this);
   const std::int64_t start = now_ns();
-  if (observes(Observer::task_started)) emit_started(plain_event(false), enqueued_ns, start);
+  if (observes(Observer::task_started))
+    ctl_->observers.started(ctl_->observers.plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   try {
     call(fn);
@@ -307,7 +310,8 @@ void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noex
     outcome = TaskStatus::failed;
   }
   if (observes(Observer::task_finished)) {
-    emit_finished(plain_event(false), outcome, enqueued_ns, start, now_ns());
+    ctl_->observers.finished(ctl_->observers.plain_event(false), outcome, enqueued_ns, start,
+                             now_ns());
   }
   count_here(outcome);
 }

@@ -126,7 +126,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   }
   // Exited threads are joined by the supervisor (or the destructor): the
   // report is complete once they have left their loops.
-  wake_supervisor();
+  ctl_->supervisor.wake();
 
   // Final sweep: cells of submissions that raced the start of the shutdown.
   // The sweep and the check run until the queue is seen empty under the
@@ -178,7 +178,7 @@ bool Core::restart() {
       ctl_->spawn_worker_locked(*this, false);
     }
   }
-  wake_supervisor();
+  ctl_->supervisor.wake();
   return true;
 }
 
@@ -247,8 +247,8 @@ void Core::drop_queue() {
     if (s == nullptr) {
       cell.destroy();
       if (observes(Observer::task_rejected)) {
-        emit_rejected(plain_event(false), TaskStatus::rejected, Errc::shutdown_dropped,
-                      Admission::accepted);
+        ctl_->observers.rejected(ctl_->observers.plain_event(false), TaskStatus::rejected,
+                                 Errc::shutdown_dropped, Admission::accepted);
       }
       shared_.add(TaskStatus::rejected);
       ++unnamed;
@@ -262,10 +262,10 @@ void Core::drop_queue() {
     // leave_queue counts the outcome it decides; one decided elsewhere
     // (cancelled, expired) was counted there.
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      emit_settled_in_queue(s);
+      ctl_->observers.settled_in_queue(s);
       dropped.push_back({s->id, s->name()});
     } else if (!s->ran()) {
-      emit_settled_in_queue(s);
+      ctl_->observers.settled_in_queue(s);
     }
   }
   MutexLock lock(ctl_->mu);
@@ -306,13 +306,13 @@ void Core::settle_popped_here(Cell& cell) {
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) {
-    emit_settled_in_queue(s);
+    ctl_->observers.settled_in_queue(s);
   } else if (s->leave_queue(TaskStatus::running)) {
     disarm_queue_deadline(s);
     run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {
-    emit_settled_in_queue(s);  // decided (and counted) while queued
+    ctl_->observers.settled_in_queue(s);  // decided (and counted) while queued
   }
   s->release();
 }
@@ -333,7 +333,7 @@ void Core::stop_running() {
   {
     MutexLock lock(ctl_->mu);
     // Room first: a target holds a reference that a throwing push would lose.
-    targets.reserve(ctl_->workers.size() + ctl_->foreign.size());
+    targets.reserve(ctl_->workers.size());
     for (const auto& w : ctl_->workers) {
       StopTarget t;
       w->cur_mu.lock();
@@ -341,13 +341,10 @@ void Core::stop_running() {
       w->cur_mu.unlock();
       if (found) targets.push_back(std::move(t));
     }
-    for (TaskStateBase* s : ctl_->foreign) {
-      s->add_ref();
-      targets.push_back(StopTarget{s, std::stop_source(std::nostopstate), StopReason::shutdown});
-    }
   }
   for (StopTarget& t : targets) t.fire();
-  wake_supervisor();  // it watches the grace periods of inline runs
+  ctl_->supervisor.stop_foreign(StopReason::shutdown);
+  ctl_->supervisor.wake();  // it watches the grace periods of inline runs
 }
 
 // After the hard phase's grace: writes off the workers still running a task
@@ -383,16 +380,15 @@ void Core::abandon_busy(bool force) {
     }
     for (const auto& w : hung) ctl_->write_off_locked(*this, w);  // each wakes the waiting shutdown
   }
-  announce(notes);  // observers and the logger, outside the locks
-  for (const auto& w : hung) announce_state(*w, w->write_off_change);
+  ctl_->supervisor.announce(notes, hung);  // observers and the logger, outside the locks
 }
 
 void Core::note_dropped(TaskStateBase* s) noexcept {
   if (s != nullptr) {
-    emit_settled_in_queue(s);
+    ctl_->observers.settled_in_queue(s);
   } else if (observes(Observer::task_rejected)) {
-    emit_rejected(plain_event(false), TaskStatus::rejected, Errc::shutdown_dropped,
-                  Admission::accepted);
+    ctl_->observers.rejected(ctl_->observers.plain_event(false), TaskStatus::rejected,
+                             Errc::shutdown_dropped, Admission::accepted);
   }
   MutexLock lock(ctl_->mu);
   ShutdownReport* r = ctl_->shutdowns.current();

@@ -3,6 +3,8 @@
 // ignore a stop request past abandon_grace, replaces dead and abandoned
 // workers, keeps min_workers, joins exited threads, and turns a stop of the
 // root stop token into a hard shutdown.
+#include "supervisor.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -21,60 +23,75 @@ static_assert(TimerHeap::kNever == kNever, "fire_timers returns the heap's kNeve
 // ---- the timer heap ----
 
 // The heap's reference is taken here and dropped again if arming throws.
-void Core::arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec) {
+void Supervisor::arm(TaskStateBase* s, std::int64_t at_ns, bool exec) {
   s->add_ref();
   bool earliest = false;
   try {
-    earliest = ctl_->timers.push(s, at_ns, exec);
+    earliest = timers_.push(s, at_ns, exec);
   } catch (...) {
     s->release();
     throw;
   }
-  if (earliest) ctl_->alarm.need_by(at_ns);
+  if (earliest) alarm_.need_by(at_ns);
 }
 
-void Core::disarm_timer(TaskStateBase* s) noexcept {
-  if (ctl_->timers.erase(s)) s->release();  // outside the lock: it may run a destructor
+void Supervisor::disarm(TaskStateBase* s) noexcept {
+  if (timers_.erase(s)) s->release();  // outside the lock: it may run a destructor
 }
 
-void Core::arm_queue_deadline(TaskStateBase* s) {
+void Supervisor::arm_queue_deadline(TaskStateBase* s) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
       s->extras()->queue_deadline.time_since_epoch());
-  arm_timer(s, ns.count(), /*exec=*/false);
+  arm(s, ns.count(), /*exec=*/false);
 }
 
-void Core::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
+void Supervisor::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept {
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(foreign_mu_);
     try {
-      ctl_->foreign.push_back(s);
+      foreign_.push_back(s);
     } catch (...) {  // out of memory: a hard shutdown will not stop it, its deadline still does
     }
   }
   if (deadline_ns != 0) {
     try {
-      arm_timer(s, deadline_ns, /*exec=*/true);
+      arm(s, deadline_ns, /*exec=*/true);
     } catch (...) {  // out of memory: the deadline is lost, the task still runs
     }
   }
-  // A hard shutdown may have begun before this run registered.
-  if (life_.dropping(std::memory_order_seq_cst) && life_.closed(std::memory_order_seq_cst)) {
+  // A hard shutdown may have begun before this run registered: it sets
+  // the drop switch before it reads foreign_ (stop_foreign).
+  const PoolLifecycle& life = core_.life_;
+  if (life.dropping(std::memory_order_seq_cst) && life.closed(std::memory_order_seq_cst)) {
     s->request_stop(StopReason::shutdown);
   }
 }
 
-void Core::unregister_foreign(TaskStateBase* s) noexcept {
-  disarm_timer(s);
-  MutexLock lock(ctl_->mu);
-  std::erase(ctl_->foreign, s);
+void Supervisor::unregister_foreign(TaskStateBase* s) noexcept {
+  disarm(s);
+  MutexLock lock(foreign_mu_);
+  std::erase(foreign_, s);
 }
 
-// Fires due timers; returns the time of the next one.
-std::int64_t Core::fire_timers(std::int64_t now) {
+void Supervisor::stop_foreign(StopReason why) {
+  std::vector<StopTarget> targets;
+  {
+    MutexLock lock(foreign_mu_);
+    // Room first: a target holds a reference that a throwing push would lose.
+    targets.reserve(foreign_.size());
+    for (TaskStateBase* s : foreign_) {
+      s->add_ref();
+      targets.push_back(StopTarget{s, std::stop_source(std::nostopstate), why});
+    }
+  }
+  for (StopTarget& t : targets) t.fire();  // user stop callbacks, outside the lock
+}
+
+std::int64_t Supervisor::fire_timers(std::int64_t now) {
   std::vector<TimerHeap::Due> due;
   std::int64_t next = TimerHeap::kNever;
   try {
-    next = ctl_->timers.pop_due(now, due);
+    next = timers_.pop_due(now, due);
   } catch (...) {
     // Out of memory for `due`: what it holds was moved out of the heap
     // (with its references) and is fired below; the rest stays armed.
@@ -105,17 +122,31 @@ std::int64_t Core::fire_timers(std::int64_t now) {
 
 // ---- the supervisor loop ----
 
-void Core::supervise() noexcept {
-  Control& ctl = *ctl_;
+void Supervisor::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Supervisor::watch(const std::stop_token& token) noexcept {
+  if (token.stop_possible()) root_stop_.emplace(token, RootStop{&core_});
+}
+
+void RootStop::operator()() const noexcept { core->control().supervisor.on_root_stop(); }
+
+void Supervisor::on_root_stop() noexcept {
+  root_stop_pending_.store(true, std::memory_order_release);
+  wake();
+}
+
+void Supervisor::loop() noexcept {
   for (;;) {
-    const SupervisorAlarm::Key key = ctl_->alarm.begin_scan();
-    if (ctl.supervisor_exit.load(std::memory_order_acquire)) {
-      ctl_->alarm.cancel();
+    const SupervisorAlarm::Key key = alarm_.begin_scan();
+    if (exit_.load(std::memory_order_acquire)) {
+      alarm_.cancel();
       return;
     }
-    if (ctl.root_stop_pending.exchange(false, std::memory_order_acq_rel)) {
-      ctl_->alarm.cancel();
-      (void)shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
+    if (root_stop_pending_.exchange(false, std::memory_order_acq_rel)) {
+      alarm_.cancel();
+      (void)core_.shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
       continue;
     }
     std::int64_t next = kNever;
@@ -125,14 +156,13 @@ void Core::supervise() noexcept {
     } catch (...) {  // out of memory while scanning: try again shortly
       next = now_ns() + std::chrono::nanoseconds(std::chrono::milliseconds(10)).count();
     }
-    ctl_->alarm.sleep_until(key, next);
+    alarm_.sleep_until(key, next);
   }
 }
 
-// Deadlines and grace periods of the workers' current tasks, abandonment,
-// replacement, min_workers and joining. Returns the next time to look.
-std::int64_t Core::watch_workers(std::int64_t now) {
-  Control& ctl = *ctl_;
+std::int64_t Supervisor::watch_workers(std::int64_t now) {
+  Core& core = core_;
+  Control& ctl = core.control();
   std::int64_t next = kNever;
   std::vector<StopTarget> to_stop;
   std::vector<std::shared_ptr<Worker>> to_join;
@@ -141,7 +171,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
   std::uint64_t spawn_failures = 0;
   std::string spawn_error;
   std::chrono::nanoseconds spawn_backoff{0};
-  const std::int64_t grace = opts_.abandon_grace.count();
+  const std::int64_t grace = core.opts_.abandon_grace.count();
   std::vector<std::shared_ptr<Worker>> hung;
   {
     MutexLock lock(ctl.mu);
@@ -158,7 +188,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->cur_deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            ctl.write_off_run_locked(*this, *w, ctl.shutdowns.current(), notes);
+            ctl.write_off_run_locked(core, *w, ctl.shutdowns.current(), notes);
             hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
@@ -176,50 +206,49 @@ std::int64_t Core::watch_workers(std::int64_t now) {
       w->cur_mu.unlock();
     }
     for (const auto& w : hung) {
-      ctl.write_off_locked(*this, w);
+      ctl.write_off_locked(core, w);
       ++ctl.replacements_due;  // at once: the pool keeps its capacity
     }
 
-    if (life_.state() == PoolState::running) {
+    if (core.life_.state() == PoolState::running) {
       if (ctl.replacements_due > 0 && now < ctl.next_replace_ns) {
         next = std::min(next, ctl.next_replace_ns);
       }
       while (ctl.replacements_due > 0 && now >= ctl.next_replace_ns &&
-             live_workers_.load(std::memory_order_relaxed) <
-                 max_workers_.load(std::memory_order_relaxed)) {
+             core.live_workers_.load(std::memory_order_relaxed) <
+                 core.max_workers_.load(std::memory_order_relaxed)) {
         --ctl.replacements_due;
-        live_workers_.fetch_add(1, std::memory_order_relaxed);
-        const std::uint64_t id = ctl.spawn_worker_locked(*this, true);
+        core.live_workers_.fetch_add(1, std::memory_order_relaxed);
+        const std::uint64_t id = ctl.spawn_worker_locked(core, true);
         if (id == 0) break;  // retried by `spawns` below
         if (replaced.size() < replaced.capacity()) replaced.push_back(id);
       }
-      while (live_workers_.load(std::memory_order_relaxed) < opts_.min_workers &&
+      while (core.live_workers_.load(std::memory_order_relaxed) < core.opts_.min_workers &&
              ctl.replacements_due == 0 && !ctl.spawns.due()) {
-        live_workers_.fetch_add(1, std::memory_order_relaxed);
-        (void)ctl.spawn_worker_locked(*this, false);
+        core.live_workers_.fetch_add(1, std::memory_order_relaxed);
+        (void)ctl.spawn_worker_locked(core, false);
       }
     } else {
       ctl.replacements_due = 0;  // a stopped pool starts its workers on restart()
     }
-    next = std::min(next, ctl.retry_spawn_locked(*this, now));
+    next = std::min(next, ctl.retry_spawn_locked(core, now));
     spawn_failures = ctl.spawns.take_unlogged(spawn_error);
     spawn_backoff = ctl.spawns.backoff();
     to_join.swap(ctl.exited);
   }
-  announce(notes);
-  for (const auto& w : hung) announce_state(*w, w->write_off_change);
+  announce(notes, hung);
   // The logger is user code: called only now, outside the pool's locks.
   if (spawn_failures != 0) {
-    log(LogLevel::error, {.pool = opts_.name},
-        "cannot start a worker thread (" + std::to_string(spawn_failures) +
-            (spawn_failures == 1 ? " failure): " : " failures): ") + spawn_error +
-            "; trying again in " + std::to_string(spawn_backoff.count() / 1'000'000) +
-            " ms while tasks are queued");
+    core.log(LogLevel::error, {.pool = core.opts_.name},
+             "cannot start a worker thread (" + std::to_string(spawn_failures) +
+                 (spawn_failures == 1 ? " failure): " : " failures): ") + spawn_error +
+                 "; trying again in " + std::to_string(spawn_backoff.count() / 1'000'000) +
+                 " ms while tasks are queued");
   }
-  if (logs(LogLevel::warning)) {
+  if (core.logs(LogLevel::warning)) {
     for (const std::uint64_t id : replaced) {
-      log(LogLevel::warning, {.pool = opts_.name, .worker_id = id},
-          "started to replace a worker that died or was abandoned");
+      core.log(LogLevel::warning, {.pool = core.opts_.name, .worker_id = id},
+               "started to replace a worker that died or was abandoned");
     }
   }
   hand_to_stopper(to_stop);
@@ -234,7 +263,7 @@ std::int64_t Core::watch_workers(std::int64_t now) {
 // it) and marks the worker, so that the run's own end does not count it
 // again. The run's thread clears its run slot under w.cur_mu before it
 // decides an outcome, so a run found there is always this call's to decide.
-// Observers and the logger hear of it from announce(notes), after the
+// Observers and the logger hear of it from Supervisor::announce, after the
 // locks are released.
 void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
                                    std::vector<WriteOffNote>& notes) noexcept {
@@ -270,28 +299,33 @@ void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report
   w.abandoned.store(true, std::memory_order_release);
 }
 
-// Outside the pool's locks: tells observers and the logger about the
-// write-offs in `notes`, and drops the references they hold.
-void Core::announce(std::vector<WriteOffNote>& notes) noexcept {
+void Supervisor::announce(std::vector<WriteOffNote>& notes,
+                          const std::vector<std::shared_ptr<Worker>>& written_off) noexcept {
+  Core& core = core_;
+  const ObserverHub& hub = core.control().observers;
   for (WriteOffNote& n : notes) {
-    const TaskEvent event = n.task != nullptr ? event_of(n.task) : plain_event(true);
-    emit_worker(WorkerEvent::abandoned, n.worker, &event);
-    if (logs(LogLevel::warning)) {
+    const TaskEvent event = n.task != nullptr ? hub.event_of(n.task) : hub.plain_event(true);
+    hub.worker(ObserverHub::WorkerEvent::abandoned, n.worker, &event);
+    if (core.logs(LogLevel::warning)) {
       try {
-        log(LogLevel::warning,
-            {.pool = opts_.name, .task = event.name, .task_id = event.id, .worker_id = n.worker},
-            "task abandoned: still running " +
-                std::to_string(opts_.abandon_grace.count() / 1'000'000) +
-                " ms after its stop was requested; its worker is written off");
+        core.log(LogLevel::warning,
+                 {.pool = core.opts_.name,
+                  .task = event.name,
+                  .task_id = event.id,
+                  .worker_id = n.worker},
+                 "task abandoned: still running " +
+                     std::to_string(core.opts_.abandon_grace.count() / 1'000'000) +
+                     " ms after its stop was requested; its worker is written off");
       } catch (...) {  // out of memory while formatting: drop the line
       }
     }
-    if (observes(Observer::task_finished)) {
-      emit_finished(event, n.outcome, n.enqueued_ns, n.started_ns, n.ended_ns);
+    if (hub.wants(Observer::task_finished)) {
+      hub.finished(event, n.outcome, n.enqueued_ns, n.started_ns, n.ended_ns);
     }
     if (n.task != nullptr) n.task->release();
   }
   notes.clear();
+  for (const auto& w : written_off) announce_state(*w, w->write_off_change);
 }
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;
@@ -335,18 +369,23 @@ std::int64_t Control::retry_spawn_locked(Core& core, std::int64_t now) noexcept 
   return spawns.retry_at_ns();
 }
 
-void Core::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
-  ctl_->stopper.hand(targets);
+// Core's calls from the inline submission path and from ~Pool.
+void Core::arm_queue_deadline(TaskStateBase* s) { ctl_->supervisor.arm_queue_deadline(s); }
+void Core::disarm_timer(TaskStateBase* s) noexcept { ctl_->supervisor.disarm(s); }
+void Core::stop_supervisor() noexcept { ctl_->supervisor.stop(); }
+
+void Supervisor::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
+  stopper_.hand(targets);
 }
 
-void Core::stop_supervisor() noexcept {
-  Control& ctl = *ctl_;
-  ctl.root_stop.reset();  // no callback can start after this
-  ctl.supervisor_exit.store(true, std::memory_order_release);
-  ctl_->alarm.wake_all();
-  if (ctl.supervisor.joinable()) ctl.supervisor.join();
+void Supervisor::stop() noexcept {
+  Control& ctl = core_.control();
+  root_stop_.reset();  // no callback can start after this
+  exit_.store(true, std::memory_order_release);
+  alarm_.wake_all();
+  if (thread_.joinable()) thread_.join();
   // The supervisor is gone, so nothing hands the stopper more work.
-  ctl.stopper.stop();
+  stopper_.stop();
   std::vector<std::shared_ptr<Worker>> to_join;
   TimerHeap::Armed armed;
   {
@@ -357,7 +396,7 @@ void Core::stop_supervisor() noexcept {
     while (!ctl.workers.empty()) ctl.workers_changed.wait(lock.native());
     to_join.swap(ctl.exited);
   }
-  armed = ctl.timers.take_all();
+  armed = timers_.take_all();
   for (const auto& w : to_join) {
     if (w->thread.joinable()) w->thread.join();
   }

@@ -41,6 +41,11 @@ void Core::settled_in_queue(TaskStateBase* s, bool count) noexcept {
   if (count) count_here(s->raw_status());
 }
 
+void Core::expire_unqueued(TaskStateBase* s) noexcept {
+  if (s->expire()) ctl_->observers.settled_in_queue(s);
+  s->release();
+}
+
 void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
                          bool replacement) {
   Core& c = *self;
@@ -86,8 +91,8 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
   Exit how = written_off ? Exit::abandoned : Exit::leave;
   if (started && !written_off) {
-    c.emit_worker(WorkerEvent::started, w->id);
-    if (replacement) c.emit_worker(WorkerEvent::replaced, w->id);
+    c.ctl_->observers.worker(ObserverHub::WorkerEvent::started, w->id);
+    if (replacement) c.ctl_->observers.worker(ObserverHub::WorkerEvent::replaced, w->id);
     LocalQueues& locals = c.queue_.locals();
     // Pools with priority levels keep every task in the shared queue, where
     // the levels are.
@@ -161,9 +166,9 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   }
   if (!written_off) {
     announce_state(*w, stopped);
-    if (!died) emit_worker(WorkerEvent::stopped, w->id);
+    if (!died) ctl_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
     if (last) ctl.workers_changed.notify_all();  // a shutdown waits for the last one
-    wake_supervisor();                           // joins the thread, replaces a dead worker
+    ctl.supervisor.wake();                       // joins the thread, replaces a dead worker
   }
 }
 
@@ -274,12 +279,12 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
       [[unlikely]] {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
-    emit_settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
+    ctl_->observers.settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was
     // counted by that worker.
-    if (!s->ran()) emit_settled_in_queue(s);
+    if (!s->ran()) ctl_->observers.settled_in_queue(s);
   } else {
     disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);

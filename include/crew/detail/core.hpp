@@ -46,8 +46,7 @@ constexpr bool valid_shutdown_mode(ShutdownMode m) noexcept {
 }
 
 struct Worker;
-struct StopTarget;
-struct WriteOffNote;
+class Supervisor;
 
 // Whether the calling thread may nest a task that is not its own (taken
 // from the shared queue or another worker) in a wait: while at most a
@@ -363,42 +362,25 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
   void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
 
-  // ---- observers (src/engine/observe.cpp) ----
+  // ---- observers (src/engine/observer_hub.hpp) ----
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
     return (observed_ & events) != 0;
   }
-  [[nodiscard]] TaskEvent event_of(const TaskStateBase* s) const noexcept;
-  [[nodiscard]] TaskEvent plain_event(bool is_long) const noexcept;
-  void emit_enqueued(const TaskEvent& e) noexcept;
-  void emit_started(const TaskEvent& e, std::int64_t enqueued_ns, std::int64_t start_ns) noexcept;
-  void emit_finished(const TaskEvent& e, TaskStatus outcome, std::int64_t enqueued_ns,
-                     std::int64_t start_ns, std::int64_t end_ns) noexcept;
-  void emit_rejected(const TaskEvent& e, TaskStatus outcome, Errc why, Admission a) noexcept;
-  // A task state that ended without running: who settled it tells observers.
-  void emit_settled_in_queue(const TaskStateBase* s) noexcept;
-  enum class WorkerEvent : std::uint8_t { started, stopped, replaced, abandoned };
-  void emit_worker(WorkerEvent kind, std::uint64_t worker,
-                   const TaskEvent* task = nullptr) noexcept;
-  void emit_pool_state(PoolState from, PoolState to) noexcept;
-  // A worker's state changed (set_worker_state, on the worker's thread).
-  void emit_worker_state(std::uint64_t worker, WorkerState from, WorkerState to) noexcept;
-  // Wakes the supervisor (a stop was requested, a deadline moved earlier).
-  void wake_supervisor() noexcept;
-  // Has the supervisor look again by `deadline_ns` (an execution deadline
-  // of a run just started; any thread).
-  void supervise_by(std::int64_t deadline_ns) noexcept;
-  // PoolOptions::stop_token was stopped (RootStop, on the stopping thread):
-  // the supervisor runs the hard shutdown.
-  void on_root_stop() noexcept;
+  // The submission path's events (src/engine/observer_hub.cpp has the
+  // rest): a task state `s`, or a plain task if null.
+  void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
+  void emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept;
+  // A task past its queue deadline that was to run on the submitting
+  // thread (Route::run_here): ends it expired, reports it, and drops the
+  // reference its cell would have held.
+  void expire_unqueued(TaskStateBase* s) noexcept;
   // ~Pool is done with the core (abandoned threads may still co-own it);
   // PoolStatsHandle reads nothing after that.
   void mark_released() noexcept { released_.store(true, std::memory_order_release); }
   [[nodiscard]] bool released() const noexcept { return released_.load(std::memory_order_acquire); }
+  // The engine's parts (src/engine/control.hpp), for the engine's own files.
+  [[nodiscard]] Control& control() const noexcept { return *ctl_; }
 
-  struct ObserverSlot {
-    Observer* observer;
-    std::uint32_t events;
-  };
   // Removes a task's queue deadline from the timer heap (it left the queue);
   // for a task without one, a flag test and nothing else: the heap's mutex
   // stays off the common path.
@@ -414,16 +396,16 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // need its mutex (the worker books: spawning, write-offs, totals) read
   // and update Core's counters too.
   friend struct Control;
+  friend class Supervisor;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   const PoolOptions opts_;
   // Task-state runs counted and published whose handlers and observers have
   // not yet returned (run_claimed); wait_idle() waits for them too.
   std::atomic<std::uint64_t> epilogues_{0};
-  // The observers with their events() read once, the union of those, and
-  // whether any wants task timings.
+  // The events some observer wants (the observers are in Control's
+  // ObserverHub), and whether any wants task timings.
   const LogLevel log_level_;  // opts_.logger->level(), read once
-  const std::vector<ObserverSlot> observers_;
   const std::uint32_t observed_;
   const bool timed_;
   Queues queue_;
@@ -593,7 +575,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     switch (route(fill, s->level, may_block, why)) {
       case Route::queued:
         if (observes(Observer::task_enqueued)) [[unlikely]]
-          emit_enqueued(event_of(s));
+          emit_enqueued(s, s->is_long);
         // Counted (pushed): a deadline that passed while this call routed
         // it is fired here; whoever pops the cell reports it, as for the
         // supervisor's.
@@ -603,8 +585,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
       case Route::run_here:
         disarm_queue_deadline(s);
         if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
-          if (s->expire()) emit_settled_in_queue(s);
-          s->release();
+          expire_unqueued(s);  // drops the cell's reference
           return Admission::accepted;
         }
         if (s->leave_queue(TaskStatus::running)) {
@@ -622,9 +603,8 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
     s->refused_as = why;
     // Counted as a refusal already (refused_).
     if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
-    if (observes(Observer::task_rejected)) [[unlikely]] {
-      emit_rejected(event_of(s), TaskStatus::rejected, Errc::rejected, why);
-    }
+    if (observes(Observer::task_rejected)) [[unlikely]]
+      emit_refused(s, s->is_long, why);
     s->release();
     return why;
   }
@@ -632,9 +612,9 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // Events of a plain submission that was queued, refused or swept.
   void note_plain_submission(Route r, Admission why, bool is_long) noexcept {
     if (r == Route::queued) {
-      if (observes(Observer::task_enqueued)) emit_enqueued(plain_event(is_long));
+      if (observes(Observer::task_enqueued)) emit_enqueued(nullptr, is_long);
     } else if (r == Route::refused && observes(Observer::task_rejected)) {
-      emit_rejected(plain_event(is_long), TaskStatus::rejected, Errc::rejected, why);
+      emit_refused(nullptr, is_long, why);
     }
   }
 
@@ -783,18 +763,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   void wait_out_pause(Worker& w);
   // run.cpp
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept;
-  // supervisor.cpp
-  void supervise() noexcept;
-  std::int64_t fire_timers(std::int64_t now);
-  std::int64_t watch_workers(std::int64_t now);
-  void announce(std::vector<WriteOffNote>& notes) noexcept;
-  // Fires `targets` on the stopper thread (inline if it cannot start).
-  void hand_to_stopper(std::vector<StopTarget>& targets) noexcept;
-  void arm_timer(TaskStateBase* s, std::int64_t at_ns, bool exec);
-  void disarm_timer(TaskStateBase* s) noexcept;
+  // supervisor.cpp: the submission path's calls into the Supervisor (a
+  // queue deadline armed, or disarmed when its task left the queue).
   void arm_queue_deadline(TaskStateBase* s);
-  void register_foreign(TaskStateBase* s, std::int64_t deadline_ns) noexcept;
-  void unregister_foreign(TaskStateBase* s) noexcept;
+  void disarm_timer(TaskStateBase* s) noexcept;
   // shutdown.cpp
   // A push that saw the pool stopping: a running shutdown sweeps the cell;
   // after one has finished, the submitter runs (drain) or rejects it here

@@ -1,0 +1,128 @@
+// Delivering events to the pool's observers (crew/observer.hpp).
+#include "observer_hub.hpp"
+
+#include "control.hpp"
+
+namespace crew::detail {
+namespace {
+
+std::chrono::nanoseconds wait_of(std::int64_t enqueued_ns, std::int64_t start_ns) noexcept {
+  return std::chrono::nanoseconds(
+      enqueued_ns != 0 && start_ns > enqueued_ns ? start_ns - enqueued_ns : 0);
+}
+
+}  // namespace
+
+ObserverHub::ObserverHub(const PoolOptions& options)
+    : pool_(options.name),
+      slots_([&options] {
+        std::vector<Slot> slots;
+        for (const auto& obs : options.observers) slots.push_back({obs.get(), obs->events()});
+        return slots;
+      }()),
+      wanted_(events_wanted(options)) {}
+
+std::uint32_t ObserverHub::events_wanted(const PoolOptions& options) noexcept {
+  std::uint32_t all = 0;
+  for (const auto& obs : options.observers) all |= obs->events();
+  return all;
+}
+
+TaskEvent ObserverHub::event_of(const TaskStateBase* s) const noexcept {
+  return TaskEvent{pool_, s->id, s->name(), s->is_long};
+}
+
+TaskEvent ObserverHub::plain_event(bool is_long) const noexcept {
+  return TaskEvent{pool_, 0, {}, is_long};
+}
+
+void ObserverHub::enqueued(const TaskEvent& e) const noexcept {
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::task_enqueued) != 0) o.observer->on_task_enqueued(e);
+  }
+}
+
+void ObserverHub::started(const TaskEvent& e, std::int64_t enqueued_ns,
+                          std::int64_t start_ns) const noexcept {
+  const std::chrono::nanoseconds wait = wait_of(enqueued_ns, start_ns);
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::task_started) != 0) o.observer->on_task_started(e, wait);
+  }
+}
+
+void ObserverHub::finished(const TaskEvent& e, TaskStatus outcome, std::int64_t enqueued_ns,
+                           std::int64_t start_ns, std::int64_t end_ns) const noexcept {
+  const std::chrono::nanoseconds wait = wait_of(enqueued_ns, start_ns);
+  const std::chrono::nanoseconds run(end_ns > start_ns ? end_ns - start_ns : 0);
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::task_finished) != 0)
+      o.observer->on_task_finished(e, outcome, wait, run);
+  }
+}
+
+void ObserverHub::rejected(const TaskEvent& e, TaskStatus outcome, Errc why,
+                           Admission a) const noexcept {
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::task_rejected) != 0) o.observer->on_task_rejected(e, outcome, why, a);
+  }
+}
+
+void ObserverHub::settled_in_queue(const TaskStateBase* s) const noexcept {
+  if (wants(Observer::task_rejected)) {
+    rejected(event_of(s), s->status(), s->reason(), s->refused_as);
+  }
+}
+
+void ObserverHub::worker(WorkerEvent kind, std::uint64_t worker,
+                         const TaskEvent* task) const noexcept {
+  if (!wants(Observer::worker_events)) return;
+  const TaskEvent none = plain_event(false);
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::worker_events) == 0) continue;
+    switch (kind) {
+      case WorkerEvent::started:
+        o.observer->on_worker_started(pool_, worker);
+        break;
+      case WorkerEvent::stopped:
+        o.observer->on_worker_stopped(pool_, worker);
+        break;
+      case WorkerEvent::replaced:
+        o.observer->on_worker_replaced(pool_, worker);
+        break;
+      case WorkerEvent::abandoned:
+        o.observer->on_worker_abandoned(pool_, worker, task != nullptr ? *task : none);
+        break;
+    }
+  }
+}
+
+void ObserverHub::worker_state(std::uint64_t worker, WorkerState from,
+                               WorkerState to) const noexcept {
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::worker_state) != 0) {
+      o.observer->on_worker_state(pool_, worker, from, to);
+    }
+  }
+}
+
+void ObserverHub::pool_state(PoolState from, PoolState to) const noexcept {
+  if (from == to || !wants(Observer::pool_state)) return;
+  for (const Slot& o : slots_) {
+    if ((o.events & Observer::pool_state) != 0) o.observer->on_pool_state(pool_, from, to);
+  }
+}
+
+// The submission path's two events, out of line (Core's inline checks call
+// these only when an observer wants them).
+void Core::emit_enqueued(const TaskStateBase* s, bool is_long) noexcept {
+  const ObserverHub& hub = ctl_->observers;
+  hub.enqueued(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long));
+}
+
+void Core::emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept {
+  const ObserverHub& hub = ctl_->observers;
+  hub.rejected(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long), TaskStatus::rejected,
+               Errc::rejected, why);
+}
+
+}  // namespace crew::detail
