@@ -28,6 +28,7 @@
 #include "observer_hub.hpp"
 #include "os_thread.hpp"
 #include "shutdown_book.hpp"
+#include "shutdown_sequence.hpp"
 #include "stopper.hpp"
 #include "supervisor.hpp"
 #include "timer_heap.hpp"
@@ -242,7 +243,8 @@ struct Control {
   Control(Core& core, const PoolOptions& options)
       : observers(options),
         blocked(options.queue_capacity, options.priority_levels),
-        supervisor(core) {}
+        supervisor(core),
+        shutdown(core, *this) {}
 
   // The observers and the events they hear (user code: never called under
   // a worker's cur_mu; under `mu` only for pool-state edges, see
@@ -268,11 +270,9 @@ struct Control {
   // A worker found PoolOptions::worker_policy refused (warned once).
   std::atomic<bool> policy_refused{false};
 
-  // Shutdowns: one runs at a time; the others wait for its report.
+  // Shutdowns: one runs at a time (ShutdownSequence); the others wait for
+  // its report. Under `mu`: the sequence, write-offs and drops add to it.
   ShutdownBook shutdowns CREW_GUARDED_BY(mu);
-  // A shutdown finished or was given up; the last sweeper left.
-  std::condition_variable shutdown_done;
-  OutcomeCounts lifetime_base CREW_GUARDED_BY(mu);  // outcomes before the last restart
 
   // Submitters blocked on a full shared queue; released in batches once it
   // is down to half its capacity.
@@ -280,6 +280,8 @@ struct Control {
 
   // Deadlines, write-offs, replacements (src/engine/supervisor.hpp).
   Supervisor supervisor;
+  // Shutdown and restart (src/engine/shutdown_sequence.hpp).
+  ShutdownSequence shutdown;
 
   // ---- the worker books: calls that need `mu` (and a worker's cur_mu
   // where named), checked by clang's -Wthread-safety. Each takes the pool's

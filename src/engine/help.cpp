@@ -170,7 +170,7 @@ bool Core::help_once(bool own, bool foreign) {
   }
   on_slot_freed();
   const ForeignNesting nesting;
-  settle_popped_here(cell);
+  ctl_->shutdown.settle_popped_here(cell);
   return true;
 }
 

@@ -173,7 +173,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     // deadline).
     if (s->error && s->detached) report_exception(TaskRef{s->id, s->name()}, s->error);
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
-      note_stopped(s, outcome);
+      ctl_->shutdown.note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
       ctl_->observers.finished(ctl_->observers.event_of(s), outcome, s->enqueued_ns, start, end);
     }

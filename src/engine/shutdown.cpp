@@ -5,6 +5,7 @@
 
 #include "control.hpp"
 #include "crew/detail/barrier.hpp"
+#include "shutdown_sequence.hpp"
 
 namespace crew::detail {
 namespace {
@@ -33,19 +34,26 @@ thread_local const Core* t_shutting_down = nullptr;
 
 }  // namespace
 
+// Core's control calls and the submission path's, handed to the sequence.
 ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
-  Control& ctl = *ctl_;
+  return ctl_->shutdown.run(mode, timeout);
+}
+bool Core::restart() { return ctl_->shutdown.restart(); }
+void Core::on_push_after_close() noexcept { ctl_->shutdown.on_push_after_close(); }
+
+ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  Control& ctl = ctl_;
   const auto t0 = Clock::now();
   ShutdownReport report;
   report.mode = mode;
-  if (t_shutting_down == this) {
+  if (t_shutting_down == &core_) {
     // Called from user code that this pool's own shutdown runs on this
     // thread: waiting for that shutdown would wait for itself. A harder
     // mode is passed on as an escalation; the call returns at once with
     // the pool still stopping.
     MutexLock lock(ctl.mu);
     if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
-    report.final_state = state();
+    report.final_state = core_.state();
     return report;
   }
   struct Running {
@@ -54,25 +62,25 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     Running(const Running&) = delete;
     Running& operator=(const Running&) = delete;
     ~Running() { t_shutting_down = outer; }
-  } running(this);
+  } running(&core_);
   OutcomeCounts before;
   {
     MutexLock lock(ctl.mu);
     // Concurrent callers wait for the first one and share its report; one
     // asking for a harder mode makes the running one escalate to hard now.
     if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
-    while (ctl.shutdowns.running()) ctl.shutdown_done.wait(lock.native());
-    const PoolState st = state();
+    while (ctl.shutdowns.running()) done_.wait(lock.native());
+    const PoolState st = core_.state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
       if (const ShutdownReport* last = ctl.shutdowns.last()) return *last;
       report.final_state = st;
       return report;
     }
     ctl.shutdowns.begin(mode, &report);
-    before = ctl.totals_locked(*this);
-    if (mode != ShutdownMode::drain) life_.start_dropping();
-    set_state(PoolState::stopping);
-    life_.call_attention();
+    before = ctl.totals_locked(core_);
+    if (mode != ShutdownMode::drain) core_.life_.start_dropping();
+    core_.set_state(PoolState::stopping);
+    core_.life_.call_attention();
   }
   // A worker's push into its own queue has no full fence of its own: from
   // here on, either it saw `stopping` (and handles its cell), or its cell
@@ -82,12 +90,12 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   // shutdown is given up: its report no longer points at this frame, and a
   // caller waiting for it (or a later one) runs the sequence again.
   struct GiveUpOnThrow {
-    Core* core;
+    ShutdownSequence* sequence;
     bool done = false;
     ~GiveUpOnThrow() {
-      if (!done) core->give_up_shutdown();
+      if (!done) sequence->give_up();
     }
-  } give_up{this};
+  } give_up_on_throw{this};
   wake_everyone();
   if (mode == ShutdownMode::drain) {
     // Queued tasks run on as many workers as the pool may have, even if
@@ -95,7 +103,7 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     // died or expired): workers start at submission, and a stopping pool
     // starts no more on its own, so a drain right after a burst of posts
     // would otherwise run the queue on the few that were started.
-    grow_for_queued();
+    core_.grow_for_queued();
   } else {
     drop_queue();
   }
@@ -110,23 +118,23 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
         MutexLock lock(ctl.mu);
         ctl.shutdowns.escalated();
       }
-      life_.start_dropping();
-      life_.call_attention();
+      core_.life_.start_dropping();
+      core_.life_.call_attention();
       wake_everyone();
       drop_queue();
       stop_running();
     }
   }
   if (mode == ShutdownMode::hard || escalated) {
-    if (!wait_for_workers(after(Clock::now(), opts_.abandon_grace))) {
+    if (!wait_for_workers(after(Clock::now(), core_.opts_.abandon_grace))) {
       abandon_busy(/*force=*/false);
       // Workers between tasks exit at once; give them one more grace period.
-      if (!wait_for_workers(after(Clock::now(), opts_.abandon_grace))) abandon_busy(true);
+      if (!wait_for_workers(after(Clock::now(), core_.opts_.abandon_grace))) abandon_busy(true);
     }
   }
   // Exited threads are joined by the supervisor (or the destructor): the
   // report is complete once they have left their loops.
-  ctl_->supervisor.wake();
+  ctl_.supervisor.wake();
 
   // Final sweep: cells of submissions that raced the start of the shutdown.
   // The sweep and the check run until the queue is seen empty under the
@@ -135,11 +143,11 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
   for (;;) {
     sweep_queue(run_leftovers);
     MutexLock lock(ctl.mu);
-    if (!queue_.empty()) continue;
+    if (!core_.queue_.empty()) continue;
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
     report.elapsed = Clock::now() - t0;
-    report.lifetime = ctl.totals_locked(*this);
+    report.lifetime = ctl.totals_locked(core_);
     report.during = report.lifetime;
     report.during.succeeded -= before.succeeded;
     report.during.failed -= before.failed;
@@ -147,51 +155,51 @@ ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
     report.during.timed_out -= before.timed_out;
     report.during.rejected -= before.rejected;
     ctl.shutdowns.finish(report);
-    set_state(report.final_state);
-    give_up.done = true;
+    core_.set_state(report.final_state);
+    give_up_on_throw.done = true;
     break;
   }
-  ctl.shutdown_done.notify_all();
+  done_.notify_all();
   // An escalation rejected or cut short work the caller asked to finish, and
   // a destructor's report is read by nobody: a warning, not an info line.
   const LogLevel level = report.escalated ? LogLevel::warning : LogLevel::info;
-  if (logs(level)) log(level, {.pool = opts_.name}, summary_of(report));
+  if (core_.logs(level)) core_.log(level, {.pool = core_.opts_.name}, summary_of(report));
   return report;
 }
 
-bool Core::restart() {
+bool ShutdownSequence::restart() {
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(ctl_.mu);
     // A submitter that raced the last shutdown may still be sweeping what it
     // left in the queue; tasks submitted after this returns must not meet it.
-    while (ctl_->shutdowns.sweeping()) ctl_->shutdown_done.wait(lock.native());
-    const PoolState st = state();
-    if (ctl_->shutdowns.running() ||
+    while (ctl_.shutdowns.sweeping()) done_.wait(lock.native());
+    const PoolState st = core_.state();
+    if (ctl_.shutdowns.running() ||
         (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
     }
-    life_.stop_dropping();
-    set_state(PoolState::running);
-    life_.call_attention();
-    for (std::size_t i = live_workers_.load(); i < opts_.min_workers; ++i) {
-      live_workers_.fetch_add(1, std::memory_order_relaxed);
-      ctl_->spawn_worker_locked(*this, false);
+    core_.life_.stop_dropping();
+    core_.set_state(PoolState::running);
+    core_.life_.call_attention();
+    for (std::size_t i = core_.live_workers_.load(); i < core_.opts_.min_workers; ++i) {
+      core_.live_workers_.fetch_add(1, std::memory_order_relaxed);
+      ctl_.spawn_worker_locked(core_, false);
     }
   }
-  ctl_->supervisor.wake();
+  ctl_.supervisor.wake();
   return true;
 }
 
-void Core::on_push_after_close() noexcept {
+void ShutdownSequence::on_push_after_close() noexcept {
   bool run = false;
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(ctl_.mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
-    if (ctl_->shutdowns.running() || state() < PoolState::stopping) return;
-    const ShutdownReport* last = ctl_->shutdowns.last();
+    if (ctl_.shutdowns.running() || core_.state() < PoolState::stopping) return;
+    const ShutdownReport* last = ctl_.shutdowns.last();
     run = last != nullptr && last->mode == ShutdownMode::drain && !last->escalated;
-    ctl_->shutdowns.enter_sweep();  // restart() waits for this sweep
+    ctl_.shutdowns.enter_sweep();  // restart() waits for this sweep
   }
   // The shutdown has finished: this submitter handles what it left behind
   // (drop_queue adds the rejections to the last report).
@@ -201,56 +209,56 @@ void Core::on_push_after_close() noexcept {
   }
   bool last = false;
   {
-    MutexLock lock(ctl_->mu);
-    last = ctl_->shutdowns.leave_sweep();
+    MutexLock lock(ctl_.mu);
+    last = ctl_.shutdowns.leave_sweep();
   }
-  if (last) ctl_->shutdown_done.notify_all();
+  if (last) done_.notify_all();
 }
 
-void Core::give_up_shutdown() noexcept {
+void ShutdownSequence::give_up() noexcept {
   {
-    MutexLock lock(ctl_->mu);
-    ctl_->shutdowns.give_up();
+    MutexLock lock(ctl_.mu);
+    ctl_.shutdowns.give_up();
   }
-  ctl_->shutdown_done.notify_all();
+  done_.notify_all();
 }
 
-void Core::wake_everyone() noexcept {
-  idle_.wake_all();
-  ctl_->workers_changed.notify_all();  // paused workers
-  ctl_->blocked.release_all();         // blocked submitters see `closed`
+void ShutdownSequence::wake_everyone() noexcept {
+  core_.idle_.wake_all();
+  ctl_.workers_changed.notify_all();  // paused workers
+  ctl_.blocked.release_all();         // blocked submitters see `closed`
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.
-bool Core::wait_for_workers(Clock::time_point deadline) {
-  MutexLock lock(ctl_->mu);
-  while (!ctl_->workers.empty()) {
-    if (ctl_->shutdowns.escalation_pending()) return false;
+bool ShutdownSequence::wait_for_workers(Clock::time_point deadline) {
+  MutexLock lock(ctl_.mu);
+  while (!ctl_.workers.empty()) {
+    if (ctl_.shutdowns.escalation_pending()) return false;
     if (deadline == Clock::time_point::max()) {
-      ctl_->workers_changed.wait(lock.native());
-    } else if (ctl_->workers_changed.wait_until(lock.native(), deadline) ==
+      ctl_.workers_changed.wait(lock.native());
+    } else if (ctl_.workers_changed.wait_until(lock.native(), deadline) ==
                std::cv_status::timeout) {
-      return ctl_->workers.empty();
+      return ctl_.workers.empty();
     }
   }
   return true;
 }
 
 // Rejects everything queued (soft and hard modes, and escalation).
-void Core::drop_queue() {
+void ShutdownSequence::drop_queue() {
   std::vector<TaskRef> dropped;
   std::uint64_t unnamed = 0;
   Cell cell;
-  while (queue_.try_pop(cell)) {
-    on_slot_freed();
+  while (core_.queue_.try_pop(cell)) {
+    core_.on_slot_freed();
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
       cell.destroy();
-      if (observes(Observer::task_rejected)) {
-        ctl_->observers.rejected(ctl_->observers.plain_event(false), TaskStatus::rejected,
-                                 Errc::shutdown_dropped, Admission::accepted);
+      if (core_.observes(Observer::task_rejected)) {
+        ctl_.observers.rejected(ctl_.observers.plain_event(false), TaskStatus::rejected,
+                                Errc::shutdown_dropped, Admission::accepted);
       }
-      shared_.add(TaskStatus::rejected);
+      core_.shared_.add(TaskStatus::rejected);
       ++unnamed;
       continue;
     }
@@ -262,17 +270,17 @@ void Core::drop_queue() {
     // leave_queue counts the outcome it decides; one decided elsewhere
     // (cancelled, expired) was counted there.
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      ctl_->observers.settled_in_queue(s);
+      ctl_.observers.settled_in_queue(s);
       dropped.push_back({s->id, s->name()});
     } else if (!s->ran()) {
-      ctl_->observers.settled_in_queue(s);
+      ctl_.observers.settled_in_queue(s);
     }
   }
-  MutexLock lock(ctl_->mu);
+  MutexLock lock(ctl_.mu);
   // A sweep after the shutdown returned (a submission that raced past its
   // end) adds to the last report, which later shutdown() calls return.
-  ShutdownReport* const current = ctl_->shutdowns.current();
-  ShutdownReport* const target = current != nullptr ? current : ctl_->shutdowns.last();
+  ShutdownReport* const current = ctl_.shutdowns.current();
+  ShutdownReport* const target = current != nullptr ? current : ctl_.shutdowns.last();
   if (current == nullptr && target != nullptr) {
     target->during.rejected += unnamed + dropped.size();
     target->lifetime.rejected += unnamed + dropped.size();
@@ -290,51 +298,51 @@ void Core::drop_queue() {
 
 // Runs a popped cell on this thread, or rejects it while a soft or hard
 // shutdown drops queued tasks; a task decided while queued is counted.
-void Core::settle_popped_here(Cell& cell) {
+void ShutdownSequence::settle_popped_here(Cell& cell) {
   TaskStateBase* s = cell.state();
-  const bool dropping = life_.dropping();
+  const bool dropping = core_.life_.dropping();
   if (s == nullptr) {
     if (dropping) {
       cell.destroy();
       note_dropped(nullptr);
-      count_here(TaskStatus::rejected);
+      core_.count_here(TaskStatus::rejected);
     } else {
-      run_cell_here(cell);
+      core_.run_cell_here(cell);
     }
     return;
   }
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) {
-    ctl_->observers.settled_in_queue(s);
+    ctl_.observers.settled_in_queue(s);
   } else if (s->leave_queue(TaskStatus::running)) {
-    disarm_queue_deadline(s);
-    run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
+    core_.disarm_queue_deadline(s);
+    core_.run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {
-    ctl_->observers.settled_in_queue(s);  // decided (and counted) while queued
+    ctl_.observers.settled_in_queue(s);  // decided (and counted) while queued
   }
   s->release();
 }
 
 // Runs (drain) or rejects whatever is left in the queue, on this thread.
-void Core::sweep_queue(bool run) {
+void ShutdownSequence::sweep_queue(bool run) {
   if (!run) {
     drop_queue();
     return;
   }
   Cell cell;
-  while (queue_.try_pop(cell)) settle_popped_here(cell);
+  while (core_.queue_.try_pop(cell)) settle_popped_here(cell);
 }
 
 // Stops the token of every running long task.
-void Core::stop_running() {
+void ShutdownSequence::stop_running() {
   std::vector<StopTarget> targets;
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(ctl_.mu);
     // Room first: a target holds a reference that a throwing push would lose.
-    targets.reserve(ctl_->workers.size());
-    for (const auto& w : ctl_->workers) {
+    targets.reserve(ctl_.workers.size());
+    for (const auto& w : ctl_.workers) {
       StopTarget t;
       w->cur_mu.lock();
       const bool found = prepare_stop_locked(*w, StopReason::shutdown, t);
@@ -343,25 +351,25 @@ void Core::stop_running() {
     }
   }
   for (StopTarget& t : targets) t.fire();
-  ctl_->supervisor.stop_foreign(StopReason::shutdown);
-  ctl_->supervisor.wake();  // it watches the grace periods of inline runs
+  ctl_.supervisor.stop_foreign(StopReason::shutdown);
+  ctl_.supervisor.wake();  // it watches the grace periods of inline runs
 }
 
 // After the hard phase's grace: writes off the workers still running a task
 // (all remaining workers when `force`).
-void Core::abandon_busy(bool force) {
+void ShutdownSequence::abandon_busy(bool force) {
   std::vector<WriteOffNote> notes;
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    MutexLock lock(ctl_->mu);
-    notes.reserve(ctl_->workers.size());
-    ShutdownReport* r = ctl_->shutdowns.current();
-    hung.reserve(ctl_->workers.size());
-    for (const auto& w : ctl_->workers) {
+    MutexLock lock(ctl_.mu);
+    notes.reserve(ctl_.workers.size());
+    ShutdownReport* r = ctl_.shutdowns.current();
+    hung.reserve(ctl_.workers.size());
+    for (const auto& w : ctl_.workers) {
       bool write_off = false;
       w->cur_mu.lock();
       if (w->cur_task != nullptr || w->cur_long) {
-        ctl_->write_off_run_locked(*this, *w, r, notes);
+        ctl_.write_off_run_locked(core_, *w, r, notes);
         write_off = true;
       } else {
         // A plain short task (no handle, no name): its outcome is counted
@@ -378,22 +386,22 @@ void Core::abandon_busy(bool force) {
       w->cur_mu.unlock();
       if (write_off) hung.push_back(w);
     }
-    for (const auto& w : hung) ctl_->write_off_locked(*this, w);  // each wakes the waiting shutdown
+    for (const auto& w : hung) ctl_.write_off_locked(core_, w);  // each wakes the waiting shutdown
   }
-  ctl_->supervisor.announce(notes, hung);  // observers and the logger, outside the locks
+  ctl_.supervisor.announce(notes, hung);  // observers and the logger, outside the locks
 }
 
-void Core::note_dropped(TaskStateBase* s) noexcept {
+void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
   if (s != nullptr) {
-    ctl_->observers.settled_in_queue(s);
-  } else if (observes(Observer::task_rejected)) {
-    ctl_->observers.rejected(ctl_->observers.plain_event(false), TaskStatus::rejected,
-                             Errc::shutdown_dropped, Admission::accepted);
+    ctl_.observers.settled_in_queue(s);
+  } else if (core_.observes(Observer::task_rejected)) {
+    ctl_.observers.rejected(ctl_.observers.plain_event(false), TaskStatus::rejected,
+                            Errc::shutdown_dropped, Admission::accepted);
   }
-  MutexLock lock(ctl_->mu);
-  ShutdownReport* r = ctl_->shutdowns.current();
-  if (r == nullptr && state() >= PoolState::stopping && ctl_->shutdowns.last() != nullptr) {
-    r = ctl_->shutdowns.last();  // after the shutdown returned: see drop_queue
+  MutexLock lock(ctl_.mu);
+  ShutdownReport* r = ctl_.shutdowns.current();
+  if (r == nullptr && core_.state() >= PoolState::stopping && ctl_.shutdowns.last() != nullptr) {
+    r = ctl_.shutdowns.last();  // after the shutdown returned: see drop_queue
     ++r->during.rejected;
     ++r->lifetime.rejected;
   }
@@ -408,24 +416,13 @@ void Core::note_dropped(TaskStateBase* s) noexcept {
   }
 }
 
-void Core::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
-  MutexLock lock(ctl_->mu);
-  ShutdownReport* r = ctl_->shutdowns.current();
+void ShutdownSequence::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
+  MutexLock lock(ctl_.mu);
+  ShutdownReport* r = ctl_.shutdowns.current();
   if (r == nullptr) return;
   try {
     (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name()});
   } catch (...) {
-  }
-}
-
-void Core::join_exited() {
-  std::vector<std::shared_ptr<Worker>> to_join;
-  {
-    MutexLock lock(ctl_->mu);
-    to_join.swap(ctl_->exited);
-  }
-  for (const auto& w : to_join) {
-    if (w->thread.joinable()) w->thread.join();
   }
 }
 

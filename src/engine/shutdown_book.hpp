@@ -5,11 +5,10 @@
 //
 // Who touches what: all of it is under the pool's Control::mu (the book is
 // a member guarded by it: clang's -Wthread-safety checks every call).
-// Core::shutdown begins, escalates and finishes (or gives up) a shutdown;
-// a concurrent shutdown() asks for escalation and waits on
-// Control::shutdown_done; the sweeps, write-offs and drops add to current()
-// or, after the shutdown returned, last(); restart() waits on
-// Control::shutdown_done until no sweeper is left.
+// ShutdownSequence::run begins, escalates and finishes (or gives up) a
+// shutdown; a concurrent one asks for escalation and waits for its report;
+// the sweeps, write-offs and drops add to current() or, after the shutdown
+// returned, last(); restart() waits until no sweeper is left.
 #pragma once
 
 #include <optional>

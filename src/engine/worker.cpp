@@ -259,7 +259,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
   if (life_.dropping()) [[unlikely]] {
     cell.destroy();
     w.counts.rejected.inc();
-    note_dropped(nullptr);
+    ctl_->shutdown.note_dropped(nullptr);
     return true;
   }
   set_worker_state(w, WorkerState::busy);
@@ -277,7 +277,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
 bool Core::handle_state(Worker& w, TaskStateBase* s) {
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
-    note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
+    ctl_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
     ctl_->observers.settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {

@@ -397,6 +397,7 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // and update Core's counters too.
   friend struct Control;
   friend class Supervisor;
+  friend class ShutdownSequence;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   const PoolOptions opts_;
@@ -767,22 +768,10 @@ class Core final : public std::enable_shared_from_this<Core>, public Runner {
   // queue deadline armed, or disarmed when its task left the queue).
   void arm_queue_deadline(TaskStateBase* s);
   void disarm_timer(TaskStateBase* s) noexcept;
-  // shutdown.cpp
-  // A push that saw the pool stopping: a running shutdown sweeps the cell;
-  // after one has finished, the submitter runs (drain) or rejects it here
-  // and adds the rejections to the pool's last report.
+  // shutdown.cpp: a push that saw the pool stopping, handed to the
+  // ShutdownSequence (a running shutdown sweeps the cell; after one has
+  // finished, the submitter runs or rejects it here).
   void on_push_after_close() noexcept;
-  void wake_everyone() noexcept;
-  void give_up_shutdown() noexcept;
-  bool wait_for_workers(std::chrono::steady_clock::time_point deadline);
-  void drop_queue();
-  void sweep_queue(bool run);
-  void settle_popped_here(Cell& cell);
-  void stop_running();
-  void abandon_busy(bool force);
-  void join_exited();
-  void note_dropped(TaskStateBase* s) noexcept;
-  void note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept;
 };
 
 }  // namespace crew::detail
