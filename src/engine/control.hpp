@@ -52,6 +52,7 @@ class OwnedCounter {
 
 struct WorkerCounters {
   OwnedCounter succeeded, failed, cancelled, timed_out, rejected;
+  OwnedCounter helped;  // cells this thread took in run_pending()
 
   void add(TaskStatus outcome) noexcept;
   [[nodiscard]] OutcomeCounts read() const noexcept;
@@ -78,7 +79,7 @@ inline bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexce
 // locks are held and announced after they are released
 // (Supervisor::announce).
 //
-// The rule: user code never runs under a worker's cur_mu, and under
+// The rule: user code never runs under a worker's run.mu, and under
 // Control::mu only Observer::on_pool_state does. start, resume, shutdown and
 // restart change the pool's state under Control::mu (with the shutdown book
 // and the worker list), and emit the edge there, so that observers hear the
@@ -140,58 +141,18 @@ struct WorkerStateChange {
   bool changed = false;
 };
 
-struct Worker final : Runner {
-  Worker(std::uint64_t id_in, Core* core) : id(id_in) {
-    frame.core = core;
-    pop.hint = id_in;
-  }
-  Worker(const Worker&) = delete;
-  Worker& operator=(const Worker&) = delete;
-
-  // Runs an inline long task, or an observed plain task, at this worker's
-  // top level (see Runner in core.hpp).
-  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
-                void* fn) noexcept override;
-  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
-  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
-  void count_outcome(TaskStatus outcome) noexcept override { counts.add(outcome); }
-
-  const std::uint64_t id;
-  OsThread thread;  // guarded by Control::mu
-  std::atomic<WorkerState> state{WorkerState::starting};
-  // The change to `abandoned` made by write_off_locked (under Control::mu),
-  // announced by the thread that wrote the worker off once it released the
-  // lock (announce_state).
-  WorkerStateChange write_off_change;
-  std::atomic<bool> exit_requested{false};  // stop_worker
-  // Set under cur_mu (and Control::mu) when the worker is written off; the
-  // worker reads it under cur_mu when its run ends, so exactly one of them
-  // counts the outcome.
-  std::atomic<bool> abandoned{false};
-  // A written-off thread starts no more user code (handlers, observers,
-  // hooks): its pool may be gone. A call it was already making when it was
-  // written off may still be running then.
-  [[nodiscard]] bool may_call_user() const noexcept {
-    return !abandoned.load(std::memory_order_acquire);
-  }
-  // Tasks started so far (worker-written).
-  std::atomic<std::uint64_t> task_seq{0};
+// A worker's wake-up bookkeeping: the wake-up policy's (wake.cpp) and the
+// idle stack's (IdleWorkers, whose mutex guards in_idle_stack and
+// waker_cpu). Everything else is the worker thread's own.
+struct WakeSlot {
   // Futex word of the idle stack: bumped by the waker that pops this worker.
-  std::atomic<std::uint32_t> wake_word{0};
+  std::atomic<std::uint32_t> word{0};
   bool in_idle_stack = false;  // guarded by the pool's IdleWorkers
   // The CPU the thread that woke this worker ran on (-1 from
-  // IdleWorkers::wake_all: not a wake-up for work). Written by every waker that
-  // takes this worker off the idle stack, under IdleWorkers' mutex, before it
-  // bumps wake_word; read by the worker only after such a wake-up.
+  // IdleWorkers::wake_all: not a wake-up for work). Written by every waker
+  // that takes this worker off the idle stack, under IdleWorkers' mutex,
+  // before it bumps `word`; read by the worker only after such a wake-up.
   int waker_cpu = -1;
-  // Worker-thread only.
-  std::uint32_t seen_attention = 0;
-  PopState pop;
-  // The end time of the last long run and the task_seq it ended: a run that
-  // starts right after it (no other task, no wait in between) reuses it as
-  // its start time instead of reading the clock again.
-  std::int64_t clock_ns = 0;
-  std::uint64_t clock_seq = 0;
   // When this worker first deferred help for a backlog (wake_due), since it
   // last saw the queue empty; 0: not deferring.
   std::int64_t backlog_since_ns = 0;
@@ -205,19 +166,73 @@ struct Worker final : Runner {
   // without spinning, and sleeps at the bottom of the idle stack, so that
   // the next wake-up tries another worker. Cleared when it sleeps.
   bool crowded = false;
+};
 
-  // The top-level run the supervisor watches: a long task (task state or
-  // inline) or a task-state short task (for snapshots).
-  mutable SpinLock cur_mu;
-  TaskStateBase* cur_task CREW_GUARDED_BY(cur_mu) = nullptr;
-  bool cur_long CREW_GUARDED_BY(cur_mu) = false;
-  std::int64_t cur_started_ns CREW_GUARDED_BY(cur_mu) = 0;
-  std::int64_t cur_deadline_ns CREW_GUARDED_BY(cur_mu) = 0;          // 0 = none
-  StopReason cur_reason CREW_GUARDED_BY(cur_mu) = StopReason::none;  // inline runs
+// A worker's top-level run, which the supervisor, a hard shutdown and
+// workers() watch: a long task (task state or inline) or a task-state short
+// task (for snapshots). The fields under `mu` are written by the worker
+// thread when a run starts and ends, and read (or decided, by a write-off)
+// by the others; the rest is the worker thread's own.
+struct RunSlot {
+  mutable SpinLock mu;
+  TaskStateBase* task CREW_GUARDED_BY(mu) = nullptr;
+  bool is_long CREW_GUARDED_BY(mu) = false;
+  std::int64_t started_ns CREW_GUARDED_BY(mu) = 0;
+  std::int64_t deadline_ns CREW_GUARDED_BY(mu) = 0;          // 0 = none
+  StopReason reason CREW_GUARDED_BY(mu) = StopReason::none;  // inline runs
 
   RunFrame frame;  // stop source of its top-level long tasks
+  // Tasks started so far (worker-written).
+  std::atomic<std::uint64_t> seq{0};
+  // The end time of the last long run and the `seq` it ended: a run that
+  // starts right after it (no other task, no wait in between) reuses it as
+  // its start time instead of reading the clock again.
+  std::int64_t clock_ns = 0;
+  std::uint64_t clock_seq = 0;
+};
+
+struct Worker final : Runner {
+  Worker(std::uint64_t id_in, Core* core) : id(id_in) {
+    run.frame.core = core;
+    pop.hint = id_in;
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Runs an inline long task, or an observed plain task, at this worker's
+  // top level (see Runner in core.hpp).
+  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                void* fn) noexcept override;
+  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void count_outcome(TaskStatus outcome) noexcept override { counts.add(outcome); }
+
+  // A written-off thread starts no more user code (handlers, observers,
+  // hooks): its pool may be gone. A call it was already making when it was
+  // written off may still be running then.
+  [[nodiscard]] bool may_call_user() const noexcept {
+    return !abandoned.load(std::memory_order_acquire);
+  }
+
+  const std::uint64_t id;
+  OsThread thread;  // guarded by Control::mu
+  std::atomic<WorkerState> state{WorkerState::starting};
+  // The change to `abandoned` made by write_off_locked (under Control::mu),
+  // announced by the thread that wrote the worker off once it released the
+  // lock (announce_state).
+  WorkerStateChange write_off_change;
+  std::atomic<bool> exit_requested{false};  // stop_worker
+  // Set under run.mu (and Control::mu) when the worker is written off; the
+  // worker reads it under run.mu when its run ends, so exactly one of them
+  // counts the outcome.
+  std::atomic<bool> abandoned{false};
+  // Worker-thread only.
+  std::uint32_t seen_attention = 0;
+  PopState pop;
+
+  WakeSlot wake;
+  RunSlot run;
   alignas(kCacheLine) WorkerCounters counts;
-  OwnedCounter helped;  // cells this thread took in run_pending()
 };
 
 // The one place a worker's state changes, without its event. The worker
@@ -227,7 +242,7 @@ struct Worker final : Runner {
 // stored between the two would be overwritten, and the written-off thread
 // would look busy or idle again (abandon_busy deciding from it, observers
 // hearing of a state after the abandonment).
-// A thread that holds Control::mu or the worker's cur_mu announces the
+// A thread that holds Control::mu or the worker's run.mu announces the
 // change once it has released them (announce_state), so that observers
 // never run under the pool's locks; any other thread calls
 // set_worker_state, which does both.
@@ -247,7 +262,7 @@ struct Control {
         shutdown(core, *this) {}
 
   // The observers and the events they hear (user code: never called under
-  // a worker's cur_mu; under `mu` only for pool-state edges, see
+  // a worker's run.mu; under `mu` only for pool-state edges, see
   // WriteOffNote).
   const ObserverHub observers;
 
@@ -283,7 +298,7 @@ struct Control {
   // Shutdown and restart (src/engine/shutdown_sequence.hpp).
   ShutdownSequence shutdown;
 
-  // ---- the worker books: calls that need `mu` (and a worker's cur_mu
+  // ---- the worker books: calls that need `mu` (and a worker's run.mu
   // where named), checked by clang's -Wthread-safety. Each takes the pool's
   // Core for the counters it shares with the submission path. None calls
   // user code (observers and the logger hear of what they did after the
@@ -310,13 +325,13 @@ struct Control {
   // (supervisor.cpp); `notes` must have room for one more note (reserved by
   // the caller), which Supervisor::announce delivers after the locks.
   void write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
-                            std::vector<WriteOffNote>& notes) noexcept CREW_REQUIRES(mu, w.cur_mu);
+                            std::vector<WriteOffNote>& notes) noexcept CREW_REQUIRES(mu, w.run.mu);
 };
 
 // Tells observers of a change made by change_worker_state; no lock held.
 inline void announce_state(const Worker& w, const WorkerStateChange& change) noexcept {
   if (!change.changed) return;
-  Core& c = *w.frame.core;
+  Core& c = *w.run.frame.core;
   if (c.observes(Observer::worker_state)) [[unlikely]]
     c.control().observers.worker_state(w.id, change.from, change.to);
 }
@@ -329,7 +344,7 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
 // Prepares a stop of the worker's current top-level long run (run.cpp).
 // False if there is none.
 bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept
-    CREW_REQUIRES(w.cur_mu);
+    CREW_REQUIRES(w.run.mu);
 
 // Core's calls into its Control that the engine makes on hot paths (a
 // worker's pop), inline here where Control is complete.

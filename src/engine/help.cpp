@@ -163,7 +163,7 @@ bool Core::help_once(bool own, bool foreign) {
         !(foreign && stack_allows_help() && queue_.pop_foreign(cell, w->pop))) {
       return false;
     }
-    w->helped.inc();
+    w->counts.helped.inc();
   } else {
     if (!foreign || !stack_allows_help() || !queue_.try_pop(cell)) return false;
     helped_.fetch_add(1, std::memory_order_relaxed);

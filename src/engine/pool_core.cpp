@@ -231,9 +231,9 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
     Worker& w = **it;
     if (w.exit_requested.exchange(true)) return true;
     if (how == WorkerStop::hard) {
-      w.cur_mu.lock();
+      w.run.mu.lock();
       (void)prepare_stop_locked(w, StopReason::cancelled, target);
-      w.cur_mu.unlock();
+      w.run.mu.unlock();
     }
     life_.call_attention();
   }
@@ -300,7 +300,7 @@ PoolStats Core::stats() const {
   s.abandoned = ctl_->tasks_abandoned;
   s.workers_replaced = ctl_->workers_replaced;
   s.helped = helped_.load(std::memory_order_relaxed) + ctl_->retired_helped;
-  for (const auto& w : ctl_->workers) s.helped += w->helped.get();
+  for (const auto& w : ctl_->workers) s.helped += w->counts.helped.get();
   return s;
 }
 
@@ -313,13 +313,13 @@ std::vector<WorkerInfo> Core::workers() const {
     WorkerInfo info;
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
-    w->cur_mu.lock();
-    if (w->cur_task != nullptr) info.task = TaskRef{w->cur_task->id, w->cur_task->name()};
-    if (w->cur_started_ns != 0)
-      info.running_for = std::chrono::nanoseconds(now - w->cur_started_ns);
-    if (w->cur_deadline_ns != 0 && now > w->cur_deadline_ns)
-      info.overdue_for = std::chrono::nanoseconds(now - w->cur_deadline_ns);
-    w->cur_mu.unlock();
+    w->run.mu.lock();
+    if (w->run.task != nullptr) info.task = TaskRef{w->run.task->id, w->run.task->name()};
+    if (w->run.started_ns != 0)
+      info.running_for = std::chrono::nanoseconds(now - w->run.started_ns);
+    if (w->run.deadline_ns != 0 && now > w->run.deadline_ns)
+      info.overdue_for = std::chrono::nanoseconds(now - w->run.deadline_ns);
+    w->run.mu.unlock();
     out.push_back(std::move(info));
   }
   return out;

@@ -15,15 +15,15 @@ namespace {
 // The start time of a long run on `w`: the end of the previous run when this
 // one follows it directly, else the clock.
 std::int64_t start_time(Worker& w) noexcept {
-  if (w.clock_ns != 0 && w.clock_seq + 1 == w.task_seq.load(std::memory_order_relaxed)) {
-    return w.clock_ns;
+  if (w.run.clock_ns != 0 && w.run.clock_seq + 1 == w.run.seq.load(std::memory_order_relaxed)) {
+    return w.run.clock_ns;
   }
   return now_ns();
 }
 
 void end_time(Worker& w, std::int64_t end) noexcept {
-  w.clock_ns = end;
-  w.clock_seq = w.task_seq.load(std::memory_order_relaxed);
+  w.run.clock_ns = end;
+  w.run.clock_seq = w.run.seq.load(std::memory_order_relaxed);
 }
 
 // Replaces a source a stop went through, and creates it on first use.
@@ -78,7 +78,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
   const bool watched = w != nullptr && top_level;
   RunFrame local;
   local.core = this;
-  RunFrame* frame = watched ? &w->frame : &local;
+  RunFrame* frame = watched ? &w->run.frame : &local;
   const bool clocked = s->is_long || timed_;  // needs start and end times
   const std::int64_t start = !clocked ? 0 : watched ? start_time(*w) : now_ns();
   std::int64_t deadline = 0;
@@ -90,13 +90,13 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     if (s->timeout().count() > 0) deadline = saturating_add(start, s->timeout().count());
   }
   if (watched) {
-    w->cur_mu.lock();
-    w->cur_task = s;
-    w->cur_long = s->is_long;
-    w->cur_started_ns = start;
-    w->cur_deadline_ns = deadline;
+    w->run.mu.lock();
+    w->run.task = s;
+    w->run.is_long = s->is_long;
+    w->run.started_ns = start;
+    w->run.deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
-    w->cur_mu.unlock();
+    w->run.mu.unlock();
     if (deadline != 0) ctl_->supervisor.need_by(deadline);
   } else if (s->is_long) {
     ctl_->supervisor.register_foreign(s, deadline);
@@ -123,13 +123,13 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
   const std::int64_t end = clocked ? now_ns() : 0;
   if (watched) {
     if (clocked) end_time(*w, end);
-    w->cur_mu.lock();
+    w->run.mu.lock();
     const bool abandoned = w->abandoned.load(std::memory_order_relaxed);
-    w->cur_task = nullptr;
-    w->cur_long = false;
-    w->cur_started_ns = 0;
-    w->cur_deadline_ns = 0;
-    w->cur_mu.unlock();
+    w->run.task = nullptr;
+    w->run.is_long = false;
+    w->run.started_ns = 0;
+    w->run.deadline_ns = 0;
+    w->run.mu.unlock();
     if (abandoned) {
       // Its outcome was decided when it was written off; whoever waits for
       // the callable itself (a group, a batch) may go on now.
@@ -183,25 +183,25 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
 }
 
 // An inline long task at a worker's top level: no task state, no
-// allocation. The run slot under cur_mu is what the supervisor and a hard
+// allocation. The run slot under run.mu is what the supervisor and a hard
 // shutdown see; the stop reason is kept there too.
 void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                       void* fn) noexcept {
-  Core& c = *frame.core;
+  Core& c = *run.frame.core;
   const ObserverHub& hub = c.control().observers;
   try {
-    ready_source(frame);
+    ready_source(run.frame);
   } catch (...) {
   }
   const std::int64_t start = start_time(*this);
   const std::int64_t deadline = timeout.count() > 0 ? saturating_add(start, timeout.count()) : 0;
-  cur_mu.lock();
-  cur_long = true;
-  cur_started_ns = start;
-  cur_deadline_ns = deadline;
-  cur_reason = StopReason::none;
-  frame.stop_at_ns.store(0, std::memory_order_relaxed);
-  cur_mu.unlock();
+  run.mu.lock();
+  run.is_long = true;
+  run.started_ns = start;
+  run.deadline_ns = deadline;
+  run.reason = StopReason::none;
+  run.frame.stop_at_ns.store(0, std::memory_order_relaxed);
+  run.mu.unlock();
   if (deadline != 0) c.control().supervisor.need_by(deadline);
   if (c.observes(Observer::task_started)) [[unlikely]] {
     hub.started(hub.plain_event(true), enqueued_ns, start);
@@ -211,7 +211,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   std::exception_ptr error;
   try {
     TaskContext ctx;
-    ctx.stop_token = frame.source.get_token();
+    ctx.stop_token = run.frame.source.get_token();
     ctx.deadline = time_point_of(deadline);
     call(fn, ctx);
   } catch (...) {
@@ -220,13 +220,13 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   }
   const std::int64_t end = now_ns();
   end_time(*this, end);
-  cur_mu.lock();
+  run.mu.lock();
   const bool written_off = abandoned.load(std::memory_order_relaxed);
-  const StopReason stop = cur_reason;
-  cur_long = false;
-  cur_started_ns = 0;
-  cur_deadline_ns = 0;
-  cur_mu.unlock();
+  const StopReason stop = run.reason;
+  run.is_long = false;
+  run.started_ns = 0;
+  run.deadline_ns = 0;
+  run.mu.unlock();
   if (written_off) return;  // counted when it was written off
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
@@ -240,7 +240,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
 }
 
 void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
-  Core& c = *frame.core;
+  Core& c = *run.frame.core;
   const ObserverHub& hub = c.control().observers;
   const std::int64_t start = start_time(*this);
   if (c.observes(Observer::task_started)) hub.started(hub.plain_event(false), enqueued_ns, start);
@@ -317,24 +317,24 @@ void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noex
 }
 
 bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {
-  if (!w.cur_long) return false;
+  if (!w.run.is_long) return false;
   out.reason = why;
-  if (w.cur_task != nullptr) {
-    w.cur_task->add_ref();
-    out.task = w.cur_task;  // request_stop stops the token and wakes the supervisor
+  if (w.run.task != nullptr) {
+    w.run.task->add_ref();
+    out.task = w.run.task;  // request_stop stops the token and wakes the supervisor
     // The reason and the grace period count from now, not from when the
     // stopper gets to the request: a slow stop callback of another task
     // must not defer or change the write-off of this one.
-    w.cur_task->note_stop_reason(why);
+    w.run.task->note_stop_reason(why);
     std::int64_t unset = 0;
-    w.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+    w.run.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
     return true;
   }
-  if (w.cur_reason == StopReason::none) w.cur_reason = why;
-  w.frame.poisoned = true;
+  if (w.run.reason == StopReason::none) w.run.reason = why;
+  w.run.frame.poisoned = true;
   std::int64_t unset = 0;
-  w.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
-  out.source = w.frame.source;
+  w.run.frame.stop_at_ns.compare_exchange_strong(unset, now_ns(), std::memory_order_acq_rel);
+  out.source = w.run.frame.source;
   return true;
 }
 

@@ -344,9 +344,9 @@ void ShutdownSequence::stop_running() {
     targets.reserve(ctl_.workers.size());
     for (const auto& w : ctl_.workers) {
       StopTarget t;
-      w->cur_mu.lock();
+      w->run.mu.lock();
       const bool found = prepare_stop_locked(*w, StopReason::shutdown, t);
-      w->cur_mu.unlock();
+      w->run.mu.unlock();
       if (found) targets.push_back(std::move(t));
     }
   }
@@ -367,8 +367,8 @@ void ShutdownSequence::abandon_busy(bool force) {
     hung.reserve(ctl_.workers.size());
     for (const auto& w : ctl_.workers) {
       bool write_off = false;
-      w->cur_mu.lock();
-      if (w->cur_task != nullptr || w->cur_long) {
+      w->run.mu.lock();
+      if (w->run.task != nullptr || w->run.is_long) {
         ctl_.write_off_run_locked(core_, *w, r, notes);
         write_off = true;
       } else {
@@ -383,7 +383,7 @@ void ShutdownSequence::abandon_busy(bool force) {
           write_off = true;
         }
       }
-      w->cur_mu.unlock();
+      w->run.mu.unlock();
       if (write_off) hung.push_back(w);
     }
     for (const auto& w : hung) ctl_.write_off_locked(core_, w);  // each wakes the waiting shutdown

@@ -23,7 +23,7 @@
 
 namespace crew::detail {
 
-// What to stop, taken under a worker's cur_mu (or from the timer heap) and
+// What to stop, taken under a worker's run.mu (or from the timer heap) and
 // fired outside it (stop callbacks are user code).
 struct StopTarget {
   TaskStateBase* task = nullptr;  // holds a reference

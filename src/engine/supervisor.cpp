@@ -182,10 +182,10 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
     replaced.reserve(ctl.replacements_due + ctl.workers.size());
     hung.reserve(ctl.workers.size());
     for (const auto& w : ctl.workers) {
-      w->cur_mu.lock();
-      if (w->cur_long) {
-        const std::int64_t stop_at = w->frame.stop_at_ns.load(std::memory_order_acquire);
-        const std::int64_t deadline = w->cur_deadline_ns;
+      w->run.mu.lock();
+      if (w->run.is_long) {
+        const std::int64_t stop_at = w->run.frame.stop_at_ns.load(std::memory_order_acquire);
+        const std::int64_t deadline = w->run.deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
             ctl.write_off_run_locked(core, *w, ctl.shutdowns.current(), notes);
@@ -203,7 +203,7 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
           }
         }
       }
-      w->cur_mu.unlock();
+      w->run.mu.unlock();
     }
     for (const auto& w : hung) {
       ctl.write_off_locked(core, w);
@@ -258,10 +258,10 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
   return next;
 }
 
-// Under Control::mu and w.cur_mu: decides the outcome of the worker's
+// Under Control::mu and w.run.mu: decides the outcome of the worker's
 // current run as abandoned (cancelled, or timed_out if its deadline stopped
 // it) and marks the worker, so that the run's own end does not count it
-// again. The run's thread clears its run slot under w.cur_mu before it
+// again. The run's thread clears its run slot under w.run.mu before it
 // decides an outcome, so a run found there is always this call's to decide.
 // Observers and the logger hear of it from Supervisor::announce, after the
 // locks are released.
@@ -270,13 +270,13 @@ void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report
   CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
   WriteOffNote note;
   note.worker = w.id;
-  note.started_ns = w.cur_started_ns;
-  TaskStateBase* const s = w.cur_task;
-  const StopReason reason = s != nullptr ? s->stop_reason() : w.cur_reason;
+  note.started_ns = w.run.started_ns;
+  TaskStateBase* const s = w.run.task;
+  const StopReason reason = s != nullptr ? s->stop_reason() : w.run.reason;
   if (reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
   // Counted before it is published, as run_claimed does. The running thread
-  // clears cur_task under cur_mu before it decides an outcome, so with
-  // cur_task set the outcome is the write-off's to decide.
+  // clears run.task under run.mu before it decides an outcome, so with
+  // run.task set the outcome is the write-off's to decide.
   core.shared_.add(note.outcome);
   if (s != nullptr) {
     const bool decided = s->finish_written_off(note.outcome);

@@ -20,7 +20,7 @@
 //   root_stop_*        the thread that stops PoolOptions::stop_token sets
 //                      the flag; the supervisor takes it
 // User code (observers, the logger, stop callbacks) never runs here under
-// Control::mu or a worker's cur_mu: write-offs are announced after the
+// Control::mu or a worker's run.mu: write-offs are announced after the
 // locks (announce), stop requests are fired outside them.
 #pragma once
 

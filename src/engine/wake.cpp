@@ -72,8 +72,8 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   if (!already_spinning) idle_.take_token();
   bool token = true;
   set_worker_state(w, WorkerState::idle);
-  w.clock_ns = 0;  // the next run waited: read the clock afresh
-  const bool may_spin = opts_.spin.count() != 0 && !w.crowded;
+  w.run.clock_ns = 0;  // the next run waited: read the clock afresh
+  const bool may_spin = opts_.spin.count() != 0 && !w.wake.crowded;
   std::int64_t last_look = may_spin ? now_ns() : 0;
   // On a contended machine the spin lasts about what a wake-up costs.
   std::int64_t window = may_spin && !opts_.spin_when_contended && cpus_contended(last_look)
@@ -87,7 +87,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
   for (unsigned i = 0;; ++i) {
     const std::size_t queued = queue_.size();
     if (queued == 0) {
-      w.backlog_since_ns = 0;
+      w.wake.backlog_since_ns = 0;
       stuck = 0;
     } else {
       // Help is brought in before this worker takes its task, not after: the
@@ -132,11 +132,11 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
         break;
       }
       if (queued == 0) {
-        if (w.on_cpu_since_ns == 0) {
-          w.on_cpu_since_ns = now;
-        } else if (now - w.on_cpu_since_ns > kSpinYieldNs) {
+        if (w.wake.on_cpu_since_ns == 0) {
+          w.wake.on_cpu_since_ns = now;
+        } else if (now - w.wake.on_cpu_since_ns > kSpinYieldNs) {
           sched_yield();
-          w.on_cpu_since_ns = now_ns();
+          w.wake.on_cpu_since_ns = now_ns();
         }
       }
       if (window > kContendedSpinNs && !opts_.spin_when_contended && cpus_contended(now)) {
@@ -170,22 +170,22 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
 bool Core::wake_due(Worker& w, std::size_t queued) noexcept {
   if (queued >= kBurst || idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
-  if (w.backlog_since_ns == 0) {
-    w.backlog_since_ns = now;
+  if (w.wake.backlog_since_ns == 0) {
+    w.wake.backlog_since_ns = now;
     return false;
   }
-  if (now - w.backlog_since_ns < kBacklogNs) return false;
-  w.backlog_since_ns = now;
+  if (now - w.wake.backlog_since_ns < kBacklogNs) return false;
+  w.wake.backlog_since_ns = now;
   return true;
 }
 
 // A worker popping without spinning after it deferred help looks again
 // every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
 void Core::wake_for_backlog(Worker& w) noexcept {
-  if ((++w.drained & 7) != 0) return;
+  if ((++w.wake.drained & 7) != 0) return;
   const std::size_t queued = queue_.size();
   if (queued == 0) {
-    w.backlog_since_ns = 0;
+    w.wake.backlog_since_ns = 0;
   } else if (!idle_.spinner_running() && wake_due(w, queued)) {
     wake_or_grow();
   }
@@ -258,12 +258,12 @@ void Core::wake_for_push() noexcept {
 }
 
 void IdleWorkers::pop_locked(Worker& w, int waker_cpu) noexcept {
-  w.in_idle_stack = false;
+  w.wake.in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   hand_token();  // to the woken worker
-  w.waker_cpu = waker_cpu;
-  w.wake_word.fetch_add(1, std::memory_order_release);
-  futex_wake(w.wake_word, 1);
+  w.wake.waker_cpu = waker_cpu;
+  w.wake.word.fetch_add(1, std::memory_order_release);
+  futex_wake(w.wake.word, 1);
 }
 
 bool IdleWorkers::wake_one(int waker_cpu) noexcept {
@@ -288,15 +288,15 @@ void IdleWorkers::push(Worker& w, bool bottom) noexcept {
   MutexLock lock(mu_);
   stack_.push_back(&w);
   if (bottom) std::rotate(stack_.begin(), stack_.end() - 1, stack_.end());
-  w.in_idle_stack = true;
+  w.wake.in_idle_stack = true;
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
 }
 
 bool IdleWorkers::leave(Worker& w) noexcept {
   MutexLock lock(mu_);
-  if (!w.in_idle_stack) return false;
+  if (!w.wake.in_idle_stack) return false;
   std::erase(stack_, &w);
-  w.in_idle_stack = false;
+  w.wake.in_idle_stack = false;
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   return true;
 }
@@ -314,15 +314,15 @@ void Core::wait_out_pause(Worker& w) {
 }
 
 Core::Slept Core::sleep_for_work(Worker& w) noexcept {
-  const std::uint32_t key = w.wake_word.load(std::memory_order_acquire);
+  const std::uint32_t key = w.wake.word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
-  idle_.push(w, /*bottom=*/w.crowded);
-  w.crowded = false;
+  idle_.push(w, /*bottom=*/w.wake.crowded);
+  w.wake.crowded = false;
   // Woken by a waker (it handed over a spinning token): note whether this
   // worker landed on the waker's CPU.
   auto handed = [&] {
-    const int cpu = w.waker_cpu;
-    w.crowded = cpu >= 0 && cpu == sched_getcpu();
+    const int cpu = w.wake.waker_cpu;
+    w.wake.crowded = cpu >= 0 && cpu == sched_getcpu();
     return Slept::woken_spinning;
   };
   // Leaves the idle stack on its own for `why`, unless a waker took it off
@@ -388,9 +388,9 @@ Core::Slept Core::sleep_for_work(Worker& w) noexcept {
       const std::int64_t watch_at = saturating_add(now, kWatchNs);
       wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
     }
-    futex_wait(w.wake_word, key, time_point_of(wake_at));
-    w.on_cpu_since_ns = 0;
-    if (w.wake_word.load(std::memory_order_acquire) != key) return handed();
+    futex_wait(w.wake.word, key, time_point_of(wake_at));
+    w.wake.on_cpu_since_ns = 0;
+    if (w.wake.word.load(std::memory_order_acquire) != key) return handed();
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.

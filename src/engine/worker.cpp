@@ -79,14 +79,14 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
   // Written off while in its start hook (it hung there through a hard
   // shutdown's last grace period): it is off the books and must not serve
-  // tasks. abandon_busy reads the state and writes off under cur_mu.
+  // tasks. abandon_busy reads the state and writes off under run.mu.
   bool written_off = false;
   if (started) {
     WorkerStateChange idle;
-    w->cur_mu.lock();
+    w->run.mu.lock();
     written_off = w->abandoned.load(std::memory_order_acquire);
     if (!written_off) idle = change_worker_state(*w, WorkerState::idle);
-    w->cur_mu.unlock();
+    w->run.mu.unlock();
     announce_state(*w, idle);
   }
   Exit how = written_off ? Exit::abandoned : Exit::leave;
@@ -144,7 +144,7 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   {
     MutexLock lock(ctl.mu);
     add_to(ctl.retired, w->counts.read());
-    ctl.retired_helped += w->helped.get();
+    ctl.retired_helped += w->counts.helped.get();
     // `abandoned` is set under this mutex, so this check cannot race a
     // write-off: a written-off worker is off the books already.
     if (w->abandoned.load(std::memory_order_acquire)) {
@@ -188,7 +188,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
         if (attend(w, how)) break;
       }
       if (queue_.try_pop(cell, w.pop)) {
-        if (w.backlog_since_ns != 0) wake_for_backlog(w);
+        if (w.wake.backlog_since_ns != 0) wake_for_backlog(w);
         after_batch(w);
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
@@ -263,7 +263,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
     return true;
   }
   set_worker_state(w, WorkerState::busy);
-  w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  w.run.seq.store(w.run.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   try {
     if (!cell.invoke_and_destroy(&w)) w.counts.succeeded.inc();
   } catch (...) {
@@ -288,7 +288,7 @@ bool Core::handle_state(Worker& w, TaskStateBase* s) {
   } else {
     disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);
-    w.task_seq.store(w.task_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    w.run.seq.store(w.run.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference
   }
   s->release();
