@@ -28,9 +28,9 @@ if [[ "${1:-}" == --self-test ]]; then
       exit 1
     fi
   }
-  expect_failure "an engine header in src/pool" src/pool/group.cpp '#include "control.hpp"'
+  expect_failure "an engine header in src/pool" src/pool/group.cpp '#include "pool_runtime.hpp"'
   expect_failure "an engine header in tests/pool" tests/pool/task_test.cpp '#include "timer_heap.hpp"'
-  expect_failure "a relative include" src/app/signals.cpp '#include "../engine/control.hpp"'
+  expect_failure "a relative include" src/app/signals.cpp '#include "../engine/pool_runtime.hpp"'
   expect_failure "crew_engine_internal outside tests/engine" tests/pool/CMakeLists.txt \
     'target_link_libraries(pool_test PRIVATE crew_engine_internal)'
   echo "layering self-test: ok"

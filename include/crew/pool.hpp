@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-#include "crew/detail/core.hpp"
+#include "crew/detail/pool_core.hpp"
 #include "crew/detail/submit_api.hpp"
 #include "crew/error.hpp"
 #include "crew/pool_types.hpp"
@@ -63,9 +63,9 @@ class PoolStatsHandle {
 
  private:
   friend class Pool;
-  PoolStatsHandle(std::weak_ptr<const detail::Core> core, std::string name)
+  PoolStatsHandle(std::weak_ptr<const detail::PoolCore> core, std::string name)
       : core_(std::move(core)), name_(std::move(name)) {}
-  std::weak_ptr<const detail::Core> core_;
+  std::weak_ptr<const detail::PoolCore> core_;
   std::string name_;
 };
 
@@ -202,19 +202,19 @@ class Pool : public detail::SubmitApi<Pool> {
     }
   }
 
-  std::shared_ptr<detail::Core> core_;
+  std::shared_ptr<detail::PoolCore> core_;
 };
 
 namespace detail {
 
 // The one door into a pool's engine, for crew's own facades: Group submits
-// its short tasks without a task state (Core::post_counted) and tells the
+// its short tasks without a task state (PoolCore::post_counted) and tells the
 // pool's workers from other threads; ShardedPool places a task through a
 // shard's own enqueue. Not for user code: the core is not a public API.
 class PoolAccess {
  public:
-  static Core& core(Pool& pool) noexcept { return *pool.core_; }
-  static const Core& core(const Pool& pool) noexcept { return *pool.core_; }
+  static PoolCore& core(Pool& pool) noexcept { return *pool.core_; }
+  static const PoolCore& core(const Pool& pool) noexcept { return *pool.core_; }
   template <bool kHandle, bool kMayBlock, class F>
   static decltype(auto) enqueue(Pool& pool, F&& f, TaskOptions&& opts) {
     return pool.enqueue<kHandle, kMayBlock>(std::forward<F>(f), std::move(opts));

@@ -13,7 +13,7 @@
 #include <exception>
 #include <string>
 
-#include "control.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew::detail {
 namespace {
@@ -152,9 +152,9 @@ std::string stack_exhausted_message(std::string_view what) {
 NoStackThrowScope::NoStackThrowScope() noexcept { ++t_no_stack_throw; }
 NoStackThrowScope::~NoStackThrowScope() { --t_no_stack_throw; }
 
-bool Core::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
+bool PoolCore::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
 
-bool Core::help_once(bool own, bool foreign) {
+bool PoolCore::help_once(bool own, bool foreign) {
   if (state() == PoolState::paused) return false;
   Cell cell;
   Worker* w = t_current.core == this ? t_current.worker : nullptr;
@@ -170,11 +170,11 @@ bool Core::help_once(bool own, bool foreign) {
   }
   on_slot_freed();
   const ForeignNesting nesting;
-  ctl_->shutdown.settle_popped_here(cell);
+  rt_->shutdown.settle_popped_here(cell);
   return true;
 }
 
-bool Core::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
+bool PoolCore::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
   Clock::duration nap = std::chrono::microseconds(50);
   while (!s->done()) {

@@ -1,7 +1,7 @@
 // Delivering events to the pool's observers (crew/observer.hpp).
 #include "observer_hub.hpp"
 
-#include "control.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew::detail {
 namespace {
@@ -112,15 +112,15 @@ void ObserverHub::pool_state(PoolState from, PoolState to) const noexcept {
   }
 }
 
-// The submission path's two events, out of line (Core's inline checks call
+// The submission path's two events, out of line (PoolCore's inline checks call
 // these only when an observer wants them).
-void Core::emit_enqueued(const TaskStateBase* s, bool is_long) noexcept {
-  const ObserverHub& hub = ctl_->observers;
+void PoolCore::emit_enqueued(const TaskStateBase* s, bool is_long) noexcept {
+  const ObserverHub& hub = rt_->observers;
   hub.enqueued(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long));
 }
 
-void Core::emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept {
-  const ObserverHub& hub = ctl_->observers;
+void PoolCore::emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept {
+  const ObserverHub& hub = rt_->observers;
   hub.rejected(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long), TaskStatus::rejected,
                Errc::rejected, why);
 }

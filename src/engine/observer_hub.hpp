@@ -1,7 +1,7 @@
 // src/engine/observer_hub.hpp (private): a pool's observers
 // (PoolOptions::observers) and the events it delivers to them
 // (crew/observer.hpp). Each emit is called only when some observer wants
-// the event (Core::observes), so a pool without observers never enters
+// the event (PoolCore::observes), so a pool without observers never enters
 // here.
 //
 // Who touches what: nothing changes after construction (the observers and
@@ -12,7 +12,7 @@
 //                  the thread that wrote it off (abandoned), after the
 //                  pool's locks are released
 //   pool state     the thread that changed the state; shutdown, restart,
-//                  start and resume change it under Control::mu, and the
+//                  start and resume change it under PoolRuntime::mu, and the
 //                  event goes out there, so that observers hear the edges
 //                  in the order they happened
 // Every emit runs user code on the calling thread, until it returns.

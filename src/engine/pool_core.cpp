@@ -1,7 +1,9 @@
-// The parts of Core that are neither the workers (worker.cpp, wake.cpp,
+// The parts of PoolCore that are neither the workers (worker.cpp, wake.cpp,
 // run.cpp, help.cpp), the supervisor (supervisor.cpp), shutdown
 // (shutdown.cpp) nor the options (pool_options.cpp): start-up, growth,
 // pause / resize / stop_worker, stats.
+#include "crew/detail/pool_core.hpp"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -14,21 +16,20 @@
 #include <string>
 #include <thread>
 
-#include "control.hpp"
 #include "crew/detail/assert.hpp"
 #include "crew/detail/barrier.hpp"
-#include "crew/detail/core.hpp"
 #include "crew/observer.hpp"
 #include "crew/stacktrace.hpp"
 #include "crew/usable_cpus.hpp"
 #include "pool_options.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew {
 namespace detail {
 namespace {
 
 // Forks this process descends from: counted in each child, for
-// Core::inherited_by_fork.
+// PoolCore::inherited_by_fork.
 std::atomic<std::uint32_t> g_forks{0};
 void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
@@ -54,43 +55,43 @@ OutcomeCounts WorkerCounters::read() const noexcept {
   return {succeeded.get(), failed.get(), cancelled.get(), timed_out.get(), rejected.get()};
 }
 
-Core::Core(PoolOptions options)
+PoolCore::PoolCore(PoolOptions options)
     : opts_(resolved(std::move(options))),
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      ctl_(std::make_unique<Control>(*this, opts_)),
+      rt_(std::make_unique<PoolRuntime>(*this, opts_)),
       forks_at_start_(forks_so_far()) {
   enable_light_fences();
 }
 
-Core::~Core() = default;
+PoolCore::~PoolCore() = default;
 
-void Core::start() {
+void PoolCore::start() {
   // The supervisor first: the only step that can throw, so a constructor
   // that fails leaves no worker behind (it would idle forever).
-  ctl_->supervisor.start();
+  rt_->supervisor.start();
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(rt_->mu);
     set_state(PoolState::running);
     for (std::size_t i = 0; i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
-      ctl_->spawn_worker_locked(*this, false);
+      rt_->spawn_worker_locked(*this, false);
     }
   }
   // Last, after the threads: registering cannot throw (RootStop).
-  ctl_->supervisor.watch(opts_.stop_token);
+  rt_->supervisor.watch(opts_.stop_token);
 }
 
-void Core::throw_bad_priority(unsigned priority) const {
+void PoolCore::throw_bad_priority(unsigned priority) const {
   throw Error(Errc::invalid_options, "crew::TaskOptions.priority: " + std::to_string(priority) +
                                          " is above pool '" + opts_.name + "''s highest level " +
                                          std::to_string(queue_.levels() - 1));
 }
 
-void Core::throw_negative_timeout(const TaskOptions& o) {
+void PoolCore::throw_negative_timeout(const TaskOptions& o) {
   const bool execution = o.timeout.count() < 0;
   throw Error(Errc::invalid_options,
               std::string("crew::TaskOptions.") + (execution ? "timeout" : "queue_timeout") + ": " +
@@ -98,7 +99,8 @@ void Core::throw_negative_timeout(const TaskOptions& o) {
                   " ns is negative");
 }
 
-Core::Route Core::route_full(FillRef fill, std::size_t level, bool may_block, Admission& why) {
+PoolCore::Route PoolCore::route_full(FillRef fill, std::size_t level, bool may_block,
+                                     Admission& why) {
   // A worker of this pool never waits for room in its own queue: that is
   // the nested-submit deadlock. It runs the task itself instead.
   if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
@@ -106,7 +108,7 @@ Core::Route Core::route_full(FillRef fill, std::size_t level, bool may_block, Ad
     return Route::run_here;
   }
   if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
-  BlockedSubmitters& blocked = ctl_->blocked;
+  BlockedSubmitters& blocked = rt_->blocked;
   if (!blocked.enter(opts_.max_blocked_submitters)) {
     return refuse(Admission::too_many_blocked, why);
   }
@@ -132,14 +134,14 @@ Core::Route Core::route_full(FillRef fill, std::size_t level, bool may_block, Ad
   return r;
 }
 
-void Core::grow() noexcept {
+void PoolCore::grow() noexcept {
   std::size_t live = live_workers_.load(std::memory_order_relaxed);
   while (live < max_workers_.load(std::memory_order_relaxed)) {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
       idle_.hand_token();
-      MutexLock lock(ctl_->mu);
+      MutexLock lock(rt_->mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter
         // sweeps what it queued (on_push_after_close), and a worker started
@@ -148,23 +150,24 @@ void Core::grow() noexcept {
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
-      ctl_->spawn_worker_locked(*this, false, /*spinning=*/true);
+      rt_->spawn_worker_locked(*this, false, /*spinning=*/true);
       return;
     }
   }
 }
 
 // The caller has already counted the worker in live_workers_. Logs
-// nothing (the logger is user code, never called under Control::mu): a
+// nothing (the logger is user code, never called under PoolRuntime::mu): a
 // failure is kept for the supervisor, which logs it and tries again while
 // tasks are queued; a replacement is announced by the caller. Returns the
 // new worker's id, 0 if its thread could not start.
-std::uint64_t Control::spawn_worker_locked(Core& core, bool replacement, bool spinning) noexcept {
+std::uint64_t PoolRuntime::spawn_worker_locked(PoolCore& core, bool replacement,
+                                               bool spinning) noexcept {
   auto w = std::make_shared<Worker>(++next_worker_id, &core);
   try {
     w->thread =
         OsThread(core.opts_.stack_size, [self = core.shared_from_this(), w, spinning, replacement] {
-          Core::worker_thread(self, w, spinning, replacement);
+          PoolCore::worker_thread(self, w, spinning, replacement);
         });
   } catch (const std::exception& e) {
     core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
@@ -180,33 +183,33 @@ std::uint64_t Control::spawn_worker_locked(Core& core, bool replacement, bool sp
   return id;
 }
 
-void Core::set_state(PoolState to) noexcept { ctl_->observers.pool_state(life_.set(to), to); }
+void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_.set(to), to); }
 
-bool Core::transition(PoolState from, PoolState to) noexcept {
+bool PoolCore::transition(PoolState from, PoolState to) noexcept {
   if (!life_.transition(from, to)) return false;
-  ctl_->observers.pool_state(from, to);
+  rt_->observers.pool_state(from, to);
   return true;
 }
 
-void Core::pause() {
+void PoolCore::pause() {
   if (transition(PoolState::running, PoolState::paused)) {
     life_.call_attention();
   }
 }
 
-void Core::resume() {
+void PoolCore::resume() {
   {
-    MutexLock lock(ctl_->mu);
+    MutexLock lock(rt_->mu);
     if (!transition(PoolState::paused, PoolState::running)) return;
     life_.call_attention();
   }
-  ctl_->workers_changed.notify_all();
+  rt_->workers_changed.notify_all();
   idle_.wake_all();
   // Tasks queued while paused may need workers that were never started.
   grow_for_queued();
 }
 
-void Core::resize(std::size_t max_workers) {
+void PoolCore::resize(std::size_t max_workers) {
   max_workers = resolved_resize(max_workers, opts_.min_workers);
   max_workers_.store(max_workers, std::memory_order_seq_cst);
   life_.call_attention();
@@ -216,18 +219,18 @@ void Core::resize(std::size_t max_workers) {
 
 // Workers start at submission, one at a time; after a pause, a resize or at
 // the start of a drain, what is queued may need more than were started.
-void Core::grow_for_queued() noexcept {
+void PoolCore::grow_for_queued() noexcept {
   const std::size_t queued = queue_.size();
   for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
 }
 
-bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
+bool PoolCore::stop_worker(std::uint64_t id, WorkerStop how) {
   StopTarget target;
   {
-    MutexLock lock(ctl_->mu);
-    const auto it = std::find_if(ctl_->workers.begin(), ctl_->workers.end(),
+    MutexLock lock(rt_->mu);
+    const auto it = std::find_if(rt_->workers.begin(), rt_->workers.end(),
                                  [id](const auto& w) { return w->id == id; });
-    if (it == ctl_->workers.end()) return false;
+    if (it == rt_->workers.end()) return false;
     Worker& w = **it;
     if (w.exit_requested.exchange(true)) return true;
     if (how == WorkerStop::hard) {
@@ -239,14 +242,14 @@ bool Core::stop_worker(std::uint64_t id, WorkerStop how) {
   }
   target.fire();  // user stop callbacks run outside our locks
   idle_.wake_all();
-  ctl_->workers_changed.notify_all();  // a paused worker exits too
-  ctl_->supervisor.wake();             // keeps min_workers, watches the grace period
+  rt_->workers_changed.notify_all();  // a paused worker exits too
+  rt_->supervisor.wake();             // keeps min_workers, watches the grace period
   return true;
 }
 
-bool Core::inherited_by_fork() const noexcept { return forks_at_start_ != forks_so_far(); }
+bool PoolCore::inherited_by_fork() const noexcept { return forks_at_start_ != forks_so_far(); }
 
-bool Core::in_own_task() const noexcept {
+bool PoolCore::in_own_task() const noexcept {
   if (t_current.core == this) return true;
   for (const InlineRun* r = t_inline_run; r != nullptr; r = r->outer) {
     if (r->core == this) return true;
@@ -254,7 +257,7 @@ bool Core::in_own_task() const noexcept {
   return false;
 }
 
-bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
+bool PoolCore::wait_idle(std::chrono::steady_clock::time_point deadline) {
   auto nap = std::chrono::microseconds(50);
   for (;;) {
     const PoolStats s = stats();
@@ -269,7 +272,7 @@ bool Core::wait_idle(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
-OutcomeCounts Control::totals_locked(const Core& core) const {
+OutcomeCounts PoolRuntime::totals_locked(const PoolCore& core) const {
   OutcomeCounts sum = retired;
   sum += core.shared_.read();
   sum.rejected += core.refused_.load(std::memory_order_relaxed);
@@ -278,38 +281,38 @@ OutcomeCounts Control::totals_locked(const Core& core) const {
   return sum;
 }
 
-PoolStats Core::stats() const {
+PoolStats PoolCore::stats() const {
   PoolStats s;
-  MutexLock lock(ctl_->mu);
+  MutexLock lock(rt_->mu);
   s.state = state();
   s.max_workers = max_workers_.load(std::memory_order_relaxed);
-  for (const auto& w : ctl_->workers) {
+  for (const auto& w : rt_->workers) {
     ++s.workers;
     const WorkerState ws = w->state.load(std::memory_order_relaxed);
     if (ws == WorkerState::busy) ++s.busy;
     if (ws == WorkerState::idle) ++s.idle;
   }
   s.queued = queue_.size();
-  s.blocked_submitters = ctl_->blocked.count();
+  s.blocked_submitters = rt_->blocked.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.
-  s.outcomes = ctl_->totals_locked(*this);
+  s.outcomes = rt_->totals_locked(*this);
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
-  s.abandoned = ctl_->tasks_abandoned;
-  s.workers_replaced = ctl_->workers_replaced;
-  s.helped = helped_.load(std::memory_order_relaxed) + ctl_->retired_helped;
-  for (const auto& w : ctl_->workers) s.helped += w->counts.helped.get();
+  s.abandoned = rt_->tasks_abandoned;
+  s.workers_replaced = rt_->workers_replaced;
+  s.helped = helped_.load(std::memory_order_relaxed) + rt_->retired_helped;
+  for (const auto& w : rt_->workers) s.helped += w->counts.helped.get();
   return s;
 }
 
-std::vector<WorkerInfo> Core::workers() const {
+std::vector<WorkerInfo> PoolCore::workers() const {
   std::vector<WorkerInfo> out;
   const std::int64_t now = now_ns();
-  MutexLock lock(ctl_->mu);
-  out.reserve(ctl_->workers.size());
-  for (const auto& w : ctl_->workers) {
+  MutexLock lock(rt_->mu);
+  out.reserve(rt_->workers.size());
+  for (const auto& w : rt_->workers) {
     WorkerInfo info;
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
@@ -339,7 +342,7 @@ std::string what_of(const std::exception_ptr& e) {
 
 }  // namespace
 
-void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noexcept {
+void PoolCore::report_exception(const TaskRef& task, std::exception_ptr e) const noexcept {
   if (opts_.on_exception) {
     try {
       opts_.on_exception(task, e);
@@ -360,8 +363,8 @@ void Core::report_exception(const TaskRef& task, std::exception_ptr e) const noe
   }
 }
 
-void Core::log_hook_failure(std::string_view hook, std::uint64_t worker,
-                            std::exception_ptr e) const noexcept {
+void PoolCore::log_hook_failure(std::string_view hook, std::uint64_t worker,
+                                std::exception_ptr e) const noexcept {
   if (!logs(LogLevel::error)) return;
   try {
     log(LogLevel::error, {.pool = opts_.name, .worker_id = worker},
@@ -370,7 +373,8 @@ void Core::log_hook_failure(std::string_view hook, std::uint64_t worker,
   }
 }
 
-void Core::log(LogLevel level, const LogContext& context, std::string_view message) const noexcept {
+void PoolCore::log(LogLevel level, const LogContext& context,
+                   std::string_view message) const noexcept {
   if (logs(level)) opts_.logger->log(level, context, message);
 }
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "crew/detail/core.hpp"
+#include "crew/detail/pool_core.hpp"
 #include "crew/error.hpp"
 #include "crew/usable_cpus.hpp"
 

@@ -6,7 +6,7 @@
 #include <exception>
 #include <memory>
 
-#include "control.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew::detail {
 
@@ -51,7 +51,7 @@ TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, st
 
 }  // namespace
 
-void Core::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
+void PoolCore::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
   const InlineRun here(this);
   (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false,
                     drop_ref);
@@ -60,7 +60,7 @@ void Core::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
 // Runs a task state that is in `running`. `w` is the worker of this pool
 // running it, or null on any other thread. Top-level runs on a worker are
 // watched by the supervisor through the worker's run slot; other long runs
-// register in Control::foreign (hard shutdown) and the timer heap (their
+// register in PoolRuntime::foreign (hard shutdown) and the timer heap (their
 // deadline). Returns false if the worker was abandoned meanwhile.
 //
 // `drop_ref`: the caller hands over its reference (the queue cell's), which
@@ -68,7 +68,7 @@ void Core::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
 // tasks) publishes its outcome and drops it in one read-modify-write of the
 // state's word (finish_and_release): with fork-join through Task handles
 // that is one locked instruction fewer per task.
-bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept {
+bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept {
   struct Releaser {
     TaskStateBase* s;
     ~Releaser() {
@@ -97,13 +97,13 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     w->run.deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
     w->run.mu.unlock();
-    if (deadline != 0) ctl_->supervisor.need_by(deadline);
+    if (deadline != 0) rt_->supervisor.need_by(deadline);
   } else if (s->is_long) {
-    ctl_->supervisor.register_foreign(s, deadline);
+    rt_->supervisor.register_foreign(s, deadline);
   }
 
   if (observes(Observer::task_started)) [[unlikely]]
-    ctl_->observers.started(ctl_->observers.event_of(s), s->enqueued_ns, start);
+    rt_->observers.started(rt_->observers.event_of(s), s->enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   if (s->is_long) s->attach_runner(frame);
   try {
@@ -137,7 +137,7 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
       return false;
     }
   } else if (s->is_long) {
-    ctl_->supervisor.unregister_foreign(s);
+    rt_->supervisor.unregister_foreign(s);
   }
 
   Errc why{};
@@ -173,9 +173,9 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
     // deadline).
     if (s->error && s->detached) report_exception(TaskRef{s->id, s->name()}, s->error);
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
-      ctl_->shutdown.note_stopped(s, outcome);
+      rt_->shutdown.note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
-      ctl_->observers.finished(ctl_->observers.event_of(s), outcome, s->enqueued_ns, start, end);
+      rt_->observers.finished(rt_->observers.event_of(s), outcome, s->enqueued_ns, start, end);
     }
     epilogues_.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -187,8 +187,8 @@ bool Core::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_re
 // shutdown see; the stop reason is kept there too.
 void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                       void* fn) noexcept {
-  Core& c = *run.frame.core;
-  const ObserverHub& hub = c.control().observers;
+  PoolCore& c = *run.frame.core;
+  const ObserverHub& hub = c.runtime().observers;
   try {
     ready_source(run.frame);
   } catch (...) {
@@ -202,7 +202,7 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   run.reason = StopReason::none;
   run.frame.stop_at_ns.store(0, std::memory_order_relaxed);
   run.mu.unlock();
-  if (deadline != 0) c.control().supervisor.need_by(deadline);
+  if (deadline != 0) c.runtime().supervisor.need_by(deadline);
   if (c.observes(Observer::task_started)) [[unlikely]] {
     hub.started(hub.plain_event(true), enqueued_ns, start);
   }
@@ -240,8 +240,8 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
 }
 
 void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
-  Core& c = *run.frame.core;
-  const ObserverHub& hub = c.control().observers;
+  PoolCore& c = *run.frame.core;
+  const ObserverHub& hub = c.runtime().observers;
   const std::int64_t start = start_time(*this);
   if (c.observes(Observer::task_started)) hub.started(hub.plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
@@ -275,8 +275,8 @@ class CallState final : public ResultStateBase<void> {
 
 }  // namespace
 
-void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
-                    void* fn) noexcept {
+void PoolCore::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                        void* fn) noexcept {
   CallState* s = nullptr;
   try {
     auto x = std::make_unique<TaskStateBase::Extras>();  // a long task's: its runner link
@@ -297,11 +297,11 @@ void Core::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, 
   run_claimed_here(s, /*drop_ref=*/true);
 }
 
-void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+void PoolCore::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   const InlineRun here(this);
   const std::int64_t start = now_ns();
   if (observes(Observer::task_started))
-    ctl_->observers.started(ctl_->observers.plain_event(false), enqueued_ns, start);
+    rt_->observers.started(rt_->observers.plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   try {
     call(fn);
@@ -310,8 +310,8 @@ void Core::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noex
     outcome = TaskStatus::failed;
   }
   if (observes(Observer::task_finished)) {
-    ctl_->observers.finished(ctl_->observers.plain_event(false), outcome, enqueued_ns, start,
-                             now_ns());
+    rt_->observers.finished(rt_->observers.plain_event(false), outcome, enqueued_ns, start,
+                            now_ns());
   }
   count_here(outcome);
 }

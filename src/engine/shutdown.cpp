@@ -3,8 +3,8 @@
 #include <string>
 #include <utility>
 
-#include "control.hpp"
 #include "crew/detail/barrier.hpp"
+#include "pool_runtime.hpp"
 #include "shutdown_sequence.hpp"
 
 namespace crew::detail {
@@ -30,19 +30,19 @@ std::string summary_of(const ShutdownReport& r) {
 // The pool whose shutdown this thread is running: the user code it calls
 // on the way (stop callbacks of the tasks it stops, observers, the logger)
 // runs on this thread too.
-thread_local const Core* t_shutting_down = nullptr;
+thread_local const PoolCore* t_shutting_down = nullptr;
 
 }  // namespace
 
-// Core's control calls and the submission path's, handed to the sequence.
-ShutdownReport Core::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
-  return ctl_->shutdown.run(mode, timeout);
+// PoolCore's control calls and the submission path's, handed to the sequence.
+ShutdownReport PoolCore::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
+  return rt_->shutdown.run(mode, timeout);
 }
-bool Core::restart() { return ctl_->shutdown.restart(); }
-void Core::on_push_after_close() noexcept { ctl_->shutdown.on_push_after_close(); }
+bool PoolCore::restart() { return rt_->shutdown.restart(); }
+void PoolCore::on_push_after_close() noexcept { rt_->shutdown.on_push_after_close(); }
 
 ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds timeout) {
-  Control& ctl = ctl_;
+  PoolRuntime& rt = rt_;
   const auto t0 = Clock::now();
   ShutdownReport report;
   report.mode = mode;
@@ -51,33 +51,33 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
     // thread: waiting for that shutdown would wait for itself. A harder
     // mode is passed on as an escalation; the call returns at once with
     // the pool still stopping.
-    MutexLock lock(ctl.mu);
-    if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
+    MutexLock lock(rt.mu);
+    if (rt.shutdowns.ask_escalation(mode)) rt.workers_changed.notify_all();
     report.final_state = core_.state();
     return report;
   }
   struct Running {
-    const Core* outer;
-    explicit Running(const Core* core) noexcept : outer(std::exchange(t_shutting_down, core)) {}
+    const PoolCore* outer;
+    explicit Running(const PoolCore* core) noexcept : outer(std::exchange(t_shutting_down, core)) {}
     Running(const Running&) = delete;
     Running& operator=(const Running&) = delete;
     ~Running() { t_shutting_down = outer; }
   } running(&core_);
   OutcomeCounts before;
   {
-    MutexLock lock(ctl.mu);
+    MutexLock lock(rt.mu);
     // Concurrent callers wait for the first one and share its report; one
     // asking for a harder mode makes the running one escalate to hard now.
-    if (ctl.shutdowns.ask_escalation(mode)) ctl.workers_changed.notify_all();
-    while (ctl.shutdowns.running()) done_.wait(lock.native());
+    if (rt.shutdowns.ask_escalation(mode)) rt.workers_changed.notify_all();
+    while (rt.shutdowns.running()) done_.wait(lock.native());
     const PoolState st = core_.state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
-      if (const ShutdownReport* last = ctl.shutdowns.last()) return *last;
+      if (const ShutdownReport* last = rt.shutdowns.last()) return *last;
       report.final_state = st;
       return report;
     }
-    ctl.shutdowns.begin(mode, &report);
-    before = ctl.totals_locked(core_);
+    rt.shutdowns.begin(mode, &report);
+    before = rt.totals_locked(core_);
     if (mode != ShutdownMode::drain) core_.life_.start_dropping();
     core_.set_state(PoolState::stopping);
     core_.life_.call_attention();
@@ -115,8 +115,8 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
     if (!wait_for_workers(deadline)) {
       escalated = true;
       {
-        MutexLock lock(ctl.mu);
-        ctl.shutdowns.escalated();
+        MutexLock lock(rt.mu);
+        rt.shutdowns.escalated();
       }
       core_.life_.start_dropping();
       core_.life_.call_attention();
@@ -134,7 +134,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   }
   // Exited threads are joined by the supervisor (or the destructor): the
   // report is complete once they have left their loops.
-  ctl_.supervisor.wake();
+  rt_.supervisor.wake();
 
   // Final sweep: cells of submissions that raced the start of the shutdown.
   // The sweep and the check run until the queue is seen empty under the
@@ -142,19 +142,19 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   const bool run_leftovers = mode == ShutdownMode::drain && !escalated;
   for (;;) {
     sweep_queue(run_leftovers);
-    MutexLock lock(ctl.mu);
+    MutexLock lock(rt.mu);
     if (!core_.queue_.empty()) continue;
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
     report.elapsed = Clock::now() - t0;
-    report.lifetime = ctl.totals_locked(core_);
+    report.lifetime = rt.totals_locked(core_);
     report.during = report.lifetime;
     report.during.succeeded -= before.succeeded;
     report.during.failed -= before.failed;
     report.during.cancelled -= before.cancelled;
     report.during.timed_out -= before.timed_out;
     report.during.rejected -= before.rejected;
-    ctl.shutdowns.finish(report);
+    rt.shutdowns.finish(report);
     core_.set_state(report.final_state);
     give_up_on_throw.done = true;
     break;
@@ -169,13 +169,12 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
 
 bool ShutdownSequence::restart() {
   {
-    MutexLock lock(ctl_.mu);
+    MutexLock lock(rt_.mu);
     // A submitter that raced the last shutdown may still be sweeping what it
     // left in the queue; tasks submitted after this returns must not meet it.
-    while (ctl_.shutdowns.sweeping()) done_.wait(lock.native());
+    while (rt_.shutdowns.sweeping()) done_.wait(lock.native());
     const PoolState st = core_.state();
-    if (ctl_.shutdowns.running() ||
-        (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
+    if (rt_.shutdowns.running() || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
     }
     core_.life_.stop_dropping();
@@ -183,23 +182,23 @@ bool ShutdownSequence::restart() {
     core_.life_.call_attention();
     for (std::size_t i = core_.live_workers_.load(); i < core_.opts_.min_workers; ++i) {
       core_.live_workers_.fetch_add(1, std::memory_order_relaxed);
-      ctl_.spawn_worker_locked(core_, false);
+      rt_.spawn_worker_locked(core_, false);
     }
   }
-  ctl_.supervisor.wake();
+  rt_.supervisor.wake();
   return true;
 }
 
 void ShutdownSequence::on_push_after_close() noexcept {
   bool run = false;
   {
-    MutexLock lock(ctl_.mu);
+    MutexLock lock(rt_.mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
-    if (ctl_.shutdowns.running() || core_.state() < PoolState::stopping) return;
-    const ShutdownReport* last = ctl_.shutdowns.last();
+    if (rt_.shutdowns.running() || core_.state() < PoolState::stopping) return;
+    const ShutdownReport* last = rt_.shutdowns.last();
     run = last != nullptr && last->mode == ShutdownMode::drain && !last->escalated;
-    ctl_.shutdowns.enter_sweep();  // restart() waits for this sweep
+    rt_.shutdowns.enter_sweep();  // restart() waits for this sweep
   }
   // The shutdown has finished: this submitter handles what it left behind
   // (drop_queue adds the rejections to the last report).
@@ -209,36 +208,35 @@ void ShutdownSequence::on_push_after_close() noexcept {
   }
   bool last = false;
   {
-    MutexLock lock(ctl_.mu);
-    last = ctl_.shutdowns.leave_sweep();
+    MutexLock lock(rt_.mu);
+    last = rt_.shutdowns.leave_sweep();
   }
   if (last) done_.notify_all();
 }
 
 void ShutdownSequence::give_up() noexcept {
   {
-    MutexLock lock(ctl_.mu);
-    ctl_.shutdowns.give_up();
+    MutexLock lock(rt_.mu);
+    rt_.shutdowns.give_up();
   }
   done_.notify_all();
 }
 
 void ShutdownSequence::wake_everyone() noexcept {
   core_.idle_.wake_all();
-  ctl_.workers_changed.notify_all();  // paused workers
-  ctl_.blocked.release_all();         // blocked submitters see `closed`
+  rt_.workers_changed.notify_all();  // paused workers
+  rt_.blocked.release_all();         // blocked submitters see `closed`
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.
 bool ShutdownSequence::wait_for_workers(Clock::time_point deadline) {
-  MutexLock lock(ctl_.mu);
-  while (!ctl_.workers.empty()) {
-    if (ctl_.shutdowns.escalation_pending()) return false;
+  MutexLock lock(rt_.mu);
+  while (!rt_.workers.empty()) {
+    if (rt_.shutdowns.escalation_pending()) return false;
     if (deadline == Clock::time_point::max()) {
-      ctl_.workers_changed.wait(lock.native());
-    } else if (ctl_.workers_changed.wait_until(lock.native(), deadline) ==
-               std::cv_status::timeout) {
-      return ctl_.workers.empty();
+      rt_.workers_changed.wait(lock.native());
+    } else if (rt_.workers_changed.wait_until(lock.native(), deadline) == std::cv_status::timeout) {
+      return rt_.workers.empty();
     }
   }
   return true;
@@ -255,8 +253,8 @@ void ShutdownSequence::drop_queue() {
     if (s == nullptr) {
       cell.destroy();
       if (core_.observes(Observer::task_rejected)) {
-        ctl_.observers.rejected(ctl_.observers.plain_event(false), TaskStatus::rejected,
-                                Errc::shutdown_dropped, Admission::accepted);
+        rt_.observers.rejected(rt_.observers.plain_event(false), TaskStatus::rejected,
+                               Errc::shutdown_dropped, Admission::accepted);
       }
       core_.shared_.add(TaskStatus::rejected);
       ++unnamed;
@@ -270,17 +268,17 @@ void ShutdownSequence::drop_queue() {
     // leave_queue counts the outcome it decides; one decided elsewhere
     // (cancelled, expired) was counted there.
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
-      ctl_.observers.settled_in_queue(s);
+      rt_.observers.settled_in_queue(s);
       dropped.push_back({s->id, s->name()});
     } else if (!s->ran()) {
-      ctl_.observers.settled_in_queue(s);
+      rt_.observers.settled_in_queue(s);
     }
   }
-  MutexLock lock(ctl_.mu);
+  MutexLock lock(rt_.mu);
   // A sweep after the shutdown returned (a submission that raced past its
   // end) adds to the last report, which later shutdown() calls return.
-  ShutdownReport* const current = ctl_.shutdowns.current();
-  ShutdownReport* const target = current != nullptr ? current : ctl_.shutdowns.last();
+  ShutdownReport* const current = rt_.shutdowns.current();
+  ShutdownReport* const target = current != nullptr ? current : rt_.shutdowns.last();
   if (current == nullptr && target != nullptr) {
     target->during.rejected += unnamed + dropped.size();
     target->lifetime.rejected += unnamed + dropped.size();
@@ -320,7 +318,7 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
     core_.run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {
-    ctl_.observers.settled_in_queue(s);  // decided (and counted) while queued
+    rt_.observers.settled_in_queue(s);  // decided (and counted) while queued
   }
   s->release();
 }
@@ -339,10 +337,10 @@ void ShutdownSequence::sweep_queue(bool run) {
 void ShutdownSequence::stop_running() {
   std::vector<StopTarget> targets;
   {
-    MutexLock lock(ctl_.mu);
+    MutexLock lock(rt_.mu);
     // Room first: a target holds a reference that a throwing push would lose.
-    targets.reserve(ctl_.workers.size());
-    for (const auto& w : ctl_.workers) {
+    targets.reserve(rt_.workers.size());
+    for (const auto& w : rt_.workers) {
       StopTarget t;
       w->run.mu.lock();
       const bool found = prepare_stop_locked(*w, StopReason::shutdown, t);
@@ -351,8 +349,8 @@ void ShutdownSequence::stop_running() {
     }
   }
   for (StopTarget& t : targets) t.fire();
-  ctl_.supervisor.stop_foreign(StopReason::shutdown);
-  ctl_.supervisor.wake();  // it watches the grace periods of inline runs
+  rt_.supervisor.stop_foreign(StopReason::shutdown);
+  rt_.supervisor.wake();  // it watches the grace periods of inline runs
 }
 
 // After the hard phase's grace: writes off the workers still running a task
@@ -361,15 +359,15 @@ void ShutdownSequence::abandon_busy(bool force) {
   std::vector<WriteOffNote> notes;
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    MutexLock lock(ctl_.mu);
-    notes.reserve(ctl_.workers.size());
-    ShutdownReport* r = ctl_.shutdowns.current();
-    hung.reserve(ctl_.workers.size());
-    for (const auto& w : ctl_.workers) {
+    MutexLock lock(rt_.mu);
+    notes.reserve(rt_.workers.size());
+    ShutdownReport* r = rt_.shutdowns.current();
+    hung.reserve(rt_.workers.size());
+    for (const auto& w : rt_.workers) {
       bool write_off = false;
       w->run.mu.lock();
       if (w->run.task != nullptr || w->run.is_long) {
-        ctl_.write_off_run_locked(core_, *w, r, notes);
+        rt_.write_off_run_locked(core_, *w, r, notes);
         write_off = true;
       } else {
         // A plain short task (no handle, no name): its outcome is counted
@@ -386,22 +384,22 @@ void ShutdownSequence::abandon_busy(bool force) {
       w->run.mu.unlock();
       if (write_off) hung.push_back(w);
     }
-    for (const auto& w : hung) ctl_.write_off_locked(core_, w);  // each wakes the waiting shutdown
+    for (const auto& w : hung) rt_.write_off_locked(core_, w);  // each wakes the waiting shutdown
   }
-  ctl_.supervisor.announce(notes, hung);  // observers and the logger, outside the locks
+  rt_.supervisor.announce(notes, hung);  // observers and the logger, outside the locks
 }
 
 void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
   if (s != nullptr) {
-    ctl_.observers.settled_in_queue(s);
+    rt_.observers.settled_in_queue(s);
   } else if (core_.observes(Observer::task_rejected)) {
-    ctl_.observers.rejected(ctl_.observers.plain_event(false), TaskStatus::rejected,
-                            Errc::shutdown_dropped, Admission::accepted);
+    rt_.observers.rejected(rt_.observers.plain_event(false), TaskStatus::rejected,
+                           Errc::shutdown_dropped, Admission::accepted);
   }
-  MutexLock lock(ctl_.mu);
-  ShutdownReport* r = ctl_.shutdowns.current();
-  if (r == nullptr && core_.state() >= PoolState::stopping && ctl_.shutdowns.last() != nullptr) {
-    r = ctl_.shutdowns.last();  // after the shutdown returned: see drop_queue
+  MutexLock lock(rt_.mu);
+  ShutdownReport* r = rt_.shutdowns.current();
+  if (r == nullptr && core_.state() >= PoolState::stopping && rt_.shutdowns.last() != nullptr) {
+    r = rt_.shutdowns.last();  // after the shutdown returned: see drop_queue
     ++r->during.rejected;
     ++r->lifetime.rejected;
   }
@@ -417,8 +415,8 @@ void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
 }
 
 void ShutdownSequence::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
-  MutexLock lock(ctl_.mu);
-  ShutdownReport* r = ctl_.shutdowns.current();
+  MutexLock lock(rt_.mu);
+  ShutdownReport* r = rt_.shutdowns.current();
   if (r == nullptr) return;
   try {
     (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name()});

@@ -1,9 +1,9 @@
 // src/engine/shutdown_book.hpp (private): the books of a pool's shutdowns: whether
 // one is running and in which mode, whether a concurrent caller asked it to
 // escalate, the report it is building, the last one's report, and the
-// submitters that sweep the queue after it (Core::on_push_after_close).
+// submitters that sweep the queue after it (PoolCore::on_push_after_close).
 //
-// Who touches what: all of it is under the pool's Control::mu (the book is
+// Who touches what: all of it is under the pool's PoolRuntime::mu (the book is
 // a member guarded by it: clang's -Wthread-safety checks every call).
 // ShutdownSequence::run begins, escalates and finishes (or gives up) a
 // shutdown; a concurrent one asks for escalation and waits for its report;

@@ -15,11 +15,11 @@
 //   note_dropped, note_stopped
 //                a worker or sweeper that dropped or stopped a task
 //                during a shutdown (or after it returned)
-// Its books (Control::shutdowns) are under Control::mu, with the worker
+// Its books (PoolRuntime::shutdowns) are under PoolRuntime::mu, with the worker
 // list it waits on: the supervisor's write-offs add to them too. User code
 // it calls (stop callbacks, observers, the logger, the tasks a drain runs
-// on this thread) runs outside Control::mu, but for the pool-state edges
-// (see WriteOffNote in control.hpp).
+// on this thread) runs outside PoolRuntime::mu, but for the pool-state edges
+// (see WriteOffNote in pool_runtime.hpp).
 #pragma once
 
 #include <chrono>
@@ -31,21 +31,21 @@
 
 namespace crew::detail {
 
-class Core;
-struct Control;
+class PoolCore;
+struct PoolRuntime;
 
 class ShutdownSequence {
  public:
-  // `core` owns `ctl`, which owns this sequence; both outlive it.
-  ShutdownSequence(Core& core, Control& ctl) noexcept : core_(core), ctl_(ctl) {}
+  // `core` owns `rt`, which owns this sequence; both outlive it.
+  ShutdownSequence(PoolCore& core, PoolRuntime& rt) noexcept : core_(core), rt_(rt) {}
   ShutdownSequence(const ShutdownSequence&) = delete;
   ShutdownSequence& operator=(const ShutdownSequence&) = delete;
 
-  // Core::shutdown: blocks until the pool is stopped (or the shutdown is
+  // PoolCore::shutdown: blocks until the pool is stopped (or the shutdown is
   // given up: it throws, out of memory). Called from user code that this
   // pool's own shutdown runs on this thread, it returns at once.
   ShutdownReport run(ShutdownMode mode, std::chrono::nanoseconds timeout);
-  // Core::restart: false unless the pool is stopped.
+  // PoolCore::restart: false unless the pool is stopped.
   bool restart();
   // A push that saw the pool stopping: a running shutdown sweeps the cell;
   // after one has finished, the submitter runs (drain) or rejects it here
@@ -68,10 +68,10 @@ class ShutdownSequence {
   void stop_running();
   void abandon_busy(bool force);
 
-  Core& core_;
-  Control& ctl_;
+  PoolCore& core_;
+  PoolRuntime& rt_;
   // A shutdown finished or was given up; the last sweeper left (waited on
-  // under Control::mu).
+  // under PoolRuntime::mu).
   std::condition_variable done_;
 };
 

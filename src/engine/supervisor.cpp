@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "control.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew::detail {
 namespace {
@@ -130,7 +130,7 @@ void Supervisor::watch(const std::stop_token& token) noexcept {
   if (token.stop_possible()) root_stop_.emplace(token, RootStop{&core_});
 }
 
-void RootStop::operator()() const noexcept { core->control().supervisor.on_root_stop(); }
+void RootStop::operator()() const noexcept { core->runtime().supervisor.on_root_stop(); }
 
 void Supervisor::on_root_stop() noexcept {
   root_stop_pending_.store(true, std::memory_order_release);
@@ -161,8 +161,8 @@ void Supervisor::loop() noexcept {
 }
 
 std::int64_t Supervisor::watch_workers(std::int64_t now) {
-  Core& core = core_;
-  Control& ctl = core.control();
+  PoolCore& core = core_;
+  PoolRuntime& rt = core.runtime();
   std::int64_t next = kNever;
   std::vector<StopTarget> to_stop;
   std::vector<std::shared_ptr<Worker>> to_join;
@@ -174,21 +174,21 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
   const std::int64_t grace = core.opts_.abandon_grace.count();
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    MutexLock lock(ctl.mu);
+    MutexLock lock(rt.mu);
     // Room for every worker first: nothing below allocates once a note
     // holds a reference or a write-off is decided.
-    notes.reserve(ctl.workers.size());
-    to_stop.reserve(ctl.workers.size());
-    replaced.reserve(ctl.replacements_due + ctl.workers.size());
-    hung.reserve(ctl.workers.size());
-    for (const auto& w : ctl.workers) {
+    notes.reserve(rt.workers.size());
+    to_stop.reserve(rt.workers.size());
+    replaced.reserve(rt.replacements_due + rt.workers.size());
+    hung.reserve(rt.workers.size());
+    for (const auto& w : rt.workers) {
       w->run.mu.lock();
       if (w->run.is_long) {
         const std::int64_t stop_at = w->run.frame.stop_at_ns.load(std::memory_order_acquire);
         const std::int64_t deadline = w->run.deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            ctl.write_off_run_locked(core, *w, ctl.shutdowns.current(), notes);
+            rt.write_off_run_locked(core, *w, rt.shutdowns.current(), notes);
             hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
@@ -206,35 +206,35 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
       w->run.mu.unlock();
     }
     for (const auto& w : hung) {
-      ctl.write_off_locked(core, w);
-      ++ctl.replacements_due;  // at once: the pool keeps its capacity
+      rt.write_off_locked(core, w);
+      ++rt.replacements_due;  // at once: the pool keeps its capacity
     }
 
     if (core.life_.state() == PoolState::running) {
-      if (ctl.replacements_due > 0 && now < ctl.next_replace_ns) {
-        next = std::min(next, ctl.next_replace_ns);
+      if (rt.replacements_due > 0 && now < rt.next_replace_ns) {
+        next = std::min(next, rt.next_replace_ns);
       }
-      while (ctl.replacements_due > 0 && now >= ctl.next_replace_ns &&
+      while (rt.replacements_due > 0 && now >= rt.next_replace_ns &&
              core.live_workers_.load(std::memory_order_relaxed) <
                  core.max_workers_.load(std::memory_order_relaxed)) {
-        --ctl.replacements_due;
+        --rt.replacements_due;
         core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-        const std::uint64_t id = ctl.spawn_worker_locked(core, true);
+        const std::uint64_t id = rt.spawn_worker_locked(core, true);
         if (id == 0) break;  // retried by `spawns` below
         if (replaced.size() < replaced.capacity()) replaced.push_back(id);
       }
       while (core.live_workers_.load(std::memory_order_relaxed) < core.opts_.min_workers &&
-             ctl.replacements_due == 0 && !ctl.spawns.due()) {
+             rt.replacements_due == 0 && !rt.spawns.due()) {
         core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-        (void)ctl.spawn_worker_locked(core, false);
+        (void)rt.spawn_worker_locked(core, false);
       }
     } else {
-      ctl.replacements_due = 0;  // a stopped pool starts its workers on restart()
+      rt.replacements_due = 0;  // a stopped pool starts its workers on restart()
     }
-    next = std::min(next, ctl.retry_spawn_locked(core, now));
-    spawn_failures = ctl.spawns.take_unlogged(spawn_error);
-    spawn_backoff = ctl.spawns.backoff();
-    to_join.swap(ctl.exited);
+    next = std::min(next, rt.retry_spawn_locked(core, now));
+    spawn_failures = rt.spawns.take_unlogged(spawn_error);
+    spawn_backoff = rt.spawns.backoff();
+    to_join.swap(rt.exited);
   }
   announce(notes, hung);
   // The logger is user code: called only now, outside the pool's locks.
@@ -258,15 +258,15 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
   return next;
 }
 
-// Under Control::mu and w.run.mu: decides the outcome of the worker's
+// Under PoolRuntime::mu and w.run.mu: decides the outcome of the worker's
 // current run as abandoned (cancelled, or timed_out if its deadline stopped
 // it) and marks the worker, so that the run's own end does not count it
 // again. The run's thread clears its run slot under w.run.mu before it
 // decides an outcome, so a run found there is always this call's to decide.
 // Observers and the logger hear of it from Supervisor::announce, after the
 // locks are released.
-void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
-                                   std::vector<WriteOffNote>& notes) noexcept {
+void PoolRuntime::write_off_run_locked(PoolCore& core, Worker& w, ShutdownReport* report,
+                                       std::vector<WriteOffNote>& notes) noexcept {
   CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
   WriteOffNote note;
   note.worker = w.id;
@@ -301,8 +301,8 @@ void Control::write_off_run_locked(Core& core, Worker& w, ShutdownReport* report
 
 void Supervisor::announce(std::vector<WriteOffNote>& notes,
                           const std::vector<std::shared_ptr<Worker>>& written_off) noexcept {
-  Core& core = core_;
-  const ObserverHub& hub = core.control().observers;
+  PoolCore& core = core_;
+  const ObserverHub& hub = core.runtime().observers;
   for (WriteOffNote& n : notes) {
     const TaskEvent event = n.task != nullptr ? hub.event_of(n.task) : hub.plain_event(true);
     hub.worker(ObserverHub::WorkerEvent::abandoned, n.worker, &event);
@@ -330,7 +330,7 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;
 // when its task returns, the thread ends without touching the pool's state.
-void Control::write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noexcept {
+void PoolRuntime::write_off_locked(PoolCore& core, const std::shared_ptr<Worker>& w) noexcept {
   w->abandoned.store(true, std::memory_order_release);
   w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
   core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
@@ -346,7 +346,7 @@ void Control::write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noe
 // Tries again to start a worker whose thread could not be started, while
 // tasks are queued that a worker of this pool may still run (running, or a
 // drain). Returns when to look again.
-std::int64_t Control::retry_spawn_locked(Core& core, std::int64_t now) noexcept {
+std::int64_t PoolRuntime::retry_spawn_locked(PoolCore& core, std::int64_t now) noexcept {
   if (!spawns.due()) return kNever;
   const PoolState st = core.life_.state();
   const bool may_start =
@@ -369,17 +369,17 @@ std::int64_t Control::retry_spawn_locked(Core& core, std::int64_t now) noexcept 
   return spawns.retry_at_ns();
 }
 
-// Core's calls from the inline submission path and from ~Pool.
-void Core::arm_queue_deadline(TaskStateBase* s) { ctl_->supervisor.arm_queue_deadline(s); }
-void Core::disarm_timer(TaskStateBase* s) noexcept { ctl_->supervisor.disarm(s); }
-void Core::stop_supervisor() noexcept { ctl_->supervisor.stop(); }
+// PoolCore's calls from the inline submission path and from ~Pool.
+void PoolCore::arm_queue_deadline(TaskStateBase* s) { rt_->supervisor.arm_queue_deadline(s); }
+void PoolCore::disarm_timer(TaskStateBase* s) noexcept { rt_->supervisor.disarm(s); }
+void PoolCore::stop_supervisor() noexcept { rt_->supervisor.stop(); }
 
 void Supervisor::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
   stopper_.hand(targets);
 }
 
 void Supervisor::stop() noexcept {
-  Control& ctl = core_.control();
+  PoolRuntime& rt = core_.runtime();
   root_stop_.reset();  // no callback can start after this
   exit_.store(true, std::memory_order_release);
   alarm_.wake_all();
@@ -389,12 +389,12 @@ void Supervisor::stop() noexcept {
   std::vector<std::shared_ptr<Worker>> to_join;
   TimerHeap::Armed armed;
   {
-    MutexLock lock(ctl.mu);
+    MutexLock lock(rt.mu);
     // After a shutdown every worker has exited or was written off; one still
     // on the books would end with the last reference to its own joinable
     // std::thread (std::terminate). It is leaving: wait for it.
-    while (!ctl.workers.empty()) ctl.workers_changed.wait(lock.native());
-    to_join.swap(ctl.exited);
+    while (!rt.workers.empty()) rt.workers_changed.wait(lock.native());
+    to_join.swap(rt.exited);
   }
   armed = timers_.take_all();
   for (const auto& w : to_join) {

@@ -3,10 +3,10 @@
 // abandons tasks that ignore a stop request past abandon_grace, replaces
 // dead and abandoned workers, keeps min_workers, joins exited threads, and
 // turns a stop of PoolOptions::stop_token into a hard shutdown. The worker
-// books it reads and writes are Control's, under Control::mu.
+// books it reads and writes are PoolRuntime's, under PoolRuntime::mu.
 //
 // Who touches what:
-//   thread_, exit_     start(): Core::start; stop(): Core::stop_supervisor
+//   thread_, exit_     start(): PoolCore::start; stop(): PoolCore::stop_supervisor
 //                      (~Pool, after the final shutdown)
 //   alarm_             the supervisor sleeps on it; any thread wakes it
 //                      (wake, need_by: a stop request, a deadline armed)
@@ -20,7 +20,7 @@
 //   root_stop_*        the thread that stops PoolOptions::stop_token sets
 //                      the flag; the supervisor takes it
 // User code (observers, the logger, stop callbacks) never runs here under
-// Control::mu or a worker's run.mu: write-offs are announced after the
+// PoolRuntime::mu or a worker's run.mu: write-offs are announced after the
 // locks (announce), stop requests are fired outside them.
 #pragma once
 
@@ -42,7 +42,7 @@
 
 namespace crew::detail {
 
-class Core;
+class PoolCore;
 struct Worker;
 struct WriteOffNote;
 
@@ -50,23 +50,23 @@ struct WriteOffNote;
 // PoolOptions::stop_token (or in Supervisor::watch, if it already was): it
 // only hands the hard shutdown to the supervisor.
 struct RootStop {
-  Core* core;
+  PoolCore* core;
   void operator()() const noexcept;
 };
-// Registering it must not be able to throw, or a failed Core::start would
+// Registering it must not be able to throw, or a failed PoolCore::start would
 // leave the threads running.
 static_assert(std::is_nothrow_constructible_v<std::stop_callback<RootStop>, const std::stop_token&,
                                               RootStop>);
 
 class Supervisor {
  public:
-  // `core` owns this supervisor (through its Control) and outlives it.
-  explicit Supervisor(Core& core) noexcept : core_(core) {}
+  // `core` owns this supervisor (through its PoolRuntime) and outlives it.
+  explicit Supervisor(PoolCore& core) noexcept : core_(core) {}
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
   ~Supervisor() = default;
 
-  // Starts the supervisor thread; throws if it cannot start (Core::start's
+  // Starts the supervisor thread; throws if it cannot start (PoolCore::start's
   // only step that can throw, so it comes first).
   void start();
   // Hands a stop of `token` to the supervisor as a hard shutdown (once the
@@ -117,7 +117,7 @@ class Supervisor {
   // replacement, min_workers and joining. Returns the next time to look.
   std::int64_t watch_workers(std::int64_t now);
 
-  Core& core_;
+  PoolCore& core_;
   std::thread thread_;
   SupervisorAlarm alarm_;
   std::atomic<bool> exit_{false};

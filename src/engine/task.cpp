@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "control.hpp"
 #include "futex.hpp"
+#include "pool_runtime.hpp"
 
 namespace crew {
 
@@ -120,7 +120,7 @@ StopRequest TaskStateBase::request_stop(StopReason why) noexcept {
     signalled = true;
     // While the runner is attached its thread is inside the task, so its
     // pool is alive; the wake must happen before the lock is released.
-    if (runner->core != nullptr) runner->core->control().supervisor.wake();
+    if (runner->core != nullptr) runner->core->runtime().supervisor.wake();
   }
   stop_mu_.unlock();
   // Outside the lock: stop callbacks are user code.
@@ -141,7 +141,7 @@ void TaskStateBase::attach_runner(RunFrame* frame) noexcept {
   stop_mu_.unlock();
   if (stop_now) {
     frame->source.request_stop();
-    if (frame->core != nullptr) frame->core->control().supervisor.wake();
+    if (frame->core != nullptr) frame->core->runtime().supervisor.wake();
   }
 }
 

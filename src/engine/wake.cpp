@@ -9,10 +9,10 @@
 #include <thread>
 #include <utility>
 
-#include "control.hpp"
 #include "cpu_pressure.hpp"
 #include "crew/usable_cpus.hpp"
 #include "futex.hpp"
+#include "pool_runtime.hpp"
 #include "wake_policy.hpp"
 
 namespace crew::detail {
@@ -68,7 +68,7 @@ bool take_spinner_slot() noexcept {
 // thread, the next task's producer) would otherwise wait out the spinner's
 // time slice, which a spinner that finds a task every few microseconds
 // never ends on its own.
-bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
+bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) idle_.take_token();
   bool token = true;
   set_worker_state(w, WorkerState::idle);
@@ -167,7 +167,7 @@ bool Core::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept 
 // within kWatchNs. With no watcher (all others asleep without a deadline, or
 // no sleeper at all: help is then a new worker) or kBurst or more tasks
 // queued, help comes now.
-bool Core::wake_due(Worker& w, std::size_t queued) noexcept {
+bool PoolCore::wake_due(Worker& w, std::size_t queued) noexcept {
   if (queued >= kBurst || idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
   if (w.wake.backlog_since_ns == 0) {
@@ -181,7 +181,7 @@ bool Core::wake_due(Worker& w, std::size_t queued) noexcept {
 
 // A worker popping without spinning after it deferred help looks again
 // every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
-void Core::wake_for_backlog(Worker& w) noexcept {
+void PoolCore::wake_for_backlog(Worker& w) noexcept {
   if ((++w.wake.drained & 7) != 0) return;
   const std::size_t queued = queue_.size();
   if (queued == 0) {
@@ -191,7 +191,7 @@ void Core::wake_for_backlog(Worker& w) noexcept {
   }
 }
 
-void Core::after_batch(Worker& w) noexcept {
+void PoolCore::after_batch(Worker& w) noexcept {
   if (w.pop.moved == 0) return;
   const std::size_t moved = std::exchange(w.pop.moved, 0);
   if (life_.state(std::memory_order_seq_cst) != PoolState::running) return;
@@ -210,7 +210,7 @@ void Core::after_batch(Worker& w) noexcept {
   if (wake_due(w, moved)) wake_or_grow();
 }
 
-void Core::wake_or_grow() noexcept {
+void PoolCore::wake_or_grow() noexcept {
   if (idle_.sleepers() != 0) {
     (void)idle_.wake_one(sched_getcpu());
   } else if (live_workers_.load(std::memory_order_relaxed) <
@@ -238,7 +238,7 @@ void Core::wake_or_grow() noexcept {
 // busy clearing it, and help is brought in at once, as a burst needs. With
 // PoolOptions::spin 0 no worker between two tasks beats, so one look (for a
 // worker woken within IdleWorkers::kWakeGraceUs) replaces the poll.
-void Core::wake_for_push() noexcept {
+void PoolCore::wake_for_push() noexcept {
   static constexpr int kPolls = 16;
   const int sleeping = idle_.sleepers();
   if (idle_.spinning() != 0) {
@@ -304,16 +304,16 @@ bool IdleWorkers::leave(Worker& w) noexcept {
 void IdleWorkers::quiesce() noexcept { MutexLock lock(mu_); }
 
 // Holds the worker (and the cell it popped) while the pool is paused.
-// resume() and shutdown() change the state under ctl.mu and notify.
-void Core::wait_out_pause(Worker& w) {
+// resume() and shutdown() change the state under rt.mu and notify.
+void PoolCore::wait_out_pause(Worker& w) {
   set_worker_state(w, WorkerState::idle);
-  MutexLock lock(ctl_->mu);
+  MutexLock lock(rt_->mu);
   while (life_.state() == PoolState::paused) {
-    ctl_->workers_changed.wait(lock.native());
+    rt_->workers_changed.wait(lock.native());
   }
 }
 
-Core::Slept Core::sleep_for_work(Worker& w) noexcept {
+PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake.word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
   idle_.push(w, /*bottom=*/w.wake.crowded);

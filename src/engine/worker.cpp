@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <string>
 
-#include "control.hpp"
+#include "pool_runtime.hpp"
 #include "thread_name.hpp"
 
 namespace crew::detail {
@@ -28,7 +28,7 @@ bool apply_policy(WorkerPolicy policy) noexcept {
 
 }  // namespace
 
-void Core::count_here(TaskStatus outcome) noexcept {
+void PoolCore::count_here(TaskStatus outcome) noexcept {
   if (t_current.core == this) {
     t_current.worker->counts.add(outcome);
   } else {
@@ -36,22 +36,22 @@ void Core::count_here(TaskStatus outcome) noexcept {
   }
 }
 
-void Core::settled_in_queue(TaskStateBase* s, bool count) noexcept {
+void PoolCore::settled_in_queue(TaskStateBase* s, bool count) noexcept {
   disarm_queue_deadline(s);
   if (count) count_here(s->raw_status());
 }
 
-void Core::expire_unqueued(TaskStateBase* s) noexcept {
-  if (s->expire()) ctl_->observers.settled_in_queue(s);
+void PoolCore::expire_unqueued(TaskStateBase* s) noexcept {
+  if (s->expire()) rt_->observers.settled_in_queue(s);
   s->release();
 }
 
-void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, bool spinning,
-                         bool replacement) {
-  Core& c = *self;
+void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w,
+                             bool spinning, bool replacement) {
+  PoolCore& c = *self;
   name_thread(c.opts_.name, std::to_string(w->id));
   if (!apply_policy(c.opts_.worker_policy) &&
-      !c.ctl_->policy_refused.exchange(true, std::memory_order_relaxed)) {
+      !c.rt_->policy_refused.exchange(true, std::memory_order_relaxed)) {
     try {
       c.log(LogLevel::warning, {.pool = c.opts_.name, .worker_id = w->id},
             "worker_policy " + std::string(to_string(c.opts_.worker_policy)) +
@@ -91,8 +91,8 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
   Exit how = written_off ? Exit::abandoned : Exit::leave;
   if (started && !written_off) {
-    c.ctl_->observers.worker(ObserverHub::WorkerEvent::started, w->id);
-    if (replacement) c.ctl_->observers.worker(ObserverHub::WorkerEvent::replaced, w->id);
+    c.rt_->observers.worker(ObserverHub::WorkerEvent::started, w->id);
+    if (replacement) c.rt_->observers.worker(ObserverHub::WorkerEvent::replaced, w->id);
     LocalQueues& locals = c.queue_.locals();
     // Pools with priority levels keep every task in the shared queue, where
     // the levels are.
@@ -133,8 +133,8 @@ void Core::worker_thread(std::shared_ptr<Core> self, std::shared_ptr<Worker> w, 
   }
 }
 
-void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
-  Control& ctl = *ctl_;
+void PoolCore::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
+  PoolRuntime& rt = *rt_;
   // A waker that popped this worker from the idle stack may still be
   // inside futex_wake on its word: wait for it before the memory can go.
   idle_.quiesce();
@@ -142,39 +142,39 @@ void Core::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) 
   bool last = false;
   WorkerStateChange stopped;
   {
-    MutexLock lock(ctl.mu);
-    add_to(ctl.retired, w->counts.read());
-    ctl.retired_helped += w->counts.helped.get();
+    MutexLock lock(rt.mu);
+    add_to(rt.retired, w->counts.read());
+    rt.retired_helped += w->counts.helped.get();
     // `abandoned` is set under this mutex, so this check cannot race a
     // write-off: a written-off worker is off the books already.
     if (w->abandoned.load(std::memory_order_acquire)) {
       written_off = true;
-      std::erase(ctl.abandoned, w);
+      std::erase(rt.abandoned, w);
     } else {
       if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
       stopped = change_worker_state(*w, WorkerState::stopped);
-      std::erase(ctl.workers, w);
-      last = ctl.workers.empty();
-      ctl.exited.push_back(w);
+      std::erase(rt.workers, w);
+      last = rt.workers.empty();
+      rt.exited.push_back(w);
       if (died) {
-        ++ctl.replacements_due;
-        ctl.replace_backoff = std::clamp<std::chrono::nanoseconds>(
-            ctl.replace_backoff * 2, std::chrono::milliseconds(1), std::chrono::seconds(1));
-        ctl.next_replace_ns = now_ns() + ctl.replace_backoff.count();
+        ++rt.replacements_due;
+        rt.replace_backoff = std::clamp<std::chrono::nanoseconds>(
+            rt.replace_backoff * 2, std::chrono::milliseconds(1), std::chrono::seconds(1));
+        rt.next_replace_ns = now_ns() + rt.replace_backoff.count();
       }
     }
   }
   if (!written_off) {
     announce_state(*w, stopped);
-    if (!died) ctl_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
-    if (last) ctl.workers_changed.notify_all();  // a shutdown waits for the last one
-    ctl.supervisor.wake();                       // joins the thread, replaces a dead worker
+    if (!died) rt_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
+    if (last) rt.workers_changed.notify_all();  // a shutdown waits for the last one
+    rt.supervisor.wake();                       // joins the thread, replaces a dead worker
   }
 }
 
 // `spinning`: this worker holds a spinning token (handed over by whoever
 // started or woke it for queued work).
-Core::Exit Core::work_loop(Worker& w, bool spinning) {
+PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
   Cell cell;
   Exit how = Exit::leave;
   w.seen_attention = life_.attention(std::memory_order_acquire);
@@ -219,7 +219,7 @@ Core::Exit Core::work_loop(Worker& w, bool spinning) {
 
 // Something besides the queue changed. Returns true if this worker must
 // exit, with `how` saying whether it already left live_workers_.
-bool Core::attend(Worker& w, Exit& how) {
+bool PoolCore::attend(Worker& w, Exit& how) {
   for (;;) {
     w.seen_attention = life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
@@ -229,9 +229,9 @@ bool Core::attend(Worker& w, Exit& how) {
     const PoolState st = life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
-      MutexLock lock(ctl_->mu);
+      MutexLock lock(rt_->mu);
       while (life_.attention(std::memory_order_acquire) == w.seen_attention) {
-        ctl_->workers_changed.wait(lock.native());
+        rt_->workers_changed.wait(lock.native());
       }
       continue;
     }
@@ -246,7 +246,7 @@ bool Core::attend(Worker& w, Exit& how) {
 }
 
 // Returns false if the worker was abandoned while running the cell.
-bool Core::handle_cell(Worker& w, Cell& cell) {
+bool PoolCore::handle_cell(Worker& w, Cell& cell) {
   on_slot_freed();
   // A task pushed after pause() returned is seen here as paused (its push
   // happened after the state change, its pop before this load), so it is
@@ -259,7 +259,7 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
   if (life_.dropping()) [[unlikely]] {
     cell.destroy();
     w.counts.rejected.inc();
-    ctl_->shutdown.note_dropped(nullptr);
+    rt_->shutdown.note_dropped(nullptr);
     return true;
   }
   set_worker_state(w, WorkerState::busy);
@@ -274,17 +274,17 @@ bool Core::handle_cell(Worker& w, Cell& cell) {
   return !w.abandoned.load(std::memory_order_acquire);
 }
 
-bool Core::handle_state(Worker& w, TaskStateBase* s) {
+bool PoolCore::handle_state(Worker& w, TaskStateBase* s) {
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
-    ctl_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
+    rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
-    ctl_->observers.settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
+    rt_->observers.settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was
     // counted by that worker.
-    if (!s->ran()) ctl_->observers.settled_in_queue(s);
+    if (!s->ran()) rt_->observers.settled_in_queue(s);
   } else {
     disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);

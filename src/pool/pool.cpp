@@ -18,7 +18,7 @@ namespace {
 // wait_idle() and shutdown() wait for the pool's tasks: from one of them
 // they would wait for itself, and in a child of fork() on a pool created
 // before the fork, for workers that are not there.
-void refuse_self_wait(const detail::Core& core, const char* call) {
+void refuse_self_wait(const detail::PoolCore& core, const char* call) {
   if (core.inherited_by_fork()) {
     throw Error(Errc::would_deadlock, std::string("crew::Pool::") + call + " on pool '" +
                                           core.options().name +
@@ -32,7 +32,7 @@ void refuse_self_wait(const detail::Core& core, const char* call) {
 
 }  // namespace
 
-Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::Core>(std::move(options))) {
+Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::PoolCore>(std::move(options))) {
   core_->start();
 }
 
@@ -42,7 +42,7 @@ Pool::~Pool() {
     // or called exit()): the threads a shutdown would wait for, and whose
     // thread objects the core would destroy, are the parent's. Nothing of
     // the copy runs or is freed; the child's exit or exec takes it.
-    (void)new std::shared_ptr<detail::Core>(std::move(core_));
+    (void)new std::shared_ptr<detail::PoolCore>(std::move(core_));
     return;
   }
   if (detail::t_current.core == core_.get()) {
@@ -91,7 +91,7 @@ PoolStats Pool::stats() const { return core_->stats(); }
 PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
 
 std::optional<PoolStats> PoolStatsHandle::read() const {
-  const std::shared_ptr<const detail::Core> core = core_.lock();
+  const std::shared_ptr<const detail::PoolCore> core = core_.lock();
   if (!core || core->released()) return std::nullopt;
   return core->stats();
 }

@@ -6,7 +6,7 @@
 //
 // A cell runs either a plain `void()` callable, or a callable with a member
 // `run_with(void* runner)` (a long task posted without a task state, see
-// core.hpp's LongFn): it is given the runner passed to invoke_and_destroy,
+// pool_core.hpp's LongFn): it is given the runner passed to invoke_and_destroy,
 // which supplies its stop token and watches its deadline.
 #pragma once
 

@@ -1,6 +1,6 @@
 // crew/detail/idle_workers.hpp: the state of a pool's wake-up policy: who
 // holds a spinning token, and the stack of sleeping workers. The policy
-// itself (when to spin, sleep, wake) is Core's, in src/engine/wake.cpp.
+// itself (when to spin, sleep, wake) is PoolCore's, in src/engine/wake.cpp.
 //
 // Who touches what:
 //   spinning tokens  a worker takes one to poll the queues and gives it back;

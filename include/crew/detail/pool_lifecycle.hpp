@@ -3,7 +3,7 @@
 // the attention counter that tells workers to look up from the queue.
 //
 // Who touches what:
-//   state_      written by the control calls (Core::start, pause, resume,
+//   state_      written by the control calls (PoolCore::start, pause, resume,
 //               shutdown, restart), each edge checked against
 //               is_legal_transition; read by every submitter (admission),
 //               by workers (pause, stop) and by the supervisor.
@@ -15,7 +15,7 @@
 //               compares it with the value it last saw once per task, so a
 //               bump costs the hot path one relaxed load.
 // The state's seq_cst store and loads order a shutdown against submitters
-// (Core::after_push) and sleeping workers; the others need no more than
+// (PoolCore::after_push) and sleeping workers; the others need no more than
 // acquire/release.
 #pragma once
 
@@ -39,7 +39,7 @@ class PoolLifecycle {
     return state(order) >= PoolState::stopping;
   }
   // Moves to `to` from whatever the state is; returns the previous state.
-  // The caller makes the change exclusive (Control::mu, or the shutdown
+  // The caller makes the change exclusive (PoolRuntime::mu, or the shutdown
   // sequence that alone may leave `stopping`).
   PoolState set(PoolState to) noexcept {
     const PoolState from = state_.load(std::memory_order_relaxed);

@@ -109,7 +109,7 @@ class Ring {
         std::size_t n = 1;
         while (more(n) && published(pos + n)) ++n;
         // seq_cst claim: a blocked submitter re-checks size() after it
-        // announced its wait (see Core::route_full), as the tail claim
+        // announced its wait (see PoolCore::route_full), as the tail claim
         // pairs with sleeping workers.
         if (head_.compare_exchange_weak(pos, pos + n, std::memory_order_seq_cst,
                                         std::memory_order_relaxed)) {
@@ -494,7 +494,7 @@ struct PopState {
   // the local one, so a worker busy with forked work still serves it.
   std::uint32_t ticks = 0;
   // Cells the last batch pop moved into the local queue (see pop_batch);
-  // the consumer reads and clears it (Core::after_batch).
+  // the consumer reads and clears it (PoolCore::after_batch).
   std::uint32_t moved = 0;
 };
 

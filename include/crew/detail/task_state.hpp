@@ -46,7 +46,7 @@ struct TaskContext;
 
 namespace crew::detail {
 
-class Core;
+class PoolCore;
 
 // A callable that derives from this is told when its task expires in the
 // queue, before the pool destroys it: TaskStateBase::expire() calls its
@@ -79,7 +79,7 @@ struct RunFrame {
   // steady_clock nanoseconds of the first stop request on the current task
   // (0 = none); the supervisor abandons the task `abandon_grace` after it.
   std::atomic<std::int64_t> stop_at_ns{0};
-  Core* core = nullptr;  // whose supervisor to wake on a stop request
+  PoolCore* core = nullptr;  // whose supervisor to wake on a stop request
 };
 
 class TaskStateBase;
@@ -301,7 +301,7 @@ class TaskStateBase {
   // both miss each other.
   StopRequest request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
   // Records only the reason (the first one wins), for a stop whose token is
-  // stopped later on another thread (see Control::stops).
+  // stopped later on another thread (see PoolRuntime::stops).
   void note_stop_reason(StopReason why) noexcept {
     StopReason none = StopReason::none;
     stop_reason_.compare_exchange_strong(none, why, std::memory_order_acq_rel);
@@ -371,7 +371,7 @@ class TaskStateBase {
  public:
   // Set at submission, immutable afterwards.
   std::uint64_t id = 0;
-  Core* owner = nullptr;  // the pool core that runs it (for nested waits)
+  PoolCore* owner = nullptr;  // the pool core that runs it (for nested waits)
   // Set at submission when task observers want timings.
   std::int64_t enqueued_ns = 0;
   // Written by the runner before finish(), read after done() says failed.

@@ -1,7 +1,12 @@
-// src/engine/control.hpp (private): the pool's bookkeeping that is not on the
-// submission path: workers (under Control::mu), the shutdown book (under
-// Control::mu), the timer heap and the stopper (each under its own mutex).
-// See docs/design/architecture.md for who touches what.
+// src/engine/pool_runtime.hpp (private): PoolRuntime, the part of a pool
+// that is not on the submission path, which PoolCore reaches through a
+// std::unique_ptr. It owns the units, each with its own header saying who
+// touches what: ObserverHub (observer_hub.hpp), BlockedSubmitters
+// (blocked_submitters.hpp), Supervisor (supervisor.hpp: its thread, the
+// timer heap, the stopper, foreign runs) and ShutdownSequence
+// (shutdown_sequence.hpp). Its own fields are the worker books, under
+// PoolRuntime::mu, with the calls that need it (*_locked, CREW_REQUIRES).
+// Also Worker, whose fields are grouped by the unit that owns them.
 #pragma once
 
 #include <algorithm>
@@ -21,8 +26,8 @@
 
 #include "blocked_submitters.hpp"
 #include "crew/detail/assert.hpp"
-#include "crew/detail/core.hpp"
 #include "crew/detail/mutex.hpp"
+#include "crew/detail/pool_core.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "observer_hub.hpp"
@@ -80,8 +85,8 @@ inline bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexce
 // (Supervisor::announce).
 //
 // The rule: user code never runs under a worker's run.mu, and under
-// Control::mu only Observer::on_pool_state does. start, resume, shutdown and
-// restart change the pool's state under Control::mu (with the shutdown book
+// PoolRuntime::mu only Observer::on_pool_state does. start, resume, shutdown and
+// restart change the pool's state under PoolRuntime::mu (with the shutdown book
 // and the worker list), and emit the edge there, so that observers hear the
 // edges in the order they happened. Everything else (worker events, task
 // events, the logger, handlers, stop callbacks) runs after the locks.
@@ -98,7 +103,7 @@ struct WriteOffNote {
 // at a container's pids.max, ENOMEM). Nothing else would try again for a
 // task already queued, so the supervisor does, with a backoff (1 ms doubling
 // to 1 s), while tasks are queued and the pool may start workers; it also
-// logs the failures, outside the pool's locks. Guarded by Control::mu.
+// logs the failures, outside the pool's locks. Guarded by PoolRuntime::mu.
 class SpawnRetry {
  public:
   void failed(const char* what, std::int64_t now) noexcept {
@@ -192,7 +197,7 @@ struct RunSlot {
 };
 
 struct Worker final : Runner {
-  Worker(std::uint64_t id_in, Core* core) : id(id_in) {
+  Worker(std::uint64_t id_in, PoolCore* core) : id(id_in) {
     run.frame.core = core;
     pop.hint = id_in;
   }
@@ -200,7 +205,7 @@ struct Worker final : Runner {
   Worker& operator=(const Worker&) = delete;
 
   // Runs an inline long task, or an observed plain task, at this worker's
-  // top level (see Runner in core.hpp).
+  // top level (see Runner in pool_core.hpp).
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
@@ -215,14 +220,14 @@ struct Worker final : Runner {
   }
 
   const std::uint64_t id;
-  OsThread thread;  // guarded by Control::mu
+  OsThread thread;  // guarded by PoolRuntime::mu
   std::atomic<WorkerState> state{WorkerState::starting};
-  // The change to `abandoned` made by write_off_locked (under Control::mu),
+  // The change to `abandoned` made by write_off_locked (under PoolRuntime::mu),
   // announced by the thread that wrote the worker off once it released the
   // lock (announce_state).
   WorkerStateChange write_off_change;
   std::atomic<bool> exit_requested{false};  // stop_worker
-  // Set under run.mu (and Control::mu) when the worker is written off; the
+  // Set under run.mu (and PoolRuntime::mu) when the worker is written off; the
   // worker reads it under run.mu when its run ends, so exactly one of them
   // counts the outcome.
   std::atomic<bool> abandoned{false};
@@ -242,7 +247,7 @@ struct Worker final : Runner {
 // stored between the two would be overwritten, and the written-off thread
 // would look busy or idle again (abandon_busy deciding from it, observers
 // hearing of a state after the abandonment).
-// A thread that holds Control::mu or the worker's run.mu announces the
+// A thread that holds PoolRuntime::mu or the worker's run.mu announces the
 // change once it has released them (announce_state), so that observers
 // never run under the pool's locks; any other thread calls
 // set_worker_state, which does both.
@@ -254,8 +259,8 @@ inline WorkerStateChange change_worker_state(Worker& w, WorkerState to) noexcept
   } while (!w.state.compare_exchange_weak(from, to, std::memory_order_relaxed));
   return {from, to, true};
 }
-struct Control {
-  Control(Core& core, const PoolOptions& options)
+struct PoolRuntime {
+  PoolRuntime(PoolCore& core, const PoolOptions& options)
       : observers(options),
         blocked(options.queue_capacity, options.priority_levels),
         supervisor(core),
@@ -300,7 +305,7 @@ struct Control {
 
   // ---- the worker books: calls that need `mu` (and a worker's run.mu
   // where named), checked by clang's -Wthread-safety. Each takes the pool's
-  // Core for the counters it shares with the submission path. None calls
+  // PoolCore for the counters it shares with the submission path. None calls
   // user code (observers and the logger hear of what they did after the
   // locks are released).
 
@@ -310,30 +315,31 @@ struct Control {
   // finds more). A failure is kept for the supervisor, which logs it and
   // tries again while tasks are queued. Returns the new worker's id, 0 if
   // its thread could not start.
-  std::uint64_t spawn_worker_locked(Core& core, bool replacement, bool spinning = false) noexcept
-      CREW_REQUIRES(mu);
+  std::uint64_t spawn_worker_locked(PoolCore& core, bool replacement,
+                                    bool spinning = false) noexcept CREW_REQUIRES(mu);
   // Tries again to start a worker whose thread could not be started
   // (supervisor.cpp). Returns when to look again.
-  std::int64_t retry_spawn_locked(Core& core, std::int64_t now) noexcept CREW_REQUIRES(mu);
+  std::int64_t retry_spawn_locked(PoolCore& core, std::int64_t now) noexcept CREW_REQUIRES(mu);
   // Every outcome counted so far (pool_core.cpp).
-  [[nodiscard]] OutcomeCounts totals_locked(const Core& core) const CREW_REQUIRES(mu);
+  [[nodiscard]] OutcomeCounts totals_locked(const PoolCore& core) const CREW_REQUIRES(mu);
   // Writes a worker off (supervisor.cpp): it leaves the books and its thread
   // is detached. Its state change is kept in w->write_off_change for the
   // caller to announce after releasing `mu`.
-  void write_off_locked(Core& core, const std::shared_ptr<Worker>& w) noexcept CREW_REQUIRES(mu);
+  void write_off_locked(PoolCore& core, const std::shared_ptr<Worker>& w) noexcept
+      CREW_REQUIRES(mu);
   // Decides the outcome of the worker's current run as abandoned
   // (supervisor.cpp); `notes` must have room for one more note (reserved by
   // the caller), which Supervisor::announce delivers after the locks.
-  void write_off_run_locked(Core& core, Worker& w, ShutdownReport* report,
+  void write_off_run_locked(PoolCore& core, Worker& w, ShutdownReport* report,
                             std::vector<WriteOffNote>& notes) noexcept CREW_REQUIRES(mu, w.run.mu);
 };
 
 // Tells observers of a change made by change_worker_state; no lock held.
 inline void announce_state(const Worker& w, const WorkerStateChange& change) noexcept {
   if (!change.changed) return;
-  Core& c = *w.run.frame.core;
+  PoolCore& c = *w.run.frame.core;
   if (c.observes(Observer::worker_state)) [[unlikely]]
-    c.control().observers.worker_state(w.id, change.from, change.to);
+    c.runtime().observers.worker_state(w.id, change.from, change.to);
 }
 // A state change and its event, on a thread that holds none of the pool's
 // locks.
@@ -346,8 +352,8 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
 bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept
     CREW_REQUIRES(w.run.mu);
 
-// Core's calls into its Control that the engine makes on hot paths (a
-// worker's pop), inline here where Control is complete.
-inline void Core::on_slot_freed() noexcept { ctl_->blocked.slot_freed(queue_); }
+// PoolCore's calls into its PoolRuntime that the engine makes on hot paths (a
+// worker's pop), inline here where PoolRuntime is complete.
+inline void PoolCore::on_slot_freed() noexcept { rt_->blocked.slot_freed(queue_); }
 
 }  // namespace crew::detail
