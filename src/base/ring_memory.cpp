@@ -10,6 +10,13 @@
 #include "crew/detail/task_queue.hpp"
 
 namespace crew::detail {
+namespace {
+
+// Rings this large or larger are mapped: a pool's queue is sized for its
+// worst burst, and most of it is never touched.
+constexpr std::size_t kMapThreshold = std::size_t{128} << 10;
+
+}  // namespace
 
 void* allocate_ring_memory(std::size_t bytes, std::size_t align) {
   if (bytes >= kMapThreshold) {

@@ -40,11 +40,9 @@
 
 namespace crew::detail {
 
-// The memory of a ring's slots: zeroed, aligned for `align`. Rings of
-// kMapThreshold bytes or more are mapped, so that their pages are touched
-// (and count as resident) only as the queue fills them
-// (src/base/ring_memory.cpp). Throws std::bad_alloc.
-inline constexpr std::size_t kMapThreshold = std::size_t{128} << 10;
+// The memory of a ring's slots: zeroed, aligned for `align`; large rings
+// are mapped, so that their pages are touched (and count as resident) only
+// as the queue fills them (src/base/ring_memory.cpp). Throws std::bad_alloc.
 void* allocate_ring_memory(std::size_t bytes, std::size_t align);
 void release_ring_memory(void* p, std::size_t bytes) noexcept;
 
@@ -55,11 +53,11 @@ class Ring {
       mask_ = cap_ - 1;
       shift_ = static_cast<unsigned>(__builtin_ctzll(cap_));
     }
-    slots_ = static_cast<Slot*>(allocate_zeroed(bytes()));
+    slots_ = static_cast<Slot*>(allocate_ring_memory(bytes(), alignof(Slot)));
   }
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
-  ~Ring() { release(slots_, bytes()); }  // the owner drains it first
+  ~Ring() { release_ring_memory(slots_, bytes()); }  // the owner drains it first
 
   // Calls fill(Cell&) on a claimed slot. fill must not throw.
   template <class Fill>
@@ -169,9 +167,6 @@ class Ring {
 
   // Zeroed memory aligned for Slot: all turns 0 (= free for lap 0), cells
   // empty.
-  static void* allocate_zeroed(std::size_t n) { return allocate_ring_memory(n, alignof(Slot)); }
-  static void release(void* p, std::size_t n) noexcept { release_ring_memory(p, n); }
-
   Slot* slots_ = nullptr;
   std::size_t cap_;
   std::uint64_t mask_ = 0;
