@@ -3,6 +3,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
+
+// The forwarding header kept for one release still names the pool's core.
+#include <crew/detail/core.hpp>
+static_assert(std::is_same_v<crew::detail::Core, crew::detail::PoolCore>,
+              "crew/detail/core.hpp forwards to detail::PoolCore");
 
 #ifdef CONSUMER_WITH_METRICS
 #include <crew/metrics.hpp>
