@@ -312,7 +312,7 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) {
-    ctl_.observers.settled_in_queue(s);
+    rt_.observers.settled_in_queue(s);
   } else if (s->leave_queue(TaskStatus::running)) {
     core_.disarm_queue_deadline(s);
     core_.run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference

@@ -36,7 +36,8 @@ void spinners_in_child() noexcept { g_spinners.store(0, std::memory_order_relaxe
 [[maybe_unused]] const int g_spinner_fork_handler =
     pthread_atfork(nullptr, nullptr, spinners_in_child);
 
-// A process-wide spinning slot, or false if every slot is taken.
+}  // namespace
+
 bool take_spinner_slot() noexcept {
   int n = g_spinners.load(std::memory_order_relaxed);
   while (n < spinner_limit()) {
@@ -45,7 +46,9 @@ bool take_spinner_slot() noexcept {
   return false;
 }
 
-}  // namespace
+void give_back_spinner_slot() noexcept { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
+
+int spinner_slots_taken() noexcept { return g_spinners.load(std::memory_order_relaxed); }
 
 // Polls the queues for opts_.spin. Always gives up the spinning token.
 //
@@ -147,7 +150,7 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
     }
     for (int k = 0; k < 8; ++k) cpu_relax();
   }
-  if (slot) g_spinners.fetch_sub(1, std::memory_order_relaxed);
+  if (slot) give_back_spinner_slot();
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.

@@ -37,4 +37,12 @@ inline constexpr std::int64_t kBacklogNs = 20'000;
 inline constexpr std::int64_t kWatchNs = 4'000'000;
 inline constexpr int kWatchLooks = 4;
 
+// The process-wide spinning slots (wake.cpp): at most half the usable CPUs'
+// worth of workers, across all pools, spin at once. A worker takes one
+// before it spins and gives it back after; a child of fork() starts with
+// every slot free. Any thread.
+bool take_spinner_slot() noexcept;
+void give_back_spinner_slot() noexcept;
+int spinner_slots_taken() noexcept;
+
 }  // namespace crew::detail

@@ -96,7 +96,7 @@ std::optional<PoolStats> PoolStatsHandle::read() const {
   return core->stats();
 }
 std::optional<std::vector<WorkerInfo>> PoolStatsHandle::workers() const {
-  const std::shared_ptr<const detail::Core> core = core_.lock();
+  const std::shared_ptr<const detail::PoolCore> core = core_.lock();
   if (!core || core->released()) return std::nullopt;
   return core->workers();
 }
