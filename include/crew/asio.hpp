@@ -318,7 +318,8 @@ struct Initiate {
   // under it). Its own stack frame keeps them out of reach.
   template <class Handler, class Executor, class F>
   [[gnu::noinline]] void operator()(Handler&& handler, Pool* pool, const Executor& ex, F&& f,
-                                    TaskOptions opts, bool may_block) const {
+                                    TaskOptions opts, bool may_block,
+                                    Task<void>* keep = nullptr) const {
     using Fn = std::decay_t<F>;
     using R = task_result_t<Fn>;
     using Op = Completion<std::decay_t<Handler>, Executor, R>;
@@ -350,6 +351,7 @@ struct Initiate {
       if (op->claim()) op->fail(Errc::rejected, why);
     }
     // Dropping the handle neither cancels the task nor waits for it.
+    if (keep != nullptr) *keep = std::move(task);
   }
 };
 
@@ -382,6 +384,19 @@ auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
   detail::check_result<std::decay_t<F>>();
   return boost::asio::async_initiate<CompletionToken, completion_signature_t<F>>(
       detail::Initiate{}, token, &pool, ex, std::forward<F>(f), std::move(opts), false);
+}
+
+// As above, and `handle` receives the task's handle (before the initiating
+// call returns; the completion may have run by then), e.g. to cancel() it:
+// a queued task cancelled completes with Errc::shutdown_dropped (it is
+// destroyed unrun), a running long task with Errc::cancelled.
+template <class Executor, class F, class CompletionToken>
+  requires is_task_v<std::decay_t<F>>
+auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
+                      CompletionToken&& token, Task<void>& handle) {
+  detail::check_result<std::decay_t<F>>();
+  return boost::asio::async_initiate<CompletionToken, completion_signature_t<F>>(
+      detail::Initiate{}, token, &pool, ex, std::forward<F>(f), std::move(opts), false, &handle);
 }
 
 template <class Executor, class F, class CompletionToken>
