@@ -31,6 +31,7 @@
 #include "metrics/http_metrics.hpp"
 #include "metrics/process_metrics.hpp"
 #include "metrics/readiness_metrics.hpp"
+#include "ui/console.hpp"
 
 #if CREWD_CREW_METRICS
 #include <crew/metrics.hpp>
@@ -117,6 +118,14 @@ int run(const Config& config) {
   exposed.push_back(std::make_shared<ProcessMetrics>());
   auto readiness = std::make_shared<ReadinessMetrics>();
   exposed.push_back(readiness);
+  // The operations console ([ui]; off by default): its series observe the pools.
+  std::shared_ptr<ui::Console> console;
+  if (config.ui.enabled) {
+    console = std::make_shared<ui::Console>(config);
+    exposed.push_back(console->metrics());
+    compute_observers.push_back(console->compute_series());
+    jobs_observers.push_back(console->jobs_series());
+  }
 
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
@@ -141,6 +150,13 @@ int run(const Config& config) {
                    .shutdown_timeout = config.shutdown.timeout,
                    .observers = jobs_observers,
                    .logger = crew_log});
+  // The console's sampler reads the pools: it stops before they are destroyed.
+  struct StopConsole {
+    ui::Console* console;
+    ~StopConsole() {
+      if (console != nullptr) console->stop();
+    }
+  } stop_console{console.get()};
 #if CREWD_CREW_METRICS
   for (const crew::Pool* p : {&compute, &jobs}) pool_metrics->watch(*p);
 #endif
@@ -154,7 +170,18 @@ int run(const Config& config) {
 #endif
 
   HttpServer server(config, {compute, jobs}, log, request_metrics, std::move(exposed));
+  if (console) {
+    console->attach(compute, jobs);
+    server.set_console(console);
+    log->info("operations console at /ui (on loopback{}{}{})",
+              config.ui.admin_address.empty() ? "" : " and " + config.ui.admin_address,
+              config.ui.token.empty() ? "" : ", with a bearer token",
+              config.ui.read_only ? ", read-only" : "");
+  }
 #if CREWD_REDIS
+  if (redis && console) {
+    console->set_redis([r = redis.get()] { return r->view(); });
+  }
   if (redis) {
     server.add_readiness_check(
         [&redis]() -> std::string { return redis->connected() ? "" : "redis disconnected"; });
@@ -197,6 +224,7 @@ int run(const Config& config) {
     const auto halted = Clock::now();
     const auto deadline = halted + config.shutdown.termination_timeout;
     server.halt();
+    if (console) console->stop_phase(ui::StopPhase::halting);
 #if CREWD_REDIS
     // No new stream entries from now on; what is in flight is the jobs
     // pool's to finish or drop below, and what does not finish stays
@@ -221,6 +249,7 @@ int run(const Config& config) {
     const auto receive_by =
         std::max(Clock::now() + 100ms, deadline - config.shutdown.timeout - pools_margin);
     server.close_admission(receive_by);
+    if (console) console->stop_phase(ui::StopPhase::admission_closed);
     log->info(
         "admission closed (monotonic_ns={}): new work gets 503; {} connections still owe "
         "their first request, {} requests in flight",
@@ -235,16 +264,29 @@ int run(const Config& config) {
     // its task's outcome (drain: all run; soft: queued ones get 503; hard:
     // running jobs are cancelled too). Each pool logs its report.
     {
+      if (console) {
+        console->pools_stopping(Clock::now() + config.shutdown.timeout, deadline);
+      }
       crew::ShutdownReport jobs_report;
       std::jthread jobs_stop([&jobs, &jobs_report] { jobs_report = jobs.shutdown(); });
       const crew::ShutdownReport compute_report = compute.shutdown();
       jobs_stop.join();
       log_pool_report(*log, compute, compute_report);
       log_pool_report(*log, jobs, jobs_report);
+      if (console) {
+        console->pool_report(compute.name(), compute_report);
+        console->pool_report(jobs.name(), jobs_report);
+      }
     }
 
     if (!server.wait_admitted(deadline, ctx.stop_token())) {
       log->warn("{} admitted requests still unanswered", server.admitted_in_flight());
+    }
+    // An open console shows the reports before the listener closes (its
+    // page polls every 500 ms), within the termination budget.
+    if (console) {
+      console->wait_report_seen(std::min<Clock::duration>(
+          1500ms, std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero()) / 4));
     }
     // Connections still reading a request keep their deadlines; whatever is
     // left just before the termination timeout is closed.

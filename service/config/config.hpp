@@ -124,6 +124,19 @@ struct Config {
     std::size_t max_entry_bytes = std::size_t{1} << 20;
     std::size_t max_entry_fields = 1024;
   } redis;
+
+  // The operations console (GET /ui, service/ui/console.hpp, docs/crewd.md
+  // "Console"): off unless enabled; then served only to connections made to
+  // a loopback address or to admin_address.
+  struct Ui {
+    bool enabled = false;
+    std::string admin_address;        // another local address that serves it (empty: loopback only)
+    std::string token;                // a bearer token the snapshot and actions need (empty: none)
+    bool read_only = false;           // no actions: the page shows none, the server answers 403
+    std::size_t snapshot_rows = 100;  // rows of each list in a snapshot at most
+    std::size_t snapshot_bytes = 48 * 1024;  // bytes of a snapshot at most
+    std::size_t history = 500;               // recent outcomes kept
+  } ui;
 };
 
 // The environment: every variable whose name starts with CREWD_ (tests pass

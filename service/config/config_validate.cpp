@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -50,6 +51,23 @@ std::optional<std::string> check_redis_address(std::string_view v) {
   });
   if (host_ok && port && *port >= 1 && *port <= 65535) return std::nullopt;
   return "must be HOST:PORT with a port in 1..65535, or empty (no Redis)";
+}
+
+std::optional<std::string> check_ui_address(std::string_view v) {
+  if (v.empty()) return std::nullopt;
+  boost::system::error_code ec;
+  (void)boost::asio::ip::make_address(std::string(v), ec);
+  if (!ec) return std::nullopt;
+  return "must be a numeric IPv4 or IPv6 address of this host, or empty (loopback only)";
+}
+
+std::optional<std::string> check_ui_token(std::string_view v) {
+  const bool chars_ok = std::all_of(v.begin(), v.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '-' || ch == '.' ||
+           ch == '_' || ch == '~' || ch == '+' || ch == '/' || ch == '=';
+  });
+  if (v.empty() || (v.size() >= 16 && v.size() <= 256 && chars_ok)) return std::nullopt;
+  return "must be empty or 16..256 characters of [A-Za-z0-9-._~+/=]";
 }
 
 // "HOST:PORT" or "[IPV6]:PORT". The host is an IPv4 address, a name, or

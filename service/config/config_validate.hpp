@@ -24,6 +24,10 @@ namespace crewd {
 [[nodiscard]] std::optional<std::string> check_consumer(std::string_view v);
 [[nodiscard]] std::optional<std::string> check_anything(std::string_view v);
 [[nodiscard]] std::optional<std::string> check_redis_address(std::string_view v);
+// ui.admin_address: a numeric IPv4 or IPv6 address, or empty.
+[[nodiscard]] std::optional<std::string> check_ui_address(std::string_view v);
+// ui.token: empty, or 16..256 characters of a bearer token (RFC 6750 b64token).
+[[nodiscard]] std::optional<std::string> check_ui_token(std::string_view v);
 
 // Parses and stores the listen setting (host and port of `c`), or says
 // what it must be.

@@ -291,6 +291,11 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "jobs.default_timeout_ms", "\"timeout_ms\" of a job that gives none",
         +[](Config& c) -> std::uint32_t& { return c.jobs.limits.default_timeout_ms; }, 1, kDay));
+    s.push_back(boolean(
+        "jobs.allow_stuck",
+        "accept jobs of kind \"stuck\", which ignore their stop token (for tests of deadlines and "
+        "abandoned workers)",
+        +[](Config& c) -> bool& { return c.jobs.limits.allow_stuck; }));
 
     s.push_back(choice<ShutdownMode>("shutdown.mode",
                                      "how the compute and jobs pools stop after SIGTERM",
@@ -354,6 +359,30 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "redis.max_entry_fields", "an entry with more fields is dead-lettered unrun",
         +[](Config& c) -> std::size_t& { return c.redis.max_entry_fields; }, 1, 1'000'000));
+
+    s.push_back(boolean(
+        "ui.enabled", "serve the operations console (GET /ui) and its snapshot",
+        +[](Config& c) -> bool& { return c.ui.enabled; }));
+    s.push_back(text(
+        "ui.admin_address",
+        "a local address besides loopback on which the console answers (empty: loopback only)",
+        +[](Config& c) -> std::string& { return c.ui.admin_address; }, check_ui_address));
+    s.push_back(text(
+        "ui.token", "bearer token the console's snapshot and actions need (empty: none)",
+        +[](Config& c) -> std::string& { return c.ui.token; }, check_ui_token,
+        /*secret=*/true));
+    s.push_back(boolean(
+        "ui.read_only", "the console shows no action and the server refuses them (403)",
+        +[](Config& c) -> bool& { return c.ui.read_only; }));
+    s.push_back(integer(
+        "ui.snapshot_rows", "rows of each list (queued, running, recent) in a snapshot at most",
+        +[](Config& c) -> std::size_t& { return c.ui.snapshot_rows; }, 1, 10'000));
+    s.push_back(integer(
+        "ui.snapshot_bytes", "bytes of a snapshot at most (rows are left out to fit)",
+        +[](Config& c) -> std::size_t& { return c.ui.snapshot_bytes; }, 16 * 1024, 16u << 20));
+    s.push_back(integer(
+        "ui.history", "recent job outcomes the console keeps",
+        +[](Config& c) -> std::size_t& { return c.ui.history; }, 1, 100'000));
     return s;
   }();
   return all;

@@ -257,6 +257,11 @@ class Connection::RouteExchange final : public Exchange {
   [[nodiscard]] const Request& request() const noexcept override { return c_.parser_->request(); }
   [[nodiscard]] std::string_view arg() const noexcept override { return c_.match_.arg; }
   [[nodiscard]] State& state() const noexcept override { return c_.s_; }
+  [[nodiscard]] net::ip::address local_address() const override {
+    error_code ec;
+    const auto endpoint = c_.socket_.local_endpoint(ec);
+    return ec ? net::ip::address() : endpoint.address();  // unspecified: not loopback
+  }
   [[nodiscard]] net::io_context::executor_type executor() const noexcept override {
     return c_.w_.ioc.get_executor();
   }

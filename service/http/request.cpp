@@ -144,7 +144,7 @@ void RequestParser::on_response_impl(int, boost::beast::string_view, int, error_
   ec = http::error::bad_version;  // never called for a request parser
 }
 
-void RequestParser::on_field_impl(http::field name, boost::beast::string_view,
+void RequestParser::on_field_impl(http::field name, boost::beast::string_view name_string,
                                   boost::beast::string_view value, error_code& ec) {
   if (++request_.fields > limits_.header_count) {
     why_ = Why::too_many_fields;
@@ -153,6 +153,10 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view,
   }
   if (name == http::field::host) {
     ++hosts_;
+  } else if (name == http::field::authorization) {
+    request_.authorization.assign(value.data(), value.size());
+  } else if (name == http::field::unknown && iequals(name_string, "Sec-Fetch-Site")) {
+    request_.sec_fetch_site.assign(value.data(), value.size());
   } else if (name == http::field::expect) {
     if (iequals(value, "100-continue")) {
       request_.expect_continue = true;
@@ -271,6 +275,10 @@ std::string_view reason_phrase(int status) noexcept {
       return "OK";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -318,7 +326,9 @@ void append_response(std::string& out, const Response& r, bool head_only) {
   } else if (r.keep_alive) {
     out += "\r\nConnection: keep-alive";
   }
-  out += "\r\n\r\n";
+  out += "\r\n";
+  out += r.headers;
+  out += "\r\n";
   if (!head_only) out += r.body;
 }
 

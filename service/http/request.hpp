@@ -40,6 +40,10 @@ struct Request {
   bool expect_other = false;               // another expectation: 417
   bool has_body = false;                   // Content-Length > 0 or chunked
   std::size_t fields = 0;
+  // The fields the console's routes check (service/ui/console_guard.hpp);
+  // the last one sent of each, empty without.
+  std::string authorization;   // Authorization
+  std::string sec_fetch_site;  // Sec-Fetch-Site
   std::string body;
 };
 
@@ -126,6 +130,8 @@ struct Response {
   bool retry_after = false;  // 503 of a full pool: Retry-After: 1
   bool close = false;        // Connection: close
   bool keep_alive = false;   // Connection: keep-alive (for an HTTP/1.0 client that asked)
+  // More header lines, each "Name: value\r\n" (the console's security headers).
+  std::string headers;
 };
 
 // {"error": message, "status": status}

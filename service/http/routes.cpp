@@ -1,7 +1,7 @@
 // crewd's routes (routes.hpp): the table, the path match and each route's
 // handler: the factorial and job routes hand work to the compute and jobs
-// pools; the others (/api/v1/pools, /metrics, /healthz, /readyz) answer on
-// the I/O thread.
+// pools; the others (/api/v1/pools, /metrics, /healthz, /readyz, and the
+// console's /ui, snapshot and cancel) answer on the I/O thread.
 //
 // Threads: handlers run on the connection's I/O thread. The factorial and
 // job tasks run on the pools' workers and touch only what they captured
@@ -33,6 +33,9 @@
 #include "http/server_state.hpp"
 #include "jobs/job_runner.hpp"
 #include "jobs/jobs.hpp"
+#include "ui/console.hpp"
+#include "ui/console_guard.hpp"
+#include "ui/console_page.hpp"
 
 namespace crewd::http {
 namespace {
@@ -122,6 +125,10 @@ void factorial(Exchange& ex) {
 
 Response job_outcome(const State& s, const JobRequest& job, const JobTimes& times,
                      Clock::time_point submitted, std::exception_ptr e) {
+  // Ended from the console (POST /api/v1/ui/jobs/{id}/cancel): queued, it
+  // was dropped unrun (shutdown_dropped); running, its token was stopped.
+  const bool console_cancel =
+      s.console != nullptr && s.console->jobs().cancel_requested(times.id.load());
   std::string outcome = "succeeded";
   int code = 200;
   std::string message;
@@ -142,7 +149,8 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
         case crew::Errc::cancelled:
           outcome = "cancelled";
           code = 503;
-          message = "the task was cancelled (cancelled): crewd is shutting down";
+          message = console_cancel ? "the job was cancelled from the console"
+                                   : "the task was cancelled (cancelled): crewd is shutting down";
           break;
         case crew::Errc::rejected:
           outcome = "rejected";
@@ -151,6 +159,15 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
               "pool jobs refused the task (" + std::string(crew::to_string(err.admission())) + ")";
           retry_after = true;
           break;
+        case crew::Errc::shutdown_dropped:
+          if (console_cancel) {
+            reason = crew::Errc::cancelled;
+            outcome = "cancelled";
+            code = 503;
+            message = "the job was cancelled from the console before it started";
+            break;
+          }
+          [[fallthrough]];
         default:  // shutdown_dropped, expired
           outcome = "rejected";
           code = 503;
@@ -185,6 +202,21 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
     body["reason"] = reason ? std::string(crew::to_string(*reason)) : "failed";
     body["status"] = code;
   }
+  if (s.console != nullptr) {
+    ui::JobOutcome o{.task_id = times.id.load(),
+                     .name = job.name,
+                     .kind = job.kind,
+                     .outcome = outcome,
+                     .reason = code != 200 ? body["reason"].get<std::string>() : std::string(),
+                     .queue_ms = -1,
+                     .run_ms = -1,
+                     .ended = Clock::now()};
+    if (started != 0) {
+      o.queue_ms = body["queue_ms"].get<double>();
+      if (ended != 0) o.run_ms = body["run_ms"].get<double>();
+    }
+    s.console->jobs().finish(std::move(o));
+  }
   Response r = json_response(code, body);
   r.retry_after = retry_after;
   return r;
@@ -200,20 +232,24 @@ void job(Exchange& ex) {
   const JobRequest job = std::get<JobRequest>(parsed);
   auto times = std::make_shared<JobTimes>();
   const auto submitted = Clock::now();
-  crew::asio::async_try_submit(
-      s.pools.jobs, ex.executor(),
-      [job, times, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
-        times->id.store(ctx.id);
-        times->started_ns.store(now_ns());
-        (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
-        times->ended_ns.store(now_ns());
-      },
-      {.name = job.name,
-       .timeout = std::chrono::milliseconds(job.timeout_ms),
-       .queue_timeout = s.config.jobs.queue_timeout},
-      [reply = ex.later(), job, times, submitted](std::exception_ptr e) {
-        reply(job_outcome(reply.state(), job, *times, submitted, std::move(e)));
-      });
+  auto task = [job, times, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+    times->started_ns.store(now_ns());
+    (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
+    times->ended_ns.store(now_ns());
+  };
+  crew::TaskOptions options{.name = job.name,
+                            .timeout = std::chrono::milliseconds(job.timeout_ms),
+                            .queue_timeout = s.config.jobs.queue_timeout};
+  auto done = [reply = ex.later(), job, times, submitted](std::exception_ptr e) {
+    reply(job_outcome(reply.state(), job, *times, submitted, std::move(e)));
+  };
+  // The completion runs on this thread, after this handler: the id is set
+  // and the console's book has the job by then.
+  crew::Task<void> handle;
+  crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
+                               std::move(done), handle);
+  times->id.store(handle.id());
+  if (s.console != nullptr) s.console->jobs().add(job, std::move(handle), submitted);
 }
 
 // A job whose body is not sent yet (Expect: 100-continue): the pool would
@@ -299,6 +335,65 @@ void readyz(Exchange& ex) {
   }
 }
 
+// ---- The operations console (service/ui/console.hpp) ----
+
+std::optional<Response> console_refusal(Exchange& ex, ui::Access access) {
+  const State& s = ex.state();
+  if (s.console == nullptr) return error_response(404, "no such route");
+  return ui::refusal(s.console->settings(), ex.local_address(), ex.request(), access);
+}
+
+void console_page(Exchange& ex) {
+  if (auto refused = console_refusal(ex, ui::Access::page)) {
+    ex.respond(std::move(*refused));
+    return;
+  }
+  const std::string nonce = ui::make_nonce();
+  Response r;
+  r.body = ui::console_page(nonce);
+  r.content_type = "text/html; charset=utf-8";
+  r.headers = ui::page_headers(nonce);
+  ex.respond(std::move(r));
+}
+
+void console_snapshot(Exchange& ex) {
+  if (auto refused = console_refusal(ex, ui::Access::read)) {
+    ex.respond(std::move(*refused));
+    return;
+  }
+  const State& s = ex.state();
+  Response r;
+  r.body = s.console->snapshot(ui::parse_snapshot_query(ex.request().target),
+                               {.halting = s.gate.halting(),
+                                .connections = s.open.load(std::memory_order_relaxed),
+                                .admitted_in_flight = s.gate.admitted_open()});
+  r.headers = ui::api_headers();
+  ex.respond(std::move(r));
+}
+
+void console_cancel(Exchange& ex) {
+  if (auto refused = console_refusal(ex, ui::Access::write)) {
+    ex.respond(std::move(*refused));
+    return;
+  }
+  std::uint64_t id = 0;
+  const std::string_view arg = ex.arg();
+  const auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), id);
+  if (ec != std::errc{} || end != arg.data() + arg.size() || id == 0) {
+    ex.respond(error_response(400, "the job's task id must be a positive integer"));
+    return;
+  }
+  const ui::CancelStatus done = ex.state().console->jobs().cancel(id);
+  if (done == ui::CancelStatus::not_found) {
+    ex.respond(error_response(404, "no queued or running job with that task id"));
+    return;
+  }
+  Response r =
+      json_response(200, Json{{"task_id", id}, {"result", std::string(ui::to_string(done))}});
+  r.headers = ui::api_headers();
+  ex.respond(std::move(r));
+}
+
 // ---- The table ----
 
 // The order is that of the `route` labels in /metrics.
@@ -313,6 +408,9 @@ constexpr Route kRoutes[] = {
     {.path = "/metrics", .methods = "GET, HEAD", .handler = metrics},
     {.path = "/healthz", .methods = "GET, HEAD", .handler = healthz},
     {.path = "/readyz", .methods = "GET, HEAD", .handler = readyz},
+    {.path = "/ui", .methods = "GET, HEAD", .handler = console_page},
+    {.path = "/api/v1/ui/snapshot", .methods = "GET, HEAD", .handler = console_snapshot},
+    {.path = "/api/v1/ui/jobs/{id}/cancel", .methods = "POST", .handler = console_cancel},
 };
 
 }  // namespace

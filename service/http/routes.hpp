@@ -18,6 +18,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -44,6 +45,8 @@ class Exchange {
   // The text of the pattern's "{name}" segment; empty without one.
   [[nodiscard]] virtual std::string_view arg() const noexcept = 0;
   [[nodiscard]] virtual State& state() const noexcept = 0;
+  // The address the client connected to (the console answers on some only).
+  [[nodiscard]] virtual boost::asio::ip::address local_address() const = 0;
   // The connection's I/O thread: where a task's completion must run.
   [[nodiscard]] virtual boost::asio::io_context::executor_type executor() const noexcept = 0;
   virtual void respond(Response r) = 0;

@@ -327,6 +327,10 @@ std::string HttpServer::State::not_ready_reason() const {
   return {};
 }
 
+void HttpServer::set_console(std::shared_ptr<ui::Console> console) {
+  state_->console = std::move(console);
+}
+
 bool HttpServer::halting() const noexcept { return state_->gate.halting(); }
 std::string HttpServer::not_ready_reason() const { return state_->not_ready_reason(); }
 std::size_t HttpServer::first_requests_pending() const noexcept {

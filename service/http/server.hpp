@@ -70,6 +70,10 @@ class Collectable;
 
 namespace crewd {
 
+namespace ui {
+class Console;
+}  // namespace ui
+
 struct ServicePools {
   crew::Pool& compute;
   crew::Pool& jobs;
@@ -107,6 +111,9 @@ class HttpServer {
   // e.g. a lost connection to a dependency. Called before serve(); `check`
   // then runs on the I/O threads, so it must be quick.
   void add_readiness_check(std::function<std::string()> check);
+  // Serves the operations console (GET /ui, its snapshot and actions) from
+  // `console`; without one those routes answer 404. Called before serve().
+  void set_console(std::shared_ptr<ui::Console> console);
 
   [[nodiscard]] bool halting() const noexcept;
   // Why /readyz answers 503 now ("halting", or a readiness check's reason);

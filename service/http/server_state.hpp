@@ -7,7 +7,7 @@
 // server never touches freed memory). Who touches which field:
 //   config, limits, pools, log, requests, exposed: set at construction,
 //     read-only after (any thread).
-//   readiness_checks: added before serve(), read by the I/O threads.
+//   readiness_checks, console: set before serve(), read by the I/O threads.
 //   max_connections, max_lingering: set by HttpServer's constructor,
 //     read-only after.
 //   gate: see admission_gate.hpp.
@@ -68,6 +68,7 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   std::shared_ptr<RequestMetrics> requests;
   std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
   std::vector<std::function<std::string()>> readiness_checks;
+  std::shared_ptr<ui::Console> console;  // null: the console's routes answer 404
   http::Gate gate;
   std::size_t max_connections = 0;
   // Closes that may linger at once (kLinger): the descriptors left over

@@ -17,6 +17,7 @@ bool sleep_until(std::chrono::steady_clock::time_point until, const std::stop_to
 bool run_job_until(const JobRequest& job, std::chrono::steady_clock::time_point until,
                    const std::stop_token& stop) {
   if (job.kind == JobKind::sleep) return sleep_until(until, stop);
+  if (job.kind == JobKind::stuck) return sleep_until(until, std::stop_token());
   volatile std::uint64_t sink = 0;
   std::uint64_t x = 1;
   while (std::chrono::steady_clock::now() < until) {

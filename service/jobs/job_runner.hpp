@@ -13,7 +13,8 @@ namespace crewd {
 bool sleep_until(std::chrono::steady_clock::time_point until, const std::stop_token& stop);
 
 // Runs `job` until `until`: a sleep job waits on `stop`; a spin job burns CPU
-// in slices of about a microsecond, checking `stop` between them. Returns
+// in slices of about a microsecond, checking `stop` between them; a stuck
+// job sleeps until `until` whatever `stop` says. Returns
 // false if `stop` ended it before `until`.
 bool run_job_until(const JobRequest& job, std::chrono::steady_clock::time_point until,
                    const std::stop_token& stop);

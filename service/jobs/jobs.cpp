@@ -51,6 +51,8 @@ std::string_view to_string(JobKind kind) noexcept {
       return "sleep";
     case JobKind::spin:
       return "spin";
+    case JobKind::stuck:
+      return "stuck";
   }
   return "?";
 }
@@ -99,6 +101,8 @@ std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
         req.kind = JobKind::sleep;
       } else if (s != nullptr && *s == "spin") {
         req.kind = JobKind::spin;
+      } else if (s != nullptr && *s == "stuck" && limits.allow_stuck) {
+        req.kind = JobKind::stuck;
       } else {
         return ParseError{"kind must be \"sleep\" or \"spin\""};
       }

@@ -37,6 +37,10 @@ inline constexpr unsigned kMaxFactorialN = 20;
 enum class JobKind : std::uint8_t {
   sleep,  // waits on its stop token: an I/O-bound call to another service
   spin,   // burns CPU, checking its stop token: CPU-bound work
+  // Sleeps without looking at its stop token: a call that cannot be
+  // interrupted. For tests of deadlines and write-offs (abandoned workers);
+  // accepted only with JobLimits::allow_stuck (jobs.allow_stuck).
+  stuck,
 };
 
 [[nodiscard]] std::string_view to_string(JobKind kind) noexcept;
@@ -46,6 +50,7 @@ struct JobLimits {
   std::uint32_t max_ms = 10'000;             // "ms": 0..max_ms
   std::uint32_t max_timeout_ms = 60'000;     // "timeout_ms": 1..max_timeout_ms
   std::uint32_t default_timeout_ms = 5'000;  // when "timeout_ms" is absent
+  bool allow_stuck = false;                  // kind "stuck" accepted
 };
 
 inline constexpr std::size_t kMaxJobNameLength = 64;
@@ -62,7 +67,7 @@ struct JobRequest {
 };
 
 // The body of POST /api/v1/jobs:
-//   {"kind": "sleep"|"spin", "ms": N, "timeout_ms": M, "name": "..."}
+//   {"kind": "sleep"|"spin"|"stuck", "ms": N, "timeout_ms": M, "name": "..."}
 // kind and ms are required; unknown fields are refused (a typo must not
 // silently fall back to a default).
 [[nodiscard]] std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,

@@ -175,6 +175,21 @@ bool RedisJobs::connected() const noexcept { return source_.connected(); }
 
 crew::StreamSourceStats RedisJobs::stats() const { return source_.stats(); }
 
+ui::RedisView RedisJobs::view() const {
+  const crew::StreamSourceStats s = source_.stats();
+  ui::RedisView v{.connected = s.connected,
+                  .lag = lag_.load(),
+                  .pending = pending_.load(),
+                  .in_flight = s.in_flight,
+                  .succeeded = s.succeeded,
+                  .retried = s.retried,
+                  .dead_lettered = s.dead_lettered,
+                  .last_dead_letter_error = {}};
+  std::lock_guard lock(last_dead_mu_);
+  v.last_dead_letter_error = last_dead_error_;
+  return v;
+}
+
 // XINFO GROUPS and XLEN on a connection of their own, so that a slow reply
 // never delays a job; the gauges go unknown (-1) while Redis does not answer.
 void RedisJobs::poll_stream(const std::stop_token& stop) {
@@ -230,6 +245,23 @@ void RedisJobs::poll_stream(const std::stop_token& stop) {
         ctx.reset();
       } else if (r->type == REDIS_REPLY_INTEGER) {
         dead_letters = r->integer;
+      }
+    }
+    // The newest dead letter's error, for the console.
+    if (ctx) {
+      const Reply r =
+          command(ctx.get(), {"XREVRANGE", o.dead_letter_stream, "+", "-", "COUNT", "1"});
+      if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+        const redisReply* entry = r->element[0];
+        if (entry->type == REDIS_REPLY_ARRAY && entry->elements == 2 &&
+            entry->element[1]->type == REDIS_REPLY_ARRAY) {
+          const redisReply* fields = entry->element[1];
+          for (std::size_t k = 0; k + 1 < fields->elements; k += 2) {
+            if (text_of(fields->element[k]) != "error") continue;
+            std::lock_guard lock(last_dead_mu_);
+            last_dead_error_.assign(text_of(fields->element[k + 1]).substr(0, 256));
+          }
+        }
       }
     }
     lag_.store(lag);

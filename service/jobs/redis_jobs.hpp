@@ -40,6 +40,7 @@
 #include <crew/stream_source.hpp>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@
 
 #include "config/config.hpp"
 #include "jobs/jobs.hpp"
+#include "ui/console.hpp"
 
 namespace spdlog {
 class logger;
@@ -82,6 +84,10 @@ class RedisJobs final : public prometheus::Collectable {
 
   [[nodiscard]] bool connected() const noexcept;
   [[nodiscard]] crew::StreamSourceStats stats() const;
+  // What the operations console shows: the stats, the stream gauges, and
+  // the error of the newest entry of the dead-letter stream (polled with
+  // the gauges).
+  [[nodiscard]] ui::RedisView view() const;
 
   [[nodiscard]] std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -95,6 +101,8 @@ class RedisJobs final : public prometheus::Collectable {
   std::atomic<std::int64_t> lag_{-1};
   std::atomic<std::int64_t> pending_{-1};
   std::atomic<std::int64_t> dead_letters_{-1};  // XLEN of the dead-letter stream
+  mutable std::mutex last_dead_mu_;
+  std::string last_dead_error_;  // guarded by last_dead_mu_
   std::jthread poller_;
 };
 

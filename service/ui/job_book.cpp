@@ -1,0 +1,99 @@
+// The console's book of jobs (service/ui/job_book.hpp).
+#include "ui/job_book.hpp"
+
+#include <utility>
+
+namespace crewd::ui {
+
+bool HistoryFilter::matches(const JobOutcome& o) const noexcept {
+  if (!outcome.empty() && o.outcome != outcome) return false;
+  return name.empty() || o.name.find(name) != std::string::npos;
+}
+
+std::string_view to_string(CancelStatus s) noexcept {
+  switch (s) {
+    case CancelStatus::cancelled:
+      return "cancelled";
+    case CancelStatus::stop_requested:
+      return "stop_requested";
+    case CancelStatus::not_found:
+      return "not_found";
+  }
+  return "?";
+}
+
+void JobBook::add(const JobRequest& job, crew::Task<void> handle, Clock::time_point submitted) {
+  const std::uint64_t id = handle.id();
+  if (id == 0 || crew::is_final(handle.status())) return;  // refused, or already over
+  Entry e{.job = {.task_id = id,
+                  .name = job.name,
+                  .kind = job.kind,
+                  .timeout_ms = job.timeout_ms,
+                  .submitted = submitted},
+          .handle = std::move(handle)};
+  std::lock_guard lock(mu_);
+  live_.emplace(id, std::move(e));
+}
+
+void JobBook::finish(JobOutcome outcome) {
+  std::lock_guard lock(mu_);
+  live_.erase(outcome.task_id);
+  history_.push_back(std::move(outcome));
+  while (history_.size() > history_cap_) history_.pop_front();
+}
+
+bool JobBook::cancel_requested(std::uint64_t task_id) const {
+  std::lock_guard lock(mu_);
+  const auto it = live_.find(task_id);
+  return it != live_.end() && it->second.cancel_requested;
+}
+
+CancelStatus JobBook::cancel(std::uint64_t task_id) {
+  std::lock_guard lock(mu_);
+  const auto it = live_.find(task_id);
+  if (it == live_.end()) return CancelStatus::not_found;
+  // A queued task is destroyed unrun here, on this thread: its completion
+  // is posted, never run inline, so finish() cannot run under this lock.
+  switch (it->second.handle.cancel()) {
+    case crew::CancelResult::cancelled:
+      it->second.cancel_requested = true;
+      return CancelStatus::cancelled;
+    case crew::CancelResult::stop_requested:
+      it->second.cancel_requested = true;
+      return CancelStatus::stop_requested;
+    case crew::CancelResult::not_interruptible:
+    case crew::CancelResult::already_finished:
+      break;
+  }
+  return CancelStatus::not_found;
+}
+
+JobBook::Listing JobBook::list(std::size_t rows, const HistoryFilter& filter) const {
+  Listing out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, e] : live_) {
+    if (e.handle.status() != crew::TaskStatus::queued) continue;
+    ++out.queued_total;
+    if (out.queued.size() < rows) out.queued.push_back(e.job);
+  }
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (!filter.matches(*it)) continue;
+    ++out.recent_total;
+    if (out.recent.size() < rows) out.recent.push_back(*it);
+  }
+  return out;
+}
+
+std::map<std::uint64_t, LiveJob> JobBook::find(const std::vector<std::uint64_t>& task_ids) const {
+  std::map<std::uint64_t, LiveJob> out;
+  std::lock_guard lock(mu_);
+  for (const std::uint64_t id : task_ids) {
+    if (const auto it = live_.find(id); it != live_.end()) {
+      out.emplace(id, it->second.job);
+      out[id].queued = false;
+    }
+  }
+  return out;
+}
+
+}  // namespace crewd::ui
