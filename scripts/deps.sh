@@ -6,7 +6,8 @@
 #   build   compiler, CMake, ccache, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
 #   test    build + clang, its sanitizer runtimes, RapidCheck (model_test),
 #           redis-server (stream source tests),
-#           promtool (package prometheus; metrics exposition check)
+#           promtool (package prometheus; metrics exposition check),
+#           chromium, chromium-driver, python3-selenium (crewd's console)
 #   bench   build + Google Benchmark, TBB, Boost, thread-pool, gnuplot, python3,
 #           httperf and matplotlib (bench/overload: the cross-check, the plots)
 #   format  clang-format
@@ -42,14 +43,18 @@ readonly image_pkgs=(podman runc debootstrap python3 python3-yaml prometheus pod
 readonly service_pkgs=(libboost-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libspdlog-dev prometheus-cpp-dev)
 readonly service_test_pkgs=(prometheus python3 python3-yaml)
+# The console's browser tests (service/tests/crewd_console_test.py):
+# headless chromium driven by chromedriver through Selenium.
+readonly console_test_pkgs=(chromium chromium-driver python3-selenium)
 
-usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 
 wanted=()
 for group in "${@:-build}"; do
   case "$group" in
     build) wanted+=("${build_pkgs[@]}" "${service_pkgs[@]}") ;;
-    test) wanted+=("${test_pkgs[@]}" "${service_pkgs[@]}" "${service_test_pkgs[@]}") ;;
+    test) wanted+=("${test_pkgs[@]}" "${service_pkgs[@]}" "${service_test_pkgs[@]}"
+      "${console_test_pkgs[@]}") ;;
     bench) wanted+=("${bench_pkgs[@]}" "${service_pkgs[@]}" wrk) ;;
     format) wanted+=("${format_pkgs[@]}") ;;
     image) wanted+=("${image_pkgs[@]}") ;;
