@@ -232,8 +232,10 @@ void job(Exchange& ex) {
   const JobRequest job = std::get<JobRequest>(parsed);
   auto times = std::make_shared<JobTimes>();
   const auto submitted = Clock::now();
-  auto task = [job, times, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+  ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
+  auto task = [job, times, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
     times->started_ns.store(now_ns());
+    if (book != nullptr) book->started();  // `keep` holds the console
     (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
     times->ended_ns.store(now_ns());
   };
@@ -279,25 +281,10 @@ void pools(Exchange& ex) {
       }
       worker_list.push_back(std::move(worker));
     }
-    list.push_back(Json{{"name", std::string(p->name())},
-                        {"state", std::string(crew::to_string(st.state))},
-                        {"workers", st.workers},
-                        {"idle", st.idle},
-                        {"busy", st.busy},
-                        {"max_workers", st.max_workers},
-                        {"queued", st.queued},
-                        {"blocked_submitters", st.blocked_submitters},
-                        {"submitted", st.submitted},
-                        {"outcomes",
-                         {{"succeeded", st.outcomes.succeeded},
-                          {"failed", st.outcomes.failed},
-                          {"cancelled", st.outcomes.cancelled},
-                          {"timed_out", st.outcomes.timed_out},
-                          {"rejected", st.outcomes.rejected}}},
-                        {"abandoned", st.abandoned},
-                        {"workers_replaced", st.workers_replaced},
-                        {"helped", st.helped},
-                        {"worker_list", std::move(worker_list)}});
+    Json pool = ui::pool_json(*p, st);
+    pool["helped"] = st.helped;
+    pool["worker_list"] = std::move(worker_list);
+    list.push_back(std::move(pool));
   }
   const Json http{{"io_threads", s.workers.size()},
                   {"connections", s.open.load(std::memory_order_relaxed)},

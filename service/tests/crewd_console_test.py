@@ -232,17 +232,44 @@ def running_job_id(crewd, name, timeout=5):
     return wait_until(find, timeout)
 
 
+class Session:
+    """A crewd (started with `args`) and a browser for one case. Leaving it
+    quits the browser, closes what the case registered in `closers` (the
+    job connections of submit(), helper servers), and kills crewd."""
+
+    def __init__(self, binary, *args, port=0):
+        self.crewd = Crewd(binary, *args, port=port)
+        self.closers = []
+        try:
+            self.d = browser()
+        except Exception:
+            self.crewd.kill()
+            raise
+
+    def submit(self, **job):
+        sock = self.crewd.submit(**job)
+        self.closers.append(sock.close)
+        return sock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.d.quit()
+        for close in reversed(self.closers):
+            close()
+        self.crewd.kill()
+
+
 # ---- The cases ----
 
 def case_page(binary, shots):
-    crewd = Crewd(binary, "--jobs-workers", "3", "--jobs-queue-timeout-ms", "60000")
-    d = browser()
-    socks = []
-    try:
+    with Session(binary, "--jobs-workers", "3", "--jobs-queue-timeout-ms", "60000") as s:
+        crewd, d = s.crewd, s.d
         for i in range(3):
-            socks.append(crewd.submit(kind="sleep", ms=20000, timeout_ms=30000, name=f"report-{i}"))
+            s.submit(kind="sleep", ms=20000, timeout_ms=30000, name=f"report-{i}")
         for i in range(2):
-            socks.append(crewd.submit(kind="sleep", ms=20000, timeout_ms=30000, name=f"waiting-{i}"))
+            s.submit(kind="sleep", ms=20000, timeout_ms=30000, name=f"waiting-{i}")
         d.get_log("browser")
         check(open_console(d, crewd), "the console renders its pools")
         check(wait_until(lambda: d.execute_script(
@@ -279,40 +306,27 @@ def case_page(binary, shots):
               f"clientWidth {widths[1]}, innerWidth {widths[2]})")
         if shots:
             d.save_screenshot(os.path.join(shots, "console-360.png"))
-    finally:
-        d.quit()
-        for s in socks:
-            s.close()
-        crewd.kill()
 
 
 def case_busy(binary, _shots):
-    crewd = Crewd(binary, "--jobs-workers", "16")
-    d = browser()
-    socks = []
-    try:
+    with Session(binary, "--jobs-workers", "16") as s:
+        crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
         for i in range(8):
-            socks.append(crewd.submit(kind="sleep", ms=15000, timeout_ms=20000, name=f"sleep-{i}"))
+            s.submit(kind="sleep", ms=15000, timeout_ms=20000, name=f"sleep-{i}")
         seen = wait_until(lambda: crewd.jobs_pool()["busy"] == 8, 5)
         t0 = time.monotonic()
         check(seen, "/api/v1/pools says 8 busy")
         page = wait_until(lambda: attr(d, "[data-pool=jobs] [data-busy]", "data-busy") == "8", 3)
         took = time.monotonic() - t0
         check(page and took <= 1.5, f"the page shows busy 8 within 1.5 s (took {took:.2f} s)")
-    finally:
-        d.quit()
-        for s in socks:
-            s.close()
-        crewd.kill()
 
 
 def case_overdue(binary, _shots):
-    crewd = Crewd(binary, "--jobs-allow-stuck", "true")
-    d = browser()
-    try:
+    with Session(binary, "--jobs-allow-stuck", "true") as s:
+        crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
-        sock = crewd.submit(kind="stuck", ms=8000, timeout_ms=1000, name="stuck-job")
+        sock = s.submit(kind="stuck", ms=8000, timeout_ms=1000, name="stuck-job")
         task = running_job_id(crewd, "stuck-job")
         started = time.monotonic()  # within a poll of the task's start
         check(task, "the stuck job runs")
@@ -336,9 +350,6 @@ def case_overdue(binary, _shots):
             str(task))
         check(f"replaced by worker {repl}" in text, f"the row names the replacement ({text!r})")
         sock.close()
-    finally:
-        d.quit()
-        crewd.kill()
 
 
 class OtherOrigin:
@@ -375,12 +386,12 @@ def metric(crewd, pattern):
 
 
 def case_cancel(binary, _shots):
-    crewd = Crewd(binary)
-    d = browser()
-    other = OtherOrigin()
-    try:
+    with Session(binary) as s:
+        crewd, d = s.crewd, s.d
+        other = OtherOrigin()
+        s.closers.append(other.close)
         check(open_console(d, crewd), "the console renders its pools")
-        sock = crewd.submit(kind="sleep", ms=30000, timeout_ms=60000, name="to-cancel")
+        sock = s.submit(kind="sleep", ms=30000, timeout_ms=60000, name="to-cancel")
         task = running_job_id(crewd, "to-cancel")
         check(task, "the job runs")
         btn = f"[data-running] tr[data-task-id='{task}'] [data-cancel]"
@@ -404,7 +415,7 @@ def case_cancel(binary, _shots):
         sock.close()
 
         # The same POST from a page of another origin.
-        sock = crewd.submit(kind="sleep", ms=30000, timeout_ms=60000, name="keep-running")
+        sock = s.submit(kind="sleep", ms=30000, timeout_ms=60000, name="keep-running")
         task = running_job_id(crewd, "keep-running")
         route = r'crewd_http_requests_total\{route="/api/v1/ui/jobs/\{id\}/cancel",status="403"\}'
         before = metric(crewd, route)
@@ -419,18 +430,13 @@ def case_cancel(binary, _shots):
         time.sleep(1)
         check(running_job_id(crewd, "keep-running", 1) == task, "and the job keeps running")
         sock.close()
-    finally:
-        d.quit()
-        other.close()
-        crewd.kill()
 
 
 def case_readonly(binary, _shots):
-    crewd = Crewd(binary, "--ui-read-only", "true")
-    d = browser()
-    try:
+    with Session(binary, "--ui-read-only", "true") as s:
+        crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
-        sock = crewd.submit(kind="sleep", ms=30000, timeout_ms=60000, name="read-only-job")
+        sock = s.submit(kind="sleep", ms=30000, timeout_ms=60000, name="read-only-job")
         task = running_job_id(crewd, "read-only-job")
         check(wait_until(lambda: row_state(d, task) == "running", 3), "the job's row shows")
         check(d.execute_script("return document.querySelectorAll('[data-cancel],[data-confirm]').length") == 0,
@@ -441,9 +447,6 @@ def case_readonly(binary, _shots):
         check(status == 403, f"a direct POST gets 403 (got {status})")
         check(running_job_id(crewd, "read-only-job", 1) == task, "the job keeps running")
         sock.close()
-    finally:
-        d.quit()
-        crewd.kill()
 
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -494,14 +497,13 @@ class HostileProxy:
 
 def case_hostile(binary, _shots):
     from selenium.common.exceptions import NoAlertPresentException
-    crewd = Crewd(binary, "--jobs-workers", "2")
-    proxy = HostileProxy(crewd)
-    d = browser()
-    socks = []
-    try:
+    with Session(binary, "--jobs-workers", "2") as s:
+        crewd, d = s.crewd, s.d
+        proxy = HostileProxy(crewd)
+        s.closers.append(proxy.close)
         for i in range(3):
-            socks.append(crewd.submit(kind="sleep", ms=30000, timeout_ms=60000, name=f"n{i}"))
-        socks.append(crewd.submit(kind="sleep", ms=0, timeout_ms=1000, name="done"))
+            s.submit(kind="sleep", ms=30000, timeout_ms=60000, name=f"n{i}")
+        s.submit(kind="sleep", ms=0, timeout_ms=1000, name="done")
         d.get(proxy.origin + "/ui?name=" + urllib.request.quote(HOSTILE))
         shown = wait_until(lambda: d.execute_script(
             "return [...document.querySelectorAll('[data-running] td, [data-queued] td')]"
@@ -517,12 +519,6 @@ def case_hostile(binary, _shots):
             check(False, "no dialog opens")
         except NoAlertPresentException:
             check(True, "no dialog opens")
-    finally:
-        d.quit()
-        proxy.close()
-        for s in socks:
-            s.close()
-        crewd.kill()
 
 
 REPORT = re.compile(
@@ -532,15 +528,13 @@ REPORT = re.compile(
 
 
 def case_shutdown(binary, _shots):
-    crewd = Crewd(binary, "--jobs-workers", "2", "--shutdown-mode", "soft")
-    d = browser()
-    socks = []
-    try:
+    with Session(binary, "--jobs-workers", "2", "--shutdown-mode", "soft") as s:
+        crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
         for i in range(2):
-            socks.append(crewd.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"run-{i}"))
+            s.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"run-{i}")
         for i in range(3):
-            socks.append(crewd.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"wait-{i}"))
+            s.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"wait-{i}")
         check(wait_until(lambda: crewd.jobs_pool()["queued"] == 3, 5), "2 jobs run, 3 wait")
         time.sleep(0.6)
         sent = time.monotonic()
@@ -567,18 +561,12 @@ def case_shutdown(binary, _shots):
                   f"pool {r['reportPool']}: the page's counts {shown} match the log's {list(m.groups()[2:])}")
         jobs = logged.get("jobs")
         check(jobs and jobs.group(11) == "3", "the soft stop rejected the 3 queued jobs")
-    finally:
-        d.quit()
-        for s in socks:
-            s.close()
-        crewd.kill()
 
 
 def case_stale(binary, _shots):
     port = free_port()
-    crewd = Crewd(binary, port=port)
-    d = browser()
-    try:
+    with Session(binary, port=port) as s:
+        crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
         check(wait_until(lambda: not visible(d, "div[data-stale]"), 2), "no stale banner while crewd answers")
         stopped = time.monotonic()
@@ -588,14 +576,11 @@ def case_stale(binary, _shots):
         check(seen and t <= 3, f"the stale banner within 3 s of crewd stopping (at {t:.2f} s)")
         check(re.match(r"\d+ s ago", d.execute_script(
             "return document.querySelector('[data-updated-ago]').textContent")), "'updated N s ago' shows")
-        crewd = Crewd(binary, port=port)
+        s.crewd = crewd = Crewd(binary, port=port)
         restarted = time.monotonic()
         cleared = wait_until(lambda: not visible(d, "div[data-stale]"), 5)
         t = time.monotonic() - restarted
         check(cleared and t <= 3, f"restarting crewd clears it (at {t:.2f} s)")
-    finally:
-        d.quit()
-        crewd.kill()
 
 
 def case_queued(binary, _shots):
@@ -605,18 +590,18 @@ def case_queued(binary, _shots):
         check(False, f"the descriptor limit ({hard}) allows {n} connections")
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    crewd = Crewd(binary, "--jobs-workers", "1", "--jobs-queue", "20000",
-                  "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096")
-    d = browser()
-    socks = []
-    try:
+    with Session(binary, "--jobs-workers", "1", "--jobs-queue", "20000",
+                 "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096") as s:
+        crewd, d = s.crewd, s.d
+        socks = []
+        s.closers.append(lambda: [k.close() for k in socks])
         body = json.dumps({"kind": "sleep", "ms": 60000, "timeout_ms": 60000, "name": "q"}).encode()
         req = (b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         for _ in range(n + 1):
-            s = socket.create_connection(("127.0.0.1", crewd.port), timeout=10)
-            s.sendall(req)
-            socks.append(s)
+            c = socket.create_connection(("127.0.0.1", crewd.port), timeout=10)
+            c.sendall(req)
+            socks.append(c)
         check(wait_until(lambda: crewd.jobs_pool()["queued"] >= n, 30), f"{n} jobs queued")
         sizes, costs, fetch = [], [], []
         for _ in range(7):
@@ -643,11 +628,6 @@ def case_queued(binary, _shots):
         check("snapshot cost" in cost, f"and shows the snapshot's cost ({cost!r})")
         check(metric(crewd, r"crewd_ui_snapshot_seconds_count") >= 7,
               "crewd_ui_snapshot_seconds counts the snapshots")
-    finally:
-        d.quit()
-        crewd.kill()
-        for s in socks:
-            s.close()
 
 
 CASES = {

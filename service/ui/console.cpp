@@ -23,30 +23,6 @@ std::int64_t now_ns() {
       .count();
 }
 
-Json outcomes_json(const crew::OutcomeCounts& o) {
-  return Json{{"succeeded", o.succeeded},
-              {"failed", o.failed},
-              {"cancelled", o.cancelled},
-              {"timed_out", o.timed_out},
-              {"rejected", o.rejected}};
-}
-
-Json pool_json(const crew::Pool& p, const crew::PoolStats& st) {
-  return Json{{"name", std::string(p.name())},
-              {"state", std::string(crew::to_string(st.state))},
-              {"workers", st.workers},
-              {"busy", st.busy},
-              {"idle", st.idle},
-              {"max_workers", st.max_workers},
-              {"queued", st.queued},
-              {"queue_capacity", p.options().queue_capacity},
-              {"blocked_submitters", st.blocked_submitters},
-              {"submitted", st.submitted},
-              {"outcomes", outcomes_json(st.outcomes)},
-              {"abandoned", st.abandoned},
-              {"workers_replaced", st.workers_replaced}};
-}
-
 Json series_json(const PoolSeries& s) {
   Json succeeded = Json::array(), failed = Json::array(), cancelled = Json::array(),
        timed_out = Json::array(), rejected = Json::array(), p50 = Json::array(),
@@ -94,6 +70,30 @@ std::string percent_decode(std::string_view s) {
 }
 
 }  // namespace
+
+nlohmann::ordered_json outcomes_json(const crew::OutcomeCounts& o) {
+  return Json{{"succeeded", o.succeeded},
+              {"failed", o.failed},
+              {"cancelled", o.cancelled},
+              {"timed_out", o.timed_out},
+              {"rejected", o.rejected}};
+}
+
+nlohmann::ordered_json pool_json(const crew::Pool& p, const crew::PoolStats& st) {
+  return Json{{"name", std::string(p.name())},
+              {"state", std::string(crew::to_string(st.state))},
+              {"workers", st.workers},
+              {"busy", st.busy},
+              {"idle", st.idle},
+              {"max_workers", st.max_workers},
+              {"queued", st.queued},
+              {"queue_capacity", p.options().queue_capacity},
+              {"blocked_submitters", st.blocked_submitters},
+              {"submitted", st.submitted},
+              {"outcomes", outcomes_json(st.outcomes)},
+              {"abandoned", st.abandoned},
+              {"workers_replaced", st.workers_replaced}};
+}
 
 std::string_view to_string(StopPhase p) noexcept {
   switch (p) {

@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -55,6 +56,13 @@ enum class StopPhase : std::uint8_t {
   pools_stopped,     // the reports are in; answering the last requests
 };
 [[nodiscard]] std::string_view to_string(StopPhase p) noexcept;
+
+// A pool's stats() as JSON, as the snapshot and GET /api/v1/pools show
+// them: state, workers (busy, idle, max), queued and the queue's capacity,
+// blocked submitters, submitted, outcomes, abandoned, workers replaced.
+[[nodiscard]] nlohmann::ordered_json pool_json(const crew::Pool& pool,
+                                               const crew::PoolStats& stats);
+[[nodiscard]] nlohmann::ordered_json outcomes_json(const crew::OutcomeCounts& counts);
 
 // The Redis source as the console shows it.
 struct RedisView {

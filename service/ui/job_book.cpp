@@ -1,6 +1,7 @@
 // The console's book of jobs (service/ui/job_book.hpp).
 #include "ui/job_book.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace crewd::ui {
@@ -31,13 +32,17 @@ void JobBook::add(const JobRequest& job, crew::Task<void> handle, Clock::time_po
                   .timeout_ms = job.timeout_ms,
                   .submitted = submitted},
           .handle = std::move(handle)};
+  queued_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   live_.emplace(id, std::move(e));
 }
 
 void JobBook::finish(JobOutcome outcome) {
   std::lock_guard lock(mu_);
-  live_.erase(outcome.task_id);
+  // Only a job add() counted: one refused at once was never in the book.
+  if (live_.erase(outcome.task_id) != 0 && outcome.queue_ms < 0) {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+  }
   history_.push_back(std::move(outcome));
   while (history_.size() > history_cap_) history_.pop_front();
 }
@@ -72,10 +77,11 @@ JobBook::Listing JobBook::list(std::size_t rows, const HistoryFilter& filter) co
   Listing out;
   std::lock_guard lock(mu_);
   for (const auto& [id, e] : live_) {
-    if (e.handle.status() != crew::TaskStatus::queued) continue;
-    ++out.queued_total;
-    if (out.queued.size() < rows) out.queued.push_back(e.job);
+    if (out.queued.size() >= rows) break;
+    if (e.handle.status() == crew::TaskStatus::queued) out.queued.push_back(e.job);
   }
+  out.queued_total = static_cast<std::size_t>(std::max<std::int64_t>(
+      queued_.load(std::memory_order_relaxed), static_cast<std::int64_t>(out.queued.size())));
   for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
     if (!filter.matches(*it)) continue;
     ++out.recent_total;
