@@ -27,6 +27,8 @@ Cases (--case runs one; ctest registers each as its own test):
              match the report crewd logs on exit
   stale      stopping crewd shows the stale banner within 3 s; restarting it
              clears the banner
+  hidden     no snapshot is requested while the page's tab is hidden; polling
+             resumes when it is visible again
   queued     with 10,000 queued jobs the snapshot is under 64 KB and 5 ms, and
              the page says how many rows it left out
 
@@ -583,6 +585,23 @@ def case_stale(binary, _shots):
         check(cleared and t <= 3, f"restarting crewd clears it (at {t:.2f} s)")
 
 
+def case_hidden(binary, _shots):
+    with Session(binary) as s:
+        crewd, d = s.crewd, s.d
+        check(open_console(d, crewd), "the console renders its pools")
+        route = r'crewd_http_requests_total\{route="/api/v1/ui/snapshot",status="200"\}'
+        first = d.current_window_handle
+        d.switch_to.new_window("tab")  # the console's tab is hidden now
+        time.sleep(0.5)  # a poll in flight may still land
+        before = metric(crewd, route)
+        time.sleep(2)
+        during = metric(crewd, route) - before
+        check(during == 0, f"no snapshot requested in 2 s while the tab is hidden ({during:.0f})")
+        d.switch_to.window(first)
+        check(wait_until(lambda: metric(crewd, route) > before, 2),
+              "polling resumes once the tab is visible again")
+
+
 def case_queued(binary, _shots):
     n = 10_000
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -633,7 +652,7 @@ def case_queued(binary, _shots):
 CASES = {
     "page": case_page, "busy": case_busy, "overdue": case_overdue, "cancel": case_cancel,
     "readonly": case_readonly, "hostile": case_hostile, "shutdown": case_shutdown,
-    "stale": case_stale, "queued": case_queued,
+    "stale": case_stale, "hidden": case_hidden, "queued": case_queued,
 }
 
 

@@ -2,9 +2,12 @@
 // field and its range, never in an exception.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <stop_token>
 #include <string>
 #include <variant>
 
+#include "jobs/job_runner.hpp"
 #include "jobs/jobs.hpp"
 
 namespace crewd {
@@ -111,6 +114,31 @@ TEST(CrewdJobRequest, RefusesUnknownKindsAndBadNames) {
   EXPECT_EQ(error_of(R"({"kind":"sleep","ms":1,"name":")" + std::string(65, 'x') + "\"}"), must);
   EXPECT_EQ(parsed(R"({"kind":"sleep","ms":1,"name":")" + std::string(64, 'x') + "\"}").name,
             std::string(64, 'x'));
+}
+
+TEST(CrewdJobRequest, StuckKindOnlyWhenAllowed) {
+  EXPECT_EQ(error_of(R"({"kind":"stuck","ms":1})"), "kind must be \"sleep\" or \"spin\"");
+  JobLimits allowing = kLimits;
+  allowing.allow_stuck = true;
+  const auto r = parse_job_request(R"({"kind":"stuck","ms":5,"name":"hang"})", allowing);
+  const auto* j = std::get_if<JobRequest>(&r);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(j->kind, JobKind::stuck);
+  EXPECT_EQ(to_string(j->kind), "stuck");
+}
+
+// A stuck job sleeps through a stop request; sleep and spin end at once.
+TEST(CrewdJobRunner, OnlyTheStuckKindIgnoresItsStopToken) {
+  std::stop_source stop;
+  stop.request_stop();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  EXPECT_FALSE(run_job_until({.kind = JobKind::sleep, .ms = 50, .timeout_ms = 0, .name = {}}, until,
+                             stop.get_token()));
+  EXPECT_FALSE(run_job_until({.kind = JobKind::spin, .ms = 50, .timeout_ms = 0, .name = {}}, until,
+                             stop.get_token()));
+  EXPECT_TRUE(run_job_until({.kind = JobKind::stuck, .ms = 50, .timeout_ms = 0, .name = {}}, until,
+                            stop.get_token()));
+  EXPECT_GE(std::chrono::steady_clock::now(), until);
 }
 
 TEST(CrewdJobRequest, SurvivesDeepNesting) {
