@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "crewd_harness.hpp"
@@ -81,22 +82,19 @@ TEST(ConsoleGuard, TokenGuardsSnapshotAndActionsButNotThePage) {
   Config::Ui ui = enabled_ui();
   ui.token = "0123456789abcdef-token";
   EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with(), ui::Access::page), 0);
-  EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with(), ui::Access::read), 401);
-  EXPECT_EQ(
-      refusal_status(ui, "127.0.0.1", request_with("Bearer wrong-token-0123456"), ui::Access::read),
-      401);
-  EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with("Bearer 0123456789abcdef-toke"),
-                           ui::Access::read),
-            401);
-  EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with("Basic 0123456789abcdef-token"),
-                           ui::Access::read),
-            401);
-  EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with("Bearer 0123456789abcdef-token"),
-                           ui::Access::read),
-            0);
-  EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with("bearer 0123456789abcdef-token"),
-                           ui::Access::read),
-            0);
+  const std::pair<const char*, int> cases[] = {
+      {"", 401},
+      {"Bearer wrong-token-0123456", 401},
+      {"Bearer 0123456789abcdef-toke", 401},
+      {"Basic 0123456789abcdef-token", 401},
+      {"Bearer 0123456789abcdef-token", 0},
+      {"bearer 0123456789abcdef-token", 0},  // the scheme is case-insensitive
+  };
+  for (const auto& [authorization, status] : cases) {
+    EXPECT_EQ(refusal_status(ui, "127.0.0.1", request_with(authorization), ui::Access::read),
+              status)
+        << "Authorization: " << authorization;
+  }
   // A good token does not make a cross-site action acceptable.
   EXPECT_EQ(
       refusal_status(ui, "127.0.0.1", request_with("Bearer 0123456789abcdef-token", "cross-site"),
