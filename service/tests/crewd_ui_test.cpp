@@ -215,6 +215,64 @@ TEST(JobBook, HistoryIsBoundedNewestFirstAndFiltered) {
   }
 }
 
+// The queued count survives a job that ran before the book heard of it
+// (started() first), one cancelled while queued, and one refused at once.
+TEST(JobBook, CountsQueuedJobsWhateverTheOrderOfEvents) {
+  crew::Pool pool({.name = "jobs", .max_workers = 1});
+  crew::Pool closed({.name = "closed", .max_workers = 1});
+  (void)closed.shutdown(crew::ShutdownMode::drain, std::chrono::seconds(5));
+  ui::JobBook book(10);
+  const JobRequest job{.kind = JobKind::sleep, .ms = 1, .timeout_ms = 1000, .name = "j"};
+  const auto outcome = [](crew::Task<void>& t, double queue_ms, std::string reason) {
+    return ui::JobOutcome{.task_id = t.id(),
+                          .name = "j",
+                          .kind = JobKind::sleep,
+                          .outcome = "x",
+                          .reason = std::move(reason),
+                          .queue_ms = queue_ms,
+                          .run_ms = -1,
+                          .ended = ui::Clock::now()};
+  };
+  // Ran and ended before add(): its task's started() came first.
+  crew::Task<void> early = pool.try_submit([](std::stop_token) {});
+  ASSERT_TRUE(early.wait_for(std::chrono::seconds(5 * kSlowdown)));
+  book.started();
+  const ui::JobOutcome early_outcome = outcome(early, 0.1, "");
+  book.add(job, std::move(early), ui::Clock::now());
+  book.finish(early_outcome);
+  EXPECT_EQ(book.list(10, {}).queued_total, 0u);
+
+  pool.pause();
+  crew::Task<void> first = pool.try_submit([](std::stop_token) {});
+  crew::Task<void> queued = pool.try_submit([](std::stop_token) {});
+  const std::uint64_t first_id = first.id(), queued_id = queued.id();
+  book.add(job, std::move(first), ui::Clock::now());
+  book.add(job, std::move(queued), ui::Clock::now());
+  EXPECT_EQ(book.list(10, {}).queued_total, 2u);
+  // Refused at once (a stopped pool): never counted.
+  crew::Task<void> refused = closed.try_submit([](std::stop_token) {});
+  ASSERT_EQ(refused.status(), crew::TaskStatus::rejected);
+  book.add(job, std::move(refused), ui::Clock::now());
+  EXPECT_EQ(book.list(10, {}).queued_total, 2u);
+  EXPECT_EQ(book.cancel(queued_id), ui::CancelStatus::cancelled);
+  crew::Task<void> gone;  // the outcome of the cancelled one: never started
+  ui::JobOutcome o = outcome(gone, -1, "cancelled");
+  o.task_id = queued_id;
+  book.finish(o);
+  EXPECT_EQ(book.list(10, {}).queued_total, 1u);
+  EXPECT_EQ(book.list(10, {}).queued.at(0).task_id, first_id);
+  // The first one runs (its started()) and ends.
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(std::chrono::seconds(5 * kSlowdown)));
+  book.started();
+  ui::JobOutcome ran = outcome(gone, 0.1, "");
+  ran.task_id = first_id;
+  book.finish(ran);
+  const auto left = book.list(10, {});
+  EXPECT_EQ(left.queued_total, 0u);
+  EXPECT_TRUE(left.queued.empty());
+}
+
 // 10,000 jobs queued behind one paused worker: the snapshot lists
 // ui.snapshot_rows of them, fits ui.snapshot_bytes, says how many it left
 // out, and takes well under 5 ms to build.

@@ -25,22 +25,33 @@ std::string_view to_string(CancelStatus s) noexcept {
 
 void JobBook::add(const JobRequest& job, crew::Task<void> handle, Clock::time_point submitted) {
   const std::uint64_t id = handle.id();
-  if (id == 0 || crew::is_final(handle.status())) return;  // refused, or already over
+  const crew::TaskStatus status = handle.status();
+  // Refused at admission: never queued, and never started() or finished
+  // unstarted as an accepted job.
+  if (id == 0 ||
+      (status == crew::TaskStatus::rejected && handle.reason() == crew::Errc::rejected)) {
+    return;
+  }
+  // Counted even when it is over already (a short job may have run on a
+  // worker before this call): its started() or its finish() evens it out.
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  if (crew::is_final(status)) return;
   Entry e{.job = {.task_id = id,
                   .name = job.name,
                   .kind = job.kind,
                   .timeout_ms = job.timeout_ms,
                   .submitted = submitted},
           .handle = std::move(handle)};
-  queued_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   live_.emplace(id, std::move(e));
 }
 
 void JobBook::finish(JobOutcome outcome) {
   std::lock_guard lock(mu_);
-  // Only a job add() counted: one refused at once was never in the book.
-  if (live_.erase(outcome.task_id) != 0 && outcome.queue_ms < 0) {
+  live_.erase(outcome.task_id);
+  // An accepted job that never started (cancelled or dropped while queued,
+  // expired); one refused at admission was never counted.
+  if (outcome.queue_ms < 0 && outcome.reason != crew::to_string(crew::Errc::rejected)) {
     queued_.fetch_sub(1, std::memory_order_relaxed);
   }
   history_.push_back(std::move(outcome));

@@ -74,7 +74,8 @@ class JobBook {
   // The job's task started (its worker): one queued job fewer.
   void started() noexcept { queued_.fetch_sub(1, std::memory_order_relaxed); }
   // The job's completion: drops it from the live jobs and records `outcome`
-  // (queue_ms < 0: it never started).
+  // (queue_ms < 0: it never started; reason to_string(Errc::rejected): refused at
+  // admission, never counted as queued).
   void finish(JobOutcome outcome);
   // Cancels the live job of task `task_id` (Task::cancel).
   CancelStatus cancel(std::uint64_t task_id);
