@@ -1,7 +1,7 @@
 # Entry points for working on crew. Build settings live in CMakePresets.json;
 # each target installs what it needs with scripts/deps.sh first.
-#   make run | test | image | compose | compose-down | bench | bench-overload | tsan | asan |
-#        stress | fuzz | tidy-build | format | clean
+#   make run | test | image | compose | compose-down | bench | bench-overload | screenshots |
+#        tsan | asan | stress | fuzz | tidy-build | format | clean
 # JOBS=N overrides the presets' -j2 for builds and ctest.
 # make stress runs the concurrency tests many times in a row (each case x20
 # in build/, x3 under TSan in build-tsan/; model_test's random programs
@@ -18,7 +18,8 @@ FORMAT_DIRS := include src tests bench examples service tools
 
 BENCH_OVERLOAD_ARGS ?=
 
-.PHONY: all run test image compose compose-down bench bench-overload tsan asan stress fuzz \
+.PHONY: all run test image compose compose-down bench bench-overload screenshots tsan asan \
+	stress fuzz \
 	tidy-build format clean
 
 all: test
@@ -69,6 +70,14 @@ bench:
 # crewd under overload with the open-loop generator bench/loadgen
 # (docs/bench/overload.md): crewd on CPU 0, loadgen on CPU 1; the options
 # of bench/overload/run.py in BENCH_OVERLOAD_ARGS (--rounds, --duration, ...).
+# The console's screenshots in docs/img/, taken by its browser test.
+screenshots:
+	$(DEPS) test
+	cmake --preset default
+	cmake --build --preset default $(J) --target crewd
+	ctest --test-dir build -R 'crewd_console_test.page$$' --output-on-failure
+	cp build/service/tests/shots/console-*.png docs/img/
+
 bench-overload:
 	$(DEPS) bench
 	cmake --preset default
