@@ -279,7 +279,8 @@ bool PoolCore::handle_state(Worker& w, TaskStateBase* s) {
       [[unlikely]] {
     rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
-    rt_->observers.settled_in_queue(s);  // its timer has not fired yet, or was left to its submitter
+    rt_->observers.settled_in_queue(
+        s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was
