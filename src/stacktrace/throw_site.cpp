@@ -94,10 +94,12 @@ std::string read_throw_site(const std::exception_ptr& e) {
   if (live == nullptr || live->number.load(std::memory_order_acquire) != site.number) return {};
   // The frames are return addresses: one byte back is inside the call, so
   // that a call that never returns (the throw itself, the function's last
-  // instruction) is not looked up as the start of the next function.
+  // instruction) is not looked up as the start of the next function. As
+  // integers: a null frame stays null (pointer arithmetic on it is UB).
   Frame calls[sizeof site.stack / sizeof(Frame)] = {};
   for (std::size_t i = 0; i < site.frames; ++i) {
-    calls[i] = static_cast<const char*>(site.stack[i]) - 1;
+    const auto address = reinterpret_cast<std::uintptr_t>(site.stack[i]);
+    calls[i] = reinterpret_cast<Frame>(address == 0 ? address : address - 1);
   }
   return boost::stacktrace::to_string(
       boost::stacktrace::stacktrace::from_dump(calls, site.frames * sizeof(Frame)));
