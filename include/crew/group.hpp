@@ -411,11 +411,11 @@ class Group {
       if (pre != Admission::accepted) return pre;
     }
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
-      detail::PoolCore& core = detail::PoolAccess::core(*pool_);
-      if (opts.name.empty() && opts.queue_timeout.count() == 0 && core.counted_ok()) {
-        const std::size_t level = core.level_of(opts);
+      detail::Submission submission(detail::PoolAccess::core(*pool_));
+      if (opts.name.empty() && opts.queue_timeout.count() == 0 && submission.counted_ok()) {
+        const std::size_t level = submission.level_of(opts);
         detail::GroupCellFor<D> cell(state_, pool_, std::forward<F>(f));
-        return core.post_counted(std::move(cell), level, may_block);
+        return submission.post_counted(std::move(cell), level, may_block);
       }
     }
     detail::GroupTask<D> task(state_, pool_, std::forward<F>(f));

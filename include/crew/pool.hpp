@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "crew/detail/pool_core.hpp"
+#include "crew/detail/submission.hpp"
 #include "crew/detail/submit_api.hpp"
 #include "crew/error.hpp"
 #include "crew/pool_types.hpp"
@@ -152,7 +153,9 @@ class Pool : public detail::SubmitApi<Pool> {
   // does nothing. For callers that must know before they commit to a
   // submission (crew::asio builds its completion only after this).
   // Thread-safe; never blocks.
-  void check_options(const TaskOptions& opts) const { (void)core_->level_of(opts); }
+  void check_options(const TaskOptions& opts) const {
+    (void)detail::Submission(*core_).level_of(opts);
+  }
 
   [[nodiscard]] PoolState state() const noexcept;
   // True in a child of fork() for a pool created before the fork (its
@@ -196,9 +199,9 @@ class Pool : public detail::SubmitApi<Pool> {
   template <bool kHandle, bool kMayBlock, class F>
   decltype(auto) enqueue(F&& f, TaskOptions&& opts) {
     if constexpr (kHandle) {
-      return core_->submit(std::forward<F>(f), std::move(opts), kMayBlock);
+      return detail::Submission(*core_).submit(std::forward<F>(f), std::move(opts), kMayBlock);
     } else {
-      return core_->post(std::forward<F>(f), std::move(opts), kMayBlock);
+      return detail::Submission(*core_).post(std::forward<F>(f), std::move(opts), kMayBlock);
     }
   }
 
@@ -208,7 +211,7 @@ class Pool : public detail::SubmitApi<Pool> {
 namespace detail {
 
 // The one door into a pool's engine, for crew's own facades: Group submits
-// its short tasks without a task state (PoolCore::post_counted) and tells the
+// its short tasks without a task state (Submission::post_counted) and tells the
 // pool's workers from other threads; ShardedPool places a task through a
 // shard's own enqueue. Not for user code: the core is not a public API.
 class PoolAccess {

@@ -12,7 +12,7 @@
 //                  the thread that wrote it off (abandoned), after the
 //                  pool's locks are released
 //   pool state     the thread that changed the state; shutdown, restart,
-//                  start and resume change it under PoolRuntime::mu, and the
+//                  start and resume change it under WorkerRegistry::mu, and the
 //                  event goes out there, so that observers hear the edges
 //                  in the order they happened
 // Every emit runs user code on the calling thread, until it returns.

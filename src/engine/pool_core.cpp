@@ -74,64 +74,16 @@ void PoolCore::start() {
   // that fails leaves no worker behind (it would idle forever).
   rt_->supervisor.start();
   {
-    MutexLock lock(rt_->mu);
+    WorkerRegistry& registry = rt_->registry;
+    MutexLock lock(registry.mu);
     set_state(PoolState::running);
     for (std::size_t i = 0; i < opts_.min_workers; ++i) {
       live_workers_.fetch_add(1, std::memory_order_relaxed);
-      rt_->spawn_worker_locked(*this, false);
+      registry.spawn_locked(false);
     }
   }
   // Last, after the threads: registering cannot throw (RootStop).
   rt_->supervisor.watch(opts_.stop_token);
-}
-
-void PoolCore::throw_bad_priority(unsigned priority) const {
-  throw Error(Errc::invalid_options, "crew::TaskOptions.priority: " + std::to_string(priority) +
-                                         " is above pool '" + opts_.name + "''s highest level " +
-                                         std::to_string(queue_.levels() - 1));
-}
-
-void PoolCore::throw_negative_timeout(const TaskOptions& o) {
-  const bool execution = o.timeout.count() < 0;
-  throw Error(Errc::invalid_options,
-              std::string("crew::TaskOptions.") + (execution ? "timeout" : "queue_timeout") + ": " +
-                  std::to_string((execution ? o.timeout : o.queue_timeout).count()) +
-                  " ns is negative");
-}
-
-PoolCore::Route PoolCore::route_full(FillRef fill, std::size_t level, bool may_block,
-                                     Admission& why) {
-  // A worker of this pool never waits for room in its own queue: that is
-  // the nested-submit deadlock. It runs the task itself instead.
-  if (t_current.core == this || opts_.overflow == Overflow::caller_runs) {
-    ran_inline_.fetch_add(1, std::memory_order_relaxed);
-    return Route::run_here;
-  }
-  if (!may_block || opts_.overflow == Overflow::reject) return refuse(Admission::full, why);
-  BlockedSubmitters& blocked = rt_->blocked;
-  if (!blocked.enter(opts_.max_blocked_submitters)) {
-    return refuse(Admission::too_many_blocked, why);
-  }
-  // Wait for the level to drain to its low-water mark rather than for
-  // the first free slot, then push (blocked_submitters.hpp says why).
-  Route r = Route::refused;
-  for (;;) {
-    if (life_.closed()) {
-      refuse(Admission::closed, why);
-      break;
-    }
-    if (queue_.try_push(fill, level)) {
-      r = Route::queued;
-      break;
-    }
-    blocked.wait([&] {
-      return queue_.level_size(level) > blocked.low_water() &&
-             !life_.closed(std::memory_order_seq_cst);
-    });
-  }
-  blocked.leave();
-  if (r == Route::queued) after_push();
-  return r;
 }
 
 void PoolCore::grow() noexcept {
@@ -141,7 +93,8 @@ void PoolCore::grow() noexcept {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
       idle_.hand_token();
-      MutexLock lock(rt_->mu);
+      WorkerRegistry& registry = rt_->registry;
+      MutexLock lock(registry.mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter
         // sweeps what it queued (on_push_after_close), and a worker started
@@ -150,37 +103,10 @@ void PoolCore::grow() noexcept {
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
-      rt_->spawn_worker_locked(*this, false, /*spinning=*/true);
+      registry.spawn_locked(false, /*spinning=*/true);
       return;
     }
   }
-}
-
-// The caller has already counted the worker in live_workers_. Logs
-// nothing (the logger is user code, never called under PoolRuntime::mu): a
-// failure is kept for the supervisor, which logs it and tries again while
-// tasks are queued; a replacement is announced by the caller. Returns the
-// new worker's id, 0 if its thread could not start.
-std::uint64_t PoolRuntime::spawn_worker_locked(PoolCore& core, bool replacement,
-                                               bool spinning) noexcept {
-  auto w = std::make_shared<Worker>(++next_worker_id, &core);
-  try {
-    w->thread =
-        OsThread(core.opts_.stack_size, [self = core.shared_from_this(), w, spinning, replacement] {
-          PoolCore::worker_thread(self, w, spinning, replacement);
-        });
-  } catch (const std::exception& e) {
-    core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
-    if (spinning) (void)core.idle_.give_token();
-    spawns.failed(e.what(), now_ns());
-    supervisor.need_by(spawns.retry_at_ns());
-    return 0;
-  }
-  spawns.succeeded();
-  if (replacement) ++workers_replaced;
-  const std::uint64_t id = w->id;
-  workers.push_back(std::move(w));
-  return id;
 }
 
 void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_.set(to), to); }
@@ -199,12 +125,12 @@ void PoolCore::pause() {
 
 void PoolCore::resume() {
   {
-    MutexLock lock(rt_->mu);
+    MutexLock lock(rt_->registry.mu);
     if (!transition(PoolState::paused, PoolState::running)) return;
     life_.call_attention();
   }
-  rt_->workers_changed.notify_all();
-  idle_.wake_all();
+  rt_->registry.changed.notify_all();
+  rt_->wake.wake_all();
   // Tasks queued while paused may need workers that were never started.
   grow_for_queued();
 }
@@ -213,7 +139,7 @@ void PoolCore::resize(std::size_t max_workers) {
   max_workers = resolved_resize(max_workers, opts_.min_workers);
   max_workers_.store(max_workers, std::memory_order_seq_cst);
   life_.call_attention();
-  idle_.wake_all();
+  rt_->wake.wake_all();
   if (state() == PoolState::running) grow_for_queued();
 }
 
@@ -226,12 +152,12 @@ void PoolCore::grow_for_queued() noexcept {
 
 bool PoolCore::stop_worker(std::uint64_t id, WorkerStop how) {
   StopTarget target;
+  WorkerRegistry& registry = rt_->registry;
   {
-    MutexLock lock(rt_->mu);
-    const auto it = std::find_if(rt_->workers.begin(), rt_->workers.end(),
-                                 [id](const auto& w) { return w->id == id; });
-    if (it == rt_->workers.end()) return false;
-    Worker& w = **it;
+    MutexLock lock(registry.mu);
+    Worker* const found = registry.find_locked(id);
+    if (found == nullptr) return false;
+    Worker& w = *found;
     if (w.exit_requested.exchange(true)) return true;
     if (how == WorkerStop::hard) {
       w.run.mu.lock();
@@ -241,9 +167,9 @@ bool PoolCore::stop_worker(std::uint64_t id, WorkerStop how) {
     life_.call_attention();
   }
   target.fire();  // user stop callbacks run outside our locks
-  idle_.wake_all();
-  rt_->workers_changed.notify_all();  // a paused worker exits too
-  rt_->supervisor.wake();             // keeps min_workers, watches the grace period
+  rt_->wake.wake_all();
+  registry.changed.notify_all();  // a paused worker exits too
+  rt_->supervisor.wake();         // keeps min_workers, watches the grace period
   return true;
 }
 
@@ -272,61 +198,24 @@ bool PoolCore::wait_idle(std::chrono::steady_clock::time_point deadline) {
   }
 }
 
-OutcomeCounts PoolRuntime::totals_locked(const PoolCore& core) const {
-  OutcomeCounts sum = retired;
-  sum += core.shared_.read();
-  sum.rejected += core.refused_.load(std::memory_order_relaxed);
-  for (const auto& w : workers) sum += w->counts.read();
-  for (const auto& w : abandoned) sum += w->counts.read();
-  return sum;
-}
-
 PoolStats PoolCore::stats() const {
   PoolStats s;
-  MutexLock lock(rt_->mu);
+  MutexLock lock(rt_->registry.mu);
   s.state = state();
   s.max_workers = max_workers_.load(std::memory_order_relaxed);
-  for (const auto& w : rt_->workers) {
-    ++s.workers;
-    const WorkerState ws = w->state.load(std::memory_order_relaxed);
-    if (ws == WorkerState::busy) ++s.busy;
-    if (ws == WorkerState::idle) ++s.idle;
-  }
   s.queued = queue_.size();
   s.blocked_submitters = rt_->blocked.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.
-  s.outcomes = rt_->totals_locked(*this);
+  rt_->registry.add_stats_locked(s);
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
-  s.abandoned = rt_->tasks_abandoned;
-  s.workers_replaced = rt_->workers_replaced;
-  s.helped = helped_.load(std::memory_order_relaxed) + rt_->retired_helped;
-  for (const auto& w : rt_->workers) s.helped += w->counts.helped.get();
+  s.helped += helped_.load(std::memory_order_relaxed);
   return s;
 }
 
-std::vector<WorkerInfo> PoolCore::workers() const {
-  std::vector<WorkerInfo> out;
-  const std::int64_t now = now_ns();
-  MutexLock lock(rt_->mu);
-  out.reserve(rt_->workers.size());
-  for (const auto& w : rt_->workers) {
-    WorkerInfo info;
-    info.id = w->id;
-    info.state = w->state.load(std::memory_order_relaxed);
-    w->run.mu.lock();
-    if (w->run.task != nullptr) info.task = TaskRef{w->run.task->id, w->run.task->name()};
-    if (w->run.started_ns != 0)
-      info.running_for = std::chrono::nanoseconds(now - w->run.started_ns);
-    if (w->run.deadline_ns != 0 && now > w->run.deadline_ns)
-      info.overdue_for = std::chrono::nanoseconds(now - w->run.deadline_ns);
-    w->run.mu.unlock();
-    out.push_back(std::move(info));
-  }
-  return out;
-}
+std::vector<WorkerInfo> PoolCore::workers() const { return rt_->registry.snapshot(); }
 
 namespace {
 

@@ -51,8 +51,8 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
     // thread: waiting for that shutdown would wait for itself. A harder
     // mode is passed on as an escalation; the call returns at once with
     // the pool still stopping.
-    MutexLock lock(rt.mu);
-    if (rt.shutdowns.ask_escalation(mode)) rt.workers_changed.notify_all();
+    MutexLock lock(rt.registry.mu);
+    if (rt.shutdowns.ask_escalation(mode)) rt.registry.changed.notify_all();
     report.final_state = core_.state();
     return report;
   }
@@ -65,10 +65,10 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   } running(&core_);
   OutcomeCounts before;
   {
-    MutexLock lock(rt.mu);
+    MutexLock lock(rt.registry.mu);
     // Concurrent callers wait for the first one and share its report; one
     // asking for a harder mode makes the running one escalate to hard now.
-    if (rt.shutdowns.ask_escalation(mode)) rt.workers_changed.notify_all();
+    if (rt.shutdowns.ask_escalation(mode)) rt.registry.changed.notify_all();
     while (rt.shutdowns.running()) done_.wait(lock.native());
     const PoolState st = core_.state();
     if (st == PoolState::stopped || st == PoolState::stopped_timeout) {
@@ -77,7 +77,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
       return report;
     }
     rt.shutdowns.begin(mode, &report);
-    before = rt.totals_locked(core_);
+    before = rt.registry.totals_locked();
     if (mode != ShutdownMode::drain) core_.life_.start_dropping();
     core_.set_state(PoolState::stopping);
     core_.life_.call_attention();
@@ -115,7 +115,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
     if (!wait_for_workers(deadline)) {
       escalated = true;
       {
-        MutexLock lock(rt.mu);
+        MutexLock lock(rt.registry.mu);
         rt.shutdowns.escalated();
       }
       core_.life_.start_dropping();
@@ -142,12 +142,12 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   const bool run_leftovers = mode == ShutdownMode::drain && !escalated;
   for (;;) {
     sweep_queue(run_leftovers);
-    MutexLock lock(rt.mu);
+    MutexLock lock(rt.registry.mu);
     if (!core_.queue_.empty()) continue;
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
     report.elapsed = Clock::now() - t0;
-    report.lifetime = rt.totals_locked(core_);
+    report.lifetime = rt.registry.totals_locked();
     report.during = report.lifetime;
     report.during.succeeded -= before.succeeded;
     report.during.failed -= before.failed;
@@ -169,7 +169,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
 
 bool ShutdownSequence::restart() {
   {
-    MutexLock lock(rt_.mu);
+    MutexLock lock(rt_.registry.mu);
     // A submitter that raced the last shutdown may still be sweeping what it
     // left in the queue; tasks submitted after this returns must not meet it.
     while (rt_.shutdowns.sweeping()) done_.wait(lock.native());
@@ -182,7 +182,7 @@ bool ShutdownSequence::restart() {
     core_.life_.call_attention();
     for (std::size_t i = core_.live_workers_.load(); i < core_.opts_.min_workers; ++i) {
       core_.live_workers_.fetch_add(1, std::memory_order_relaxed);
-      rt_.spawn_worker_locked(core_, false);
+      rt_.registry.spawn_locked(false);
     }
   }
   rt_.supervisor.wake();
@@ -192,7 +192,7 @@ bool ShutdownSequence::restart() {
 void ShutdownSequence::on_push_after_close() noexcept {
   bool run = false;
   {
-    MutexLock lock(rt_.mu);
+    MutexLock lock(rt_.registry.mu);
     // A shutdown in progress sweeps the queue before it finishes; a pool
     // restarted meanwhile runs the task normally.
     if (rt_.shutdowns.running() || core_.state() < PoolState::stopping) return;
@@ -208,7 +208,7 @@ void ShutdownSequence::on_push_after_close() noexcept {
   }
   bool last = false;
   {
-    MutexLock lock(rt_.mu);
+    MutexLock lock(rt_.registry.mu);
     last = rt_.shutdowns.leave_sweep();
   }
   if (last) done_.notify_all();
@@ -216,27 +216,28 @@ void ShutdownSequence::on_push_after_close() noexcept {
 
 void ShutdownSequence::give_up() noexcept {
   {
-    MutexLock lock(rt_.mu);
+    MutexLock lock(rt_.registry.mu);
     rt_.shutdowns.give_up();
   }
   done_.notify_all();
 }
 
 void ShutdownSequence::wake_everyone() noexcept {
-  core_.idle_.wake_all();
-  rt_.workers_changed.notify_all();  // paused workers
-  rt_.blocked.release_all();         // blocked submitters see `closed`
+  rt_.wake.wake_all();
+  rt_.registry.changed.notify_all();  // paused workers
+  rt_.blocked.release_all();          // blocked submitters see `closed`
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.
 bool ShutdownSequence::wait_for_workers(Clock::time_point deadline) {
-  MutexLock lock(rt_.mu);
-  while (!rt_.workers.empty()) {
+  MutexLock lock(rt_.registry.mu);
+  while (!rt_.registry.live_locked().empty()) {
     if (rt_.shutdowns.escalation_pending()) return false;
     if (deadline == Clock::time_point::max()) {
-      rt_.workers_changed.wait(lock.native());
-    } else if (rt_.workers_changed.wait_until(lock.native(), deadline) == std::cv_status::timeout) {
-      return rt_.workers.empty();
+      rt_.registry.changed.wait(lock.native());
+    } else if (rt_.registry.changed.wait_until(lock.native(), deadline) ==
+               std::cv_status::timeout) {
+      return rt_.registry.live_locked().empty();
     }
   }
   return true;
@@ -274,7 +275,7 @@ void ShutdownSequence::drop_queue() {
       rt_.observers.settled_in_queue(s);
     }
   }
-  MutexLock lock(rt_.mu);
+  MutexLock lock(rt_.registry.mu);
   // A sweep after the shutdown returned (a submission that raced past its
   // end) adds to the last report, which later shutdown() calls return.
   ShutdownReport* const current = rt_.shutdowns.current();
@@ -337,10 +338,10 @@ void ShutdownSequence::sweep_queue(bool run) {
 void ShutdownSequence::stop_running() {
   std::vector<StopTarget> targets;
   {
-    MutexLock lock(rt_.mu);
+    MutexLock lock(rt_.registry.mu);
     // Room first: a target holds a reference that a throwing push would lose.
-    targets.reserve(rt_.workers.size());
-    for (const auto& w : rt_.workers) {
+    targets.reserve(rt_.registry.live_locked().size());
+    for (const auto& w : rt_.registry.live_locked()) {
       StopTarget t;
       w->run.mu.lock();
       const bool found = prepare_stop_locked(*w, StopReason::shutdown, t);
@@ -359,15 +360,15 @@ void ShutdownSequence::abandon_busy(bool force) {
   std::vector<WriteOffNote> notes;
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    MutexLock lock(rt_.mu);
-    notes.reserve(rt_.workers.size());
+    MutexLock lock(rt_.registry.mu);
+    notes.reserve(rt_.registry.live_locked().size());
     ShutdownReport* r = rt_.shutdowns.current();
-    hung.reserve(rt_.workers.size());
-    for (const auto& w : rt_.workers) {
+    hung.reserve(rt_.registry.live_locked().size());
+    for (const auto& w : rt_.registry.live_locked()) {
       bool write_off = false;
       w->run.mu.lock();
       if (w->run.task != nullptr || w->run.is_long) {
-        rt_.write_off_run_locked(core_, *w, r, notes);
+        rt_.registry.write_off_run_locked(*w, r, notes);
         write_off = true;
       } else {
         // A plain short task (no handle, no name): its outcome is counted
@@ -384,7 +385,8 @@ void ShutdownSequence::abandon_busy(bool force) {
       w->run.mu.unlock();
       if (write_off) hung.push_back(w);
     }
-    for (const auto& w : hung) rt_.write_off_locked(core_, w);  // each wakes the waiting shutdown
+    for (const auto& w : hung)
+      rt_.registry.write_off_locked(w, /*replace=*/false);  // each wakes the waiting shutdown
   }
   rt_.supervisor.announce(notes, hung);  // observers and the logger, outside the locks
 }
@@ -396,7 +398,7 @@ void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
     rt_.observers.rejected(rt_.observers.plain_event(false), TaskStatus::rejected,
                            Errc::shutdown_dropped, Admission::accepted);
   }
-  MutexLock lock(rt_.mu);
+  MutexLock lock(rt_.registry.mu);
   ShutdownReport* r = rt_.shutdowns.current();
   if (r == nullptr && core_.state() >= PoolState::stopping && rt_.shutdowns.last() != nullptr) {
     r = rt_.shutdowns.last();  // after the shutdown returned: see drop_queue
@@ -415,7 +417,7 @@ void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
 }
 
 void ShutdownSequence::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
-  MutexLock lock(rt_.mu);
+  MutexLock lock(rt_.registry.mu);
   ShutdownReport* r = rt_.shutdowns.current();
   if (r == nullptr) return;
   try {

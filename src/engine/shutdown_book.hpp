@@ -3,7 +3,7 @@
 // escalate, the report it is building, the last one's report, and the
 // submitters that sweep the queue after it (PoolCore::on_push_after_close).
 //
-// Who touches what: all of it is under the pool's PoolRuntime::mu (the book is
+// Who touches what: all of it is under the pool's WorkerRegistry::mu (the book is
 // a member guarded by it: clang's -Wthread-safety checks every call).
 // ShutdownSequence::run begins, escalates and finishes (or gives up) a
 // shutdown; a concurrent one asks for escalation and waits for its report;

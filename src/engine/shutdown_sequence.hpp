@@ -15,10 +15,10 @@
 //   note_dropped, note_stopped
 //                a worker or sweeper that dropped or stopped a task
 //                during a shutdown (or after it returned)
-// Its books (PoolRuntime::shutdowns) are under PoolRuntime::mu, with the worker
+// Its books (PoolRuntime::shutdowns) are under WorkerRegistry::mu, with the worker
 // list it waits on: the supervisor's write-offs add to them too. User code
 // it calls (stop callbacks, observers, the logger, the tasks a drain runs
-// on this thread) runs outside PoolRuntime::mu, but for the pool-state edges
+// on this thread) runs outside WorkerRegistry::mu, but for the pool-state edges
 // (see WriteOffNote in pool_runtime.hpp).
 #pragma once
 
@@ -71,7 +71,7 @@ class ShutdownSequence {
   PoolCore& core_;
   PoolRuntime& rt_;
   // A shutdown finished or was given up; the last sweeper left (waited on
-  // under PoolRuntime::mu).
+  // under WorkerRegistry::mu).
   std::condition_variable done_;
 };
 

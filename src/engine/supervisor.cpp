@@ -174,21 +174,23 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
   const std::int64_t grace = core.opts_.abandon_grace.count();
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    MutexLock lock(rt.mu);
+    WorkerRegistry& registry = rt.registry;
+    MutexLock lock(registry.mu);
+    const auto& workers = registry.live_locked();
     // Room for every worker first: nothing below allocates once a note
     // holds a reference or a write-off is decided.
-    notes.reserve(rt.workers.size());
-    to_stop.reserve(rt.workers.size());
-    replaced.reserve(rt.replacements_due + rt.workers.size());
-    hung.reserve(rt.workers.size());
-    for (const auto& w : rt.workers) {
+    notes.reserve(workers.size());
+    to_stop.reserve(workers.size());
+    replaced.reserve(registry.replacements_due_locked() + workers.size());
+    hung.reserve(workers.size());
+    for (const auto& w : workers) {
       w->run.mu.lock();
       if (w->run.is_long) {
         const std::int64_t stop_at = w->run.frame.stop_at_ns.load(std::memory_order_acquire);
         const std::int64_t deadline = w->run.deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            rt.write_off_run_locked(core, *w, rt.shutdowns.current(), notes);
+            registry.write_off_run_locked(*w, rt.shutdowns.current(), notes);
             hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
@@ -205,36 +207,10 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
       }
       w->run.mu.unlock();
     }
-    for (const auto& w : hung) {
-      rt.write_off_locked(core, w);
-      ++rt.replacements_due;  // at once: the pool keeps its capacity
-    }
-
-    if (core.life_.state() == PoolState::running) {
-      if (rt.replacements_due > 0 && now < rt.next_replace_ns) {
-        next = std::min(next, rt.next_replace_ns);
-      }
-      while (rt.replacements_due > 0 && now >= rt.next_replace_ns &&
-             core.live_workers_.load(std::memory_order_relaxed) <
-                 core.max_workers_.load(std::memory_order_relaxed)) {
-        --rt.replacements_due;
-        core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-        const std::uint64_t id = rt.spawn_worker_locked(core, true);
-        if (id == 0) break;  // retried by `spawns` below
-        if (replaced.size() < replaced.capacity()) replaced.push_back(id);
-      }
-      while (core.live_workers_.load(std::memory_order_relaxed) < core.opts_.min_workers &&
-             rt.replacements_due == 0 && !rt.spawns.due()) {
-        core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-        (void)rt.spawn_worker_locked(core, false);
-      }
-    } else {
-      rt.replacements_due = 0;  // a stopped pool starts its workers on restart()
-    }
-    next = std::min(next, rt.retry_spawn_locked(core, now));
-    spawn_failures = rt.spawns.take_unlogged(spawn_error);
-    spawn_backoff = rt.spawns.backoff();
-    to_join.swap(rt.exited);
+    for (const auto& w : hung) registry.write_off_locked(w, /*replace=*/true);
+    next = std::min(next, registry.keep_capacity_locked(now, replaced));
+    spawn_failures = registry.take_spawn_failures_locked(spawn_error, spawn_backoff);
+    registry.take_exited_locked(to_join);
   }
   announce(notes, hung);
   // The logger is user code: called only now, outside the pool's locks.
@@ -256,47 +232,6 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
     if (w->thread.joinable()) w->thread.join();
   }
   return next;
-}
-
-// Under PoolRuntime::mu and w.run.mu: decides the outcome of the worker's
-// current run as abandoned (cancelled, or timed_out if its deadline stopped
-// it) and marks the worker, so that the run's own end does not count it
-// again. The run's thread clears its run slot under w.run.mu before it
-// decides an outcome, so a run found there is always this call's to decide.
-// Observers and the logger hear of it from Supervisor::announce, after the
-// locks are released.
-void PoolRuntime::write_off_run_locked(PoolCore& core, Worker& w, ShutdownReport* report,
-                                       std::vector<WriteOffNote>& notes) noexcept {
-  CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
-  WriteOffNote note;
-  note.worker = w.id;
-  note.started_ns = w.run.started_ns;
-  TaskStateBase* const s = w.run.task;
-  const StopReason reason = s != nullptr ? s->stop_reason() : w.run.reason;
-  if (reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
-  // Counted before it is published, as run_claimed does. The running thread
-  // clears run.task under run.mu before it decides an outcome, so with
-  // run.task set the outcome is the write-off's to decide.
-  core.shared_.add(note.outcome);
-  if (s != nullptr) {
-    const bool decided = s->finish_written_off(note.outcome);
-    CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
-    (void)decided;
-    s->add_ref();
-    note.task = s;
-    note.enqueued_ns = s->enqueued_ns;
-    if (report != nullptr) {
-      try {
-        report->abandoned.push_back({s->id, s->name()});
-      } catch (...) {
-      }
-    }
-  } else if (report != nullptr) {
-    ++report->abandoned_unnamed;
-  }
-  note.ended_ns = now_ns();
-  notes.push_back(note);  // no allocation: room was reserved
-  w.abandoned.store(true, std::memory_order_release);
 }
 
 void Supervisor::announce(std::vector<WriteOffNote>& notes,
@@ -328,47 +263,6 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
   for (const auto& w : written_off) announce_state(*w, w->write_off_change);
 }
 
-// Writes a worker off: it leaves the pool's books and its thread is detached;
-// when its task returns, the thread ends without touching the pool's state.
-void PoolRuntime::write_off_locked(PoolCore& core, const std::shared_ptr<Worker>& w) noexcept {
-  w->abandoned.store(true, std::memory_order_release);
-  w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
-  core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
-  ++tasks_abandoned;
-  if (w->thread.joinable()) w->thread.detach();
-  std::erase(workers, w);
-  abandoned.push_back(w);
-  // A shutdown waiting for the workers counts this one as gone: its thread
-  // will not notify when it ends (worker_exited skips written-off workers).
-  workers_changed.notify_all();
-}
-
-// Tries again to start a worker whose thread could not be started, while
-// tasks are queued that a worker of this pool may still run (running, or a
-// drain). Returns when to look again.
-std::int64_t PoolRuntime::retry_spawn_locked(PoolCore& core, std::int64_t now) noexcept {
-  if (!spawns.due()) return kNever;
-  const PoolState st = core.life_.state();
-  const bool may_start =
-      st == PoolState::running || (st == PoolState::stopping && !core.life_.dropping());
-  if (!may_start || core.queue_.empty()) {
-    spawns.forget();  // the next submission starts one the usual way
-    return kNever;
-  }
-  if (now < spawns.retry_at_ns()) return spawns.retry_at_ns();
-  if (core.live_workers_.load(std::memory_order_relaxed) >=
-      core.max_workers_.load(std::memory_order_relaxed)) {
-    spawns.forget();  // the pool is at its size: its workers run the queue
-    return kNever;
-  }
-  // As grow() does: the new worker looks as a spinner, so it brings in
-  // help for what it leaves queued.
-  core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-  core.idle_.hand_token();
-  if (spawn_worker_locked(core, false, /*spinning=*/true) != 0) return kNever;
-  return spawns.retry_at_ns();
-}
-
 // PoolCore's calls from the inline submission path and from ~Pool.
 void PoolCore::arm_queue_deadline(TaskStateBase* s) { rt_->supervisor.arm_queue_deadline(s); }
 void PoolCore::disarm_timer(TaskStateBase* s) noexcept { rt_->supervisor.disarm(s); }
@@ -389,12 +283,13 @@ void Supervisor::stop() noexcept {
   std::vector<std::shared_ptr<Worker>> to_join;
   TimerHeap::Armed armed;
   {
-    MutexLock lock(rt.mu);
+    WorkerRegistry& registry = rt.registry;
+    MutexLock lock(registry.mu);
     // After a shutdown every worker has exited or was written off; one still
     // on the books would end with the last reference to its own joinable
     // std::thread (std::terminate). It is leaving: wait for it.
-    while (!rt.workers.empty()) rt.workers_changed.wait(lock.native());
-    to_join.swap(rt.exited);
+    while (!registry.live_locked().empty()) registry.changed.wait(lock.native());
+    registry.take_exited_locked(to_join);
   }
   armed = timers_.take_all();
   for (const auto& w : to_join) {

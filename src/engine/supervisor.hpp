@@ -3,7 +3,7 @@
 // abandons tasks that ignore a stop request past abandon_grace, replaces
 // dead and abandoned workers, keeps min_workers, joins exited threads, and
 // turns a stop of PoolOptions::stop_token into a hard shutdown. The worker
-// books it reads and writes are PoolRuntime's, under PoolRuntime::mu.
+// books it reads and writes are the WorkerRegistry's, under WorkerRegistry::mu.
 //
 // Who touches what:
 //   thread_, exit_     start(): PoolCore::start; stop(): PoolCore::stop_supervisor

@@ -1,7 +1,7 @@
-// The wake-up policy: how an idle worker spins, sleeps on its futex in the
-// pool's idle stack, and is woken (by a submitter, the last spinner, a
-// state change); and how a worker waits out a pause. Only the worker's own
-// thread spins and sleeps; any thread wakes.
+// WakePolicy (wake_policy.hpp): how an idle worker spins, sleeps on its
+// futex in the pool's sleeper stack, and is woken (by a submitter, the last
+// spinner, a state change); and how a worker waits out a pause. Only the
+// worker's own thread spins and sleeps; any thread wakes.
 #include <pthread.h>
 #include <sched.h>
 
@@ -54,8 +54,8 @@ int spinner_slots_taken() noexcept { return g_spinners.load(std::memory_order_re
 //
 // The wake-up policy, after Go's scheduler: a submitter wakes a sleeper
 // only when no worker of the pool is actually spinning: holds a spinning
-// token and beat within IdleWorkers::kStaleUs (a spinner), or was woken or
-// started to become one within IdleWorkers::kWakeGraceUs. The last spinner
+// token and beat within IdleCounts::kStaleUs (a spinner), or was woken or
+// started to become one within IdleCounts::kWakeGraceUs. The last spinner
 // to see work wakes another if more is queued, before it takes its own task
 // (so that if the woken worker preempts it on its CPU, it holds no task
 // meanwhile); one that sees a single task takes it and wakes another only
@@ -71,24 +71,24 @@ int spinner_slots_taken() noexcept { return g_spinners.load(std::memory_order_re
 // thread, the next task's producer) would otherwise wait out the spinner's
 // time slice, which a spinner that finds a task every few microseconds
 // never ends on its own.
-bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
-  if (!already_spinning) idle_.take_token();
+bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
+  if (!already_spinning) core_.idle_.take_token();
   bool token = true;
   set_worker_state(w, WorkerState::idle);
   w.run.clock_ns = 0;  // the next run waited: read the clock afresh
-  const bool may_spin = opts_.spin.count() != 0 && !w.wake.crowded;
+  const bool may_spin = core_.opts_.spin.count() != 0 && !w.wake.crowded;
   std::int64_t last_look = may_spin ? now_ns() : 0;
   // On a contended machine the spin lasts about what a wake-up costs.
-  std::int64_t window = may_spin && !opts_.spin_when_contended && cpus_contended(last_look)
-                            ? std::min(kContendedSpinNs, opts_.spin.count())
-                            : opts_.spin.count();
+  std::int64_t window = may_spin && !core_.opts_.spin_when_contended && cpus_contended(last_look)
+                            ? std::min(kContendedSpinNs, core_.opts_.spin.count())
+                            : core_.opts_.spin.count();
   const bool slot = may_spin && take_spinner_slot();
   std::int64_t until = saturating_add(last_look, window);
-  if (slot) idle_.beat();
+  if (slot) core_.idle_.beat();
   bool found = false;
   unsigned stuck = 0;  // looks in a row that saw work and could not take it
   for (unsigned i = 0;; ++i) {
-    const std::size_t queued = queue_.size();
+    const std::size_t queued = core_.queue_.size();
     if (queued == 0) {
       w.wake.backlog_since_ns = 0;
       stuck = 0;
@@ -99,14 +99,14 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
       // held here: a failed pop below takes it back.)
       if (queued >= 2 && wake_due(w, queued)) {
         token = false;
-        if (idle_.give_token()) wake_or_grow();
+        if (core_.idle_.give_token()) wake_or_grow();
       }
-      if (queue_.try_pop(cell, w.pop)) {
+      if (core_.queue_.try_pop(cell, w.pop)) {
         found = true;
         break;
       }
       if (!token) {  // taken by others meanwhile: spin on
-        idle_.take_token();
+        core_.idle_.take_token();
         token = true;
       }
       // Work in the shared queue that stays untakeable look after look: its
@@ -115,14 +115,14 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
       // onto it preempted the submitter). Yield it.
       if (++stuck == kStuckLooks) {
         stuck = 0;
-        if (queue_.shared_size() != 0) sched_yield();
+        if (core_.queue_.shared_size() != 0) sched_yield();
       }
     }
-    if (!slot || life_.attention(std::memory_order_relaxed) != w.seen_attention ||
-        life_.closed(std::memory_order_relaxed)) {
+    if (!slot || core_.life_.attention(std::memory_order_relaxed) != w.seen_attention ||
+        core_.life_.closed(std::memory_order_relaxed)) {
       break;
     }
-    if ((i & 3) == 3) idle_.beat();
+    if ((i & 3) == 3) core_.idle_.beat();
     if ((i & 15) == 15) {
       // A spinner that lost its CPU meanwhile (preempted, or its virtual
       // CPU descheduled) starts its window afresh: the time it did not run
@@ -142,7 +142,7 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
           w.wake.on_cpu_since_ns = now_ns();
         }
       }
-      if (window > kContendedSpinNs && !opts_.spin_when_contended && cpus_contended(now)) {
+      if (window > kContendedSpinNs && !core_.opts_.spin_when_contended && cpus_contended(now)) {
         window = kContendedSpinNs;
         until = std::min(until, saturating_add(now, window));
       }
@@ -154,7 +154,8 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && idle_.give_token() && found && !queue_.empty() && wake_due(w, queue_.size())) {
+  if (token && core_.idle_.give_token() && found && !core_.queue_.empty() &&
+      wake_due(w, core_.queue_.size())) {
     wake_or_grow();
   }
   return found;
@@ -170,8 +171,8 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
 // within kWatchNs. With no watcher (all others asleep without a deadline, or
 // no sleeper at all: help is then a new worker) or kBurst or more tasks
 // queued, help comes now.
-bool PoolCore::wake_due(Worker& w, std::size_t queued) noexcept {
-  if (queued >= kBurst || idle_.watchers() == 0) return true;
+bool WakePolicy::wake_due(Worker& w, std::size_t queued) noexcept {
+  if (queued >= kBurst || core_.idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
   if (w.wake.backlog_since_ns == 0) {
     w.wake.backlog_since_ns = now;
@@ -184,20 +185,20 @@ bool PoolCore::wake_due(Worker& w, std::size_t queued) noexcept {
 
 // A worker popping without spinning after it deferred help looks again
 // every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
-void PoolCore::wake_for_backlog(Worker& w) noexcept {
+void WakePolicy::wake_for_backlog(Worker& w) noexcept {
   if ((++w.wake.drained & 7) != 0) return;
-  const std::size_t queued = queue_.size();
+  const std::size_t queued = core_.queue_.size();
   if (queued == 0) {
     w.wake.backlog_since_ns = 0;
-  } else if (!idle_.spinner_running() && wake_due(w, queued)) {
+  } else if (!core_.idle_.spinner_running() && wake_due(w, queued)) {
     wake_or_grow();
   }
 }
 
-void PoolCore::after_batch(Worker& w) noexcept {
+void WakePolicy::after_batch(Worker& w) noexcept {
   if (w.pop.moved == 0) return;
   const std::size_t moved = std::exchange(w.pop.moved, 0);
-  if (life_.state(std::memory_order_seq_cst) != PoolState::running) return;
+  if (core_.life_.state(std::memory_order_seq_cst) != PoolState::running) return;
   // A worker holding a token steals them if this one does not come back.
   // Else help as for a spinner's backlog: deferred only while a sleeper
   // watches, and that sleeper, finding them on a look, brings in help for
@@ -205,21 +206,21 @@ void PoolCore::after_batch(Worker& w) noexcept {
   // own decision for the same cells, and wake_due says no the second time.
   // Nobody to bring in is the common case of a saturated pool: it returns
   // before anything reads the other workers' queues or the clock.
-  if (idle_.spinning() != 0) return;
-  if (idle_.sleepers() == 0 && live_workers_.load(std::memory_order_relaxed) >=
-                                   max_workers_.load(std::memory_order_relaxed)) {
+  if (core_.idle_.spinning() != 0) return;
+  if (core_.idle_.sleepers() == 0 && core_.live_workers_.load(std::memory_order_relaxed) >=
+                                         core_.max_workers_.load(std::memory_order_relaxed)) {
     return;
   }
   if (wake_due(w, moved)) wake_or_grow();
 }
 
-void PoolCore::wake_or_grow() noexcept {
-  if (idle_.sleepers() != 0) {
-    (void)idle_.wake_one(sched_getcpu());
-  } else if (live_workers_.load(std::memory_order_relaxed) <
-                 max_workers_.load(std::memory_order_relaxed) &&
-             life_.state(std::memory_order_relaxed) == PoolState::running) {
-    grow();
+void WakePolicy::wake_or_grow() noexcept {
+  if (core_.idle_.sleepers() != 0) {
+    (void)wake_one(sched_getcpu());
+  } else if (core_.live_workers_.load(std::memory_order_relaxed) <
+                 core_.max_workers_.load(std::memory_order_relaxed) &&
+             core_.life_.state(std::memory_order_relaxed) == PoolState::running) {
+    core_.grow();
   }
 }
 
@@ -240,36 +241,36 @@ void PoolCore::wake_or_grow() noexcept {
 // microsecond and nothing more. With a backlog queued the awake workers are
 // busy clearing it, and help is brought in at once, as a burst needs. With
 // PoolOptions::spin 0 no worker between two tasks beats, so one look (for a
-// worker woken within IdleWorkers::kWakeGraceUs) replaces the poll.
-void PoolCore::wake_for_push() noexcept {
+// worker woken within IdleCounts::kWakeGraceUs) replaces the poll.
+void WakePolicy::wake_for_push() noexcept {
   static constexpr int kPolls = 16;
-  const int sleeping = idle_.sleepers();
-  if (idle_.spinning() != 0) {
-    if (sleeping != 0) (void)idle_.wake_one(sched_getcpu());
+  const int sleeping = core_.idle_.sleepers();
+  if (core_.idle_.spinning() != 0) {
+    if (sleeping != 0) (void)wake_one(sched_getcpu());
     return;
   }
   if (sleeping != 0 &&
-      live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
-      queue_.size() <= 2) {
-    const int polls = opts_.spin.count() != 0 ? kPolls : 1;
+      core_.live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
+      core_.queue_.size() <= 2) {
+    const int polls = core_.opts_.spin.count() != 0 ? kPolls : 1;
     for (int i = 0; i < polls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
-      if (idle_.spinner_running()) return;  // it takes the task
+      if (core_.idle_.spinner_running()) return;  // it takes the task
     }
   }
   wake_or_grow();
 }
 
-void IdleWorkers::pop_locked(Worker& w, int waker_cpu) noexcept {
+void WakePolicy::pop_locked(Worker& w, int waker_cpu) noexcept {
   w.wake.in_idle_stack = false;
-  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-  hand_token();  // to the woken worker
+  core_.idle_.remove_sleeper();
+  core_.idle_.hand_token();  // to the woken worker
   w.wake.waker_cpu = waker_cpu;
   w.wake.word.fetch_add(1, std::memory_order_release);
   futex_wake(w.wake.word, 1);
 }
 
-bool IdleWorkers::wake_one(int waker_cpu) noexcept {
+bool WakePolicy::wake_one(int waker_cpu) noexcept {
   MutexLock lock(mu_);
   if (stack_.empty()) return false;
   Worker* w = stack_.back();
@@ -281,45 +282,47 @@ bool IdleWorkers::wake_one(int waker_cpu) noexcept {
 // Callers change what sleepers re-check (state, attention) before calling,
 // so a worker that goes to sleep afterwards sees the change and does not
 // stay asleep.
-void IdleWorkers::wake_all() noexcept {
+void WakePolicy::wake_all() noexcept {
   MutexLock lock(mu_);
   for (Worker* w : stack_) pop_locked(*w, -1);
   stack_.clear();
 }
 
-void IdleWorkers::push(Worker& w, bool bottom) noexcept {
+void WakePolicy::push(Worker& w, bool bottom) noexcept {
   MutexLock lock(mu_);
   stack_.push_back(&w);
   if (bottom) std::rotate(stack_.begin(), stack_.end() - 1, stack_.end());
   w.wake.in_idle_stack = true;
-  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  core_.idle_.add_sleeper();
 }
 
-bool IdleWorkers::leave(Worker& w) noexcept {
+bool WakePolicy::leave(Worker& w) noexcept {
   MutexLock lock(mu_);
   if (!w.wake.in_idle_stack) return false;
   std::erase(stack_, &w);
   w.wake.in_idle_stack = false;
-  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  core_.idle_.remove_sleeper();
   return true;
 }
 
-void IdleWorkers::quiesce() noexcept { MutexLock lock(mu_); }
+void WakePolicy::quiesce() noexcept { MutexLock lock(mu_); }
 
 // Holds the worker (and the cell it popped) while the pool is paused.
-// resume() and shutdown() change the state under rt.mu and notify.
-void PoolCore::wait_out_pause(Worker& w) {
+// resume() and shutdown() change the state under the registry's mutex and
+// notify.
+void WakePolicy::wait_out_pause(Worker& w) {
   set_worker_state(w, WorkerState::idle);
-  MutexLock lock(rt_->mu);
-  while (life_.state() == PoolState::paused) {
-    rt_->workers_changed.wait(lock.native());
+  WorkerRegistry& registry = core_.rt_->registry;
+  MutexLock lock(registry.mu);
+  while (core_.life_.state() == PoolState::paused) {
+    registry.changed.wait(lock.native());
   }
 }
 
-PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
+WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake.word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
-  idle_.push(w, /*bottom=*/w.wake.crowded);
+  push(w, /*bottom=*/w.wake.crowded);
   w.wake.crowded = false;
   // Woken by a waker (it handed over a spinning token): note whether this
   // worker landed on the waker's CPU.
@@ -330,15 +333,15 @@ PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
   };
   // Leaves the idle stack on its own for `why`, unless a waker took it off
   // meanwhile (then it holds a token).
-  auto leave = [&](Slept why) { return idle_.leave(w) ? why : handed(); };
+  auto leave_for = [&](Slept why) { return leave(w) ? why : handed(); };
   auto told_to_look = [&] {
-    return life_.attention(std::memory_order_acquire) != w.seen_attention ||
-           life_.closed(std::memory_order_seq_cst);
+    return core_.life_.attention(std::memory_order_acquire) != w.seen_attention ||
+           core_.life_.closed(std::memory_order_seq_cst);
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
-  if (told_to_look()) return leave(Slept::woken);
-  if (!queue_.empty()) return leave(Slept::saw_work);
+  if (told_to_look()) return leave_for(Slept::woken);
+  if (!core_.queue_.empty()) return leave_for(Slept::saw_work);
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -350,38 +353,39 @@ PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
   bool watching = false;
   int looks = 0;
   struct WatchEnd {
-    IdleWorkers& idle;
+    IdleCounts& idle;
     bool& on;
     ~WatchEnd() {
       if (on) idle.end_watch();
     }
-  } watch_end{idle_, watching};
+  } watch_end{core_.idle_, watching};
   std::int64_t expire_at = 0;
   for (;;) {
-    const bool may_expire = live_workers_.load(std::memory_order_relaxed) > opts_.min_workers;
+    const bool may_expire =
+        core_.live_workers_.load(std::memory_order_relaxed) > core_.opts_.min_workers;
     const std::int64_t now = now_ns();
     if (!may_expire) {
       expire_at = 0;
     } else if (expire_at == 0) {
-      expire_at = saturating_add(now, opts_.idle_timeout.count());
+      expire_at = saturating_add(now, core_.opts_.idle_timeout.count());
     }
     // While another worker is awake, look at the queue every kWatchNs: a
     // worker that took a task and deferred help for what it left queued
     // (wake_due) may be in a long task.
     std::int64_t wake_at = expire_at;
-    bool watch = looks < kWatchLooks && live_workers_.load(std::memory_order_relaxed) >
-                                            static_cast<std::size_t>(idle_.sleepers());
+    bool watch = looks < kWatchLooks && core_.live_workers_.load(std::memory_order_relaxed) >
+                                            static_cast<std::size_t>(core_.idle_.sleepers());
     if (watch != watching) {
       watching = watch;
       if (watch) {
-        idle_.begin_watch();
+        core_.idle_.begin_watch();
       } else {
-        idle_.end_watch();
+        core_.idle_.end_watch();
         // A worker that saw this one watching may have deferred help for
         // what is queued (it read the count after the queue; this reads the
         // queue after the count, both seq_cst): then watch on.
-        if (!queue_.empty()) {
-          idle_.begin_watch();
+        if (!core_.queue_.empty()) {
+          core_.idle_.begin_watch();
           watching = watch = true;
           looks = 0;
         }
@@ -397,14 +401,16 @@ PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
-    if (told_to_look()) return leave(Slept::woken);
-    if (!queue_.empty() && !idle_.spinner_running()) return leave(Slept::saw_work);
+    if (told_to_look()) return leave_for(Slept::woken);
+    if (!core_.queue_.empty() && !core_.idle_.spinner_running()) return leave_for(Slept::saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
-      if (!idle_.leave(w)) return handed();
-      if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;
+      if (!leave(w)) return handed();
+      if (try_retire(core_.live_workers_, core_.opts_.min_workers)) return Slept::retired;
       return Slept::woken;  // needed after all: the minimum would be crossed
     }
   }
 }
+
+void PoolCore::wake_for_push() noexcept { rt_->wake.wake_for_push(); }
 
 }  // namespace crew::detail

@@ -1,11 +1,29 @@
-// src/engine/wake_policy.hpp (private): the constants of the wake-up
-// policy (src/engine/wake.cpp; docs/design/wake-ups.md): how long a spinner
-// spins, when it yields its CPU, when help for a backlog is deferred. The
-// engine's alone, so that tuning them rebuilds only the engine.
+// src/engine/wake_policy.hpp (private): WakePolicy, how a pool's idle
+// workers spin, sleep and are woken (src/engine/wake.cpp;
+// docs/design/wake-ups.md), with its constants: how long a spinner spins,
+// when it yields its CPU, when help for a backlog is deferred. The
+// engine's alone, so that tuning it rebuilds only the engine.
+//
+// Who touches what:
+//   the sleeper stack  a worker pushes itself (sleep_for_work) and takes
+//                      itself off; wakers pop workers (wake_one, wake_all).
+//                      All under mu_, which also guards each worker's
+//                      WakeSlot::in_idle_stack and WakeSlot::waker_cpu. The
+//                      counts the submission path reads are the pool's
+//                      IdleCounts (crew/detail/idle_counts.hpp).
+//   a worker's WakeSlot  the rest of it is its own thread's.
+//   the pool's queues, state and worker counts  read; grow() starts a
+//                      worker (wake_or_grow).
+// Only a worker's own thread spins and sleeps; any thread wakes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "crew/detail/cache_line.hpp"
+#include "crew/detail/mutex.hpp"
+#include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
 
@@ -44,5 +62,87 @@ inline constexpr int kWatchLooks = 4;
 bool take_spinner_slot() noexcept;
 void give_back_spinner_slot() noexcept;
 int spinner_slots_taken() noexcept;
+
+class Cell;
+class PoolCore;
+struct Worker;
+
+class WakePolicy {
+ public:
+  explicit WakePolicy(PoolCore& core) noexcept : core_(core) {}
+  WakePolicy(const WakePolicy&) = delete;
+  WakePolicy& operator=(const WakePolicy&) = delete;
+
+  // ---- a worker, on its own thread ----
+  // Polls the queues for PoolOptions::spin; true with a task popped into
+  // `cell`. Always gives up the spinning token (taken here unless
+  // `already_spinning`).
+  bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
+  // How a worker's sleep ended: woken by a waker (`woken_spinning`: it was
+  // handed a spinning token), told to look (`woken`: state or attention
+  // changed), left on its own look because work was queued that no running
+  // spinner would take (`saw_work`: it then looks as a spinner does, so
+  // that it brings in help for what it leaves queued), or retired at its
+  // idle timeout (already out of the live count).
+  enum class Slept : std::uint8_t { woken, woken_spinning, saw_work, retired };
+  // Sleeps on the worker's futex in the sleeper stack until one of those.
+  Slept sleep_for_work(Worker& w) noexcept;
+  // A worker popping without spinning, after it deferred help: looks again
+  // every 8th task whether the backlog outlasted kBacklogNs.
+  void wake_for_backlog(Worker& w) noexcept;
+  // After a worker's pop (a no-op unless it moved a batch): the cells a batch pop moved into its
+  // local queue wait there for it, or for a thief, and it is about to run a task that may be long.
+  // So some worker must hold a spinning token (it steals them), or help is brought in as for a
+  // spinner's backlog (wake_due: at once, or after kBacklogNs while a sleeper watches the queues).
+  // Without this, a pool whose workers all ran long tasks kept such a cell queued with a worker
+  // slot free (PoolWorkers.WorkersStartOnDemandUpToMax, about once in 300 to 21,000 runs under TSan
+  // with other tests loading the machine). Help at once after every batch, as a submitter's push
+  // brings it, doubled crew's sched p99 at 500k and 1M tasks/s: under a steady load the one spinner
+  // pops a batch whenever two tasks are queued.
+  void after_batch(Worker& w) noexcept;
+  // Holds the worker (and the cell it popped) while the pool is paused;
+  // resume() and shutdown() change the state under the worker registry's
+  // mutex and notify.
+  void wait_out_pause(Worker& w);
+
+  // ---- any thread ----
+  // A submitter that found no spinner running after its push.
+  void wake_for_push() noexcept;
+  // Wakes a sleeper, else starts a worker if every worker is busy and there
+  // is room for another (submitters, and the last spinner to see work).
+  void wake_or_grow() noexcept;
+  // Pops the top sleeper, hands it a spinning token (and
+  // IdleCounts::kWakeGraceUs to start polling), notes `waker_cpu` in it and
+  // wakes it. False if nobody sleeps.
+  bool wake_one(int waker_cpu) noexcept;
+  // Pops and wakes every sleeper, each with a token (waker_cpu -1: not a
+  // wake-up for work). Callers change what sleepers re-check (state,
+  // attention) first, so that a worker going to sleep afterwards sees it.
+  void wake_all() noexcept;
+  // Returns once no waker is inside wake_one or wake_all, which touch a
+  // popped worker until its futex wake returns: an exiting worker calls it
+  // before its memory can go.
+  void quiesce() noexcept;
+
+ private:
+  // Whether a worker that sees `queued` tasks (beside the one it takes)
+  // brings in help now (wake.cpp says when it defers).
+  bool wake_due(Worker& w, std::size_t queued) noexcept;
+  // Pushes `w` (about to sleep, its own thread) on the stack, at the bottom
+  // if `bottom`; counted in IdleCounts::sleepers() on return.
+  void push(Worker& w, bool bottom) noexcept;
+  // Takes `w` off the stack (its own thread). False if a waker popped it
+  // first, and so handed it a spinning token.
+  bool leave(Worker& w) noexcept;
+  void pop_locked(Worker& w, int waker_cpu) noexcept CREW_REQUIRES(mu_);
+
+  PoolCore& core_;
+  // LIFO: the most recently idle worker is woken first, so the others can
+  // reach their idle timeout; a worker that was woken onto its waker's CPU
+  // goes to the bottom (WakeSlot::crowded). On its own line: the counts
+  // every submission reads are elsewhere (IdleCounts).
+  alignas(kCacheLine) Mutex mu_;
+  std::vector<Worker*> stack_ CREW_GUARDED_BY(mu_);
+};
 
 }  // namespace crew::detail

@@ -1,7 +1,9 @@
-// The worker threads: start and stop (hooks, local queue slot, leaving the
-// books), the loop that pops cells, attention (pause, resize, stop
-// requests) and handling a popped cell. Spinning and sleeping are in
-// wake.cpp, running task states in run.cpp, waits that help in help.cpp.
+// WorkerLoop (worker.hpp), the worker threads' body: start and stop (hooks,
+// local queue slot, leaving the books), the loop that pops cells, attention
+// (pause, resize, stop requests) and handling a popped cell; and the
+// outcome counting PoolCore does for any thread. Spinning and sleeping are
+// WakePolicy's (wake.cpp), running task states in run.cpp, waits that help
+// in help.cpp.
 #include <pthread.h>
 #include <sched.h>
 
@@ -46,12 +48,12 @@ void PoolCore::expire_unqueued(TaskStateBase* s) noexcept {
   s->release();
 }
 
-void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w,
-                             bool spinning, bool replacement) {
+void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, bool spinning,
+                     bool replacement) {
   PoolCore& c = *self;
+  WorkerLoop loop(c, *w);
   name_thread(c.opts_.name, std::to_string(w->id));
-  if (!apply_policy(c.opts_.worker_policy) &&
-      !c.rt_->policy_refused.exchange(true, std::memory_order_relaxed)) {
+  if (!apply_policy(c.opts_.worker_policy) && c.rt_->registry.first_policy_refusal()) {
     try {
       c.log(LogLevel::warning, {.pool = c.opts_.name, .worker_id = w->id},
             "worker_policy " + std::string(to_string(c.opts_.worker_policy)) +
@@ -103,7 +105,7 @@ void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Wor
       }
     }
     t_current = {&c, w.get(), w->pop.local};
-    how = c.work_loop(*w, spinning);
+    how = loop.loop(spinning);
     t_current = {};
     if (w->pop.local != LocalQueues::kNone) {
       const bool left_work = !locals.at(w->pop.local).empty();
@@ -124,7 +126,7 @@ void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Wor
     if (!written_off) set_worker_state(*w, WorkerState::stopping);
     if (spinning) (void)c.idle_.give_token();
   }
-  c.worker_exited(w, how, /*died=*/!started);
+  loop.exited(w, how, /*died=*/!started);
   // A worker stopped or retired between tasks leaves while tasks may be
   // queued that submitters did not start a worker for (it still counted as
   // live then): now that it is off the books, bring in one if needed.
@@ -133,85 +135,65 @@ void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Wor
   }
 }
 
-void PoolCore::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
-  PoolRuntime& rt = *rt_;
+void WorkerLoop::exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept {
+  PoolRuntime& rt = *core_.rt_;
   // A waker that popped this worker from the idle stack may still be
   // inside futex_wake on its word: wait for it before the memory can go.
-  idle_.quiesce();
-  bool written_off = false;
-  bool last = false;
-  WorkerStateChange stopped;
+  rt.wake.quiesce();
+  WorkerRegistry::Left left;
   {
-    MutexLock lock(rt.mu);
-    add_to(rt.retired, w->counts.read());
-    rt.retired_helped += w->counts.helped.get();
-    // `abandoned` is set under this mutex, so this check cannot race a
-    // write-off: a written-off worker is off the books already.
-    if (w->abandoned.load(std::memory_order_acquire)) {
-      written_off = true;
-      std::erase(rt.abandoned, w);
-    } else {
-      if (how != Exit::counted) live_workers_.fetch_sub(1, std::memory_order_relaxed);
-      stopped = change_worker_state(*w, WorkerState::stopped);
-      std::erase(rt.workers, w);
-      last = rt.workers.empty();
-      rt.exited.push_back(w);
-      if (died) {
-        ++rt.replacements_due;
-        rt.replace_backoff = std::clamp<std::chrono::nanoseconds>(
-            rt.replace_backoff * 2, std::chrono::milliseconds(1), std::chrono::seconds(1));
-        rt.next_replace_ns = now_ns() + rt.replace_backoff.count();
-      }
-    }
+    MutexLock lock(rt.registry.mu);
+    left = rt.registry.leave_locked(w, /*counted=*/how == Exit::counted, died);
   }
-  if (!written_off) {
-    announce_state(*w, stopped);
-    if (!died) rt_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
-    if (last) rt.workers_changed.notify_all();  // a shutdown waits for the last one
-    rt.supervisor.wake();                       // joins the thread, replaces a dead worker
-  }
+  if (left.written_off) return;
+  announce_state(*w, left.stopped);
+  if (!died) rt.observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
+  if (left.last) rt.registry.changed.notify_all();  // a shutdown waits for the last one
+  rt.supervisor.wake();                             // joins the thread, replaces a dead worker
 }
 
 // `spinning`: this worker holds a spinning token (handed over by whoever
 // started or woke it for queued work).
-PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
+WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
+  PoolCore& c = core_;
+  Worker& w = w_;
   Cell cell;
   Exit how = Exit::leave;
-  w.seen_attention = life_.attention(std::memory_order_acquire);
+  w.seen_attention = c.life_.attention(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
   // Whether the next look is a spinner's (spin_for_work), which brings in
   // help for what it leaves queued, rather than a plain pop.
   bool spin_first = spinning;
   for (;;) {
     if (!spin_first) {
-      if (life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
-        if (attend(w, how)) break;
+      if (c.life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
+        if (attend(how)) break;
       }
-      if (queue_.try_pop(cell, w.pop)) {
-        if (w.wake.backlog_since_ns != 0) wake_for_backlog(w);
-        after_batch(w);
-        if (!handle_cell(w, cell)) return Exit::abandoned;
+      if (c.queue_.try_pop(cell, w.pop)) {
+        if (w.wake.backlog_since_ns != 0) c.rt_->wake.wake_for_backlog(w);
+        c.rt_->wake.after_batch(w);
+        if (!handle_cell(cell)) return Exit::abandoned;
         continue;
       }
-      if (life_.closed()) break;
+      if (c.life_.closed()) break;
     }
-    const bool found = spin_for_work(w, cell, spinning);
+    const bool found = c.rt_->wake.spin_for_work(w, cell, spinning);
     spinning = spin_first = false;
     if (found) {
-      after_batch(w);  // the token is given back by now
-      if (!handle_cell(w, cell)) return Exit::abandoned;
+      c.rt_->wake.after_batch(w);  // the token is given back by now
+      if (!handle_cell(cell)) return Exit::abandoned;
       continue;
     }
-    const Slept slept = sleep_for_work(w);
-    if (slept == Slept::retired) {
+    const WakePolicy::Slept slept = c.rt_->wake.sleep_for_work(w);
+    if (slept == WakePolicy::Slept::retired) {
       how = Exit::counted;
       break;
     }
-    spinning = slept == Slept::woken_spinning;
+    spinning = slept == WakePolicy::Slept::woken_spinning;
     // One that left on its own look found work whose helper was deferred
     // (wake_due) by a worker that may now be in a long task: it looks as a
     // spinner, so that it brings in help for what it leaves queued.
-    spin_first = spinning || slept == Slept::saw_work;
+    spin_first = spinning || slept == WakePolicy::Slept::saw_work;
   }
   set_worker_state(w, WorkerState::stopping);
   return how;
@@ -219,25 +201,28 @@ PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
 
 // Something besides the queue changed. Returns true if this worker must
 // exit, with `how` saying whether it already left live_workers_.
-bool PoolCore::attend(Worker& w, Exit& how) {
+bool WorkerLoop::attend(Exit& how) {
+  PoolCore& c = core_;
+  Worker& w = w_;
   for (;;) {
-    w.seen_attention = life_.attention(std::memory_order_acquire);
+    w.seen_attention = c.life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
       how = Exit::leave;
       return true;
     }
-    const PoolState st = life_.state();
+    const PoolState st = c.life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
-      MutexLock lock(rt_->mu);
-      while (life_.attention(std::memory_order_acquire) == w.seen_attention) {
-        rt_->workers_changed.wait(lock.native());
+      WorkerRegistry& registry = c.rt_->registry;
+      MutexLock lock(registry.mu);
+      while (c.life_.attention(std::memory_order_acquire) == w.seen_attention) {
+        registry.changed.wait(lock.native());
       }
       continue;
     }
-    const std::size_t max = max_workers_.load(std::memory_order_relaxed);
-    if (st == PoolState::running && live_workers_.load(std::memory_order_relaxed) > max &&
-        try_retire(live_workers_, max)) {
+    const std::size_t max = c.max_workers_.load(std::memory_order_relaxed);
+    if (st == PoolState::running && c.live_workers_.load(std::memory_order_relaxed) > max &&
+        try_retire(c.live_workers_, max)) {
       how = Exit::counted;
       return true;
     }
@@ -246,20 +231,22 @@ bool PoolCore::attend(Worker& w, Exit& how) {
 }
 
 // Returns false if the worker was abandoned while running the cell.
-bool PoolCore::handle_cell(Worker& w, Cell& cell) {
-  on_slot_freed();
+bool WorkerLoop::handle_cell(Cell& cell) {
+  PoolCore& c = core_;
+  Worker& w = w_;
+  c.on_slot_freed();
   // A task pushed after pause() returned is seen here as paused (its push
   // happened after the state change, its pop before this load), so it is
   // held until resume() or a shutdown, and handled then as any queued task.
-  if (life_.state() == PoolState::paused) [[unlikely]] {
-    wait_out_pause(w);
+  if (c.life_.state() == PoolState::paused) [[unlikely]] {
+    c.rt_->wake.wait_out_pause(w);
   }
   TaskStateBase* s = cell.state();
-  if (s != nullptr) return handle_state(w, s);
-  if (life_.dropping()) [[unlikely]] {
+  if (s != nullptr) return handle_state(s);
+  if (c.life_.dropping()) [[unlikely]] {
     cell.destroy();
     w.counts.rejected.inc();
-    rt_->shutdown.note_dropped(nullptr);
+    c.rt_->shutdown.note_dropped(nullptr);
     return true;
   }
   set_worker_state(w, WorkerState::busy);
@@ -268,29 +255,31 @@ bool PoolCore::handle_cell(Worker& w, Cell& cell) {
     if (!cell.invoke_and_destroy(&w)) w.counts.succeeded.inc();
   } catch (...) {
     // Reported before it is counted: wait_idle() returns only after handlers ran.
-    if (w.may_call_user()) report_exception(TaskRef{}, std::current_exception());
+    if (w.may_call_user()) c.report_exception(TaskRef{}, std::current_exception());
     w.counts.failed.inc();
   }
   return !w.abandoned.load(std::memory_order_acquire);
 }
 
-bool PoolCore::handle_state(Worker& w, TaskStateBase* s) {
-  if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
+bool WorkerLoop::handle_state(TaskStateBase* s) {
+  PoolCore& c = core_;
+  Worker& w = w_;
+  if (c.life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
-    rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
+    c.rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
-    rt_->observers.settled_in_queue(
+    c.rt_->observers.settled_in_queue(
         s);  // its timer has not fired yet, or was left to its submitter
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was
     // counted by that worker.
-    if (!s->ran()) rt_->observers.settled_in_queue(s);
+    if (!s->ran()) c.rt_->observers.settled_in_queue(s);
   } else {
-    disarm_queue_deadline(s);
+    c.disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);
     w.run.seq.store(w.run.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference
+    return c.run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference
   }
   s->release();
   return true;

@@ -94,7 +94,7 @@ class TscClock {
 inline std::int64_t now_ns() noexcept { return TscClock::now_ns(); }
 
 // A cheap count for short intervals compared across threads (the wake-up
-// policy's heartbeat, crew/detail/idle_workers.hpp): the time-stamp counter
+// policy's heartbeat, crew/detail/idle_counts.hpp): the time-stamp counter
 // on x86, whatever clock source the kernel uses, else now_ns(). Not a time:
 // convert with cycles_per_us(). Counters of two CPUs may disagree by a
 // little; compare differences as signed numbers.

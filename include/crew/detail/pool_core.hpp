@@ -1,9 +1,9 @@
 // crew/detail/pool_core.hpp: detail::PoolCore, the part of a pool that the
-// inline submission path needs: the options, the queues, the pool's
-// lifecycle, the idle counts, the id and refusal counters, and post /
-// submit / route / admit_state / after_push. Every slower step (a full
-// queue, a wake-up, a sweep after close, an event, the workers, the
-// supervisor, shutdown) is an out-of-line call into the engine
+// inline submission path (detail::Submission, submission.hpp) needs: the
+// options, the queues, the pool's lifecycle, the idle counts, the id and
+// refusal counters, and after_push. Every slower step (a full queue, a
+// wake-up, a sweep after close, an event, the workers, the supervisor,
+// shutdown) is an out-of-line call into the engine
 // (src/engine/pool_runtime.hpp: PoolRuntime and its units, reached
 // through a std::unique_ptr). docs/design/architecture.md maps the units.
 //
@@ -11,7 +11,8 @@
 //   submitter: queue_ tail and slot; reads life_ (the pool's state) and
 //              idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
-// All of PoolCore's state is private; the engine's units are its friends.
+// All of PoolCore's state is private; Submission and the engine's units are
+// its friends.
 #pragma once
 
 #include <atomic>
@@ -27,7 +28,7 @@
 #include "crew/detail/cell.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
-#include "crew/detail/idle_workers.hpp"
+#include "crew/detail/idle_counts.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -212,8 +213,6 @@ struct SharedCounters {
 
 class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Runner {
  public:
-  enum class Route : std::uint8_t { queued, run_here, refused };
-
   // Validates the options (throws Error(invalid_options) naming the field).
   explicit PoolCore(PoolOptions options);
   ~PoolCore();
@@ -225,93 +224,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // Stops and joins the supervisor (after the final shutdown).
   void stop_supervisor() noexcept;
 
-  template <class F>
-  Admission post(F&& f, TaskOptions&& opts, bool may_block) {
-    using D = std::decay_t<F>;
-    const std::size_t level = level_of(opts);
-    if constexpr (is_long_task_v<D>) {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
-        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
-      }
-      return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
-    } else {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
-        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
-      }
-      if (observes(kTaskEvents)) [[unlikely]] {
-        return post_observed(std::forward<F>(f), level, may_block);
-      }
-      return post_plain(std::forward<F>(f), level, may_block);
-    }
-  }
-
-  // Submits a counted task (see CountedTask) without a task state: no
-  // allocation when it fits a cell. For a pool without task observers only
-  // (observers need the task's own events); see counted_ok().
-  template <CountedTask F>
-  Admission post_counted(F&& f, std::size_t level, bool may_block) {
-    using D = std::decay_t<F>;
-    static_assert(std::is_nothrow_move_constructible_v<D>);
-    Admission why = Admission::accepted;
-    if constexpr (Cell::fits_inline<CountedFn<D>>) {
-      auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
-      switch (route(fill, level, may_block, why)) {
-        case Route::queued:
-          return Admission::accepted;
-        case Route::run_here: {
-          const InlineRun here(this);
-          f.run_counted(*this);
-          return Admission::accepted;
-        }
-        case Route::refused:
-          break;  // f records its refusal when the caller destroys it
-      }
-    } else {
-      // Boxed before a slot is claimed: boxing allocates and may throw,
-      // and the fill must not (the slot is claimed by then).
-      Cell tmp;
-      tmp.emplace(CountedFn<D>{std::move(f)});
-      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route(fill, level, may_block, why)) {
-        case Route::queued:
-          return Admission::accepted;
-        case Route::run_here: {
-          const InlineRun here(this);
-          (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
-          return Admission::accepted;
-        }
-        case Route::refused:
-          tmp.destroy();  // the task records its refusal
-          break;
-      }
-    }
-    return why;
-  }
-  [[nodiscard]] bool counted_ok() const noexcept { return !observes(kTaskEvents); }
-
-  // The queue level of a submission; throws for a priority the pool lacks
-  // and for a negative timeout (the options' one validation).
-  std::size_t level_of(const TaskOptions& o) const {
-    if (o.priority >= queue_.levels()) [[unlikely]]
-      throw_bad_priority(o.priority);
-    if (o.timeout.count() < 0 || o.queue_timeout.count() < 0) [[unlikely]]
-      throw_negative_timeout(o);
-    return o.priority;
-  }
-  [[noreturn]] void throw_bad_priority(unsigned priority) const;
-  [[noreturn]] static void throw_negative_timeout(const TaskOptions& o);
-
+  // The events that make a plain task go through a task's observer path.
   static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
                                                Observer::task_finished | Observer::task_rejected;
-
-  template <class F>
-  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
-    using D = std::decay_t<F>;
-    (void)level_of(opts);  // validated before anything is allocated
-    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
-    (void)admit_state(s, may_block);
-    return Task<task_result_t<D>>(s);  // adopts the creator's reference
-  }
 
   // ---- control (src/) ----
   ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
@@ -403,6 +318,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   friend struct PoolRuntime;
   friend class Supervisor;
   friend class ShutdownSequence;
+  friend class Submission;
+  friend class WakePolicy;
+  friend class WorkerLoop;
+  friend class WorkerRegistry;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   const PoolOptions opts_;
@@ -420,10 +339,11 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   PoolLifecycle life_;
   std::atomic<std::size_t> max_workers_;
   std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
-  // Spinning tokens and sleeping workers. A submitter wakes a sleeper only
-  // when nobody holds a token; the woken worker starts out with one, so one
-  // burst costs one wake-up per worker.
-  IdleWorkers idle_;
+  // Spinning tokens and sleeper counts (the sleepers themselves are in
+  // the engine's WakePolicy). A submitter wakes a sleeper only when nobody
+  // holds a token; the woken worker starts out with one, so one burst costs
+  // one wake-up per worker.
+  IdleCounts idle_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
@@ -435,236 +355,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // How many forks this process descends from when the pool was created
   // (inherited_by_fork).
   const std::uint32_t forks_at_start_;
-
-  template <class D, class F>
-  Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
-    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
-    s->detached = true;
-    const Admission a = admit_state(s, may_block);
-    s->release();
-    return a;
-  }
-
-  // An unnamed long task without a queue deadline: inline in its cell like a
-  // short one (no allocation) when it fits, else through a task state.
-  template <class F>
-  Admission post_long_inline(F&& f, TaskOptions&& opts, bool may_block) {
-    using D = std::decay_t<F>;
-    if constexpr (Cell::fits_inline<LongFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
-      const std::chrono::nanoseconds timeout =
-          opts.timeout.count() != 0 ? opts.timeout : opts_.task_timeout;
-      const std::int64_t enqueued = timed_ ? now_ns() : 0;
-      Admission why = Admission::accepted;
-      auto fill = [&](Cell& c) noexcept {
-        c.emplace(LongFn<D>{timeout, enqueued, std::forward<F>(f)});
-      };
-      const Route r = route(fill, level_of(opts), may_block, why);
-      if (r == Route::run_here) {
-        D local(std::forward<F>(f));
-        run_long(timeout, enqueued, &call_long<D>, &local);
-        return Admission::accepted;
-      }
-      if (observed_ != 0) [[unlikely]]
-        note_plain_submission(r, why, /*is_long=*/true);
-      return r == Route::queued ? Admission::accepted : why;
-    } else {
-      return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
-    }
-  }
-
-  // A plain task in a pool whose observers want task events: stored with
-  // its enqueue time and run through the Runner, which times and reports it.
-  template <class F>
-  Admission post_observed(F&& f, std::size_t level, bool may_block) {
-    using D = std::decay_t<F>;
-    const std::int64_t enqueued = timed_ ? now_ns() : 0;
-    Cell tmp;  // boxed if the wrapper does not fit inline
-    tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
-    Admission why = Admission::accepted;
-    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-    const Route r = route(fill, level, may_block, why);
-    if (r == Route::run_here) {
-      (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
-      return Admission::accepted;
-    }
-    if (r == Route::refused) tmp.destroy();
-    note_plain_submission(r, why, /*is_long=*/false);
-    return r == Route::queued ? Admission::accepted : why;
-  }
-
-  template <class F>
-  Admission post_plain(F&& f, std::size_t level, bool may_block) {
-    using D = std::decay_t<F>;
-    Admission why = Admission::accepted;
-    if constexpr (Cell::fits_inline<D> && std::is_nothrow_constructible_v<D, F&&>) {
-      auto fill = [&f](Cell& c) noexcept { c.emplace(std::forward<F>(f)); };
-      switch (route(fill, level, may_block, why)) {
-        case Route::queued:
-          return Admission::accepted;
-        case Route::run_here:
-          run_plain_here([&f] { f(); });
-          return Admission::accepted;
-        case Route::refused:
-          return why;
-      }
-    } else {
-      Cell tmp;  // box (or copy) before claiming a slot: this may throw
-      tmp.emplace(std::forward<F>(f));
-      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route(fill, level, may_block, why)) {
-        case Route::queued:
-          return Admission::accepted;
-        case Route::run_here:
-          run_plain_here([&tmp] { tmp.invoke_and_destroy(); });
-          return Admission::accepted;
-        case Route::refused:
-          tmp.destroy();
-          return why;
-      }
-    }
-    return why;
-  }
-
-  template <class D, class F>
-  TaskStateBase* make_state(F&& f, TaskOptions&& o) {
-    // Most tasks have no Extras (TaskStateBase::Extras).
-    std::unique_ptr<TaskStateBase::Extras> x;
-    if (is_long_task_v<D> || !o.name.empty() || o.queue_timeout.count() != 0) {
-      x = std::make_unique<TaskStateBase::Extras>();
-      x->name = std::move(o.name);
-      if (is_long_task_v<D>) x->timeout = o.timeout.count() != 0 ? o.timeout : opts_.task_timeout;
-      if (o.queue_timeout.count() != 0) {
-        x->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
-      }
-    }
-    auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
-    s->adopt_extras(std::move(x));
-    s->id = new_task_id();
-    s->owner = this;
-    s->is_long = is_long_task_v<D>;
-    s->level = o.priority;
-    return s;
-  }
-
-  // Unique per pool; a worker takes them from a block it reserved, so that
-  // tasks forked on different workers do not contend on one counter.
-  std::uint64_t new_task_id() noexcept {
-    static constexpr std::uint64_t kIdBlock = 256;
-    if (t_current.core != this) return next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-    CurrentWorker& cur = t_current;
-    if (cur.next_id == cur.end_id) {
-      cur.next_id = next_id_.fetch_add(kIdBlock, std::memory_order_relaxed) + 1;
-      cur.end_id = cur.next_id + kIdBlock;
-    }
-    return cur.next_id++;
-  }
-
-  // Hands `s` to the queue; the creator keeps its own reference.
-  Admission admit_state(TaskStateBase* s, bool may_block) {
-    if (timed_) [[unlikely]]
-      s->enqueued_ns = now_ns();
-    // The cell's reference. A queue deadline is armed first: arming may
-    // throw (out of memory), and then the caller's reference alone frees
-    // the state; once armed, the state is shared with the supervisor,
-    // which leaves the deadline to this thread until the submission is
-    // counted (begin_admission).
-    const bool deadline = s->has_queue_deadline();
-    if (deadline) {
-      s->begin_admission();
-      arm_queue_deadline(s);
-      s->add_ref();
-    } else {
-      s->add_ref_unshared();  // `s` is not shared yet
-    }
-    auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
-    Admission why = Admission::accepted;
-    switch (route(fill, s->level, may_block, why)) {
-      case Route::queued:
-        if (observes(Observer::task_enqueued)) [[unlikely]]
-          emit_enqueued(s, s->is_long);
-        // Counted (pushed): a deadline that passed while this call routed
-        // it is fired here; whoever pops the cell reports it, as for the
-        // supervisor's.
-        if (deadline && s->end_admission()) [[unlikely]]
-          (void)s->expire();
-        return Admission::accepted;
-      case Route::run_here:
-        disarm_queue_deadline(s);
-        if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
-          expire_unqueued(s);  // drops the cell's reference
-          return Admission::accepted;
-        }
-        if (s->leave_queue(TaskStatus::running)) {
-          run_claimed_here(s, /*drop_ref=*/true);
-        } else {
-          s->release();
-        }
-        return Admission::accepted;
-      case Route::refused:
-        break;
-    }
-    // A refusal decides, even if the queue deadline passed meanwhile.
-    if (deadline) (void)s->end_admission();
-    disarm_queue_deadline(s);
-    s->refused_as = why;
-    // Counted as a refusal already (refused_).
-    if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
-    if (observes(Observer::task_rejected)) [[unlikely]]
-      emit_refused(s, s->is_long, why);
-    s->release();
-    return why;
-  }
-
-  // Events of a plain submission that was queued, refused or swept.
-  void note_plain_submission(Route r, Admission why, bool is_long) noexcept {
-    if (r == Route::queued) {
-      if (observes(Observer::task_enqueued)) emit_enqueued(nullptr, is_long);
-    } else if (r == Route::refused && observes(Observer::task_rejected)) {
-      emit_refused(nullptr, is_long, why);
-    }
-  }
-
-  template <class Fill>
-  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
-    if (life_.closed()) [[unlikely]] {
-      return refuse(Admission::closed, why);
-    }
-    // From a worker of this pool: its own queue, where a wait of this
-    // worker finds it first (see local_queue.hpp).
-    if (t_current.core == this) {
-      const std::size_t local = t_current.worker_local;
-      if (local != LocalQueues::kNone && queue_.try_push_local(fill, local)) [[likely]] {
-        after_push(/*own_queue=*/true);
-        return Route::queued;
-      }
-    }
-    if (queue_.try_push(fill, level)) [[likely]] {
-      after_push();
-      return Route::queued;
-    }
-    return route_full(fill_ref(fill), level, may_block, why);
-  }
-
-  Route refuse(Admission a, Admission& why) noexcept {
-    why = a;
-    refused_.fetch_add(1, std::memory_order_relaxed);
-    return Route::refused;
-  }
-
-  // A fill passed out of line: the slow paths after a failed push.
-  struct FillRef {
-    void (*fill)(void* ctx, Cell& c) noexcept;
-    void* ctx;
-    void operator()(Cell& c) const noexcept { fill(ctx, c); }
-  };
-  template <class Fill>
-  static FillRef fill_ref(Fill& f) noexcept {
-    return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
-  }
-  // The shared queue of `level` is full (src/engine/pool_core.cpp): runs
-  // the task here (a worker of this pool, or caller_runs), refuses it, or
-  // blocks the caller until the level drains (BlockedSubmitters).
-  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why);
 
   // A cell left the queue: blocked submitters may be due for release
   // (inline in src/engine/pool_runtime.hpp, for the workers' pops).
@@ -690,29 +380,17 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     wake_for_push();
   }
 
-  // After a worker's pop: the cells a batch pop moved into its local queue
-  // wait there for it, or for a thief, and it is about to run a task that
-  // may be long. So some worker must hold a spinning token (it steals
-  // them), or help is brought in as for a spinner's backlog (wake_due: at
-  // once, or after kBacklogNs while a sleeper watches the queues). Without
-  // this, a pool whose workers all ran long tasks kept such a cell queued
-  // with a worker slot free (PoolWorkers.WorkersStartOnDemandUpToMax, about
-  // once in 300 to 21,000 runs under TSan with other tests loading the
-  // machine). Help at once after every batch, as a submitter's push brings
-  // it, doubled crew's sched p99 at 500k and 1M tasks/s: under a steady
-  // load the one spinner pops a batch whenever two tasks are queued.
-  void after_batch(Worker& w) noexcept;
-
-  template <class G>
-  void run_plain_here(G&& g) noexcept {
-    const InlineRun here(this);
-    try {
-      g();
-      count_here(TaskStatus::succeeded);
-    } catch (...) {
-      report_exception(TaskRef{}, std::current_exception());
-      count_here(TaskStatus::failed);
+  // Unique per pool; a worker takes them from a block it reserved, so that
+  // tasks forked on different workers do not contend on one counter.
+  std::uint64_t new_task_id() noexcept {
+    static constexpr std::uint64_t kIdBlock = 256;
+    if (t_current.core != this) return next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
+    CurrentWorker& cur = t_current;
+    if (cur.next_id == cur.end_id) {
+      cur.next_id = next_id_.fetch_add(kIdBlock, std::memory_order_relaxed) + 1;
+      cur.end_id = cur.next_id + kIdBlock;
     }
+    return cur.next_id++;
   }
 
   // Runs a popped plain cell on this thread (shutdown sweeps); long and
@@ -728,17 +406,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   }
 
   // ---- implementation (src/) ----
-  // How a worker's loop ended: `counted` if it already took itself out of
-  // live_workers_ (idle timeout, resize), `leave` if worker_exited must.
-  enum class Exit : std::uint8_t { counted, leave, abandoned };
-  // How a worker's sleep ended: woken by a waker (`woken_spinning`: it was
-  // handed a spinning token), told to look (`woken`: state or attention
-  // changed), or left on its own look because work was queued that no
-  // running spinner would take (`saw_work`: it then looks as a spinner
-  // does, so that it brings in help for what it leaves queued).
-  enum class Slept : std::uint8_t { woken, woken_spinning, saw_work, retired };
 
-  // pool.cpp
+  // pool_core.cpp
   // The one place the pool's state changes (asserts the edge is legal).
   void set_state(PoolState to) noexcept;
   bool transition(PoolState from, PoolState to) noexcept;  // compare-exchange
@@ -746,27 +415,12 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // grow() once per queued task, up to max_workers.
   void grow_for_queued() noexcept;
   // worker.cpp
-  static void worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w,
-                            bool spinning, bool replacement);
-  void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
-  Exit work_loop(Worker& w, bool spinning);
-  bool attend(Worker& w, Exit& how);
-  bool handle_cell(Worker& w, Cell& cell);
-  bool handle_state(Worker& w, TaskStateBase* s);
   // Counts an outcome decided on this thread (a worker's own counters, or
   // the shared ones on any other thread).
   void count_here(TaskStatus outcome) noexcept;
-  // wake.cpp
-  bool spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept;
-  // The wake policy's constants are in src/engine/wake_policy.hpp.
-  bool wake_due(Worker& w, std::size_t queued) noexcept;
-  void wake_for_backlog(Worker& w) noexcept;
-  // Wakes a sleeper, else starts a worker if every worker is busy and
-  // there is room for another (submitters, and the last spinner to see work).
-  void wake_or_grow() noexcept;
+  // wake.cpp: a push that found no spinner running, handed to the
+  // engine's WakePolicy (src/engine/wake_policy.hpp).
   void wake_for_push() noexcept;
-  Slept sleep_for_work(Worker& w) noexcept;
-  void wait_out_pause(Worker& w);
   // run.cpp
   bool run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool drop_ref) noexcept;
   // supervisor.cpp: the submission path's calls into the Supervisor (a

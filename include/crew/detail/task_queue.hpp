@@ -107,7 +107,7 @@ class Ring {
         std::size_t n = 1;
         while (more(n) && published(pos + n)) ++n;
         // seq_cst claim: a blocked submitter re-checks size() after it
-        // announced its wait (see PoolCore::route_full), as the tail claim
+        // announced its wait (see Submission::route_full), as the tail claim
         // pairs with sleeping workers.
         if (head_.compare_exchange_weak(pos, pos + n, std::memory_order_seq_cst,
                                         std::memory_order_relaxed)) {

@@ -1,6 +1,8 @@
-// crew/detail/idle_workers.hpp: the state of a pool's wake-up policy: who
-// holds a spinning token, and the stack of sleeping workers. The policy
-// itself (when to spin, sleep, wake) is PoolCore's, in src/engine/wake.cpp.
+// crew/detail/idle_counts.hpp: the counts of a pool's wake-up policy that
+// the inline submission path reads: who holds a spinning token, whether a
+// spinner is running (its heartbeat), how many workers sleep and how many
+// of those watch the queues. The policy itself, with the stack of sleeping
+// workers, is the engine's WakePolicy (src/engine/wake_policy.hpp).
 //
 // Who touches what:
 //   spinning tokens  a worker takes one to poll the queues and gives it back;
@@ -8,11 +10,8 @@
 //                    that worker gives it back. Submitters read the count
 //                    (seq_cst, after their push) to decide whether to wake
 //                    anyone.
-//   sleeper stack    a worker pushes itself and takes itself off (leave);
-//                    wakers pop workers (wake_one, wake_all). All under mu_,
-//                    which also guards Worker::in_idle_stack and
-//                    Worker::waker_cpu. The count is stored under mu_ and
-//                    read by anyone.
+//   sleepers         counted by WakePolicy under its stack's mutex as
+//                    workers join and leave the stack; read by anyone.
 //   watchers         a sleeper that looks at the queues every kWatchNs
 //                    counts itself from its first timed sleep until it
 //                    leaves the idle stack (its own thread).
@@ -22,18 +21,14 @@
 #pragma once
 
 #include <atomic>
-#include <vector>
+#include <cstdint>
 
 #include "crew/detail/cache_line.hpp"
 #include "crew/detail/clock.hpp"
-#include "crew/detail/mutex.hpp"
-#include "crew/detail/thread_annotations.hpp"
 
 namespace crew::detail {
 
-struct Worker;
-
-class IdleWorkers {
+class IdleCounts {
  public:
   // A token whose holder has not beaten for this long belongs to a worker
   // that is not running (preempted, or its virtual CPU descheduled): see
@@ -45,11 +40,11 @@ class IdleWorkers {
   // measured on).
   static constexpr std::uint64_t kWakeGraceUs = 20;
 
-  IdleWorkers() noexcept
+  IdleCounts() noexcept
       : stale_(static_cast<std::int64_t>(kStaleUs * cycles_per_us())),
         wake_grace_(static_cast<std::int64_t>((kWakeGraceUs - kStaleUs) * cycles_per_us())) {}
-  IdleWorkers(const IdleWorkers&) = delete;
-  IdleWorkers& operator=(const IdleWorkers&) = delete;
+  IdleCounts(const IdleCounts&) = delete;
+  IdleCounts& operator=(const IdleCounts&) = delete;
 
   // ---- spinning tokens ----
   [[nodiscard]] int spinning() const noexcept { return spinning_.load(std::memory_order_seq_cst); }
@@ -82,33 +77,20 @@ class IdleWorkers {
     return age < stale_;
   }
 
-  // ---- sleepers (src/engine/wake.cpp) ----
+  // ---- sleepers and watchers (src/engine/wake.cpp) ----
   [[nodiscard]] int sleepers() const noexcept { return sleepers_.load(std::memory_order_seq_cst); }
   [[nodiscard]] int watchers() const noexcept { return watchers_.load(std::memory_order_seq_cst); }
-  // Pushes `w` (a worker about to sleep, on its own thread) on the stack, at
-  // the bottom if `bottom`; it is counted in sleepers() (seq_cst) on return.
-  void push(Worker& w, bool bottom) noexcept;
-  // Takes `w` off the stack (its own thread). False if a waker popped it
-  // first, and so handed it a spinning token.
-  bool leave(Worker& w) noexcept;
-  // Pops the top sleeper, hands it a spinning token (and kWakeGraceUs to
-  // start polling), notes `waker_cpu` in it and wakes it. False if nobody
-  // sleeps. Any thread.
-  bool wake_one(int waker_cpu) noexcept;
-  // Pops and wakes every sleeper, each with a token (waker_cpu -1: not a
-  // wake-up for work). Any thread.
-  void wake_all() noexcept;
-  // Returns once no waker is inside wake_one or wake_all, which touch a
-  // popped worker until its futex wake returns: an exiting worker calls it
-  // before its memory can go.
-  void quiesce() noexcept;
+  // A worker joined or left the sleeper stack (WakePolicy, under its
+  // stack's mutex): seq_cst, so that a submitter that pushed after the
+  // count went up sees the sleeper, and the sleeper, re-checking the
+  // queues after it, sees the task.
+  void add_sleeper() noexcept { sleepers_.fetch_add(1, std::memory_order_seq_cst); }
+  void remove_sleeper() noexcept { sleepers_.fetch_sub(1, std::memory_order_seq_cst); }
   // A sleeper starts and stops watching the queues (see sleep_for_work).
   void begin_watch() noexcept { watchers_.fetch_add(1, std::memory_order_seq_cst); }
   void end_watch() noexcept { watchers_.fetch_sub(1, std::memory_order_seq_cst); }
 
  private:
-  void pop_locked(Worker& w, int waker_cpu) noexcept CREW_REQUIRES(mu_);
-
   alignas(kCacheLine) std::atomic<int> spinning_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<int> watchers_{0};
@@ -117,12 +99,6 @@ class IdleWorkers {
   // Written every microsecond or so while a worker spins: off the counts'
   // line, which every submission reads.
   alignas(kCacheLine) std::atomic<std::uint64_t> beat_{0};
-  // LIFO: the most recently idle worker is woken first, so the others can
-  // reach their idle timeout; a worker that was woken onto its waker's CPU
-  // goes to the bottom (Worker::crowded). Off the counts' line, which every
-  // submission reads.
-  alignas(kCacheLine) Mutex mu_;
-  std::vector<Worker*> stack_ CREW_GUARDED_BY(mu_);
 };
 
 }  // namespace crew::detail

@@ -1,0 +1,351 @@
+// crew/detail/submission.hpp: detail::Submission, a pool's inline
+// submission path: how Pool::post / submit / try_*, Group and run_batch
+// hand a task to a PoolCore. It packs the task (in its cell when it fits,
+// else boxed or in a task state), routes it (the worker's own queue, the
+// shared queue, or a full queue's slow path, route_full, in
+// src/engine/pool_core.cpp), wakes a worker if none is spinning
+// (PoolCore::after_push), and counts a refusal. A short-lived view of one
+// PoolCore, made per call: it holds no state of its own.
+//
+// Who touches what: the submitting thread (any thread, a worker of the
+// pool included) writes the queue's tail and slot and the pool's id and
+// refusal counters; it reads the pool's state and idle counts.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "crew/detail/pool_core.hpp"
+
+namespace crew::detail {
+
+class Submission {
+ public:
+  explicit Submission(PoolCore& core) noexcept : c_(core) {}
+
+  enum class Route : std::uint8_t { queued, run_here, refused };
+
+  template <class F>
+  Admission post(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    const std::size_t level = level_of(opts);
+    if constexpr (is_long_task_v<D>) {
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
+        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
+    } else {
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
+        return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      if (c_.observes(PoolCore::kTaskEvents)) [[unlikely]] {
+        return post_observed(std::forward<F>(f), level, may_block);
+      }
+      return post_plain(std::forward<F>(f), level, may_block);
+    }
+  }
+
+  // Submits a counted task (see CountedTask) without a task state: no
+  // allocation when it fits a cell. For a pool without task observers only
+  // (observers need the task's own events); see counted_ok().
+  template <CountedTask F>
+  Admission post_counted(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    static_assert(std::is_nothrow_move_constructible_v<D>);
+    Admission why = Admission::accepted;
+    if constexpr (Cell::fits_inline<CountedFn<D>>) {
+      auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const InlineRun here(&c_);
+          f.run_counted(c_);
+          return Admission::accepted;
+        }
+        case Route::refused:
+          break;  // f records its refusal when the caller destroys it
+      }
+    } else {
+      // Boxed before a slot is claimed: boxing allocates and may throw,
+      // and the fill must not (the slot is claimed by then).
+      Cell tmp;
+      tmp.emplace(CountedFn<D>{std::move(f)});
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const InlineRun here(&c_);
+          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+          return Admission::accepted;
+        }
+        case Route::refused:
+          tmp.destroy();  // the task records its refusal
+          break;
+      }
+    }
+    return why;
+  }
+  [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes(PoolCore::kTaskEvents); }
+
+  // The queue level of a submission; throws for a priority the pool lacks
+  // and for a negative timeout (the options' one validation).
+  std::size_t level_of(const TaskOptions& o) const {
+    if (o.priority >= c_.queue_.levels()) [[unlikely]]
+      throw_bad_priority(o.priority);
+    if (o.timeout.count() < 0 || o.queue_timeout.count() < 0) [[unlikely]]
+      throw_negative_timeout(o);
+    return o.priority;
+  }
+  [[noreturn]] void throw_bad_priority(unsigned priority) const;
+  [[noreturn]] static void throw_negative_timeout(const TaskOptions& o);
+
+  template <class F>
+  Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    (void)level_of(opts);  // validated before anything is allocated
+    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
+    (void)admit_state(s, may_block);
+    return Task<task_result_t<D>>(s);  // adopts the creator's reference
+  }
+
+ private:
+  template <class D, class F>
+  Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
+    TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
+    s->detached = true;
+    const Admission a = admit_state(s, may_block);
+    s->release();
+    return a;
+  }
+
+  // An unnamed long task without a queue deadline: inline in its cell like a
+  // short one (no allocation) when it fits, else through a task state.
+  template <class F>
+  Admission post_long_inline(F&& f, TaskOptions&& opts, bool may_block) {
+    using D = std::decay_t<F>;
+    if constexpr (Cell::fits_inline<LongFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
+      const std::chrono::nanoseconds timeout =
+          opts.timeout.count() != 0 ? opts.timeout : c_.opts_.task_timeout;
+      const std::int64_t enqueued = c_.timed_ ? now_ns() : 0;
+      Admission why = Admission::accepted;
+      auto fill = [&](Cell& c) noexcept {
+        c.emplace(LongFn<D>{timeout, enqueued, std::forward<F>(f)});
+      };
+      const Route r = route(fill, level_of(opts), may_block, why);
+      if (r == Route::run_here) {
+        D local(std::forward<F>(f));
+        c_.run_long(timeout, enqueued, &call_long<D>, &local);
+        return Admission::accepted;
+      }
+      if (c_.observed_ != 0) [[unlikely]]
+        note_plain_submission(r, why, /*is_long=*/true);
+      return r == Route::queued ? Admission::accepted : why;
+    } else {
+      return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+    }
+  }
+
+  // A plain task in a pool whose observers want task events: stored with
+  // its enqueue time and run through the Runner, which times and reports it.
+  template <class F>
+  Admission post_observed(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    const std::int64_t enqueued = c_.timed_ ? now_ns() : 0;
+    Cell tmp;  // boxed if the wrapper does not fit inline
+    tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
+    Admission why = Admission::accepted;
+    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+    const Route r = route(fill, level, may_block, why);
+    if (r == Route::run_here) {
+      (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+      return Admission::accepted;
+    }
+    if (r == Route::refused) tmp.destroy();
+    note_plain_submission(r, why, /*is_long=*/false);
+    return r == Route::queued ? Admission::accepted : why;
+  }
+
+  template <class F>
+  Admission post_plain(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    Admission why = Admission::accepted;
+    if constexpr (Cell::fits_inline<D> && std::is_nothrow_constructible_v<D, F&&>) {
+      auto fill = [&f](Cell& c) noexcept { c.emplace(std::forward<F>(f)); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          run_plain_here([&f] { f(); });
+          return Admission::accepted;
+        case Route::refused:
+          return why;
+      }
+    } else {
+      Cell tmp;  // box (or copy) before claiming a slot: this may throw
+      tmp.emplace(std::forward<F>(f));
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          run_plain_here([&tmp] { tmp.invoke_and_destroy(); });
+          return Admission::accepted;
+        case Route::refused:
+          tmp.destroy();
+          return why;
+      }
+    }
+    return why;
+  }
+
+  template <class D, class F>
+  TaskStateBase* make_state(F&& f, TaskOptions&& o) {
+    // Most tasks have no Extras (TaskStateBase::Extras).
+    std::unique_ptr<TaskStateBase::Extras> x;
+    if (is_long_task_v<D> || !o.name.empty() || o.queue_timeout.count() != 0) {
+      x = std::make_unique<TaskStateBase::Extras>();
+      x->name = std::move(o.name);
+      if (is_long_task_v<D>)
+        x->timeout = o.timeout.count() != 0 ? o.timeout : c_.opts_.task_timeout;
+      if (o.queue_timeout.count() != 0) {
+        x->queue_deadline = saturating_deadline(std::chrono::steady_clock::now(), o.queue_timeout);
+      }
+    }
+    auto* s = new TaskState<task_result_t<D>, D>(std::forward<F>(f));
+    s->adopt_extras(std::move(x));
+    s->id = c_.new_task_id();
+    s->owner = &c_;
+    s->is_long = is_long_task_v<D>;
+    s->level = o.priority;
+    return s;
+  }
+
+  // Hands `s` to the queue; the creator keeps its own reference.
+  Admission admit_state(TaskStateBase* s, bool may_block) {
+    if (c_.timed_) [[unlikely]]
+      s->enqueued_ns = now_ns();
+    // The cell's reference. A queue deadline is armed first: arming may
+    // throw (out of memory), and then the caller's reference alone frees
+    // the state; once armed, the state is shared with the supervisor,
+    // which leaves the deadline to this thread until the submission is
+    // counted (begin_admission).
+    const bool deadline = s->has_queue_deadline();
+    if (deadline) {
+      s->begin_admission();
+      c_.arm_queue_deadline(s);
+      s->add_ref();
+    } else {
+      s->add_ref_unshared();  // `s` is not shared yet
+    }
+    auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
+    Admission why = Admission::accepted;
+    switch (route(fill, s->level, may_block, why)) {
+      case Route::queued:
+        if (c_.observes(Observer::task_enqueued)) [[unlikely]]
+          c_.emit_enqueued(s, s->is_long);
+        // Counted (pushed): a deadline that passed while this call routed
+        // it is fired here; whoever pops the cell reports it, as for the
+        // supervisor's.
+        if (deadline && s->end_admission()) [[unlikely]]
+          (void)s->expire();
+        return Admission::accepted;
+      case Route::run_here:
+        c_.disarm_queue_deadline(s);
+        if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
+          c_.expire_unqueued(s);  // drops the cell's reference
+          return Admission::accepted;
+        }
+        if (s->leave_queue(TaskStatus::running)) {
+          c_.run_claimed_here(s, /*drop_ref=*/true);
+        } else {
+          s->release();
+        }
+        return Admission::accepted;
+      case Route::refused:
+        break;
+    }
+    // A refusal decides, even if the queue deadline passed meanwhile.
+    if (deadline) (void)s->end_admission();
+    c_.disarm_queue_deadline(s);
+    s->refused_as = why;
+    // Counted as a refusal already (refused_).
+    if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
+    if (c_.observes(Observer::task_rejected)) [[unlikely]]
+      c_.emit_refused(s, s->is_long, why);
+    s->release();
+    return why;
+  }
+
+  // Events of a plain submission that was queued, refused or swept.
+  void note_plain_submission(Route r, Admission why, bool is_long) noexcept {
+    if (r == Route::queued) {
+      if (c_.observes(Observer::task_enqueued)) c_.emit_enqueued(nullptr, is_long);
+    } else if (r == Route::refused && c_.observes(Observer::task_rejected)) {
+      c_.emit_refused(nullptr, is_long, why);
+    }
+  }
+
+  template <class Fill>
+  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
+    if (c_.life_.closed()) [[unlikely]] {
+      return refuse(Admission::closed, why);
+    }
+    // From a worker of this pool: its own queue, where a wait of this
+    // worker finds it first (see local_queue.hpp).
+    if (t_current.core == &c_) {
+      const std::size_t local = t_current.worker_local;
+      if (local != LocalQueues::kNone && c_.queue_.try_push_local(fill, local)) [[likely]] {
+        c_.after_push(/*own_queue=*/true);
+        return Route::queued;
+      }
+    }
+    if (c_.queue_.try_push(fill, level)) [[likely]] {
+      c_.after_push();
+      return Route::queued;
+    }
+    return route_full(fill_ref(fill), level, may_block, why);
+  }
+
+  Route refuse(Admission a, Admission& why) noexcept {
+    why = a;
+    c_.refused_.fetch_add(1, std::memory_order_relaxed);
+    return Route::refused;
+  }
+
+  // A fill passed out of line: the slow paths after a failed push.
+  struct FillRef {
+    void (*fill)(void* ctx, Cell& c) noexcept;
+    void* ctx;
+    void operator()(Cell& c) const noexcept { fill(ctx, c); }
+  };
+  template <class Fill>
+  static FillRef fill_ref(Fill& f) noexcept {
+    return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
+  }
+  // The shared queue of `level` is full (src/engine/pool_core.cpp): runs
+  // the task here (a worker of this pool, or caller_runs), refuses it, or
+  // blocks the caller until the level drains (BlockedSubmitters).
+  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why);
+
+  template <class G>
+  void run_plain_here(G&& g) noexcept {
+    const InlineRun here(&c_);
+    try {
+      g();
+      c_.count_here(TaskStatus::succeeded);
+    } catch (...) {
+      c_.report_exception(TaskRef{}, std::current_exception());
+      c_.count_here(TaskStatus::failed);
+    }
+  }
+
+  PoolCore& c_;
+};
+
+}  // namespace crew::detail
