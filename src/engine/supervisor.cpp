@@ -174,14 +174,13 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
   const std::int64_t grace = core.opts_.abandon_grace.count();
   std::vector<std::shared_ptr<Worker>> hung;
   {
-    WorkerRegistry& registry = rt.registry;
-    MutexLock lock(registry.mu);
-    const auto& workers = registry.live_locked();
+    MutexLock lock(rt.registry.mu);
+    const auto& workers = rt.registry.live_locked();
     // Room for every worker first: nothing below allocates once a note
     // holds a reference or a write-off is decided.
     notes.reserve(workers.size());
     to_stop.reserve(workers.size());
-    replaced.reserve(registry.replacements_due_locked() + workers.size());
+    replaced.reserve(rt.registry.replacements_due_locked() + workers.size());
     hung.reserve(workers.size());
     for (const auto& w : workers) {
       w->run.mu.lock();
@@ -190,7 +189,7 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
         const std::int64_t deadline = w->run.deadline_ns;
         if (stop_at != 0) {
           if (now >= saturating_add(stop_at, grace)) {
-            registry.write_off_run_locked(*w, rt.shutdowns.current(), notes);
+            rt.registry.write_off_run_locked(*w, rt.shutdowns.current(), notes);
             hung.push_back(w);
           } else {
             next = std::min(next, saturating_add(stop_at, grace));
@@ -207,10 +206,10 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
       }
       w->run.mu.unlock();
     }
-    for (const auto& w : hung) registry.write_off_locked(w, /*replace=*/true);
-    next = std::min(next, registry.keep_capacity_locked(now, replaced));
-    spawn_failures = registry.take_spawn_failures_locked(spawn_error, spawn_backoff);
-    registry.take_exited_locked(to_join);
+    for (const auto& w : hung) rt.registry.write_off_locked(w, /*replace=*/true);
+    next = std::min(next, rt.registry.keep_capacity_locked(now, replaced));
+    spawn_failures = rt.registry.take_spawn_failures_locked(spawn_error, spawn_backoff);
+    rt.registry.take_exited_locked(to_join);
   }
   announce(notes, hung);
   // The logger is user code: called only now, outside the pool's locks.
