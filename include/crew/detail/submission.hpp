@@ -157,9 +157,21 @@ class Submission {
   Admission post_observed(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
     const std::int64_t enqueued = c_.timed_ ? now_ns() : 0;
-    Cell tmp;  // boxed if the wrapper does not fit inline
-    tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
     Admission why = Admission::accepted;
+    if constexpr (Cell::fits_inline<ObservedFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
+      // Built in its slot, as post_plain does: no staging cell to relocate.
+      auto fill = [&](Cell& c) noexcept { c.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)}); };
+      const Route r = route(fill, level, may_block, why);
+      if (r == Route::run_here) {
+        D local(std::forward<F>(f));
+        c_.run_observed(enqueued, &call_plain<D>, &local);
+        return Admission::accepted;
+      }
+      note_plain_submission(r, why, /*is_long=*/false);
+      return r == Route::queued ? Admission::accepted : why;
+    }
+    Cell tmp;  // boxed (or copied) before a slot is claimed: this may throw
+    tmp.emplace(ObservedFn<D>{enqueued, std::forward<F>(f)});
     auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
     const Route r = route(fill, level, may_block, why);
     if (r == Route::run_here) {
