@@ -29,6 +29,7 @@
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/idle_workers.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
+#include "crew/detail/suspended_tasks.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -396,6 +397,45 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // holding a reference): disarms its queue deadline and counts it.
   void settled_in_queue(TaskStateBase* s, bool count) noexcept;
 
+  // ---- coroutine tasks (crew/coro.hpp) ----
+  // Queues one step of a coroutine task (a resumption) as a short task of
+  // `level`: to the calling worker's own queue on a worker of this pool,
+  // else the shared one. Never runs it on the caller and never blocks:
+  // false when the level is full or the pool takes no more tasks (the
+  // caller keeps the step). Also during SuspendedTasks::shut_down, which
+  // runs before the pool stops taking tasks.
+  template <class F>
+  bool try_push_step(F& f, std::size_t level) noexcept {
+    static_assert(Cell::fits_inline<F>, "a step must fit a cell");
+    auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
+    if (life_.closed()) return false;
+    if (t_current.core == this && t_current.worker_local != LocalQueues::kNone &&
+        queue_.try_push_local(fill, t_current.worker_local)) {
+      after_push(/*own_queue=*/true);
+      return true;
+    }
+    if (!queue_.try_push(fill, level)) return false;
+    after_push();
+    return true;
+  }
+  // A task id of this pool, and a refusal counted as submitted and
+  // rejected (a spawn refused before it reached the queue).
+  std::uint64_t coro_task_id() noexcept { return new_task_id(); }
+  void count_refusal() noexcept { refused_.fetch_add(1, std::memory_order_relaxed); }
+  // The pool's coroutine tasks, null before the first spawn.
+  [[nodiscard]] SuspendedTasks* suspended() const noexcept {
+    return suspended_.p.load(std::memory_order_acquire);
+  }
+  // Installs `s` unless one is installed; returns the one installed (the
+  // pool owns it and destroys it first of its parts).
+  SuspendedTasks* install_suspended(std::unique_ptr<SuspendedTasks> s) noexcept {
+    SuspendedTasks* expected = nullptr;
+    if (suspended_.p.compare_exchange_strong(expected, s.get(), std::memory_order_acq_rel)) {
+      return s.release();
+    }
+    return expected;
+  }
+
  private:
   // The engine's shared state (src/engine/pool_runtime.hpp), whose members that
   // need its mutex (the worker books: spawning, write-offs, totals) read
@@ -435,6 +475,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // How many forks this process descends from when the pool was created
   // (inherited_by_fork).
   const std::uint32_t forks_at_start_;
+  // Last, so destroyed first, while the queues it pushes to still exist.
+  struct OwnedSuspended {
+    std::atomic<SuspendedTasks*> p{nullptr};
+    OwnedSuspended() = default;
+    OwnedSuspended(const OwnedSuspended&) = delete;
+    OwnedSuspended& operator=(const OwnedSuspended&) = delete;
+    ~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
+  } suspended_;
 
   template <class D, class F>
   Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {

@@ -1,0 +1,280 @@
+// A pool's coroutine tasks: registry, timer, shutdown (coro_hub.hpp).
+#include "coro_hub.hpp"
+
+#include <algorithm>
+#include <memory>
+
+#include "crew/detail/clock.hpp"
+#include "thread_name.hpp"
+
+namespace crew::detail {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kPollFirstNs = 50'000;   // a polled task handle: first look
+constexpr std::int64_t kPollMaxNs = 1'000'000;  // ... doubling up to this
+constexpr std::int64_t kRetryNs = 50'000;       // a step that found the queue full
+}  // namespace
+
+CoroHub& CoroHub::of(PoolCore& core) {
+  if (SuspendedTasks* s = core.suspended()) return static_cast<CoroHub&>(*s);
+  return static_cast<CoroHub&>(*core.install_suspended(std::make_unique<CoroHub>()));
+}
+
+CoroHub::~CoroHub() {
+  std::vector<Entry> left;
+  {
+    std::lock_guard lock(timer_mu_);
+    timer_stop_ = true;
+    left.swap(heap_);
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  for (Entry& e : left) {
+    if (e.kind == Kind::retry || e.kind == Kind::retry_abandon) {
+      // A claimed frame that never got its step: nothing else will end it.
+      e.task->abandon(Errc::shutdown_dropped);
+    }
+    if (e.awaited != nullptr) e.awaited->release();
+    e.task->drop();
+  }
+}
+
+bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
+  std::lock_guard lock(reg_mu_);
+  if (closing_ && !from_coroutine) return false;
+  t->hold();
+  t->reg_prev = nullptr;
+  t->reg_next = head_;
+  if (head_ != nullptr) head_->reg_prev = t;
+  head_ = t;
+  ++live_;
+  return true;
+}
+
+void CoroHub::leave(CoroTaskBase* t) noexcept {
+  {
+    std::lock_guard lock(reg_mu_);
+    if (t->reg_prev != nullptr) {
+      t->reg_prev->reg_next = t->reg_next;
+    } else {
+      head_ = t->reg_next;
+    }
+    if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
+    t->reg_prev = t->reg_next = nullptr;
+    --live_;
+    if (live_ == 0) reg_cv_.notify_all();
+  }
+  t->drop();
+}
+
+void CoroHub::push(Entry e) {
+  bool earliest = false;
+  {
+    std::lock_guard lock(timer_mu_);
+    if (!timer_.joinable()) {
+      timer_ = std::thread([this] { timer_loop(); });
+    }
+    heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+    earliest = heap_.front().at_ns == e.at_ns;
+  }
+  if (earliest) timer_cv_.notify_one();
+}
+
+void CoroHub::arm_wake(CoroTaskBase* t, std::uint64_t gen, std::int64_t at_ns) {
+  t->hold();
+  try {
+    push(Entry{at_ns, Kind::wake, t, gen, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::arm_deadline(CoroTaskBase* t, std::int64_t at_ns) {
+  t->hold();
+  try {
+    push(Entry{at_ns, Kind::deadline, t, 0, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::arm_poll(CoroTaskBase* t, std::uint64_t gen, TaskStateBase* awaited) {
+  t->hold();
+  awaited->add_ref();
+  try {
+    push(Entry{now_ns() + kPollFirstNs, Kind::poll, t, gen, awaited, kPollFirstNs});
+  } catch (...) {
+    awaited->release();
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
+  t->hold();
+  try {
+    push(Entry{now_ns() + kRetryNs, abandon ? Kind::retry_abandon : Kind::retry, t, 0, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    t->abandon(Errc::shutdown_dropped);  // out of memory: end it here rather than leak it
+  }
+}
+
+void CoroHub::timer_loop() noexcept {
+  name_thread("crew", "coro-timer");
+  std::vector<Entry> due;
+  std::unique_lock lock(timer_mu_);
+  while (!timer_stop_) {
+    if (heap_.empty()) {
+      timer_cv_.wait(lock);
+      continue;
+    }
+    const std::int64_t now = now_ns();
+    if (heap_.front().at_ns > now) {
+      timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(heap_.front().at_ns)));
+      continue;
+    }
+    while (!heap_.empty() && heap_.front().at_ns <= now) {
+      std::pop_heap(heap_.begin(), heap_.end(), Later{});
+      due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
+      heap_.pop_back();
+    }
+    lock.unlock();
+    for (Entry& e : due) fire(e);
+    due.clear();
+    lock.lock();
+  }
+}
+
+void CoroHub::fire(Entry& e) noexcept {
+  CoroTaskBase* t = e.task;
+  switch (e.kind) {
+    case Kind::wake:
+      (void)t->fire(e.gen, Wake::event);
+      break;
+    case Kind::deadline:
+      if (!t->state().done()) (void)t->state().request_stop(StopReason::timed_out);
+      break;
+    case Kind::poll:
+      if (e.awaited->done()) {
+        (void)t->fire(e.gen, Wake::event);
+      } else if (t->armed_gen() == e.gen) {
+        e.backoff_ns = std::min(e.backoff_ns * 2, kPollMaxNs);
+        e.at_ns = now_ns() + e.backoff_ns;
+        try {
+          std::lock_guard lock(timer_mu_);
+          heap_.push_back(e);
+          std::push_heap(heap_.begin(), heap_.end(), Later{});
+          return;  // the references go with the entry
+        } catch (...) {
+          // Out of memory: resumed now, its get() waits for the task on
+          // the worker instead.
+          (void)t->fire(e.gen, Wake::event);
+        }
+      }
+      break;
+    case Kind::retry:
+    case Kind::retry_abandon:
+      t->post_step(e.kind == Kind::retry_abandon);
+      break;
+  }
+  if (e.awaited != nullptr) e.awaited->release();
+  t->drop();
+}
+
+std::vector<CoroTaskBase*> CoroHub::snapshot() {
+  std::vector<CoroTaskBase*> out;
+  std::lock_guard lock(reg_mu_);
+  out.reserve(live_);
+  for (CoroTaskBase* t = head_; t != nullptr; t = t->reg_next) {
+    t->hold();
+    out.push_back(t);
+  }
+  return out;
+}
+
+bool CoroHub::wait_all(Clock::time_point deadline) {
+  std::unique_lock lock(reg_mu_);
+  if (deadline == Clock::time_point::max()) {
+    reg_cv_.wait(lock, [this] { return live_ == 0; });
+    return true;
+  }
+  return reg_cv_.wait_until(lock, deadline, [this] { return live_ == 0; });
+}
+
+bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
+                        std::chrono::nanoseconds grace, ShutdownReport& report) noexcept {
+  {
+    std::lock_guard lock(reg_mu_);
+    if (live_ == 0) return false;
+    closing_ = true;
+  }
+  struct Reopen {
+    CoroHub* hub;
+    ~Reopen() {
+      std::lock_guard lock(hub->reg_mu_);
+      hub->closing_ = false;
+    }
+  } reopen{this};
+  bool escalated = false;
+  std::vector<CoroTaskBase*> tasks;
+  struct Release {
+    std::vector<CoroTaskBase*>& tasks;
+    ~Release() {
+      for (CoroTaskBase* t : tasks) t->drop();
+    }
+  } release{tasks};
+  try {
+    if (mode == ShutdownMode::drain) {
+      if (wait_all(deadline)) return false;
+      escalated = true;
+    }
+    // Stop them all: a task not started yet ends rejected unless a drain
+    // let it start; the others are stopped and given the grace (a soft
+    // shutdown: its timeout, if that is later).
+    tasks = snapshot();
+    for (CoroTaskBase* t : tasks) {
+      TaskStateBase& s = t->state();
+      if (!escalated && s.claim_in_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
+        // Counted by whoever consumes its StartCell.
+        settle_in_queue(&s, false);
+        report.rejected.push_back(TaskRef{s.id, s.name()});
+      } else {
+        (void)s.request_stop(StopReason::shutdown);
+      }
+    }
+    auto until = Clock::now() + grace;
+    if (mode == ShutdownMode::soft && deadline != Clock::time_point::max()) {
+      until = std::max(until, deadline);
+    }
+    if (!wait_all(until)) {
+      // Past the grace: the frames still suspended are destroyed on the
+      // pool's workers; a task running now keeps its frame until it
+      // suspends again (the pool takes no more steps then, and the frame
+      // is destroyed on that thread).
+      for (CoroTaskBase* t : tasks) {
+        if (t->state().done()) continue;
+        if (t->claim_armed()) {
+          report.abandoned.push_back(TaskRef{t->state().id, t->state().name()});
+          t->post_step(/*abandon=*/true);
+        }
+      }
+      (void)wait_all(Clock::now() + grace);
+    }
+    for (CoroTaskBase* t : tasks) {
+      const TaskStateBase& s = t->state();
+      if (s.status() == TaskStatus::cancelled && s.reason() == Errc::cancelled) {
+        report.cancelled.push_back(TaskRef{s.id, s.name()});
+      }
+    }
+  } catch (...) {
+    // Out of memory for the lists: the counts still hold.
+  }
+  return escalated;
+}
+
+}  // namespace crew::detail

@@ -1,0 +1,342 @@
+// Coroutine tasks: spawn and the Task handle, what a coroutine awaits,
+// stops and deadlines, outcomes and counting (crew/coro.hpp).
+#include "crew/coro.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "crew/pool.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::fixed_workers;
+using test::Watchdog;
+
+// Counts the frames alive: a Guard lives in each frame that holds one.
+std::atomic<int> g_alive{0};
+struct Guard {
+  Guard() { g_alive.fetch_add(1); }
+  ~Guard() { g_alive.fetch_sub(1); }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+};
+
+Co<int> answer() { co_return 42; }
+
+Co<int> add_children(int a) {
+  const int x = co_await answer();
+  co_return x + a;
+}
+
+Co<void> throws() {
+  co_await yield();
+  throw std::runtime_error("boom");
+}
+
+TEST(CoroTask, SpawnGivesATaskHandleWithTheValue) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  Task<int> t = spawn(pool, add_children(1), {.name = "adder"});
+  EXPECT_EQ(t.get(), 43);
+  EXPECT_EQ(t.status(), TaskStatus::succeeded);
+  EXPECT_EQ(t.name(), "adder");
+  EXPECT_NE(t.id(), 0u);
+}
+
+TEST(CoroTask, AnExceptionEndsTheTaskFailedAndGetRethrowsIt) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  Task<void> t = spawn(pool, throws());
+  EXPECT_THROW(t.get(), std::runtime_error);
+  EXPECT_EQ(t.status(), TaskStatus::failed);
+}
+
+TEST(CoroTask, ADetachedTasksExceptionGoesToTheHandler) {
+  Watchdog dog;
+  std::atomic<int> handled{0};
+  PoolOptions o = fixed_workers("co", 2);
+  o.on_exception = [&](const TaskRef&, std::exception_ptr) { handled.fetch_add(1); };
+  Pool pool(o);
+  ASSERT_EQ(spawn_detached(pool, throws()), Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(handled.load(), 1);
+}
+
+Co<void> sleeper(std::chrono::milliseconds d, std::atomic<int>* done) {
+  co_await sleep_for(d);
+  done->fetch_add(1);
+}
+
+TEST(CoroTask, SleepingTasksHoldNoWorker) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  std::atomic<int> done{0};
+  std::vector<Task<void>> tasks;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) tasks.push_back(spawn(pool, sleeper(100ms, &done)));
+  for (auto& t : tasks) t.get();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(done.load(), 200);
+  // One worker holding each sleep would take 20 s.
+  EXPECT_LT(took, 2s * test::kSlowdown);
+  EXPECT_GE(took, 100ms);
+}
+
+Co<int> await_handle(Task<int> t) { co_return co_await t + 1; }
+
+TEST(CoroTask, AwaitsAPlainTaskHandle) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  Task<int> plain = pool.submit([] {
+    std::this_thread::sleep_for(20ms);
+    return 6;
+  });
+  EXPECT_EQ(spawn(pool, await_handle(std::move(plain))).get(), 7);
+}
+
+Co<int> slow_value(int v) {
+  co_await sleep_for(30ms);
+  co_return v;
+}
+
+TEST(CoroTask, AwaitsAnotherCoroutineTasksHandle) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  Pool other(fixed_workers("other", 1));
+  Task<int> child = spawn(other, slow_value(9));
+  EXPECT_EQ(spawn(pool, await_handle(std::move(child))).get(), 10);
+}
+
+Co<int> await_failed(Task<void> t) {
+  try {
+    co_await t;
+  } catch (const std::runtime_error&) {
+    co_return 1;
+  }
+  co_return 0;
+}
+
+TEST(CoroTask, AnAwaitedTasksExceptionIsThrownAtTheCoAwait) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  EXPECT_EQ(spawn(pool, await_failed(spawn(pool, throws()))).get(), 1);
+}
+
+// Records what the co_await threw.
+Co<void> long_sleep(std::atomic<int>* code, std::atomic<bool>* slept) {
+  Guard g;
+  slept->store(true);
+  try {
+    co_await sleep_for(10s);
+  } catch (const Error& e) {
+    code->store(static_cast<int>(e.code()));
+    throw;
+  }
+}
+
+TEST(CoroTask, CancelEndsASleepAtOnceWithCancelled) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  Task<void> t = spawn(pool, long_sleep(&code, &slept));
+  ASSERT_TRUE(test::eventually([&] { return slept.load(); }));
+  std::this_thread::sleep_for(5ms);  // suspended by now, most likely
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(t.cancel(), CancelResult::stop_requested);
+  EXPECT_TRUE(t.wait_for(1s * test::kSlowdown));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms * test::kSlowdown);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.reason(), Errc::cancelled);
+  EXPECT_EQ(code.load(), static_cast<int>(Errc::cancelled));
+  EXPECT_EQ(g_alive.load(), 0);
+}
+
+TEST(CoroTask, ATimeoutEndsASleepTimedOut) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  Task<void> t = spawn(pool, long_sleep(&code, &slept), {.timeout = 50ms});
+  EXPECT_THROW(t.get(), Error);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, 50ms);
+  EXPECT_LT(took, 1s * test::kSlowdown);
+  EXPECT_EQ(t.status(), TaskStatus::timed_out);
+  EXPECT_EQ(code.load(), static_cast<int>(Errc::timed_out));
+}
+
+TEST(CoroTask, CancelOfAQueuedTaskDestroysItsFrameUnrun) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  test::Gate gate;
+  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  Task<void> t = spawn(pool, long_sleep(&code, &slept));
+  EXPECT_EQ(t.cancel(), CancelResult::cancelled);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_FALSE(slept.load());
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(s.outcomes.cancelled, 1u);
+}
+
+Co<void> parent_of(Pool* pool, std::atomic<int>* code, std::atomic<bool>* slept,
+                   Task<void>* child) {
+  *child = spawn(*pool, long_sleep(code, slept));
+  co_await *child;
+}
+
+TEST(CoroTask, AChildSpawnedFromACoroutineIsStoppedWithIt) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  Task<void> child;
+  Task<void> parent = spawn(pool, parent_of(&pool, &code, &slept, &child));
+  ASSERT_TRUE(test::eventually([&] { return slept.load(); }));
+  (void)parent.cancel();
+  EXPECT_TRUE(parent.wait_for(2s * test::kSlowdown));
+  EXPECT_EQ(parent.status(), TaskStatus::cancelled);
+  ASSERT_TRUE(child.wait_for(2s * test::kSlowdown));
+  EXPECT_EQ(child.status(), TaskStatus::cancelled);
+  EXPECT_EQ(code.load(), static_cast<int>(Errc::cancelled));
+}
+
+Co<bool> token_follows_the_task() {
+  const bool before = current_stop_token().stop_requested();
+  co_await yield();
+  co_return before || current_stop_token().stop_possible();
+}
+
+TEST(CoroTask, EachTaskHasAStopToken) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  EXPECT_TRUE(spawn(pool, token_follows_the_task()).get());
+  EXPECT_FALSE(current_stop_token().stop_possible());  // outside a coroutine task
+}
+
+TEST(CoroTask, EveryTaskIsCountedOnceAndWaitIdleWaitsForSuspendedOnes) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> done{0};
+  for (int i = 0; i < 50; ++i)
+    ASSERT_EQ(spawn_detached(pool, sleeper(50ms, &done)), Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(done.load(), 50);  // wait_idle did not return while they slept
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(s.outcomes.failed + s.outcomes.cancelled + s.outcomes.timed_out + s.outcomes.rejected,
+            0u);
+}
+
+TEST(CoroTask, TrySpawnOnAFullQueueGivesARejectedHandle) {
+  Watchdog dog;
+  PoolOptions o = fixed_workers("co", 1);
+  o.queue_capacity = 1;
+  o.overflow = Overflow::reject;
+  Pool pool(o);
+  test::Gate gate;
+  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  ASSERT_TRUE(test::eventually([&] { return pool.stats().busy == 1; }));
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  std::atomic<int> done{0};
+  Task<void> t = try_spawn(pool, sleeper(1ms, &done));
+  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  try {
+    t.get();
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::rejected);
+    EXPECT_EQ(e.admission(), Admission::full);
+  }
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(done.load(), 0);
+}
+
+TEST(CoroTask, AnExpiredQueueDeadlineRejectsTheTaskUnrun) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  test::Gate gate;
+  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  std::atomic<int> done{0};
+  Task<void> t = spawn(pool, sleeper(1ms, &done), {.queue_timeout = 1ms});
+  std::this_thread::sleep_for(10ms);
+  gate.open();
+  t.wait();
+  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  EXPECT_EQ(t.reason(), Errc::expired);
+  EXPECT_EQ(done.load(), 0);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+Co<int> yields(int n) {
+  int sum = 0;
+  for (int i = 0; i < n; ++i) {
+    co_await yield();
+    ++sum;
+  }
+  co_return sum;
+}
+
+TEST(CoroTask, ManyTasksYieldingOnTwoWorkersAllFinish) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::vector<Task<int>> tasks;
+  for (int i = 0; i < 1000; ++i) tasks.push_back(spawn(pool, yields(20)));
+  for (auto& t : tasks) EXPECT_EQ(t.get(), 20);
+}
+
+Co<int> sum_all(std::vector<Task<int>>* tasks) {
+  int sum = 0;
+  for (const int v : co_await when_all(*tasks)) sum += v;
+  co_return sum;
+}
+
+TEST(CoroTask, WhenAllReturnsEveryValueInOrder) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::vector<Task<int>> tasks;
+  for (int i = 1; i <= 10; ++i) tasks.push_back(spawn(pool, slow_value(i)));
+  tasks.push_back(pool.submit([] { return 100; }));
+  EXPECT_EQ(spawn(pool, sum_all(&tasks)).get(), 155);
+}
+
+Co<void> fails_soon() {
+  co_await sleep_for(5ms);
+  throw std::runtime_error("first");
+}
+
+Co<void> await_all(std::vector<Task<void>>* tasks) { co_await when_all(*tasks); }
+
+TEST(CoroTask, WhenAllCancelsTheRestOnTheFirstExceptionAndRethrowsIt) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  std::vector<Task<void>> tasks;
+  tasks.push_back(spawn(pool, fails_soon()));
+  tasks.push_back(spawn(pool, long_sleep(&code, &slept)));
+  Task<void> all = spawn(pool, await_all(&tasks));
+  EXPECT_THROW(all.get(), std::runtime_error);
+  EXPECT_EQ(tasks[1].status(), TaskStatus::cancelled);
+  EXPECT_EQ(g_alive.load(), 0);
+}
+
+}  // namespace
+}  // namespace crew
