@@ -63,11 +63,13 @@
 //
 // Frames come from crew's per-thread block cache when they are at most
 // detail::kMaxCachedFrame (512) bytes (no global operator new per coroutine
-// in steady state); larger frames use the global operator new.
+// in steady state); larger frames use the global operator new. A spawn
+// also allocates its stop source's state (one global operator new).
 //
-// Traps (docs/coroutines.md): do not keep the address of a thread_local
-// across a co_await (the coroutine may resume on another worker; read it
-// again, through a function that is not inlined); under g++ 12 do not put a
+// Traps (docs/coroutines.md): do not keep the address of a thread_local,
+// nor std::this_thread::get_id(), across a co_await (the coroutine may
+// resume on another worker; read it again, through a function that is not
+// inlined); under g++ 12 do not put a
 // co_await and a lambda with captures in one full expression (name the
 // lambda first).
 //

@@ -86,8 +86,9 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
 
 Admission CoroTaskBase::launch(bool may_block) {
   TaskStateBase& s = state();
-  enrolled_ = hub_->enroll(this, from_coroutine_);
-  if (!enrolled_) {
+  enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+  if (!hub_->enroll(this, from_coroutine_)) {
+    enrolled_.store(false, std::memory_order_relaxed);
     // Refused without a submission: counted as one refused at admission.
     s.refused_as = Admission::closed;
     core_->count_refusal();
@@ -118,7 +119,7 @@ void CoroTaskBase::settled_unstarted() noexcept {
 }
 
 void CoroTaskBase::leave_hub() noexcept {
-  if (std::exchange(enrolled_, false)) hub_->leave(this);
+  if (enrolled_.exchange(false, std::memory_order_acq_rel)) hub_->leave(this);
 }
 
 void CoroTaskBase::run_start(Runner& runner) noexcept {

@@ -226,7 +226,9 @@ class CoroTaskBase {
   WaitNode node_;
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
-  bool enrolled_ = false;        // the hub holds it (launch)
+  // The hub holds it: set before the hub lists it (a shutdown that finds
+  // it there may end it), cleared by whoever makes it leave.
+  std::atomic<bool> enrolled_{false};
 
   // The tasks waiting for this one, and whether it ended.
   SpinLock waiters_mu_;
