@@ -229,6 +229,9 @@ bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited)
   auto* target = dynamic_cast<CoroTaskBase*>(awaited);
   const std::uint64_t gen = arm(h);
   if (target != nullptr) {
+    // Once linked the task may be resumed on another worker (and unlink
+    // itself) before this returns: what is needed afterwards is local.
+    bool linked = false;
     {
       SpinLockGuard lock(target->waiters_mu_);
       if (!target->ended_) {
@@ -236,9 +239,10 @@ bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited)
         node_ = WaitNode{this, gen, target, target->waiters_};
         target->waiters_ = &node_;
         linked_ = true;
+        linked = true;
       }
     }
-    if (!linked_) return !claim(gen, Wake::event);  // it ended meanwhile
+    if (!linked) return !claim(gen, Wake::event);  // it ended meanwhile
   } else {
     try {
       hub_->arm_poll(this, gen, awaited);
