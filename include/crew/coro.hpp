@@ -82,6 +82,7 @@
 #include <cstdint>
 #include <exception>
 #include <stop_token>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -320,6 +321,21 @@ Co<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(
   if (first) std::rethrow_exception(first);
   if constexpr (!std::is_void_v<T>) co_return out;
 }
+
+// A coroutine task suspended now: what it waits for ("sleep", "task",
+// "yield") and for how long.
+struct SuspendedCoroutine {
+  TaskRef task;
+  std::string_view waits_on;
+  std::chrono::nanoseconds suspended_for{0};
+};
+struct CoroutineTasks {
+  std::size_t live = 0;  // spawned and not ended (queued, running or suspended)
+  std::vector<SuspendedCoroutine> suspended;
+};
+// A snapshot of the pool's coroutine tasks. Thread-safe; blocks on the
+// pool's coroutine registry (a short lock), never on a task.
+[[nodiscard]] CoroutineTasks coroutine_tasks(const Pool& pool);
 
 // The stop token of the coroutine task running on this thread (a stop
 // token that is never stopped outside one). Inside a coroutine it reads the

@@ -1,9 +1,12 @@
 // A pool's coroutine tasks: registry, timer, shutdown (coro_hub.hpp).
 #include "coro_hub.hpp"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <memory>
 
+#include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
 #include "thread_name.hpp"
 
@@ -14,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kPollFirstNs = 50'000;   // a polled task handle: first look
 constexpr std::int64_t kPollMaxNs = 1'000'000;  // ... doubling up to this
 constexpr std::int64_t kRetryNs = 50'000;       // a step that found the queue full
+constexpr std::int64_t kSpinNs = 30'000;        // the timer yields, not sleeps, this close
 }  // namespace
 
 CoroHub& CoroHub::of(PoolCore& core) {
@@ -126,6 +130,8 @@ void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
 
 void CoroHub::timer_loop() noexcept {
   name_thread("crew", "coro-timer");
+  // Wake-ups at the deadline, not up to the default 50 us after it.
+  (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   std::vector<Entry> due;
   std::unique_lock lock(timer_mu_);
   while (!timer_stop_) {
@@ -134,8 +140,17 @@ void CoroHub::timer_loop() noexcept {
       continue;
     }
     const std::int64_t now = now_ns();
-    if (heap_.front().at_ns > now) {
-      timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(heap_.front().at_ns)));
+    const std::int64_t next = heap_.front().at_ns;
+    if (next > now) {
+      if (next - now > kSpinNs) {
+        // Sleep until shortly before: a timed futex wait ends tens of
+        // microseconds late on a busy machine.
+        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(next - kSpinNs)));
+      } else {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
       continue;
     }
     while (!heap_.empty() && heap_.front().at_ns <= now) {
@@ -277,4 +292,29 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
   return escalated;
 }
 
+CoroutineTasks CoroHub::report() {
+  CoroutineTasks out;
+  const std::int64_t now = now_ns();
+  std::lock_guard lock(reg_mu_);
+  out.live = live_;
+  for (CoroTaskBase* t = head_; t != nullptr; t = t->reg_next) {
+    if (t->armed_gen() == 0) continue;
+    const TaskStateBase& s = t->state();
+    out.suspended.push_back(SuspendedCoroutine{
+        TaskRef{s.id, s.name()}, to_string(t->waits_on()),
+        std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
+  }
+  return out;
+}
+
 }  // namespace crew::detail
+
+namespace crew {
+
+CoroutineTasks coroutine_tasks(const Pool& pool) {
+  detail::SuspendedTasks* hub = detail::PoolAccess::core(pool).suspended();
+  if (hub == nullptr) return {};  // no coroutine task was ever spawned
+  return static_cast<detail::CoroHub*>(hub)->report();
+}
+
+}  // namespace crew

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "crew/coro.hpp"
 #include "crew/detail/coro_task.hpp"
 #include "crew/detail/suspended_tasks.hpp"
 
@@ -53,6 +54,9 @@ class CoroHub final : public SuspendedTasks {
 
   bool shut_down(ShutdownMode mode, std::chrono::steady_clock::time_point deadline,
                  std::chrono::nanoseconds grace, ShutdownReport& report) noexcept override;
+
+  // The live tasks and the suspended ones (crew::coroutine_tasks).
+  CoroutineTasks report();
 
   // Live coroutine tasks (tests, stats).
   [[nodiscard]] std::size_t live() const noexcept {

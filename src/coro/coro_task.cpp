@@ -150,8 +150,24 @@ void CoroTaskBase::run_frame(std::coroutine_handle<> h) noexcept {
   h.resume();  // the task may have ended: only the step's reference keeps it
 }
 
-std::uint64_t CoroTaskBase::arm(std::coroutine_handle<> h) noexcept {
+const char* to_string(WaitKind k) noexcept {
+  switch (k) {
+    case WaitKind::none:
+      return "none";
+    case WaitKind::sleep:
+      return "sleep";
+    case WaitKind::task:
+      return "task";
+    case WaitKind::yield:
+      return "yield";
+  }
+  return "unknown";
+}
+
+std::uint64_t CoroTaskBase::arm(std::coroutine_handle<> h, WaitKind kind) noexcept {
   resume_at_ = h;
+  waiting_on_.store(kind, std::memory_order_relaxed);
+  since_ns_.store(now_ns(), std::memory_order_relaxed);
   woke_ = Wake::none;
   const std::uint64_t gen = ++gen_;
   wait_.store((gen << 1) | 1, std::memory_order_seq_cst);
@@ -204,7 +220,7 @@ bool CoroTaskBase::suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, 
     woke_ = Wake::event;
     return false;
   }
-  const std::uint64_t gen = arm(h);
+  const std::uint64_t gen = arm(h, WaitKind::sleep);
   try {
     hub_->arm_wake(this, gen, at_ns);
   } catch (...) {
@@ -216,7 +232,7 @@ bool CoroTaskBase::suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, 
 
 bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
   stoppable_.store(true, std::memory_order_relaxed);
-  const std::uint64_t gen = arm(h);
+  const std::uint64_t gen = arm(h, WaitKind::yield);
   return fire(gen, Wake::event) || true;  // queued: it is suspended either way
 }
 
@@ -227,7 +243,7 @@ bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited)
     return false;
   }
   auto* target = dynamic_cast<CoroTaskBase*>(awaited);
-  const std::uint64_t gen = arm(h);
+  const std::uint64_t gen = arm(h, WaitKind::task);
   if (target != nullptr) {
     // Once linked the task may be resumed on another worker (and unlink
     // itself) before this returns: what is needed afterwards is local.

@@ -338,5 +338,26 @@ TEST(CoroTask, WhenAllCancelsTheRestOnTheFirstExceptionAndRethrowsIt) {
   EXPECT_EQ(g_alive.load(), 0);
 }
 
+TEST(CoroTask, TheSnapshotListsSuspendedTasksWithWhatTheyWaitFor) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  EXPECT_EQ(coroutine_tasks(pool).live, 0u);
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  Task<void> sleeping = spawn(pool, long_sleep(&code, &slept), {.name = "sleeping"});
+  ASSERT_TRUE(test::eventually([&] { return slept.load(); }));
+  ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
+  std::this_thread::sleep_for(20ms);
+  const CoroutineTasks snap = coroutine_tasks(pool);
+  EXPECT_EQ(snap.live, 1u);
+  ASSERT_EQ(snap.suspended.size(), 1u);
+  EXPECT_EQ(snap.suspended[0].task.name, "sleeping");
+  EXPECT_EQ(snap.suspended[0].waits_on, "sleep");
+  EXPECT_GE(snap.suspended[0].suspended_for, 20ms);
+  (void)sleeping.cancel();
+  sleeping.wait();
+  EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
+}
+
 }  // namespace
 }  // namespace crew

@@ -89,6 +89,9 @@ inline void frame_free(void* p, std::size_t n) noexcept {
 
 // Why a suspended task was resumed.
 enum class Wake : std::uint8_t { none, event, stop };
+// What a suspended task waits for (the snapshot's `waits_on`).
+enum class WaitKind : std::uint8_t { none, sleep, task, yield };
+[[nodiscard]] const char* to_string(WaitKind k) noexcept;
 
 // The part of a CoroState that does not depend on the result type
 // (src/coro/coro_task.cpp).
@@ -156,6 +159,16 @@ class CoroTaskBase {
   void hold() noexcept { self_->add_ref(); }
   void drop() noexcept { self_->release(); }
 
+  // What the current suspension waits for and since when (steady ns), for
+  // the snapshot: written by the task's thread before arming, read by
+  // anyone (approximate while it changes).
+  [[nodiscard]] WaitKind waits_on() const noexcept {
+    return waiting_on_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::int64_t suspended_since_ns() const noexcept {
+    return since_ns_.load(std::memory_order_relaxed);
+  }
+
   // ---- the hub's registry (under its mutex) ----
   CoroTaskBase* reg_prev = nullptr;
   CoroTaskBase* reg_next = nullptr;
@@ -190,7 +203,7 @@ class CoroTaskBase {
     void operator()() const noexcept;
   };
 
-  std::uint64_t arm(std::coroutine_handle<> h) noexcept;
+  std::uint64_t arm(std::coroutine_handle<> h, WaitKind kind) noexcept;
   bool claim(std::uint64_t gen, Wake why) noexcept;
   // After arming: a stop that came first is claimed here (true: resume now).
   bool stopped_after_arm(std::uint64_t gen) noexcept;
@@ -221,6 +234,8 @@ class CoroTaskBase {
   std::uint64_t gen_ = 0;              // the task's thread only
   std::coroutine_handle<> resume_at_;  // the frame a claim resumes
   Wake woke_ = Wake::none;             // written by the claimer before the step is queued
+  std::atomic<WaitKind> waiting_on_{WaitKind::none};
+  std::atomic<std::int64_t> since_ns_{0};
   // Whether a stop ends the current suspension (written before arming).
   std::atomic<bool> stoppable_{true};
   WaitNode node_;
