@@ -84,6 +84,7 @@
 #include <stop_token>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -200,7 +201,12 @@ struct TaskAwaiter {
   template <CrewPromise P>
   bool await_suspend(std::coroutine_handle<P> h) {
     self = h.promise().task;
-    return self->suspend_on(h, task.state());
+    // A coroutine task's state is a CoroState<T> (a type_info comparison:
+    // cheaper than a cross-cast, which compares names up the hierarchy).
+    TaskStateBase* st = task.state();
+    CoroTaskBase* target =
+        typeid(*st) == typeid(CoroState<T>) ? static_cast<CoroState<T>*>(st) : nullptr;
+    return self->suspend_on(h, st, target);
   }
   T await_resume() {
     if (self != nullptr) self->end_wait();

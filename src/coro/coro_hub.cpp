@@ -45,29 +45,33 @@ CoroHub::~CoroHub() {
 }
 
 bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
-  std::lock_guard lock(reg_mu_);
-  if (closing_ && !from_coroutine) return false;
+  Shard& sh = shard_of(t);
+  SpinLockGuard lock(sh.mu);
+  if (!from_coroutine && closing_.load(std::memory_order_seq_cst)) return false;
   t->hold();
   t->reg_prev = nullptr;
-  t->reg_next = head_;
-  if (head_ != nullptr) head_->reg_prev = t;
-  head_ = t;
-  ++live_;
+  t->reg_next = sh.head;
+  if (sh.head != nullptr) sh.head->reg_prev = t;
+  sh.head = t;
+  live_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void CoroHub::leave(CoroTaskBase* t) noexcept {
   {
-    std::lock_guard lock(reg_mu_);
+    Shard& sh = shard_of(t);
+    SpinLockGuard lock(sh.mu);
     if (t->reg_prev != nullptr) {
       t->reg_prev->reg_next = t->reg_next;
     } else {
-      head_ = t->reg_next;
+      sh.head = t->reg_next;
     }
     if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
     t->reg_prev = t->reg_next = nullptr;
-    --live_;
-    if (live_ == 0) reg_cv_.notify_all();
+  }
+  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    const std::lock_guard lock(idle_mu_);  // a waiter checks the count under it
+    idle_cv_.notify_all();
   }
   t->drop();
 }
@@ -203,37 +207,34 @@ void CoroHub::fire(Entry& e) noexcept {
 
 std::vector<CoroTaskBase*> CoroHub::snapshot() {
   std::vector<CoroTaskBase*> out;
-  std::lock_guard lock(reg_mu_);
-  out.reserve(live_);
-  for (CoroTaskBase* t = head_; t != nullptr; t = t->reg_next) {
-    t->hold();
-    out.push_back(t);
+  out.reserve(live_.load(std::memory_order_relaxed));
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
+      t->hold();
+      out.push_back(t);  // capacity may run out: the spin lock is held briefly either way
+    }
   }
   return out;
 }
 
 bool CoroHub::wait_all(Clock::time_point deadline) {
-  std::unique_lock lock(reg_mu_);
+  std::unique_lock lock(idle_mu_);
+  const auto none = [this] { return live_.load(std::memory_order_acquire) == 0; };
   if (deadline == Clock::time_point::max()) {
-    reg_cv_.wait(lock, [this] { return live_ == 0; });
+    idle_cv_.wait(lock, none);
     return true;
   }
-  return reg_cv_.wait_until(lock, deadline, [this] { return live_ == 0; });
+  return idle_cv_.wait_until(lock, deadline, none);
 }
 
 bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
                         std::chrono::nanoseconds grace, ShutdownReport& report) noexcept {
-  {
-    std::lock_guard lock(reg_mu_);
-    if (live_ == 0) return false;
-    closing_ = true;
-  }
+  if (live_.load(std::memory_order_acquire) == 0) return false;
+  closing_.store(true, std::memory_order_seq_cst);
   struct Reopen {
     CoroHub* hub;
-    ~Reopen() {
-      std::lock_guard lock(hub->reg_mu_);
-      hub->closing_ = false;
-    }
+    ~Reopen() { hub->closing_.store(false, std::memory_order_seq_cst); }
   } reopen{this};
   bool escalated = false;
   std::vector<CoroTaskBase*> tasks;
@@ -295,14 +296,16 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
 CoroutineTasks CoroHub::report() {
   CoroutineTasks out;
   const std::int64_t now = now_ns();
-  std::lock_guard lock(reg_mu_);
-  out.live = live_;
-  for (CoroTaskBase* t = head_; t != nullptr; t = t->reg_next) {
-    if (t->armed_gen() == 0) continue;
-    const TaskStateBase& s = t->state();
-    out.suspended.push_back(SuspendedCoroutine{
-        TaskRef{s.id, s.name()}, to_string(t->waits_on()),
-        std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
+  out.live = live_.load(std::memory_order_acquire);
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
+      if (t->armed_gen() == 0) continue;
+      const TaskStateBase& s = t->state();
+      out.suspended.push_back(SuspendedCoroutine{
+          TaskRef{s.id, s.name()}, to_string(t->waits_on()),
+          std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
+    }
   }
   return out;
 }

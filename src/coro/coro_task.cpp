@@ -236,13 +236,13 @@ bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
   return fire(gen, Wake::event) || true;  // queued: it is suspended either way
 }
 
-bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited) {
+bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,
+                              CoroTaskBase* target) {
   stoppable_.store(true, std::memory_order_relaxed);
   if (stop_requested()) {
     woke_ = Wake::stop;
     return false;
   }
-  auto* target = dynamic_cast<CoroTaskBase*>(awaited);
   const std::uint64_t gen = arm(h, WaitKind::task);
   if (target != nullptr) {
     // Once linked the task may be resumed on another worker (and unlink

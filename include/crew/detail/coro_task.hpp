@@ -120,7 +120,9 @@ class CoroTaskBase {
   // returns, so the awaiter must not touch itself afterwards.
   // `stoppable` false: a stop does not end this sleep (StopMode::ignore).
   bool suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, bool stoppable = true);
-  bool suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited);
+  // `target`: `awaited` as a coroutine task (its end wakes the waiter), or
+  // null for any other task (polled).
+  bool suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited, CoroTaskBase* target);
   bool suspend_yield(std::coroutine_handle<> h) noexcept;
   // In await_resume: why the task was resumed; a stop throws
   // Error(cancelled) or Error(timed_out) (its deadline).
