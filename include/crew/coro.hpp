@@ -77,6 +77,7 @@
 // and belongs to one thread until it is spawned or awaited.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <coroutine>
 #include <cstdint>
@@ -326,6 +327,25 @@ Co<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(
   }
   if (first) std::rethrow_exception(first);
   if constexpr (!std::is_void_v<T>) co_return out;
+}
+
+// co_await when_any(tasks): suspends until one of the tasks has ended and
+// returns its index (the first ended one in the vector's order). It takes
+// no value out of the handles and cancels nothing. It looks every 50 us,
+// doubling to 1 ms while none has ended (sleep_for: a stop of the awaiting
+// task throws as for a sleep). An empty vector throws
+// Error(invalid_options).
+template <class T>
+Co<std::size_t> when_any(std::vector<Task<T>>& tasks) {
+  if (tasks.empty()) throw Error(Errc::invalid_options, "crew::when_any: no task");
+  std::chrono::microseconds pause{50};
+  for (;;) {
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (!tasks[i].valid() || tasks[i].ready()) co_return i;
+    }
+    co_await sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds{1000});
+  }
 }
 
 // A coroutine task suspended now: what it waits for ("sleep", "task",

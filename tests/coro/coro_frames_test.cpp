@@ -10,6 +10,7 @@
 #include "crew/coro.hpp"
 #include "crew/detail/block_cache.hpp"
 #include "crew/pool.hpp"
+#include "frame_guard.hpp"
 #include "replaced_new.hpp"  // operator new: counts allocations, injects failures
 #include "test_util.hpp"
 
@@ -46,16 +47,8 @@ TEST(CoroFrames, FramesComeFromTheBlockCacheNotTheGlobalNew) {
   EXPECT_LT(spawn(pool, allocations_of_children()).get(), 100u);
 }
 
-std::atomic<int> g_alive{0};
-struct Guard {
-  Guard() { g_alive.fetch_add(1); }
-  ~Guard() { g_alive.fetch_sub(1); }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-};
-
 Co<int> guarded(int v) {
-  Guard g;
+  test::FrameGuard g;
   co_await sleep_for(1ms);
   co_return v;
 }
@@ -77,7 +70,7 @@ TEST(CoroFrames, ASpawnWhoseAllocationFailsLeavesNothingBehind) {
   }
   EXPECT_GT(threw, 0) << "no allocation of a spawn failed";
   ASSERT_TRUE(pool.wait_idle(10s));
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(test::FrameGuard::alive(), 0);
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.submitted, s.outcomes.total());
   EXPECT_EQ(s.outcomes.failed + s.outcomes.cancelled + s.outcomes.rejected, 0u);

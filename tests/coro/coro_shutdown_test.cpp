@@ -13,6 +13,7 @@
 
 #include "crew/coro.hpp"
 #include "crew/pool.hpp"
+#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -22,34 +23,15 @@ using namespace std::chrono_literals;
 using test::fixed_workers;
 using test::Watchdog;
 
-std::atomic<int> g_alive{0};
-std::mutex g_mu;
-std::vector<std::thread::id> g_destroyed_on;  // guarded by g_mu
-
-struct Guard {
-  Guard() { g_alive.fetch_add(1); }
-  ~Guard() {
-    {
-      const std::lock_guard lock(g_mu);
-      g_destroyed_on.push_back(std::this_thread::get_id());
-    }
-    g_alive.fetch_sub(1);
-  }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-};
+using test::FrameGuard;
 
 class CoroShutdown : public ::testing::Test {
  protected:
-  void SetUp() override {
-    g_alive = 0;
-    const std::lock_guard lock(g_mu);
-    g_destroyed_on.clear();
-  }
+  void SetUp() override { FrameGuard::reset(); }
 };
 
 Co<void> sleeper(std::chrono::milliseconds d, std::atomic<int>* started, StopMode mode) {
-  Guard g;
+  FrameGuard g;
   started->fetch_add(1);
   co_await sleep_for(d, mode);
 }
@@ -70,7 +52,7 @@ TEST_F(CoroShutdown, DrainResumesSuspendedCoroutinesUntilTheyEnd) {
   const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 10s);
   EXPECT_FALSE(r.escalated);
   for (auto& t : tasks) EXPECT_EQ(t.status(), TaskStatus::succeeded);
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
   EXPECT_GE(r.during.succeeded, 20u);
 }
 
@@ -93,7 +75,7 @@ TEST_F(CoroShutdown, SoftStopsSuspendedCoroutinesAtOnceAndListsThem) {
   }
   EXPECT_TRUE(listed(r.cancelled, "s3"));
   EXPECT_EQ(r.cancelled.size(), 10u);
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
@@ -106,7 +88,7 @@ TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
   EXPECT_TRUE(r.escalated);
   EXPECT_EQ(r.final_state, PoolState::stopped_timeout);
   EXPECT_EQ(t.status(), TaskStatus::cancelled);
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
@@ -123,10 +105,10 @@ TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
   EXPECT_EQ(t.status(), TaskStatus::cancelled);
   EXPECT_EQ(t.reason(), Errc::abandoned);
   EXPECT_TRUE(listed(r.abandoned, "stubborn"));
-  EXPECT_EQ(g_alive.load(), 0);
-  const std::lock_guard lock(g_mu);
-  ASSERT_EQ(g_destroyed_on.size(), 1u);
-  EXPECT_NE(g_destroyed_on[0], std::this_thread::get_id());  // on a worker of the pool
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  const std::vector<std::thread::id> on = FrameGuard::destroyed_on();
+  ASSERT_EQ(on.size(), 1u);
+  EXPECT_NE(on[0], std::this_thread::get_id());  // on a worker of the pool
 }
 
 TEST_F(CoroShutdown, SoftRejectsCoroutineTasksThatHaveNotStarted) {
@@ -146,7 +128,7 @@ TEST_F(CoroShutdown, SoftRejectsCoroutineTasksThatHaveNotStarted) {
   EXPECT_EQ(t.reason(), Errc::shutdown_dropped);
   EXPECT_TRUE(listed(r.rejected, "queued"));
   EXPECT_EQ(started.load(), 0);
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);
 }
@@ -164,7 +146,7 @@ TEST_F(CoroShutdown, ASpawnOnAStoppedPoolIsRejectedClosed) {
   } catch (const Error& e) {
     EXPECT_EQ(e.admission(), Admission::closed);
   }
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST_F(CoroShutdown, DestroyingThePoolLeavesNoFrameBehind) {
@@ -181,7 +163,7 @@ TEST_F(CoroShutdown, DestroyingThePoolLeavesNoFrameBehind) {
     }
     ASSERT_TRUE(test::eventually([&] { return started.load() == 50; }));
   }
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST_F(CoroShutdown, ARestartedPoolSpawnsAgain) {

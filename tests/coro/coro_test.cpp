@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -20,14 +21,7 @@ using namespace std::chrono_literals;
 using test::fixed_workers;
 using test::Watchdog;
 
-// Counts the frames alive: a Guard lives in each frame that holds one.
-std::atomic<int> g_alive{0};
-struct Guard {
-  Guard() { g_alive.fetch_add(1); }
-  ~Guard() { g_alive.fetch_sub(1); }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-};
+using test::FrameGuard;
 
 Co<int> answer() { co_return 42; }
 
@@ -132,7 +126,7 @@ TEST(CoroTask, AnAwaitedTasksExceptionIsThrownAtTheCoAwait) {
 
 // Records what the co_await threw.
 Co<void> long_sleep(std::atomic<int>* code, std::atomic<bool>* slept) {
-  Guard g;
+  FrameGuard g;
   slept->store(true);
   try {
     co_await sleep_for(10s);
@@ -157,7 +151,7 @@ TEST(CoroTask, CancelEndsASleepAtOnceWithCancelled) {
   EXPECT_EQ(t.status(), TaskStatus::cancelled);
   EXPECT_EQ(t.reason(), Errc::cancelled);
   EXPECT_EQ(code.load(), static_cast<int>(Errc::cancelled));
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST(CoroTask, ATimeoutEndsASleepTimedOut) {
@@ -335,7 +329,7 @@ TEST(CoroTask, WhenAllCancelsTheRestOnTheFirstExceptionAndRethrowsIt) {
   Task<void> all = spawn(pool, await_all(&tasks));
   EXPECT_THROW(all.get(), std::runtime_error);
   EXPECT_EQ(tasks[1].status(), TaskStatus::cancelled);
-  EXPECT_EQ(g_alive.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST(CoroTask, TheSnapshotListsSuspendedTasksWithWhatTheyWaitFor) {
@@ -357,6 +351,26 @@ TEST(CoroTask, TheSnapshotListsSuspendedTasksWithWhatTheyWaitFor) {
   (void)sleeping.cancel();
   sleeping.wait();
   EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
+}
+
+Co<std::size_t> first_of(std::vector<Task<int>>* tasks) { co_return co_await when_any(*tasks); }
+
+TEST(CoroTask, WhenAnyReturnsTheIndexOfATaskThatEnded) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> code{-1};
+  std::atomic<bool> slept{false};
+  std::vector<Task<int>> tasks;
+  tasks.push_back(pool.submit([] {
+    std::this_thread::sleep_for(2s);
+    return 1;
+  }));
+  tasks.push_back(spawn(pool, slow_value(2)));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(spawn(pool, first_of(&tasks)).get(), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
+  EXPECT_EQ(tasks[1].get(), 2);
+  EXPECT_EQ(tasks[0].get(), 1);  // not cancelled: it ran to its end
 }
 
 }  // namespace
