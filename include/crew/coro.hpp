@@ -35,6 +35,7 @@
 //                          other task is polled (every 50 us doubling to 1 ms)
 //   sleep_for / sleep_until   the pool's coroutine timer
 //   yield()                lets the pool's other tasks run first
+//   when_all / when_any    over a vector of handles (below)
 //
 // Stop and deadline: every coroutine task has a std::stop_token
 // (current_stop_token()); Task::cancel(), the task's timeout (TaskOptions::
@@ -45,8 +46,13 @@
 // crew::Error(Errc::cancelled); every later suspension throws the same at
 // once. The task ends cancelled or timed_out however its coroutine returns
 // (as a long task does); an exception is failed, never std::terminate.
-// Queue deadlines (queue_timeout) are checked when the task would start: it
-// then ends rejected with Errc::expired.
+// Once the pool accepted it, the task's status is running even while its
+// start is still queued: a cancel() then returns stop_requested, and the
+// start, when it comes up stopped or past the task's queue_timeout,
+// destroys the frame unrun and ends the task cancelled (Errc::cancelled,
+// Errc::expired). Task::wait() and get() on a worker of the task's pool run
+// the pool's queued tasks meanwhile, the coroutine's steps among them, as
+// for any task: such a wait never deadlocks the pool.
 //
 // Shutdown (crew/detail/suspended_tasks.hpp): before the pool stops taking
 // tasks, drain waits for its coroutine tasks to end; soft and hard (and a
@@ -54,7 +60,8 @@
 // PoolOptions::abandon_grace; a frame still suspended then is destroyed on a
 // worker of the pool and its task ends cancelled with Errc::abandoned,
 // listed in the report's `abandoned`; coroutine tasks not started yet end
-// rejected (Errc::shutdown_dropped) in soft and hard, listed in `rejected`.
+// cancelled (Errc::shutdown_dropped) unrun in soft and hard, listed in
+// `rejected`.
 // A resumption left in the queue when a soft or hard shutdown drops it
 // destroys its frame there (Errc::shutdown_dropped). New coroutine tasks
 // spawned from outside the pool's coroutines are refused (Admission::closed)

@@ -285,6 +285,8 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
       const TaskStateBase& s = t->state();
       if (s.status() == TaskStatus::cancelled && s.reason() == Errc::cancelled) {
         report.cancelled.push_back(TaskRef{s.id, s.name()});
+      } else if (s.status() == TaskStatus::cancelled && s.reason() == Errc::shutdown_dropped) {
+        report.rejected.push_back(TaskRef{s.id, s.name()});  // its start never ran
       }
     }
   } catch (...) {

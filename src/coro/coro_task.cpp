@@ -68,9 +68,9 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   frame_.source = std::stop_source();
   s.adopt_extras(std::move(x));
   s.id = core.coro_task_id();
-  // No owner: an outcome decided in the queue is counted by whoever
-  // consumes the StartCell (crew/detail/coro_task.hpp, "Counting").
-  s.owner = nullptr;
+  // The owner lets a wait for the task on a worker of the pool run the
+  // pool's tasks meanwhile (Task::wait), the task's own steps among them.
+  s.owner = &core;
   s.detached = detached;
   s.level = opts.priority;
   core_ = &core;
@@ -101,14 +101,26 @@ Admission CoroTaskBase::launch(bool may_block) {
     a = core_->post_counted(std::move(cell), level_, may_block);
     if (a != Admission::accepted) s.refused_as = a;
   }  // a refused cell ends the task rejected here
+  // Accepted: running from now on (unless its start already made it so),
+  // though its start may still be queued. A wait for it on a worker then
+  // runs the pool's tasks, its steps among them, and never takes the task
+  // for a queued task state to run itself; a cancel stops it, and the
+  // start ends it unstarted (run_start).
+  if (a == Admission::accepted) (void)s.leave_queue(TaskStatus::running);
   return a;
 }
 
 void CoroTaskBase::start_dropped(Admission refused) noexcept {
   TaskStateBase& s = state();
+  if (s.done()) return;  // a shutdown ended it before the cell was refused or dropped
   const Errc why = refused == Admission::accepted ? Errc::shutdown_dropped : Errc::rejected;
-  // The pool counted it (a refusal, or the drop of its cell).
-  if (s.claim_in_queue(TaskStatus::rejected, why)) settle_in_queue(&s, false);
+  // The pool counted it (a refusal, or the drop of its cell). Refused, or
+  // dropped before launch() marked it running: it ends rejected, unstarted.
+  if (s.claim_in_queue(TaskStatus::rejected, why)) {
+    settle_in_queue(&s, false);
+    return;
+  }
+  abandon(why, /*count=*/false);
 }
 
 void CoroTaskBase::settled_unstarted() noexcept {
@@ -124,13 +136,22 @@ void CoroTaskBase::leave_hub() noexcept {
 
 void CoroTaskBase::run_start(Runner& runner) noexcept {
   TaskStateBase& s = state();
-  if (queue_deadline_ns_ != 0 && now_ns() >= queue_deadline_ns_ &&
-      s.claim_in_queue(TaskStatus::rejected, Errc::expired)) {
-    settle_in_queue(&s, false);
-  }
-  if (!s.leave_queue(TaskStatus::running)) {
-    // Decided while queued (cancel, expiry, a shutdown): this cell counts it.
+  (void)s.leave_queue(TaskStatus::running);  // unless launch() did
+  if (s.done()) {
+    // A shutdown ended it before launch() marked it running (uncounted,
+    // see crew/detail/coro_task.hpp): this cell counts it.
     runner.count_outcome(s.raw_status());
+    return;
+  }
+  // Stopped or past its queue deadline before it started: it never runs.
+  Errc why{};
+  if (queue_deadline_ns_ != 0 && now_ns() >= queue_deadline_ns_) {
+    why = Errc::expired;
+  } else if (stop_requested() || s.stop_reason() != StopReason::none) {
+    why = s.stop_reason() == StopReason::shutdown ? Errc::shutdown_dropped : Errc::cancelled;
+  }
+  if (why != Errc{}) {
+    abandon(why);
     return;
   }
   if (timeout_.count() > 0) {
@@ -372,7 +393,7 @@ void CoroTaskBase::finish_root() noexcept {
   ended();
 }
 
-void CoroTaskBase::abandon(Errc why) noexcept {
+void CoroTaskBase::abandon(Errc why, bool count) noexcept {
   TaskStateBase& s = state();
   unlink_wait();
   (void)s.detach_runner();
@@ -380,7 +401,7 @@ void CoroTaskBase::abandon(Errc why) noexcept {
     const StepScope scope(this);
     destroy_root();
   }
-  core_->count_outcome(TaskStatus::cancelled);
+  if (count) core_->count_outcome(TaskStatus::cancelled);
   (void)s.finish(TaskStatus::cancelled, why);
   ended();
 }

@@ -111,7 +111,7 @@ TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
   EXPECT_NE(on[0], std::this_thread::get_id());  // on a worker of the pool
 }
 
-TEST_F(CoroShutdown, SoftRejectsCoroutineTasksThatHaveNotStarted) {
+TEST_F(CoroShutdown, SoftEndsCoroutineTasksThatHaveNotStartedUnrun) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));
   test::Gate gate;
@@ -124,7 +124,7 @@ TEST_F(CoroShutdown, SoftRejectsCoroutineTasksThatHaveNotStarted) {
   });
   const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
   opener.join();
-  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
   EXPECT_EQ(t.reason(), Errc::shutdown_dropped);
   EXPECT_TRUE(listed(r.rejected, "queued"));
   EXPECT_EQ(started.load(), 0);

@@ -169,7 +169,7 @@ TEST(CoroTask, ATimeoutEndsASleepTimedOut) {
   EXPECT_EQ(code.load(), static_cast<int>(Errc::timed_out));
 }
 
-TEST(CoroTask, CancelOfAQueuedTaskDestroysItsFrameUnrun) {
+TEST(CoroTask, CancelBeforeTheStartEndsTheTaskWithoutRunningIt) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));
   test::Gate gate;
@@ -177,11 +177,16 @@ TEST(CoroTask, CancelOfAQueuedTaskDestroysItsFrameUnrun) {
   std::atomic<int> code{-1};
   std::atomic<bool> slept{false};
   Task<void> t = spawn(pool, long_sleep(&code, &slept));
-  EXPECT_EQ(t.cancel(), CancelResult::cancelled);
-  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  // Its start is queued behind the gate: the cancel stops it, and the
+  // start, when it comes up, destroys the frame unrun.
+  EXPECT_EQ(t.cancel(), CancelResult::stop_requested);
   gate.open();
+  ASSERT_TRUE(t.wait_for(10s));
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.reason(), Errc::cancelled);
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_FALSE(slept.load());
+  EXPECT_EQ(FrameGuard::alive(), 0);
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);
   EXPECT_EQ(s.outcomes.cancelled, 1u);
@@ -261,7 +266,7 @@ TEST(CoroTask, TrySpawnOnAFullQueueGivesARejectedHandle) {
   EXPECT_EQ(done.load(), 0);
 }
 
-TEST(CoroTask, AnExpiredQueueDeadlineRejectsTheTaskUnrun) {
+TEST(CoroTask, AnExpiredQueueDeadlineEndsTheTaskUnrun) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));
   test::Gate gate;
@@ -271,12 +276,25 @@ TEST(CoroTask, AnExpiredQueueDeadlineRejectsTheTaskUnrun) {
   std::this_thread::sleep_for(10ms);
   gate.open();
   t.wait();
-  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
   EXPECT_EQ(t.reason(), Errc::expired);
   EXPECT_EQ(done.load(), 0);
   ASSERT_TRUE(pool.wait_idle(10s));
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+Co<int> yields(int n);
+
+// A plain task waiting for a coroutine task on the only worker: the wait
+// runs the pool's queued tasks, the coroutine's steps among them.
+TEST(CoroTask, AWaitOnAWorkerForACoroutineTaskRunsItsSteps) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  Task<int> outer = pool.submit([&pool] { return spawn(pool, add_children(2)).get(); });
+  EXPECT_EQ(outer.get(), 44);
+  Task<int> yielding = pool.submit([&pool] { return spawn(pool, yields(50)).get(); });
+  EXPECT_EQ(yielding.get(), 50);
 }
 
 Co<int> yields(int n) {
@@ -358,8 +376,6 @@ Co<std::size_t> first_of(std::vector<Task<int>>* tasks) { co_return co_await whe
 TEST(CoroTask, WhenAnyReturnsTheIndexOfATaskThatEnded) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
-  std::atomic<int> code{-1};
-  std::atomic<bool> slept{false};
   std::vector<Task<int>> tasks;
   tasks.push_back(pool.submit([] {
     std::this_thread::sleep_for(2s);
@@ -371,6 +387,39 @@ TEST(CoroTask, WhenAnyReturnsTheIndexOfATaskThatEnded) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
   EXPECT_EQ(tasks[1].get(), 2);
   EXPECT_EQ(tasks[0].get(), 1);  // not cancelled: it ran to its end
+}
+
+// The thread of each step, read through a call the compiler cannot fold
+// (see coro_traps_test.cpp).
+[[gnu::noinline]] std::thread::id step_thread() {
+  asm volatile("" ::: "memory");
+  return std::this_thread::get_id();
+}
+
+Co<void> record_threads(std::thread::id* start, std::thread::id* after) {
+  *start = step_thread();
+  co_await sleep_for(1ms);
+  *after = step_thread();
+}
+
+TEST(CoroTask, UnderCallerRunsTheStartRunsOnTheCallerAndTheRestOnThePool) {
+  Watchdog dog;
+  PoolOptions o = fixed_workers("co", 1);
+  o.queue_capacity = 1;
+  o.overflow = Overflow::caller_runs;
+  Pool pool(o);
+  test::Gate gate;
+  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  ASSERT_TRUE(test::eventually([&] { return pool.stats().busy == 1; }));
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  std::thread::id start;
+  std::thread::id after;
+  Task<void> t = spawn(pool, record_threads(&start, &after));
+  EXPECT_EQ(start, std::this_thread::get_id());
+  gate.open();
+  t.get();
+  EXPECT_NE(after, std::this_thread::get_id());
+  EXPECT_NE(after, std::thread::id{});
 }
 
 }  // namespace

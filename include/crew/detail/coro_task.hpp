@@ -30,12 +30,19 @@
 //            by the thread that claimed it, and the task ends cancelled with
 //            the reason (Errc::shutdown_dropped, Errc::abandoned).
 //
-// Counting: the StartCell is the task's one submission. An outcome decided
-// while the task is queued (cancel, a shutdown's drop, refusal, queue
-// expiry) is not counted by the deciding thread (the state's owner is null
-// for that reason) but by whoever consumes the StartCell: it runs and finds
-// the outcome (counts it), or a shutdown drops it (the pool counts it
-// rejected). Each ResumeStep is a short task of its own in the pool's stats.
+// Status and counting: the StartCell is the task's one submission. The
+// state leaves `queued` for `running` as soon as the pool accepts the
+// start (launch), not when it runs: a queued task state is one a wait on
+// a worker may take and run itself (Task::wait), and a coroutine task's
+// state is not run that way. So an outcome is never decided in the queue
+// after admission: a cancel stops the task, and the start, when it comes
+// up stopped (or past its queue deadline), destroys the frame unrun and
+// ends the task cancelled (Errc::cancelled, Errc::shutdown_dropped,
+// Errc::expired). The outcome is counted by the thread that ends the task;
+// a start dropped by a soft or hard shutdown is counted by the pool (as
+// rejected) and the task ends cancelled (Errc::shutdown_dropped) uncounted.
+// A refused task ends rejected, counted as the refusal. Each ResumeStep is
+// a short task of its own in the pool's stats.
 #pragma once
 
 #include <atomic>
@@ -138,8 +145,9 @@ class CoroTaskBase {
   void step_dropped() noexcept;
   void start_dropped(Admission refused) noexcept;
   // Destroys a claimed (or never started) frame and ends the task
-  // cancelled with `why`. On the claiming thread.
-  void abandon(Errc why) noexcept;
+  // cancelled with `why`, counted unless `count` is false (the pool
+  // counted the drop of its start). On the claiming thread.
+  void abandon(Errc why, bool count = true) noexcept;
 
   // ---- wakers (any thread) ----
   // Claims generation `gen` and queues the resumption; false if it was
