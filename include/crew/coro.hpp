@@ -36,6 +36,8 @@
 //   sleep_for / sleep_until   the pool's coroutine timer
 //   yield()                lets the pool's other tasks run first
 //   when_all / when_any    over a vector of handles (below)
+//   wait_all(group)        every task of a crew::Group (below)
+//   schedule(pool)         yield() on the task's own pool
 //
 // Stop and deadline: every coroutine task has a std::stop_token
 // (current_stop_token()); Task::cancel(), the task's timeout (TaskOptions::
@@ -100,6 +102,7 @@
 #include "crew/detail/coro_task.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/error.hpp"
+#include "crew/group.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
 
@@ -305,6 +308,50 @@ template <class Rep, class Period>
 // co_await yield(): queues the rest of the coroutine behind the pool's
 // queued tasks (on a worker, in its own queue, newest first).
 [[nodiscard]] inline detail::YieldAwaiter yield() noexcept { return {}; }
+
+namespace detail {
+struct ScheduleAwaiter : YieldAwaiter {
+  const PoolCore* pool;
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    if (&h.promise().task->core() != pool) {
+      throw Error(Errc::invalid_options,
+                  "crew::schedule: a coroutine task runs on the pool it was spawned onto");
+    }
+    return YieldAwaiter::await_suspend(h);
+  }
+};
+}  // namespace detail
+
+// co_await schedule(pool): as yield(), on `pool`, which must be the task's
+// own pool (a coroutine task stays on the pool it was spawned onto: its
+// stop, deadline, counts and shutdown are that pool's); another pool
+// throws Error(Errc::invalid_options) at the co_await, not suspended. To
+// run work on another pool, co_await a task spawned or submitted there.
+[[nodiscard]] inline detail::ScheduleAwaiter schedule(const Pool& pool) noexcept {
+  return detail::ScheduleAwaiter{{}, &detail::PoolAccess::core(pool)};
+}
+
+// co_await wait_all(group): suspends until every task submitted to `group`
+// so far has ended (Group::stats().pending is 0; it looks every 50 us,
+// doubling to 1 ms), then rethrows the group's first exception
+// (Group::rethrow_if_failed). A stop of the awaiting task cancels the group
+// and throws at once (its tasks may still be ending: ~Group waits for
+// them). Unlike Group::wait() it does not wait for a written-off callable
+// to return.
+inline Co<void> wait_all(Group& group) {
+  std::chrono::microseconds pause{50};
+  while (group.stats().pending != 0) {
+    try {
+      co_await sleep_for(pause);
+    } catch (...) {
+      group.cancel();
+      throw;
+    }
+    pause = std::min(pause * 2, std::chrono::microseconds{1000});
+  }
+  group.rethrow_if_failed();
+}
 
 // co_await when_all(tasks): waits for every task (handles of any pools) and
 // returns their values in the vector's order (nothing for Task<void>). The

@@ -422,5 +422,45 @@ TEST(CoroTask, UnderCallerRunsTheStartRunsOnTheCallerAndTheRestOnThePool) {
   EXPECT_NE(after, std::thread::id{});
 }
 
+Co<int> fill_group(Pool* pool, bool fail) {
+  std::atomic<int> ran{0};
+  Group group(*pool);
+  for (int i = 0; i < 20; ++i) {
+    (void)group.submit([&ran] {
+      std::this_thread::sleep_for(1ms);
+      ran.fetch_add(1);
+    });
+  }
+  if (fail) (void)group.submit([] { throw std::runtime_error("in the group"); });
+  co_await wait_all(group);
+  co_return ran.load();
+}
+
+TEST(CoroTask, WaitAllAwaitsEveryTaskOfAGroupAndRethrowsItsFailure) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  EXPECT_EQ(spawn(pool, fill_group(&pool, false)).get(), 20);
+  EXPECT_THROW(spawn(pool, fill_group(&pool, true)).get(), std::runtime_error);
+}
+
+Co<int> schedule_on(const Pool* pool) {
+  co_await schedule(*pool);
+  co_return 1;
+}
+
+TEST(CoroTask, ScheduleYieldsOnTheOwnPoolAndRefusesAnother) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  Pool other(fixed_workers("other", 1));
+  EXPECT_EQ(spawn(pool, schedule_on(&pool)).get(), 1);
+  Task<int> t = spawn(pool, schedule_on(&other));
+  try {
+    (void)t.get();
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+  }
+}
+
 }  // namespace
 }  // namespace crew
