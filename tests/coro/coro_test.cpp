@@ -241,16 +241,31 @@ TEST(CoroTask, EveryTaskIsCountedOnceAndWaitIdleWaitsForSuspendedOnes) {
             0u);
 }
 
+// A pool of one worker held by a gate, its queue of one slot full: the
+// next submission meets the overflow policy. Opens the gate when it goes.
+struct FullPool {
+  explicit FullPool(Overflow overflow) : pool(options(overflow)) {
+    EXPECT_EQ(pool.post([this] { gate.wait(); }), Admission::accepted);
+    EXPECT_TRUE(test::eventually([this] { return pool.stats().busy == 1; }));
+    EXPECT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  }
+  ~FullPool() { gate.open(); }
+  FullPool(const FullPool&) = delete;
+  FullPool& operator=(const FullPool&) = delete;
+  static PoolOptions options(Overflow overflow) {
+    PoolOptions o = fixed_workers("co", 1);
+    o.queue_capacity = 1;
+    o.overflow = overflow;
+    return o;
+  }
+  test::Gate gate;
+  Pool pool;
+};
+
 TEST(CoroTask, TrySpawnOnAFullQueueGivesARejectedHandle) {
   Watchdog dog;
-  PoolOptions o = fixed_workers("co", 1);
-  o.queue_capacity = 1;
-  o.overflow = Overflow::reject;
-  Pool pool(o);
-  test::Gate gate;
-  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
-  ASSERT_TRUE(test::eventually([&] { return pool.stats().busy == 1; }));
-  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  FullPool full(Overflow::reject);
+  Pool& pool = full.pool;
   std::atomic<int> done{0};
   Task<void> t = try_spawn(pool, sleeper(1ms, &done));
   EXPECT_EQ(t.status(), TaskStatus::rejected);
@@ -261,7 +276,7 @@ TEST(CoroTask, TrySpawnOnAFullQueueGivesARejectedHandle) {
     EXPECT_EQ(e.code(), Errc::rejected);
     EXPECT_EQ(e.admission(), Admission::full);
   }
-  gate.open();
+  full.gate.open();
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_EQ(done.load(), 0);
 }
@@ -404,19 +419,13 @@ Co<void> record_threads(std::thread::id* start, std::thread::id* after) {
 
 TEST(CoroTask, UnderCallerRunsTheStartRunsOnTheCallerAndTheRestOnThePool) {
   Watchdog dog;
-  PoolOptions o = fixed_workers("co", 1);
-  o.queue_capacity = 1;
-  o.overflow = Overflow::caller_runs;
-  Pool pool(o);
-  test::Gate gate;
-  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
-  ASSERT_TRUE(test::eventually([&] { return pool.stats().busy == 1; }));
-  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  FullPool full(Overflow::caller_runs);
+  Pool& pool = full.pool;
   std::thread::id start;
   std::thread::id after;
   Task<void> t = spawn(pool, record_threads(&start, &after));
   EXPECT_EQ(start, std::this_thread::get_id());
-  gate.open();
+  full.gate.open();
   t.get();
   EXPECT_NE(after, std::this_thread::get_id());
   EXPECT_NE(after, std::thread::id{});
