@@ -181,6 +181,8 @@ const char* to_string(WaitKind k) noexcept {
       return "task";
     case WaitKind::yield:
       return "yield";
+    case WaitKind::callback:
+      return "callback";
   }
   return "unknown";
 }
@@ -255,6 +257,15 @@ bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
   stoppable_.store(true, std::memory_order_relaxed);
   const std::uint64_t gen = arm(h, WaitKind::yield);
   return fire(gen, Wake::event) || true;  // queued: it is suspended either way
+}
+
+std::uint64_t CoroTaskBase::external_begin(std::coroutine_handle<> h) noexcept {
+  stoppable_.store(true, std::memory_order_relaxed);
+  if (stop_requested()) {
+    woke_ = Wake::stop;
+    return 0;
+  }
+  return arm(h, WaitKind::callback);
 }
 
 bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,

@@ -97,7 +97,7 @@ inline void frame_free(void* p, std::size_t n) noexcept {
 // Why a suspended task was resumed.
 enum class Wake : std::uint8_t { none, event, stop };
 // What a suspended task waits for (the snapshot's `waits_on`).
-enum class WaitKind : std::uint8_t { none, sleep, task, yield };
+enum class WaitKind : std::uint8_t { none, sleep, task, yield, callback };
 [[nodiscard]] const char* to_string(WaitKind k) noexcept;
 
 // The part of a CoroState that does not depend on the result type
@@ -131,6 +131,15 @@ class CoroTaskBase {
   // null for any other task (polled).
   bool suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited, CoroTaskBase* target);
   bool suspend_yield(std::coroutine_handle<> h) noexcept;
+  // A wait for something outside crew (on_callback): arms the task and
+  // returns the generation its waker fires, or 0 if the task is stopped
+  // already (do not suspend). After the operation is started:
+  // external_armed(gen) is false if a stop came first (do not suspend); if
+  // starting it threw, external_failed(gen) is true if the task is still
+  // this thread's (rethrow), false if a waker took it (stay suspended).
+  std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
+  bool external_armed(std::uint64_t gen) noexcept { return !stopped_after_arm(gen); }
+  bool external_failed(std::uint64_t gen) noexcept { return claim(gen, Wake::none); }
   // In await_resume: why the task was resumed; a stop throws
   // Error(cancelled) or Error(timed_out) (its deadline).
   void end_wait();
