@@ -19,6 +19,7 @@
 
 #include "crew/application.hpp"
 #include "crew/batch.hpp"
+#include "crew/coro.hpp"
 #include "crew/error.hpp"
 #include "crew/func_pool.hpp"
 #include "crew/group.hpp"

@@ -78,6 +78,17 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
     }
     rt.shutdowns.begin(mode, &report);
     before = rt.registry.totals_locked();
+  }
+  // Coroutine tasks first, while the pool still runs their steps: their
+  // resumptions and the destruction of their frames need the workers
+  // (crew/detail/suspended_tasks.hpp).
+  bool suspended_escalated = false;
+  if (SuspendedTasks* suspended = core_.suspended()) {
+    const auto deadline = timeout.count() > 0 ? after(t0, timeout) : Clock::time_point::max();
+    suspended_escalated = suspended->shut_down(mode, deadline, core_.opts_.abandon_grace, report);
+  }
+  {
+    MutexLock lock(rt.registry.mu);
     if (mode != ShutdownMode::drain) core_.life_.start_dropping();
     core_.set_state(PoolState::stopping);
     core_.life_.call_attention();
@@ -112,7 +123,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   bool escalated = false;
   if (mode != ShutdownMode::hard) {
     const auto deadline = timeout.count() > 0 ? after(t0, timeout) : Clock::time_point::max();
-    if (!wait_for_workers(deadline)) {
+    if (suspended_escalated || !wait_for_workers(deadline)) {
       escalated = true;
       {
         MutexLock lock(rt.registry.mu);

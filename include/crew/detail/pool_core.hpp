@@ -30,6 +30,7 @@
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/idle_counts.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
+#include "crew/detail/suspended_tasks.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -311,6 +312,21 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // holding a reference): disarms its queue deadline and counts it.
   void settled_in_queue(TaskStateBase* s, bool count) noexcept;
 
+  // ---- coroutine tasks (crew/coro.hpp; their pushes are Submission's) ----
+  // The pool's coroutine tasks, null before the first spawn.
+  [[nodiscard]] SuspendedTasks* suspended() const noexcept {
+    return suspended_.p.load(std::memory_order_acquire);
+  }
+  // Installs `s` unless one is installed; returns the one installed (the
+  // pool owns it and destroys it first of its parts).
+  SuspendedTasks* install_suspended(std::unique_ptr<SuspendedTasks> s) noexcept {
+    SuspendedTasks* expected = nullptr;
+    if (suspended_.p.compare_exchange_strong(expected, s.get(), std::memory_order_acq_rel)) {
+      return s.release();
+    }
+    return expected;
+  }
+
  private:
   // The engine's shared state (src/engine/pool_runtime.hpp), whose members that
   // need its mutex (the worker books: spawning, write-offs, totals) read
@@ -355,6 +371,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // How many forks this process descends from when the pool was created
   // (inherited_by_fork).
   const std::uint32_t forks_at_start_;
+  // Last, so destroyed first, while the queues it pushes to still exist.
+  struct OwnedSuspended {
+    std::atomic<SuspendedTasks*> p{nullptr};
+    OwnedSuspended() = default;
+    OwnedSuspended(const OwnedSuspended&) = delete;
+    OwnedSuspended& operator=(const OwnedSuspended&) = delete;
+    ~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
+  } suspended_;
 
   // A cell left the queue: blocked submitters may be due for release
   // (inline in src/engine/pool_runtime.hpp, for the workers' pops).

@@ -114,6 +114,32 @@ class Submission {
     return Task<task_result_t<D>>(s);  // adopts the creator's reference
   }
 
+  // ---- coroutine tasks (crew/coro.hpp) ----
+  // Queues one step of a coroutine task (a resumption) as a short task of
+  // `level`: to the calling worker's own queue on a worker of this pool,
+  // else the shared one. Never runs it on the caller and never blocks:
+  // false when the level is full or the pool takes no more tasks (the
+  // caller keeps the step). Also during SuspendedTasks::shut_down, which
+  // runs before the pool stops taking tasks.
+  template <class F>
+  bool try_push_step(F& f, std::size_t level) noexcept {
+    static_assert(Cell::fits_inline<F>, "a step must fit a cell");
+    auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
+    if (c_.life_.closed()) return false;
+    if (t_current.core == &c_ && t_current.worker_local != LocalQueues::kNone &&
+        c_.queue_.try_push_local(fill, t_current.worker_local)) {
+      c_.after_push(/*own_queue=*/true);
+      return true;
+    }
+    if (!c_.queue_.try_push(fill, level)) return false;
+    c_.after_push();
+    return true;
+  }
+  // A task id of this pool, and a refusal counted as submitted and
+  // rejected (a spawn refused before it reached the queue).
+  std::uint64_t task_id() noexcept { return c_.new_task_id(); }
+  void count_refusal() noexcept { c_.refused_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   template <class D, class F>
   Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {

@@ -1,0 +1,338 @@
+// bench/coro_bench.cpp: coroutine tasks (crew/coro.hpp), the figures of
+// docs/bench/coroutines.md.
+//
+//   sleepers     100,000 coroutine tasks each sleeping 1 s on a 2-worker
+//                pool: seconds from the first spawn until all ended, and
+//                the peak RSS above the idle pool (VmHWM - VmRSS before)
+//   fib          fib(30), one task per call: coroutines (spawn + co_await)
+//                against crew::Group and oneTBB task_group, 2 threads each
+//   latency      resume latency (p50, p99, us): a plain post hand-off from
+//                a foreign thread, a coroutine's lateness after
+//                sleep_until, and a coroutine resumed by the end of the
+//                coroutine task it awaits
+//   cancel       10,000 suspended coroutine tasks cancelled through their
+//                handles: ms from the first cancel until all ended
+//   deadline     200 coroutine tasks with a 100 ms timeout sleeping 10 s:
+//                p99 ms from spawn to the end of the sleep
+//
+// Each round runs every workload once, in turn, each in a child process
+// (fork, so that RSS and the pools start fresh); the figures are medians
+// over the rounds.
+//
+//   crew_coro_bench [--rounds N] [--only NAME]
+#include <sys/wait.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crew/coro.hpp"
+#include "crew/group.hpp"
+#include "crew/pool.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+crew::PoolOptions two_workers(const char* name) {
+  crew::PoolOptions o;
+  o.name = name;
+  o.min_workers = 2;
+  o.max_workers = 2;
+  o.queue_capacity = 1 << 20;
+  return o;
+}
+
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+long status_kib(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::size_t n = std::strlen(field);
+  while (std::getline(f, line)) {
+    if (line.compare(0, n, field) == 0) return std::strtol(line.c_str() + n + 1, nullptr, 10);
+  }
+  return -1;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+  return v[i];
+}
+
+using Result = std::map<std::string, double>;
+
+// ---- sleepers ----
+crew::Co<void> sleep_one(std::atomic<int>* left) {
+  co_await crew::sleep_for(1s);
+  left->fetch_sub(1, std::memory_order_relaxed);
+}
+
+Result sleepers() {
+  constexpr int kN = 100'000;
+  crew::Pool pool(two_workers("sleepers"));
+  std::this_thread::sleep_for(50ms);
+  const long idle_kib = status_kib("VmRSS:");
+  std::atomic<int> left{kN};
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kN; ++i) (void)crew::spawn_detached(pool, sleep_one(&left));
+  const double spawned = secs(Clock::now() - t0);
+  while (left.load() != 0) std::this_thread::sleep_for(1ms);
+  const double done = secs(Clock::now() - t0);
+  const long peak_kib = status_kib("VmHWM:");
+  return {{"spawn_s", spawned},
+          {"all_done_s", done},
+          {"peak_rss_above_idle_mib", static_cast<double>(peak_kib - idle_kib) / 1024.0}};
+}
+
+// ---- fib ----
+crew::Co<long> fib_co(crew::Pool& pool, int n) {
+  if (n < 2) co_return n;
+  crew::Task<long> a = crew::spawn(pool, fib_co(pool, n - 1));
+  const long b = co_await fib_co(pool, n - 2);
+  co_return b + co_await a;
+}
+
+long fib_group(crew::Pool& pool, int n) {
+  if (n < 2) return n;
+  long a = 0;
+  crew::Group g(pool);
+  (void)g.submit([&pool, &a, n] { a = fib_group(pool, n - 1); });
+  const long b = fib_group(pool, n - 2);
+  g.wait();
+  return a + b;
+}
+
+long fib_tbb(int n) {
+  if (n < 2) return n;
+  long a = 0;
+  tbb::task_group g;
+  g.run([&a, n] { a = fib_tbb(n - 1); });
+  const long b = fib_tbb(n - 2);
+  g.wait();
+  return a + b;
+}
+
+constexpr int kFib = 30;
+constexpr long kFibValue = 832040;
+
+Result fib() {
+  Result r;
+  {
+    crew::Pool pool(two_workers("fib"));
+    (void)crew::spawn(pool, fib_co(pool, 20)).get();  // warm caches
+    const auto t0 = Clock::now();
+    const long v = crew::spawn(pool, fib_co(pool, kFib)).get();
+    r["coroutine_s"] = secs(Clock::now() - t0);
+    if (v != kFibValue) std::abort();
+  }
+  {
+    crew::Pool pool(two_workers("fib"));
+    (void)pool.submit([&pool] { return fib_group(pool, 20); }).get();
+    const auto t0 = Clock::now();
+    const long v = pool.submit([&pool] { return fib_group(pool, kFib); }).get();
+    r["group_s"] = secs(Clock::now() - t0);
+    if (v != kFibValue) std::abort();
+  }
+  {
+    tbb::task_arena arena(2, 1);
+    long v = 0;
+    arena.execute([&] { v = fib_tbb(20); });
+    const auto t0 = Clock::now();
+    arena.execute([&] { v = fib_tbb(kFib); });
+    r["tbb_s"] = secs(Clock::now() - t0);
+    if (v != kFibValue) std::abort();
+  }
+  r["coroutine_over_group"] = r["coroutine_s"] / r["group_s"];
+  r["coroutine_over_tbb"] = r["coroutine_s"] / r["tbb_s"];
+  return r;
+}
+
+// ---- latency ----
+std::int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
+
+crew::Co<void> late_after_timer(std::vector<double>* out, int n) {
+  for (int i = 0; i < n; ++i) {
+    const auto at = Clock::now() + 200us;
+    co_await crew::sleep_until(at);
+    out->push_back(static_cast<double>((Clock::now() - at).count()) / 1000.0);
+  }
+}
+
+crew::Co<void> end_at(std::int64_t* at) {
+  co_await crew::sleep_for(100us);
+  *at = now_ns();
+}
+
+crew::Co<void> resumed_by_end(crew::Pool* pool, std::vector<double>* out, int n) {
+  for (int i = 0; i < n; ++i) {
+    std::int64_t ended = 0;
+    crew::Task<void> t = crew::spawn(*pool, end_at(&ended));
+    co_await t;
+    out->push_back(static_cast<double>(now_ns() - ended) / 1000.0);
+  }
+}
+
+Result latency() {
+  constexpr int kN = 2000;
+  crew::Pool pool(two_workers("latency"));
+  std::vector<double> post_us;
+  post_us.reserve(kN);
+  for (int i = 0; i < kN; ++i) {
+    std::atomic<std::int64_t> ran{0};
+    const std::int64_t t0 = now_ns();
+    (void)pool.post([&ran] { ran.store(now_ns()); });
+    while (ran.load() == 0) std::this_thread::yield();
+    post_us.push_back(static_cast<double>(ran.load() - t0) / 1000.0);
+    std::this_thread::sleep_for(200us);  // workers go idle, as before a timer
+  }
+  std::vector<double> timer_us;
+  timer_us.reserve(kN);
+  crew::spawn(pool, late_after_timer(&timer_us, kN)).get();
+  std::vector<double> await_us;
+  await_us.reserve(kN);
+  crew::spawn(pool, resumed_by_end(&pool, &await_us, kN)).get();
+  return {{"post_p50_us", percentile(post_us, 0.5)},
+          {"post_p99_us", percentile(post_us, 0.99)},
+          {"timer_p50_us", percentile(timer_us, 0.5)},
+          {"timer_p99_us", percentile(timer_us, 0.99)},
+          {"await_end_p50_us", percentile(await_us, 0.5)},
+          {"await_end_p99_us", percentile(await_us, 0.99)}};
+}
+
+// ---- cancel ----
+crew::Co<void> wait_long(std::atomic<int>* started) {
+  started->fetch_add(1, std::memory_order_relaxed);
+  co_await crew::sleep_for(60s);
+}
+
+Result cancel() {
+  constexpr int kN = 10'000;
+  crew::Pool pool(two_workers("cancel"));
+  std::atomic<int> started{0};
+  std::vector<crew::Task<void>> tasks;
+  tasks.reserve(kN);
+  for (int i = 0; i < kN; ++i) tasks.push_back(crew::spawn(pool, wait_long(&started)));
+  while (started.load() != kN) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);  // every one suspended
+  const auto t0 = Clock::now();
+  for (auto& t : tasks) (void)t.cancel();
+  for (auto& t : tasks) t.wait();
+  const double ms = secs(Clock::now() - t0) * 1000.0;
+  for (auto& t : tasks) {
+    if (t.status() != crew::TaskStatus::cancelled) std::abort();
+  }
+  return {{"all_ended_ms", ms}};
+}
+
+// ---- deadline ----
+crew::Co<void> overslept(Clock::time_point spawned, std::vector<double>* out, int i) {
+  try {
+    co_await crew::sleep_for(10s);
+  } catch (const crew::Error&) {
+  }
+  (*out)[static_cast<std::size_t>(i)] = secs(Clock::now() - spawned) * 1000.0;
+}
+
+Result deadline() {
+  constexpr int kN = 200;
+  crew::Pool pool(two_workers("deadline"));
+  std::vector<double> ms(kN, 0.0);
+  std::vector<crew::Task<void>> tasks;
+  for (int i = 0; i < kN; ++i) {
+    tasks.push_back(crew::spawn(pool, overslept(Clock::now(), &ms, i), {.timeout = 100ms}));
+    std::this_thread::sleep_for(1ms);  // deadlines spread over 200 ms
+  }
+  for (auto& t : tasks) t.wait();
+  return {{"p50_ms", percentile(ms, 0.5)}, {"p99_ms", percentile(ms, 0.99)}};
+}
+
+// Runs `f` in a child process; its figures come back through a pipe.
+Result in_child(const std::function<Result()>& f) {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    const Result r = f();
+    std::string out;
+    for (const auto& [k, v] : r) out += k + " " + std::to_string(v) + "\n";
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "a workload's child failed (status %d)\n", status);
+    std::exit(1);
+  }
+  Result r;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::string line = text.substr(pos, nl - pos);
+    const std::size_t sp = line.find(' ');
+    r[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+    pos = nl + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 5;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+  }
+  const std::vector<std::pair<std::string, std::function<Result()>>> workloads = {
+      {"sleepers", sleepers},
+      {"fib", fib},
+      {"latency", latency},
+      {"cancel", cancel},
+      {"deadline", deadline}};
+  std::map<std::string, std::map<std::string, std::vector<double>>> all;
+  for (int round = 0; round < rounds; ++round) {
+    for (const auto& [name, f] : workloads) {
+      if (!only.empty() && only != name) continue;
+      const Result r = in_child(f);
+      std::printf("round %d %s:", round + 1, name.c_str());
+      for (const auto& [k, v] : r) {
+        std::printf(" %s=%.3f", k.c_str(), v);
+        all[name][k].push_back(v);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\nmedians over %d rounds\n", rounds);
+  for (const auto& [name, figures] : all) {
+    for (const auto& [k, v] : figures) {
+      std::printf("%-10s %-26s %10.3f\n", name.c_str(), k.c_str(), percentile(v, 0.5));
+    }
+  }
+  return 0;
+}

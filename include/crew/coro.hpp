@@ -1,0 +1,548 @@
+// crew/coro.hpp: coroutine tasks, tasks that wait without holding a thread.
+//
+//   crew::Co<int> fetch(int id) {
+//     co_await crew::sleep_for(10ms);        // the worker runs other tasks meanwhile
+//     int a = co_await child(id);            // another coroutine, same task
+//     crew::Task<int> t = pool.submit(work);
+//     co_return a + co_await t;              // a task handle
+//   }
+//   crew::Task<int> t = crew::spawn(pool, fetch(7), {.name = "fetch", .timeout = 2s});
+//
+// A Co<R> is a lazy coroutine: it runs only once spawned onto a pool, or
+// awaited by a coroutine that runs on one. spawn() gives the same Task<R>
+// handle as Pool::submit (get, wait, cancel, status, reason, id, name), with
+// the same TaskOptions and the same admission (the pool's overflow policy;
+// try_spawn never blocks; a refused task's handle is rejected with
+// Error::admission() saying why). Each spawned coroutine is one *coroutine
+// task*: the root coroutine and every Co it awaits, with one stop token and
+// one outcome.
+//
+// Where it runs: each step (the start, and each resumption after a
+// suspension) is a short task of the task's pool at the task's priority, so
+// a coroutine task always resumes on a worker of its own pool (the start
+// runs on the spawning thread only when the pool's admission says so:
+// Overflow::caller_runs on a full queue, or a worker of the pool whose
+// queues are full). Consecutive steps may run on different workers.
+//
+// What a coroutine task can co_await (each suspension holds no thread):
+//   Co<T>                  runs it in the same task, by symmetric transfer (no
+//                          stack growth however long the chain); returns its
+//                          value or rethrows its exception
+//   Task<T>& / Task<T>&&   a handle of this or another pool; returns get():
+//                          the value, the task's exception, or crew::Error for
+//                          a task that ended without a value. A coroutine
+//                          task's handle resumes the waiter when it ends; any
+//                          other task is polled (every 50 us doubling to 1 ms)
+//   sleep_for / sleep_until   the pool's coroutine timer
+//   yield()                lets the pool's other tasks run first
+//   when_all / when_any    over a vector of handles (below)
+//   wait_all(group)        every task of a crew::Group (below)
+//   schedule(pool)         yield() on the task's own pool
+//   on_callback<T>(start)  an operation outside crew that reports through a
+//                          callback (Asio, client libraries), below
+//
+// Stop and deadline: every coroutine task has a std::stop_token
+// (current_stop_token()); Task::cancel(), the task's timeout (TaskOptions::
+// timeout, else PoolOptions::task_timeout, counted from its start) and a
+// shutdown stop it, and a coroutine task spawned from another one is
+// stopped with it. A stop ends the current suspension at once: the co_await
+// throws crew::Error(Errc::timed_out) if the task's deadline passed, else
+// crew::Error(Errc::cancelled); every later suspension throws the same at
+// once. The task ends cancelled or timed_out however its coroutine returns
+// (as a long task does); an exception is failed, never std::terminate.
+// Once the pool accepted it, the task's status is running even while its
+// start is still queued: a cancel() then returns stop_requested, and the
+// start, when it comes up stopped or past the task's queue_timeout,
+// destroys the frame unrun and ends the task cancelled (Errc::cancelled,
+// Errc::expired). Task::wait() and get() on a worker of the task's pool run
+// the pool's queued tasks meanwhile, the coroutine's steps among them, as
+// for any task: such a wait never deadlocks the pool.
+//
+// Shutdown (crew/detail/suspended_tasks.hpp): before the pool stops taking
+// tasks, drain waits for its coroutine tasks to end; soft and hard (and a
+// drain past its timeout, which then reports escalated) stop them and wait
+// PoolOptions::abandon_grace; a frame still suspended then is destroyed on a
+// worker of the pool and its task ends cancelled with Errc::abandoned,
+// listed in the report's `abandoned`; coroutine tasks not started yet end
+// cancelled (Errc::shutdown_dropped) unrun in soft and hard, listed in
+// `rejected`.
+// A resumption left in the queue when a soft or hard shutdown drops it
+// destroys its frame there (Errc::shutdown_dropped). New coroutine tasks
+// spawned from outside the pool's coroutines are refused (Admission::closed)
+// while this runs. No frame outlives its pool's shutdown unless its
+// coroutine is running on a thread at that moment and never returns.
+//
+// Frames come from crew's per-thread block cache when they are at most
+// detail::kMaxCachedFrame (512) bytes (no global operator new per coroutine
+// in steady state); larger frames use the global operator new. A spawn
+// also allocates its stop source's state (one global operator new).
+//
+// Traps (docs/coroutines.md): do not keep the address of a thread_local,
+// nor std::this_thread::get_id(), across a co_await (the coroutine may
+// resume on another worker; read it again, through a function that is not
+// inlined); under g++ 12 do not put a
+// co_await and a lambda with captures in one full expression (name the
+// lambda first).
+//
+// Thread safety: spawn and try_spawn as Pool::submit. A Co<R> is move-only
+// and belongs to one thread until it is spawned or awaited.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "crew/detail/clock.hpp"
+#include "crew/detail/coro_task.hpp"
+#include "crew/detail/deadline.hpp"
+#include "crew/error.hpp"
+#include "crew/group.hpp"
+#include "crew/pool.hpp"
+#include "crew/task.hpp"
+
+namespace crew {
+
+// A lazy coroutine returning R (void by default). Move-only; destroying a
+// Co that never ran destroys its frame.
+template <class R = void>
+class [[nodiscard]] Co {
+ public:
+  using promise_type = detail::CoroPromise<R>;
+  using Handle = std::coroutine_handle<promise_type>;
+
+  Co() noexcept = default;
+  Co(Co&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Co& operator=(Co&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Co(const Co&) = delete;
+  Co& operator=(const Co&) = delete;
+  ~Co() { reset(); }
+
+  [[nodiscard]] bool valid() const noexcept { return static_cast<bool>(h_); }
+
+  // Awaiting a Co from a coroutine of a task runs it in that task.
+  struct Awaiter {
+    Handle child;
+    bool await_ready() const noexcept { return false; }
+    template <detail::CrewPromise P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> parent) noexcept {
+      child.promise().task = parent.promise().task;
+      child.promise().continuation = parent;
+      return child;
+    }
+    R await_resume() {
+      promise_type& p = child.promise();
+      if (p.error) std::rethrow_exception(p.error);
+      if constexpr (!std::is_void_v<R>) return p.take();
+    }
+  };
+  Awaiter operator co_await() && noexcept {
+    CREW_ASSERT(h_, "co_await on an empty Co");
+    return Awaiter{h_};
+  }
+
+  // For spawn: the frame, owned by the caller from now on.
+  Handle release() noexcept { return std::exchange(h_, nullptr); }
+
+ private:
+  friend struct detail::CoroPromise<R>;
+  explicit Co(Handle h) noexcept : h_(h) {}
+  void reset() noexcept {
+    if (h_) std::exchange(h_, nullptr).destroy();
+  }
+  Handle h_;
+};
+
+namespace detail {
+
+template <class R>
+Co<R> CoroPromise<R>::get_return_object() noexcept {
+  return Co<R>(std::coroutine_handle<CoroPromise<R>>::from_promise(*this));
+}
+inline Co<void> CoroPromise<void>::get_return_object() noexcept {
+  return Co<void>(std::coroutine_handle<CoroPromise<void>>::from_promise(*this));
+}
+
+template <class R>
+CoroState<R>* make_coro_state(PoolCore& core, Co<R>&& co, TaskOptions&& opts, bool detached) {
+  (void)detail::Submission(core).level_of(opts);  // validated before anything is allocated
+  CREW_ASSERT(co.valid(), "spawn of an empty Co");
+  auto* s = new CoroState<R>(co.release());
+  try {
+    s->setup(core, std::move(opts), detached, current_coro_task());
+  } catch (...) {
+    s->release();  // destroys the frame
+    throw;
+  }
+  return s;
+}
+
+template <class R>
+Task<R> spawn_with(Pool& pool, Co<R>&& co, TaskOptions&& opts, bool may_block) {
+  CoroState<R>* s = make_coro_state(PoolAccess::core(pool), std::move(co), std::move(opts), false);
+  (void)s->launch(may_block);
+  return Task<R>(s);  // the creator's reference
+}
+
+template <class R>
+Admission spawn_detached_with(Pool& pool, Co<R>&& co, TaskOptions&& opts, bool may_block) {
+  CoroState<R>* s = make_coro_state(PoolAccess::core(pool), std::move(co), std::move(opts), true);
+  const Admission a = s->launch(may_block);
+  s->release();
+  return a;
+}
+
+// A coroutine task's wait for a task handle.
+template <class T>
+struct TaskAwaiter {
+  Task<T>& task;
+  CoroTaskBase* self = nullptr;
+  bool await_ready() const noexcept { return task.ready() || !task.valid(); }
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    self = h.promise().task;
+    // A coroutine task's state is a CoroState<T> (a type_info comparison:
+    // cheaper than a cross-cast, which compares names up the hierarchy).
+    TaskStateBase* st = task.state();
+    CoroTaskBase* target =
+        typeid(*st) == typeid(CoroState<T>) ? static_cast<CoroState<T>*>(st) : nullptr;
+    return self->suspend_on(h, st, target);
+  }
+  T await_resume() {
+    if (self != nullptr) self->end_wait();
+    return task.get();
+  }
+};
+
+struct SleepAwaiter {
+  std::int64_t at_ns;
+  bool stoppable = true;
+  CoroTaskBase* self = nullptr;
+  bool await_ready() const noexcept { return false; }
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    self = h.promise().task;
+    return self->suspend_until(h, at_ns, stoppable);
+  }
+  void await_resume() { self->end_wait(); }
+};
+
+struct YieldAwaiter {
+  CoroTaskBase* self = nullptr;
+  bool await_ready() const noexcept { return false; }
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) noexcept {
+    self = h.promise().task;
+    return self->suspend_yield(h);
+  }
+  void await_resume() { self->end_wait(); }
+};
+
+}  // namespace detail
+
+// Spawns `co` as a coroutine task of `pool`. Admission as Pool::submit: if
+// the queue is full and the overflow policy is block, waits for room (never
+// on a worker of the pool: the start then runs on the caller); a refused
+// task's handle is already rejected. Spawned from inside a coroutine task,
+// the new task is stopped when that one is. Throws Error(invalid_options)
+// for bad options and std::bad_alloc, spawning nothing.
+template <class R>
+Task<R> spawn(Pool& pool, Co<R> co, TaskOptions opts = {}) {
+  return detail::spawn_with(pool, std::move(co), std::move(opts), /*may_block=*/true);
+}
+// Never blocks: a full queue gives a rejected handle (Admission::full), or
+// runs the start on the caller under Overflow::caller_runs.
+template <class R>
+Task<R> try_spawn(Pool& pool, Co<R> co, TaskOptions opts = {}) {
+  return detail::spawn_with(pool, std::move(co), std::move(opts), /*may_block=*/false);
+}
+// Without a handle: the task's exception goes to the pool's exception
+// handler (else its log), as for Pool::post. Returns the admission.
+template <class R>
+[[nodiscard]] Admission spawn_detached(Pool& pool, Co<R> co, TaskOptions opts = {}) {
+  return detail::spawn_detached_with(pool, std::move(co), std::move(opts), /*may_block=*/true);
+}
+
+// co_await task: suspends until the task ends, then returns task.get().
+// Only from a coroutine of a coroutine task (a Co). Not thread-safe on the
+// handle: do not use it elsewhere meanwhile.
+template <class T>
+detail::TaskAwaiter<T> operator co_await(Task<T>& task) noexcept {
+  return {task};
+}
+template <class T>
+detail::TaskAwaiter<T> operator co_await(Task<T>&& task) noexcept {
+  return {task};
+}
+
+// Whether a stop of the task ends a sleep.
+enum class StopMode : std::uint8_t {
+  interrupt,  // the co_await throws at once (the default)
+  ignore,     // it sleeps on (a shutdown destroys its frame past the grace)
+};
+
+// co_await sleep_for(d) / sleep_until(t): suspends until then (on the
+// pool's coroutine timer, within about 100 us), or until the task is
+// stopped (throws, see the top). A time already passed does not suspend.
+[[nodiscard]] inline detail::SleepAwaiter sleep_until(
+    std::chrono::steady_clock::time_point t, StopMode mode = StopMode::interrupt) noexcept {
+  return detail::SleepAwaiter{t.time_since_epoch().count(), mode == StopMode::interrupt};
+}
+template <class Rep, class Period>
+[[nodiscard]] detail::SleepAwaiter sleep_for(std::chrono::duration<Rep, Period> d,
+                                             StopMode mode = StopMode::interrupt) noexcept {
+  return sleep_until(detail::saturating_deadline(std::chrono::steady_clock::now(), d), mode);
+}
+
+// co_await yield(): queues the rest of the coroutine behind the pool's
+// queued tasks (on a worker, in its own queue, newest first).
+[[nodiscard]] inline detail::YieldAwaiter yield() noexcept { return {}; }
+
+namespace detail {
+struct ScheduleAwaiter : YieldAwaiter {
+  const PoolCore* pool;
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    if (&h.promise().task->core() != pool) {
+      throw Error(Errc::invalid_options,
+                  "crew::schedule: a coroutine task runs on the pool it was spawned onto");
+    }
+    return YieldAwaiter::await_suspend(h);
+  }
+};
+}  // namespace detail
+
+// co_await schedule(pool): as yield(), on `pool`, which must be the task's
+// own pool (a coroutine task stays on the pool it was spawned onto: its
+// stop, deadline, counts and shutdown are that pool's); another pool
+// throws Error(Errc::invalid_options) at the co_await, not suspended. To
+// run work on another pool, co_await a task spawned or submitted there.
+[[nodiscard]] inline detail::ScheduleAwaiter schedule(const Pool& pool) noexcept {
+  return detail::ScheduleAwaiter{{}, &detail::PoolAccess::core(pool)};
+}
+
+// co_await wait_all(group): suspends until every task submitted to `group`
+// so far has ended (Group::stats().pending is 0; it looks every 50 us,
+// doubling to 1 ms), then rethrows the group's first exception
+// (Group::rethrow_if_failed). A stop of the awaiting task cancels the group
+// and throws at once (its tasks may still be ending: ~Group waits for
+// them). Unlike Group::wait() it does not wait for a written-off callable
+// to return.
+inline Co<void> wait_all(Group& group) {
+  std::chrono::microseconds pause{50};
+  while (group.stats().pending != 0) {
+    try {
+      co_await sleep_for(pause);
+    } catch (...) {
+      group.cancel();
+      throw;
+    }
+    pause = std::min(pause * 2, std::chrono::microseconds{1000});
+  }
+  group.rethrow_if_failed();
+}
+
+// co_await when_all(tasks): waits for every task (handles of any pools) and
+// returns their values in the vector's order (nothing for Task<void>). The
+// first exception met in that order cancels the tasks that have not ended,
+// and is rethrown once the others have ended too; if the awaiting task is
+// stopped meanwhile, it cancels them and throws at once. `tasks` must
+// outlive the co_await; its handles are used up (get()).
+template <class T>
+Co<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(
+    std::vector<Task<T>>& tasks) {
+  std::exception_ptr first;
+  [[maybe_unused]] std::conditional_t<std::is_void_v<T>, int, std::vector<T>> out{};
+  if constexpr (!std::is_void_v<T>) out.reserve(tasks.size());
+  for (Task<T>& t : tasks) {
+    try {
+      if constexpr (std::is_void_v<T>) {
+        co_await t;
+      } else {
+        out.push_back(co_await t);
+      }
+    } catch (...) {
+      if (!first) {
+        first = std::current_exception();
+        for (Task<T>& other : tasks) (void)other.cancel();
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  if constexpr (!std::is_void_v<T>) co_return out;
+}
+
+// co_await when_any(tasks): suspends until one of the tasks has ended and
+// returns its index (the first ended one in the vector's order). It takes
+// no value out of the handles and cancels nothing. It looks every 50 us,
+// doubling to 1 ms while none has ended (sleep_for: a stop of the awaiting
+// task throws as for a sleep). An empty vector throws
+// Error(invalid_options).
+template <class T>
+Co<std::size_t> when_any(std::vector<Task<T>>& tasks) {
+  if (tasks.empty()) throw Error(Errc::invalid_options, "crew::when_any: no task");
+  std::chrono::microseconds pause{50};
+  for (;;) {
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (!tasks[i].valid() || tasks[i].ready()) co_return i;
+    }
+    co_await sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds{1000});
+  }
+}
+
+namespace detail {
+// What an on_callback wait and its Resume share: the value, and whether the
+// Resume was destroyed uncalled. Holds a reference to the task, so that a
+// late callback finds it (and finds it no longer armed with `gen`).
+template <class T>
+struct CallbackBlock {
+  std::atomic<int> refs{2};  // the awaiter's and the Resume's
+  CoroTaskBase* task = nullptr;
+  std::uint64_t gen = 0;
+  std::optional<T> value;  // empty once woken: the Resume was destroyed uncalled
+  void release() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      task->drop();
+      delete this;
+    }
+  }
+};
+}  // namespace detail
+
+// The callback of an on_callback wait: call it once, from any thread, with
+// the operation's result; the coroutine then resumes on its pool. Later
+// calls do nothing. Destroyed uncalled, it ends the wait with
+// Error(Errc::cancelled). Move-only.
+template <class T>
+class Resume {
+ public:
+  explicit Resume(detail::CallbackBlock<T>* b) noexcept : b_(b) {}
+  Resume(Resume&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+  Resume& operator=(Resume&&) = delete;
+  Resume(const Resume&) = delete;
+  Resume& operator=(const Resume&) = delete;
+  ~Resume() {
+    if (b_ != nullptr) end(std::exchange(b_, nullptr));
+  }
+  template <class V>
+  void operator()(V&& v) {
+    if (b_ == nullptr) return;
+    detail::CallbackBlock<T>* b = std::exchange(b_, nullptr);
+    b->value.emplace(std::forward<V>(v));  // before the wake: the coroutine reads it after
+    end(b);
+  }
+
+ private:
+  static void end(detail::CallbackBlock<T>* b) noexcept {
+    (void)b->task->fire(b->gen, detail::Wake::event);  // does nothing if a stop came first
+    b->release();
+  }
+  detail::CallbackBlock<T>* b_;
+};
+
+namespace detail {
+template <class T, class Start>
+struct CallbackAwaiter {
+  Start start;
+  CallbackBlock<T>* block = nullptr;
+  CoroTaskBase* self = nullptr;
+  CallbackAwaiter(Start s) : start(std::move(s)) {}  // NOLINT(google-explicit-constructor)
+  CallbackAwaiter(const CallbackAwaiter&) = delete;
+  CallbackAwaiter& operator=(const CallbackAwaiter&) = delete;
+  ~CallbackAwaiter() {
+    if (block != nullptr) block->release();  // a frame destroyed while it waited
+  }
+  bool await_ready() const noexcept { return false; }
+  template <CrewPromise P>
+  bool await_suspend(std::coroutine_handle<P> h) {
+    CoroTaskBase* const t = h.promise().task;
+    self = t;
+    block = new CallbackBlock<T>();
+    block->task = t;
+    t->hold();
+    const std::uint64_t gen = t->external_begin(h);
+    if (gen == 0) {
+      block->refs.store(1, std::memory_order_relaxed);  // no Resume was made
+      return false;                                     // stopped: await_resume throws
+    }
+    block->gen = gen;
+    // Once started, the operation may complete and the coroutine resume
+    // elsewhere before this returns: only locals from here on.
+    try {
+      start(Resume<T>(block));
+    } catch (...) {
+      if (t->external_failed(gen)) throw;  // not suspended: the co_await throws
+      return true;                         // its Resume ended the wait meanwhile
+    }
+    return t->external_armed(gen);
+  }
+  T await_resume() {
+    struct Release {
+      CallbackBlock<T>*& b;
+      ~Release() { std::exchange(b, nullptr)->release(); }
+    } release{block};
+    self->end_wait();  // throws if the task was stopped
+    if (!block->value) {
+      throw Error(Errc::cancelled, "crew::on_callback: the callback was destroyed uncalled");
+    }
+    return std::move(*block->value);
+  }
+};
+}  // namespace detail
+
+// co_await on_callback<T>(start): waits for an operation outside crew that
+// reports through a callback (an Asio async operation, a client library).
+// `start(Resume<T> resume)` is called inside the co_await, on the task's
+// thread, and starts the operation, which later calls resume(value) once,
+// from any thread; the co_await then returns that value, on a worker of
+// the task's pool. If `start` throws, so does the co_await (start's
+// exception, or Error(cancelled) if the Resume was destroyed on the way
+// out). A stop of the task ends the wait at once (the
+// co_await throws as for a sleep) without cancelling the operation (cancel
+// it yourself, from a std::stop_callback on current_stop_token()); its late
+// callback then does nothing. With Asio:
+//
+//   auto ec = co_await crew::on_callback<boost::system::error_code>(
+//       [&](auto resume) { timer.async_wait(std::move(resume)); });
+template <class T, class Start>
+[[nodiscard]] detail::CallbackAwaiter<T, std::decay_t<Start>> on_callback(Start&& start) {
+  return detail::CallbackAwaiter<T, std::decay_t<Start>>(std::forward<Start>(start));
+}
+
+// A coroutine task suspended now: what it waits for ("sleep", "task",
+// "yield", "callback") and for how long.
+struct SuspendedCoroutine {
+  TaskRef task;
+  std::string_view waits_on;
+  std::chrono::nanoseconds suspended_for{0};
+};
+struct CoroutineTasks {
+  std::size_t live = 0;  // spawned and not ended (queued, running or suspended)
+  std::vector<SuspendedCoroutine> suspended;
+};
+// A snapshot of the pool's coroutine tasks. Thread-safe; blocks on the
+// pool's coroutine registry (a short lock), never on a task.
+[[nodiscard]] CoroutineTasks coroutine_tasks(const Pool& pool);
+
+// The stop token of the coroutine task running on this thread (a stop
+// token that is never stopped outside one). Inside a coroutine it reads the
+// task of the current step: call it again after each co_await rather than
+// keeping a reference to thread-local state.
+[[nodiscard]] std::stop_token current_stop_token() noexcept;
+
+}  // namespace crew

@@ -1,0 +1,435 @@
+// crew/detail/coro_task.hpp: the state behind a coroutine task (crew/coro.hpp).
+//
+// A coroutine task is a CoroState<R>: a task state (the same one a Task<R>
+// handle reads: status word, reference count, result, stop request) plus
+// CoroTaskBase, the coroutine side: the root frame, the stop source the
+// task runs under, the one suspension it may be in, and the coroutine tasks
+// waiting for it to end.
+//
+// Its life:
+//   spawn    the state is made, enrolled in its pool's CoroHub (one reference
+//            until it ends) and a StartCell is queued as a counted task: the
+//            pool's admission decides (block, reject, caller_runs).
+//   steps    the StartCell, then one ResumeStep per resumption: short tasks
+//            of the pool at the task's priority. Each runs the coroutine on
+//            the worker until it suspends or ends.
+//   suspend  an awaiter arms the task (arm: the frame to resume, a
+//            generation number) and hands it to what it waits on (the hub's
+//            timer, an awaited task's waiter list, or the hub's poll). Whoever
+//            wakes it first (that, or the task's stop) claims the generation
+//            with one compare-exchange and queues the ResumeStep; the others
+//            find it claimed and do nothing. A claimed task is not armed, so
+//            nobody else can resume or destroy its frame.
+//   end      at the root's final suspension, on the worker of its last step:
+//            the outcome is decided (a stop makes it cancelled or timed_out
+//            however the coroutine returned, as for long tasks), the frame
+//            destroyed, the outcome counted, then published; the waiters are
+//            woken and the hub lets go.
+//   abandon  a frame the task will never resume (its step was dropped by a
+//            shutdown, or a shutdown destroys it past its grace) is destroyed
+//            by the thread that claimed it, and the task ends cancelled with
+//            the reason (Errc::shutdown_dropped, Errc::abandoned).
+//
+// Status and counting: the StartCell is the task's one submission. The
+// state leaves `queued` for `running` as soon as the pool accepts the
+// start (launch), not when it runs: a queued task state is one a wait on
+// a worker may take and run itself (Task::wait), and a coroutine task's
+// state is not run that way. So an outcome is never decided in the queue
+// after admission: a cancel stops the task, and the start, when it comes
+// up stopped (or past its queue deadline), destroys the frame unrun and
+// ends the task cancelled (Errc::cancelled, Errc::shutdown_dropped,
+// Errc::expired). The outcome is counted by the thread that ends the task;
+// a start dropped by a soft or hard shutdown is counted by the pool (as
+// rejected) and the task ends cancelled (Errc::shutdown_dropped) uncounted.
+// A refused task ends rejected, counted as the refusal. Each ResumeStep is
+// a short task of its own in the pool's stats.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+#include "crew/detail/block_cache.hpp"
+#include "crew/detail/pool_core.hpp"
+#include "crew/detail/spin_lock.hpp"
+#include "crew/detail/task_state.hpp"
+#include "crew/error.hpp"
+#include "crew/task.hpp"
+
+namespace crew {
+template <class R>
+class Co;
+}
+
+namespace crew::detail {
+
+class CoroHub;
+class CoroTaskBase;
+
+// Frames of up to kMaxCachedBlock bytes (512) come from the block cache;
+// larger ones from the global operator new.
+inline constexpr std::size_t kMaxCachedFrame = kMaxCachedBlock;
+inline void* frame_alloc(std::size_t n) {
+  return n <= kMaxCachedFrame ? cached_alloc(n) : ::operator new(n);
+}
+inline void frame_free(void* p, std::size_t n) noexcept {
+  if (n <= kMaxCachedFrame) {
+    cached_free(p, n);
+  } else {
+    ::operator delete(p);
+  }
+}
+
+// The coroutine task whose step runs on the calling thread, or null. Out of
+// line on purpose: read from inside a coroutine body, an inlined
+// thread_local may be read through an address computed before a
+// suspension, on another thread (docs/coroutines.md, "Traps").
+[[nodiscard]] CoroTaskBase* current_coro_task() noexcept;
+
+// Why a suspended task was resumed.
+enum class Wake : std::uint8_t { none, event, stop };
+// What a suspended task waits for (the snapshot's `waits_on`).
+enum class WaitKind : std::uint8_t { none, sleep, task, yield, callback };
+[[nodiscard]] const char* to_string(WaitKind k) noexcept;
+
+// The part of a CoroState that does not depend on the result type
+// (src/coro/coro_task.cpp).
+class CoroTaskBase {
+ public:
+  CoroTaskBase(const CoroTaskBase&) = delete;
+  CoroTaskBase& operator=(const CoroTaskBase&) = delete;
+
+  [[nodiscard]] TaskStateBase& state() noexcept { return *self_; }
+  [[nodiscard]] PoolCore& core() const noexcept { return *core_; }
+  [[nodiscard]] std::stop_token stop_token() const noexcept { return frame_.source.get_token(); }
+  [[nodiscard]] bool stop_requested() const noexcept { return frame_.source.stop_requested(); }
+
+  // ---- spawn (the spawning thread, before the task is shared) ----
+  // Name, deadlines, the stop source and its link to `parent` (the spawning
+  // coroutine task, if any: its stop stops this one). Throws bad_alloc.
+  void setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent);
+  // Queues the task's start on its pool; returns the admission. A refused
+  // task ends rejected (not counted here: the pool counted the refusal).
+  Admission launch(bool may_block);
+
+  // ---- awaiters (the task's own thread, inside await_suspend) ----
+  // Each returns false when the coroutine must not suspend (resume at once:
+  // stopped already, or nothing to wait for), true when it is suspended;
+  // then the frame may be resumed on another thread before the call
+  // returns, so the awaiter must not touch itself afterwards.
+  // `stoppable` false: a stop does not end this sleep (StopMode::ignore).
+  bool suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, bool stoppable = true);
+  // `target`: `awaited` as a coroutine task (its end wakes the waiter), or
+  // null for any other task (polled).
+  bool suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited, CoroTaskBase* target);
+  bool suspend_yield(std::coroutine_handle<> h) noexcept;
+  // A wait for something outside crew (on_callback): arms the task and
+  // returns the generation its waker fires, or 0 if the task is stopped
+  // already (do not suspend). After the operation is started:
+  // external_armed(gen) is false if a stop came first (do not suspend); if
+  // starting it threw, external_failed(gen) is true if the task is still
+  // this thread's (rethrow), false if a waker took it (stay suspended).
+  std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
+  bool external_armed(std::uint64_t gen) noexcept { return !stopped_after_arm(gen); }
+  bool external_failed(std::uint64_t gen) noexcept { return claim(gen, Wake::none); }
+  // In await_resume: why the task was resumed; a stop throws
+  // Error(cancelled) or Error(timed_out) (its deadline).
+  void end_wait();
+  [[noreturn]] void throw_stopped() const;
+
+  // ---- the steps ----
+  void run_start(Runner& runner) noexcept;  // the StartCell
+  void run_resume() noexcept;               // a ResumeStep
+  // The root reached its final suspension (FinalAwaiter).
+  void finish_root() noexcept;
+  // A step of this task was destroyed unrun (a shutdown dropped it).
+  void step_dropped() noexcept;
+  void start_dropped(Admission refused) noexcept;
+  // Destroys a claimed (or never started) frame and ends the task
+  // cancelled with `why`, counted unless `count` is false (the pool
+  // counted the drop of its start). On the claiming thread.
+  void abandon(Errc why, bool count = true) noexcept;
+
+  // ---- wakers (any thread) ----
+  // Claims generation `gen` and queues the resumption; false if it was
+  // claimed already (or re-armed since).
+  bool fire(std::uint64_t gen, Wake why) noexcept;
+  // The current generation if armed, else 0.
+  [[nodiscard]] std::uint64_t armed_gen() const noexcept {
+    const std::uint64_t w = wait_.load(std::memory_order_seq_cst);
+    return (w & 1) != 0 ? w >> 1 : 0;
+  }
+  // Claims the armed generation without resuming (a shutdown that destroys
+  // the frame); true if it did.
+  bool claim_armed() noexcept;
+  // Queues the step that resumes the claimed frame (or destroys it:
+  // `abandon`), or hands it to the hub to retry while the queue is full.
+  void post_step(bool abandon) noexcept;
+
+  // A reference to the task (its state's count).
+  void hold() noexcept { self_->add_ref(); }
+  void drop() noexcept { self_->release(); }
+
+  // What the current suspension waits for and since when (steady ns), for
+  // the snapshot: written by the task's thread before arming, read by
+  // anyone (approximate while it changes).
+  [[nodiscard]] WaitKind waits_on() const noexcept {
+    return waiting_on_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::int64_t suspended_since_ns() const noexcept {
+    return since_ns_.load(std::memory_order_relaxed);
+  }
+
+  // ---- the hub's registry (under its mutex) ----
+  CoroTaskBase* reg_prev = nullptr;
+  CoroTaskBase* reg_next = nullptr;
+
+ protected:
+  explicit CoroTaskBase(TaskStateBase* self) noexcept : self_(self) {}
+  ~CoroTaskBase();
+
+  virtual void destroy_root() noexcept = 0;
+  [[nodiscard]] virtual std::coroutine_handle<> root_handle() const noexcept = 0;
+  // Moves the root's result into the state; `outcome` becomes failed if
+  // the root threw (or the result's move threw).
+  virtual void take_result(TaskStatus& outcome) noexcept = 0;
+  // The outcome was decided while queued: the frame goes, the waiters wake.
+  void settled_unstarted() noexcept;
+
+ private:
+  // One coroutine task waiting for this one to end (an awaiter's node, kept
+  // in the waiting task: a task waits for one thing at a time).
+  struct WaitNode {
+    CoroTaskBase* waiter = nullptr;
+    std::uint64_t gen = 0;
+    CoroTaskBase* target = nullptr;  // whose list it is in (holds a reference)
+    WaitNode* next = nullptr;
+  };
+  struct OnStop {
+    CoroTaskBase* task;
+    void operator()() const noexcept;
+  };
+  struct StopChild {
+    CoroTaskBase* child;
+    void operator()() const noexcept;
+  };
+
+  std::uint64_t arm(std::coroutine_handle<> h, WaitKind kind) noexcept;
+  bool claim(std::uint64_t gen, Wake why) noexcept;
+  // After arming: a stop that came first is claimed here (true: resume now).
+  bool stopped_after_arm(std::uint64_t gen) noexcept;
+  // Takes this task's node out of its target's list, if it is there.
+  void unlink_wait() noexcept;
+  // Marks the task ended for waiters and wakes them.
+  void wake_waiters() noexcept;
+  // What every end shares after the outcome is published.
+  void ended() noexcept;
+  void leave_hub() noexcept;
+  void run_frame(std::coroutine_handle<> h) noexcept;
+
+  TaskStateBase* const self_;
+  PoolCore* core_ = nullptr;
+  CoroHub* hub_ = nullptr;
+  std::uint8_t level_ = 0;
+  std::int64_t queue_deadline_ns_ = 0;  // 0: none
+  std::chrono::nanoseconds timeout_{0};
+  // The task's stop source, attached to the state as its runner for the
+  // task's whole life, so that Task::cancel() and the deadline stop it.
+  RunFrame frame_;
+  std::optional<std::stop_callback<OnStop>> on_stop_;
+  std::optional<std::stop_callback<StopChild>> parent_link_;
+
+  // Bit 0: armed; the rest: the generation. Written by the task's thread
+  // (arm) and by whoever claims it.
+  std::atomic<std::uint64_t> wait_{0};
+  std::uint64_t gen_ = 0;              // the task's thread only
+  std::coroutine_handle<> resume_at_;  // the frame a claim resumes
+  Wake woke_ = Wake::none;             // written by the claimer before the step is queued
+  std::atomic<WaitKind> waiting_on_{WaitKind::none};
+  std::atomic<std::int64_t> since_ns_{0};
+  // Whether a stop ends the current suspension (written before arming).
+  std::atomic<bool> stoppable_{true};
+  WaitNode node_;
+  bool linked_ = false;          // node_ is in a target's list (the task's thread)
+  bool from_coroutine_ = false;  // spawned from a coroutine task
+  // The hub holds it: set before the hub lists it (a shutdown that finds
+  // it there may end it), cleared by whoever makes it leave.
+  std::atomic<bool> enrolled_{false};
+
+  // The tasks waiting for this one, and whether it ended.
+  SpinLock waiters_mu_;
+  WaitNode* waiters_ CREW_GUARDED_BY(waiters_mu_) = nullptr;
+  bool ended_ CREW_GUARDED_BY(waiters_mu_) = false;
+};
+
+// A step: the resumption (or, for a shutdown, the destruction) of a claimed
+// frame, queued as a short task. Holds a reference to the task.
+class ResumeStep {
+ public:
+  ResumeStep(CoroTaskBase* t, bool abandon) noexcept : t_(t), abandon_(abandon) { t_->hold(); }
+  ResumeStep(ResumeStep&& o) noexcept : t_(std::exchange(o.t_, nullptr)), abandon_(o.abandon_) {}
+  ResumeStep& operator=(ResumeStep&&) = delete;
+  ResumeStep(const ResumeStep&) = delete;
+  ResumeStep& operator=(const ResumeStep&) = delete;
+  // Drops the reference without the step having run or been dropped (the
+  // push failed: the caller keeps the claim).
+  void cancel() && noexcept {
+    if (t_ != nullptr) std::exchange(t_, nullptr)->drop();
+  }
+  ~ResumeStep() {
+    if (t_ != nullptr) {  // dropped unrun by a shutdown
+      t_->step_dropped();
+      t_->drop();
+    }
+  }
+  void operator()() noexcept {
+    CoroTaskBase* t = std::exchange(t_, nullptr);
+    if (abandon_) {
+      t->abandon(Errc::abandoned);
+    } else {
+      t->run_resume();
+    }
+    t->drop();
+  }
+
+ private:
+  CoroTaskBase* t_;
+  bool abandon_;
+};
+
+// The task's start, queued as a counted task (the task's one submission).
+class StartCell {
+ public:
+  explicit StartCell(CoroTaskBase* t) noexcept : t_(t) { t_->hold(); }
+  StartCell(StartCell&& o) noexcept : t_(std::exchange(o.t_, nullptr)), queued_(true) {}
+  StartCell& operator=(StartCell&&) = delete;
+  StartCell(const StartCell&) = delete;
+  StartCell& operator=(const StartCell&) = delete;
+  ~StartCell() {
+    if (t_ != nullptr) {
+      t_->start_dropped(queued_ ? Admission::accepted : t_->state().refused_as);
+      t_->drop();
+    }
+  }
+  void run_counted(Runner& runner) noexcept {
+    CoroTaskBase* t = std::exchange(t_, nullptr);
+    t->run_start(runner);
+    t->drop();
+  }
+
+ private:
+  CoroTaskBase* t_;
+  bool queued_ = false;  // moved into a queue cell: destroyed unrun = dropped
+};
+
+// ---- promises ----
+
+struct PromiseBase {
+  // The task this coroutine runs in: set when the task starts it (root) or
+  // when a coroutine of the task awaits it (child).
+  CoroTaskBase* task = nullptr;
+  // The awaiting coroutine of the same task; null for the root.
+  std::coroutine_handle<> continuation;
+  std::exception_ptr error;
+
+  static void* operator new(std::size_t n) { return frame_alloc(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { frame_free(p, n); }
+
+  std::suspend_always initial_suspend() noexcept { return {}; }
+  struct FinalAwaiter {
+    bool await_ready() noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
+      PromiseBase& p = h.promise();
+      if (p.continuation) return p.continuation;  // symmetric transfer to the awaiter
+      p.task->finish_root();                      // destroys this frame
+      return std::noop_coroutine();
+    }
+    void await_resume() noexcept {}
+  };
+  FinalAwaiter final_suspend() noexcept { return {}; }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+};
+
+template <class R>
+struct CoroPromise : PromiseBase {
+  CoroPromise() noexcept {}  // NOLINT(modernize-use-equals-default): the union stays raw
+  ~CoroPromise() {
+    if (has_value) value.~R();
+  }
+  CoroPromise(const CoroPromise&) = delete;
+  CoroPromise& operator=(const CoroPromise&) = delete;
+  Co<R> get_return_object() noexcept;
+  template <class V>
+    requires std::is_convertible_v<V&&, R>
+  void return_value(V&& v) noexcept(std::is_nothrow_constructible_v<R, V&&>) {
+    ::new (static_cast<void*>(std::addressof(value))) R(std::forward<V>(v));
+    has_value = true;
+  }
+  R take() { return std::move(value); }
+  union {
+    R value;
+  };
+  bool has_value = false;
+};
+
+template <>
+struct CoroPromise<void> : PromiseBase {
+  Co<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+};
+
+template <class P>
+concept CrewPromise = std::is_base_of_v<PromiseBase, P>;
+
+// The task state of a spawned Co<R>.
+template <class R>
+class CoroState final : public ResultStateBase<R>, public CoroTaskBase {
+ public:
+  using Handle = std::coroutine_handle<CoroPromise<R>>;
+  explicit CoroState(Handle root) noexcept : CoroTaskBase(this), root_(root) {
+    root_.promise().task = this;
+    this->is_long = true;  // cancel() stops a started task through its stop source
+  }
+  CoroState(const CoroState&) = delete;
+  CoroState& operator=(const CoroState&) = delete;
+  ~CoroState() override { destroy_root(); }
+
+  // Never queued as a task state (its steps are cells).
+  void run(const TaskContext& /*ctx*/) override {}
+
+ private:
+  void destroy_root() noexcept override {
+    if (root_) std::exchange(root_, nullptr).destroy();
+  }
+  void take_result(TaskStatus& outcome) noexcept override {
+    CoroPromise<R>& p = root_.promise();
+    if (p.error) {
+      this->error = p.error;
+      outcome = TaskStatus::failed;
+      return;
+    }
+    if constexpr (!std::is_void_v<R>) {
+      try {
+        this->set_value(p.take());
+      } catch (...) {
+        this->error = std::current_exception();
+        outcome = TaskStatus::failed;
+      }
+    }
+  }
+  [[nodiscard]] std::coroutine_handle<> root_handle() const noexcept override { return root_; }
+  void discard_callable() noexcept override { settled_unstarted(); }
+
+  Handle root_;
+};
+
+}  // namespace crew::detail

@@ -1,0 +1,325 @@
+// A pool's coroutine tasks: registry, timer, shutdown (coro_hub.hpp).
+#include "coro_hub.hpp"
+
+#include <sys/prctl.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "crew/coro.hpp"
+#include "crew/detail/clock.hpp"
+#include "thread_name.hpp"
+
+namespace crew::detail {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr std::int64_t kPollFirstNs = 50'000;   // a polled task handle: first look
+constexpr std::int64_t kPollMaxNs = 1'000'000;  // ... doubling up to this
+constexpr std::int64_t kRetryNs = 50'000;       // a step that found the queue full
+constexpr std::int64_t kSpinNs = 30'000;        // the timer yields, not sleeps, this close
+}  // namespace
+
+CoroHub& CoroHub::of(PoolCore& core) {
+  if (SuspendedTasks* s = core.suspended()) return static_cast<CoroHub&>(*s);
+  return static_cast<CoroHub&>(*core.install_suspended(std::make_unique<CoroHub>()));
+}
+
+CoroHub::~CoroHub() {
+  std::vector<Entry> left;
+  {
+    std::lock_guard lock(timer_mu_);
+    timer_stop_ = true;
+    left.swap(heap_);
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+  for (Entry& e : left) {
+    if (e.kind == Kind::retry || e.kind == Kind::retry_abandon) {
+      // A claimed frame that never got its step: nothing else will end it.
+      e.task->abandon(Errc::shutdown_dropped);
+    }
+    if (e.awaited != nullptr) e.awaited->release();
+    e.task->drop();
+  }
+}
+
+bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
+  Shard& sh = shard_of(t);
+  SpinLockGuard lock(sh.mu);
+  if (!from_coroutine && closing_.load(std::memory_order_seq_cst)) return false;
+  t->hold();
+  t->reg_prev = nullptr;
+  t->reg_next = sh.head;
+  if (sh.head != nullptr) sh.head->reg_prev = t;
+  sh.head = t;
+  live_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void CoroHub::leave(CoroTaskBase* t) noexcept {
+  {
+    Shard& sh = shard_of(t);
+    SpinLockGuard lock(sh.mu);
+    if (t->reg_prev != nullptr) {
+      t->reg_prev->reg_next = t->reg_next;
+    } else {
+      sh.head = t->reg_next;
+    }
+    if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
+    t->reg_prev = t->reg_next = nullptr;
+  }
+  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    const std::lock_guard lock(idle_mu_);  // a waiter checks the count under it
+    idle_cv_.notify_all();
+  }
+  t->drop();
+}
+
+void CoroHub::push(Entry e) {
+  bool earliest = false;
+  {
+    std::lock_guard lock(timer_mu_);
+    if (!timer_.joinable()) {
+      timer_ = std::thread([this] { timer_loop(); });
+    }
+    heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+    earliest = heap_.front().at_ns == e.at_ns;
+  }
+  if (earliest) timer_cv_.notify_one();
+}
+
+void CoroHub::arm_wake(CoroTaskBase* t, std::uint64_t gen, std::int64_t at_ns) {
+  t->hold();
+  try {
+    push(Entry{at_ns, Kind::wake, t, gen, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::arm_deadline(CoroTaskBase* t, std::int64_t at_ns) {
+  t->hold();
+  try {
+    push(Entry{at_ns, Kind::deadline, t, 0, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::arm_poll(CoroTaskBase* t, std::uint64_t gen, TaskStateBase* awaited) {
+  t->hold();
+  awaited->add_ref();
+  try {
+    push(Entry{now_ns() + kPollFirstNs, Kind::poll, t, gen, awaited, kPollFirstNs});
+  } catch (...) {
+    awaited->release();
+    t->drop();
+    throw;
+  }
+}
+
+void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
+  t->hold();
+  try {
+    push(Entry{now_ns() + kRetryNs, abandon ? Kind::retry_abandon : Kind::retry, t, 0, nullptr, 0});
+  } catch (...) {
+    t->drop();
+    t->abandon(Errc::shutdown_dropped);  // out of memory: end it here rather than leak it
+  }
+}
+
+void CoroHub::timer_loop() noexcept {
+  name_thread("crew", "coro-timer");
+  // Wake-ups at the deadline, not up to the default 50 us after it.
+  (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  std::vector<Entry> due;
+  std::unique_lock lock(timer_mu_);
+  while (!timer_stop_) {
+    if (heap_.empty()) {
+      timer_cv_.wait(lock);
+      continue;
+    }
+    const std::int64_t now = now_ns();
+    const std::int64_t next = heap_.front().at_ns;
+    if (next > now) {
+      if (next - now > kSpinNs) {
+        // Sleep until shortly before: a timed futex wait ends tens of
+        // microseconds late on a busy machine.
+        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(next - kSpinNs)));
+      } else {
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+      }
+      continue;
+    }
+    while (!heap_.empty() && heap_.front().at_ns <= now) {
+      std::pop_heap(heap_.begin(), heap_.end(), Later{});
+      due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
+      heap_.pop_back();
+    }
+    lock.unlock();
+    for (Entry& e : due) fire(e);
+    due.clear();
+    lock.lock();
+  }
+}
+
+void CoroHub::fire(Entry& e) noexcept {
+  CoroTaskBase* t = e.task;
+  switch (e.kind) {
+    case Kind::wake:
+      (void)t->fire(e.gen, Wake::event);
+      break;
+    case Kind::deadline:
+      if (!t->state().done()) (void)t->state().request_stop(StopReason::timed_out);
+      break;
+    case Kind::poll:
+      if (e.awaited->done()) {
+        (void)t->fire(e.gen, Wake::event);
+      } else if (t->armed_gen() == e.gen) {
+        e.backoff_ns = std::min(e.backoff_ns * 2, kPollMaxNs);
+        e.at_ns = now_ns() + e.backoff_ns;
+        try {
+          std::lock_guard lock(timer_mu_);
+          heap_.push_back(e);
+          std::push_heap(heap_.begin(), heap_.end(), Later{});
+          return;  // the references go with the entry
+        } catch (...) {
+          // Out of memory: resumed now, its get() waits for the task on
+          // the worker instead.
+          (void)t->fire(e.gen, Wake::event);
+        }
+      }
+      break;
+    case Kind::retry:
+    case Kind::retry_abandon:
+      t->post_step(e.kind == Kind::retry_abandon);
+      break;
+  }
+  if (e.awaited != nullptr) e.awaited->release();
+  t->drop();
+}
+
+std::vector<CoroTaskBase*> CoroHub::snapshot() {
+  std::vector<CoroTaskBase*> out;
+  out.reserve(live_.load(std::memory_order_relaxed));
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
+      t->hold();
+      out.push_back(t);  // capacity may run out: the spin lock is held briefly either way
+    }
+  }
+  return out;
+}
+
+bool CoroHub::wait_all(Clock::time_point deadline) {
+  std::unique_lock lock(idle_mu_);
+  const auto none = [this] { return live_.load(std::memory_order_acquire) == 0; };
+  if (deadline == Clock::time_point::max()) {
+    idle_cv_.wait(lock, none);
+    return true;
+  }
+  return idle_cv_.wait_until(lock, deadline, none);
+}
+
+bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
+                        std::chrono::nanoseconds grace, ShutdownReport& report) noexcept {
+  if (live_.load(std::memory_order_acquire) == 0) return false;
+  closing_.store(true, std::memory_order_seq_cst);
+  struct Reopen {
+    CoroHub* hub;
+    ~Reopen() { hub->closing_.store(false, std::memory_order_seq_cst); }
+  } reopen{this};
+  bool escalated = false;
+  std::vector<CoroTaskBase*> tasks;
+  struct Release {
+    std::vector<CoroTaskBase*>& tasks;
+    ~Release() {
+      for (CoroTaskBase* t : tasks) t->drop();
+    }
+  } release{tasks};
+  try {
+    if (mode == ShutdownMode::drain) {
+      if (wait_all(deadline)) return false;
+      escalated = true;
+    }
+    // Stop them all: a task not started yet ends rejected unless a drain
+    // let it start; the others are stopped and given the grace (a soft
+    // shutdown: its timeout, if that is later).
+    tasks = snapshot();
+    for (CoroTaskBase* t : tasks) {
+      TaskStateBase& s = t->state();
+      if (!escalated && s.claim_in_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
+        // Counted by whoever consumes its StartCell.
+        settle_in_queue(&s, false);
+        report.rejected.push_back(TaskRef{s.id, s.name()});
+      } else {
+        (void)s.request_stop(StopReason::shutdown);
+      }
+    }
+    auto until = Clock::now() + grace;
+    if (mode == ShutdownMode::soft && deadline != Clock::time_point::max()) {
+      until = std::max(until, deadline);
+    }
+    if (!wait_all(until)) {
+      // Past the grace: the frames still suspended are destroyed on the
+      // pool's workers; a task running now keeps its frame until it
+      // suspends again (the pool takes no more steps then, and the frame
+      // is destroyed on that thread).
+      for (CoroTaskBase* t : tasks) {
+        if (t->state().done()) continue;
+        if (t->claim_armed()) {
+          report.abandoned.push_back(TaskRef{t->state().id, t->state().name()});
+          t->post_step(/*abandon=*/true);
+        }
+      }
+      (void)wait_all(Clock::now() + grace);
+    }
+    for (CoroTaskBase* t : tasks) {
+      const TaskStateBase& s = t->state();
+      if (s.status() == TaskStatus::cancelled && s.reason() == Errc::cancelled) {
+        report.cancelled.push_back(TaskRef{s.id, s.name()});
+      } else if (s.status() == TaskStatus::cancelled && s.reason() == Errc::shutdown_dropped) {
+        report.rejected.push_back(TaskRef{s.id, s.name()});  // its start never ran
+      }
+    }
+  } catch (...) {
+    // Out of memory for the lists: the counts still hold.
+  }
+  return escalated;
+}
+
+CoroutineTasks CoroHub::report() {
+  CoroutineTasks out;
+  const std::int64_t now = now_ns();
+  out.live = live_.load(std::memory_order_acquire);
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
+      if (t->armed_gen() == 0) continue;
+      const TaskStateBase& s = t->state();
+      out.suspended.push_back(SuspendedCoroutine{
+          TaskRef{s.id, s.name()}, to_string(t->waits_on()),
+          std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
+    }
+  }
+  return out;
+}
+
+}  // namespace crew::detail
+
+namespace crew {
+
+CoroutineTasks coroutine_tasks(const Pool& pool) {
+  detail::SuspendedTasks* hub = detail::PoolAccess::core(pool).suspended();
+  if (hub == nullptr) return {};  // no coroutine task was ever spawned
+  return static_cast<detail::CoroHub*>(hub)->report();
+}
+
+}  // namespace crew

@@ -1,0 +1,423 @@
+// The coroutine side of a coroutine task: spawn, the steps, suspension and
+// wake-ups, the end (crew/detail/coro_task.hpp describes the life).
+#include "crew/detail/coro_task.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "coro_hub.hpp"
+#include "crew/coro.hpp"
+#include "crew/detail/clock.hpp"
+
+namespace crew {
+
+namespace {
+// The task whose step runs on this thread (see current_coro_task()).
+thread_local detail::CoroTaskBase* t_coro = nullptr;
+
+// Sets t_coro for the length of a step; steps nest when a start runs on
+// the caller (caller_runs, or a worker of the pool with full queues).
+struct StepScope {
+  detail::CoroTaskBase* outer;
+  explicit StepScope(detail::CoroTaskBase* t) noexcept : outer(std::exchange(t_coro, t)) {}
+  ~StepScope() { t_coro = outer; }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+};
+}  // namespace
+
+std::stop_token current_stop_token() noexcept {
+  detail::CoroTaskBase* t = t_coro;
+  return t != nullptr ? t->stop_token() : std::stop_token{};
+}
+
+namespace detail {
+
+CoroTaskBase* current_coro_task() noexcept { return t_coro; }
+
+CoroTaskBase::~CoroTaskBase() {
+  // A stop callback may be running on another thread (a cancel); the
+  // callback's destructor waits for it. Then nothing refers to this task.
+  parent_link_.reset();
+  on_stop_.reset();
+}
+
+void CoroTaskBase::OnStop::operator()() const noexcept {
+  // Pairs with the fence after arming (stopped_after_arm): either this
+  // sees the task armed, or the task sees the stop.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const std::uint64_t gen = task->armed_gen();
+  if (gen != 0 && task->stoppable_.load(std::memory_order_relaxed)) {
+    (void)task->fire(gen, Wake::stop);
+  }
+}
+
+void CoroTaskBase::StopChild::operator()() const noexcept {
+  (void)child->state().request_stop(StopReason::cancelled);
+}
+
+void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent) {
+  TaskStateBase& s = state();
+  auto x = std::make_unique<TaskStateBase::Extras>();
+  x->name = std::move(opts.name);
+  timeout_ = opts.timeout.count() != 0 ? opts.timeout : core.options().task_timeout;
+  x->timeout = timeout_;
+  if (opts.queue_timeout.count() != 0) {
+    queue_deadline_ns_ = saturating_add(now_ns(), opts.queue_timeout.count());
+  }
+  frame_.source = std::stop_source();
+  s.adopt_extras(std::move(x));
+  s.id = Submission(core).task_id();
+  // The owner lets a wait for the task on a worker of the pool run the
+  // pool's tasks meanwhile (Task::wait), the task's own steps among them.
+  s.owner = &core;
+  s.detached = detached;
+  s.level = opts.priority;
+  core_ = &core;
+  level_ = opts.priority;
+  hub_ = &CoroHub::of(core);
+  // The task's runner for its whole life: cancel() and the deadline reach
+  // the coroutine through this source.
+  s.attach_runner(&frame_);
+  on_stop_.emplace(frame_.source.get_token(), OnStop{this});
+  if (parent != nullptr) parent_link_.emplace(parent->stop_token(), StopChild{this});
+  from_coroutine_ = parent != nullptr;
+}
+
+Admission CoroTaskBase::launch(bool may_block) {
+  TaskStateBase& s = state();
+  enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+  if (!hub_->enroll(this, from_coroutine_)) {
+    enrolled_.store(false, std::memory_order_relaxed);
+    // Refused without a submission: counted as one refused at admission.
+    s.refused_as = Admission::closed;
+    Submission(*core_).count_refusal();
+    if (s.claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(&s, false);
+    return Admission::closed;
+  }
+  Admission a = Admission::accepted;
+  {
+    StartCell cell(this);
+    a = Submission(*core_).post_counted(std::move(cell), level_, may_block);
+    if (a != Admission::accepted) s.refused_as = a;
+  }  // a refused cell ends the task rejected here
+  // Accepted: running from now on (unless its start already made it so),
+  // though its start may still be queued. A wait for it on a worker then
+  // runs the pool's tasks, its steps among them, and never takes the task
+  // for a queued task state to run itself; a cancel stops it, and the
+  // start ends it unstarted (run_start).
+  if (a == Admission::accepted) (void)s.leave_queue(TaskStatus::running);
+  return a;
+}
+
+void CoroTaskBase::start_dropped(Admission refused) noexcept {
+  TaskStateBase& s = state();
+  if (s.done()) return;  // a shutdown ended it before the cell was refused or dropped
+  const Errc why = refused == Admission::accepted ? Errc::shutdown_dropped : Errc::rejected;
+  // The pool counted it (a refusal, or the drop of its cell). Refused, or
+  // dropped before launch() marked it running: it ends rejected, unstarted.
+  if (s.claim_in_queue(TaskStatus::rejected, why)) {
+    settle_in_queue(&s, false);
+    return;
+  }
+  abandon(why, /*count=*/false);
+}
+
+void CoroTaskBase::settled_unstarted() noexcept {
+  destroy_root();
+  (void)state().detach_runner();
+  wake_waiters();
+  leave_hub();
+}
+
+void CoroTaskBase::leave_hub() noexcept {
+  if (enrolled_.exchange(false, std::memory_order_acq_rel)) hub_->leave(this);
+}
+
+void CoroTaskBase::run_start(Runner& runner) noexcept {
+  TaskStateBase& s = state();
+  (void)s.leave_queue(TaskStatus::running);  // unless launch() did
+  if (s.done()) {
+    // A shutdown ended it before launch() marked it running (uncounted,
+    // see crew/detail/coro_task.hpp): this cell counts it.
+    runner.count_outcome(s.raw_status());
+    return;
+  }
+  // Stopped or past its queue deadline before it started: it never runs.
+  Errc why{};
+  if (queue_deadline_ns_ != 0 && now_ns() >= queue_deadline_ns_) {
+    why = Errc::expired;
+  } else if (stop_requested() || s.stop_reason() != StopReason::none) {
+    why = s.stop_reason() == StopReason::shutdown ? Errc::shutdown_dropped : Errc::cancelled;
+  }
+  if (why != Errc{}) {
+    abandon(why);
+    return;
+  }
+  if (timeout_.count() > 0) {
+    try {
+      hub_->arm_deadline(this, saturating_add(now_ns(), timeout_.count()));
+    } catch (...) {  // out of memory: the task runs without its deadline
+    }
+  }
+  resume_at_ = nullptr;
+  run_frame(root_handle());
+}
+
+void CoroTaskBase::run_resume() noexcept { run_frame(resume_at_); }
+
+void CoroTaskBase::run_frame(std::coroutine_handle<> h) noexcept {
+  const StepScope scope(this);
+  h.resume();  // the task may have ended: only the step's reference keeps it
+}
+
+const char* to_string(WaitKind k) noexcept {
+  switch (k) {
+    case WaitKind::none:
+      return "none";
+    case WaitKind::sleep:
+      return "sleep";
+    case WaitKind::task:
+      return "task";
+    case WaitKind::yield:
+      return "yield";
+    case WaitKind::callback:
+      return "callback";
+  }
+  return "unknown";
+}
+
+std::uint64_t CoroTaskBase::arm(std::coroutine_handle<> h, WaitKind kind) noexcept {
+  resume_at_ = h;
+  waiting_on_.store(kind, std::memory_order_relaxed);
+  since_ns_.store(now_ns(), std::memory_order_relaxed);
+  woke_ = Wake::none;
+  const std::uint64_t gen = ++gen_;
+  wait_.store((gen << 1) | 1, std::memory_order_seq_cst);
+  return gen;
+}
+
+bool CoroTaskBase::claim(std::uint64_t gen, Wake why) noexcept {
+  std::uint64_t expected = (gen << 1) | 1;
+  if (!wait_.compare_exchange_strong(expected, gen << 1, std::memory_order_acq_rel)) return false;
+  woke_ = why;
+  return true;
+}
+
+bool CoroTaskBase::claim_armed() noexcept {
+  const std::uint64_t gen = armed_gen();
+  return gen != 0 && claim(gen, Wake::stop);
+}
+
+bool CoroTaskBase::fire(std::uint64_t gen, Wake why) noexcept {
+  if (!claim(gen, why)) return false;
+  post_step(false);
+  return true;
+}
+
+bool CoroTaskBase::stopped_after_arm(std::uint64_t gen) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return stop_requested() && claim(gen, Wake::stop);
+}
+
+void CoroTaskBase::post_step(bool abandon) noexcept {
+  ResumeStep step(this, abandon);
+  if (Submission(*core_).try_push_step(step, level_)) return;
+  if (core_->state() >= PoolState::stopping) {
+    // The pool takes no more tasks: nothing will resume this frame.
+    std::move(step).cancel();
+    this->abandon(Errc::shutdown_dropped);
+    return;
+  }
+  std::move(step).cancel();
+  hub_->retry(this, abandon);  // the level is full: again shortly
+}
+
+bool CoroTaskBase::suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, bool stoppable) {
+  stoppable_.store(stoppable, std::memory_order_relaxed);  // published by arming
+  if (stoppable && stop_requested()) {
+    woke_ = Wake::stop;
+    return false;
+  }
+  if (at_ns <= now_ns()) {
+    woke_ = Wake::event;
+    return false;
+  }
+  const std::uint64_t gen = arm(h, WaitKind::sleep);
+  try {
+    hub_->arm_wake(this, gen, at_ns);
+  } catch (...) {
+    if (claim(gen, Wake::none)) throw;  // not suspended: the co_await throws
+    return true;                        // a stop claimed it and resumes it
+  }
+  return !stoppable || !stopped_after_arm(gen);
+}
+
+bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
+  stoppable_.store(true, std::memory_order_relaxed);
+  const std::uint64_t gen = arm(h, WaitKind::yield);
+  return fire(gen, Wake::event) || true;  // queued: it is suspended either way
+}
+
+std::uint64_t CoroTaskBase::external_begin(std::coroutine_handle<> h) noexcept {
+  stoppable_.store(true, std::memory_order_relaxed);
+  if (stop_requested()) {
+    woke_ = Wake::stop;
+    return 0;
+  }
+  return arm(h, WaitKind::callback);
+}
+
+bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,
+                              CoroTaskBase* target) {
+  stoppable_.store(true, std::memory_order_relaxed);
+  if (stop_requested()) {
+    woke_ = Wake::stop;
+    return false;
+  }
+  const std::uint64_t gen = arm(h, WaitKind::task);
+  if (target != nullptr) {
+    // Once linked the task may be resumed on another worker (and unlink
+    // itself) before this returns: what is needed afterwards is local.
+    bool linked = false;
+    {
+      SpinLockGuard lock(target->waiters_mu_);
+      if (!target->ended_) {
+        target->hold();
+        node_ = WaitNode{this, gen, target, target->waiters_};
+        target->waiters_ = &node_;
+        linked_ = true;
+        linked = true;
+      }
+    }
+    if (!linked) return !claim(gen, Wake::event);  // it ended meanwhile
+  } else {
+    try {
+      hub_->arm_poll(this, gen, awaited);
+    } catch (...) {
+      if (claim(gen, Wake::none)) throw;
+      return true;
+    }
+  }
+  return !stopped_after_arm(gen);
+}
+
+void CoroTaskBase::unlink_wait() noexcept {
+  if (!linked_) return;
+  CoroTaskBase* target = node_.target;
+  {
+    SpinLockGuard lock(target->waiters_mu_);
+    // Still in the list unless the target ended (it then took the list).
+    for (WaitNode** p = &target->waiters_; *p != nullptr; p = &(*p)->next) {
+      if (*p == &node_) {
+        *p = node_.next;
+        break;
+      }
+    }
+  }
+  linked_ = false;
+  node_ = WaitNode{};
+  target->drop();
+}
+
+void CoroTaskBase::end_wait() {
+  unlink_wait();
+  const Wake why = std::exchange(woke_, Wake::none);
+  if (why == Wake::stop) throw_stopped();
+}
+
+void CoroTaskBase::throw_stopped() const {
+  const TaskStateBase& s = *self_;
+  const std::string who =
+      s.name().empty() ? "#" + std::to_string(s.id) : "'" + s.name() + "' #" + std::to_string(s.id);
+  if (s.stop_reason() == StopReason::timed_out) {
+    throw Error(Errc::timed_out, "coroutine task " + who + ": timed_out");
+  }
+  throw Error(Errc::cancelled, "coroutine task " + who + ": cancelled");
+}
+
+void CoroTaskBase::wake_waiters() noexcept {
+  WaitNode* list = nullptr;
+  WaitNode* claimed = nullptr;
+  {
+    SpinLockGuard lock(waiters_mu_);
+    ended_ = true;
+    list = std::exchange(waiters_, nullptr);
+    // Claimed under the lock: a claimed waiter is not resumed by anyone
+    // else, so its node stays as it is until its step is queued below.
+    while (list != nullptr) {
+      WaitNode* n = std::exchange(list, list->next);
+      if (n->waiter->claim(n->gen, Wake::event)) {
+        n->next = claimed;
+        claimed = n;
+      }
+    }
+  }
+  while (claimed != nullptr) {
+    WaitNode* n = std::exchange(claimed, claimed->next);
+    n->waiter->post_step(false);  // its await_resume unlinks (nothing left) and releases us
+  }
+}
+
+void CoroTaskBase::ended() noexcept {
+  wake_waiters();
+  leave_hub();
+}
+
+namespace {
+// What a co_await throws when the task is stopped (throw_stopped): the
+// outcome says it already, so a detached task does not report it.
+bool is_stop_error(const std::exception_ptr& e) noexcept {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return err.code() == Errc::cancelled || err.code() == Errc::timed_out;
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace
+
+// The outcome of a coroutine task that ran: a stop decides it, as for a
+// long task (src/engine/run.cpp).
+void CoroTaskBase::finish_root() noexcept {
+  TaskStateBase& s = state();
+  const StopReason stop = s.detach_runner();
+  TaskStatus outcome = TaskStatus::succeeded;
+  take_result(outcome);
+  destroy_root();
+  Errc why{};
+  if (stop == StopReason::cancelled || stop == StopReason::shutdown) {
+    outcome = TaskStatus::cancelled;
+    why = Errc::cancelled;
+  } else if (stop == StopReason::timed_out) {
+    outcome = TaskStatus::timed_out;
+    why = Errc::timed_out;
+  }
+  // Reported before it is counted, as the pool does: wait_idle() returns
+  // after the handler ran.
+  if (s.error && s.detached && !(stop != StopReason::none && is_stop_error(s.error))) {
+    core_->report_exception(TaskRef{s.id, s.name()}, s.error);
+  }
+  core_->count_outcome(outcome);
+  (void)s.finish(outcome, why);
+  ended();
+}
+
+void CoroTaskBase::abandon(Errc why, bool count) noexcept {
+  TaskStateBase& s = state();
+  unlink_wait();
+  (void)s.detach_runner();
+  {
+    const StepScope scope(this);
+    destroy_root();
+  }
+  if (count) core_->count_outcome(TaskStatus::cancelled);
+  (void)s.finish(TaskStatus::cancelled, why);
+  ended();
+}
+
+void CoroTaskBase::step_dropped() noexcept { abandon(Errc::shutdown_dropped); }
+
+}  // namespace detail
+}  // namespace crew

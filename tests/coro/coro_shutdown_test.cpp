@@ -1,0 +1,184 @@
+// Coroutine tasks in a pool's shutdown: drain resumes them, soft and hard
+// stop them, frames past the grace are destroyed on a worker and listed,
+// and none is left behind (the ASan build checks for leaks).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "crew/coro.hpp"
+#include "crew/pool.hpp"
+#include "frame_guard.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using test::fixed_workers;
+using test::Watchdog;
+
+using test::FrameGuard;
+
+class CoroShutdown : public ::testing::Test {
+ protected:
+  void SetUp() override { FrameGuard::reset(); }
+};
+
+Co<void> sleeper(std::chrono::milliseconds d, std::atomic<int>* started, StopMode mode) {
+  FrameGuard g;
+  started->fetch_add(1);
+  co_await sleep_for(d, mode);
+}
+
+bool listed(const std::vector<TaskRef>& refs, const std::string& name) {
+  return std::any_of(refs.begin(), refs.end(), [&](const TaskRef& r) { return r.name == name; });
+}
+
+TEST_F(CoroShutdown, DrainResumesSuspendedCoroutinesUntilTheyEnd) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  std::vector<Task<void>> tasks;
+  for (int i = 0; i < 20; ++i) {
+    tasks.push_back(spawn(pool, sleeper(100ms, &started, StopMode::interrupt)));
+  }
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 20; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 10s);
+  EXPECT_FALSE(r.escalated);
+  for (auto& t : tasks) EXPECT_EQ(t.status(), TaskStatus::succeeded);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  EXPECT_GE(r.during.succeeded, 20u);
+}
+
+TEST_F(CoroShutdown, SoftStopsSuspendedCoroutinesAtOnceAndListsThem) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  std::vector<Task<void>> tasks;
+  for (int i = 0; i < 10; ++i) {
+    tasks.push_back(spawn(pool, sleeper(10s, &started, StopMode::interrupt),
+                          {.name = "s" + std::to_string(i)}));
+  }
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 10; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
+  for (auto& t : tasks) {
+    EXPECT_EQ(t.status(), TaskStatus::cancelled);
+    EXPECT_EQ(t.reason(), Errc::cancelled);
+  }
+  EXPECT_TRUE(listed(r.cancelled, "s3"));
+  EXPECT_EQ(r.cancelled.size(), 10u);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  Task<void> t = spawn(pool, sleeper(10s, &started, StopMode::interrupt));
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 1; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 100ms);
+  EXPECT_TRUE(r.escalated);
+  EXPECT_EQ(r.final_state, PoolState::stopped_timeout);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
+  Watchdog dog;
+  PoolOptions o = fixed_workers("co", 2);
+  o.abandon_grace = 50ms;
+  Pool pool(o);
+  std::atomic<int> started{0};
+  Task<void> t = spawn(pool, sleeper(60s, &started, StopMode::ignore), {.name = "stubborn"});
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s * test::kSlowdown);
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.reason(), Errc::abandoned);
+  EXPECT_TRUE(listed(r.abandoned, "stubborn"));
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  const std::vector<std::thread::id> on = FrameGuard::destroyed_on();
+  ASSERT_EQ(on.size(), 1u);
+  EXPECT_NE(on[0], std::this_thread::get_id());  // on a worker of the pool
+}
+
+TEST_F(CoroShutdown, SoftEndsCoroutineTasksThatHaveNotStartedUnrun) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  test::Gate gate;
+  ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  std::atomic<int> started{0};
+  Task<void> t = spawn(pool, sleeper(1ms, &started, StopMode::interrupt), {.name = "queued"});
+  std::thread opener([&] {
+    std::this_thread::sleep_for(50ms);
+    gate.open();
+  });
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  opener.join();
+  EXPECT_EQ(t.status(), TaskStatus::cancelled);
+  EXPECT_EQ(t.reason(), Errc::shutdown_dropped);
+  EXPECT_TRUE(listed(r.rejected, "queued"));
+  EXPECT_EQ(started.load(), 0);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+TEST_F(CoroShutdown, ASpawnOnAStoppedPoolIsRejectedClosed) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  (void)pool.shutdown(ShutdownMode::drain, 1s);
+  std::atomic<int> started{0};
+  Task<void> t = spawn(pool, sleeper(1ms, &started, StopMode::interrupt));
+  EXPECT_EQ(t.status(), TaskStatus::rejected);
+  try {
+    t.get();
+    ADD_FAILURE() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.admission(), Admission::closed);
+  }
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, DestroyingThePoolLeavesNoFrameBehind) {
+  Watchdog dog;
+  std::atomic<int> started{0};
+  {
+    PoolOptions o = fixed_workers("co", 2);
+    o.shutdown_mode = ShutdownMode::hard;
+    o.abandon_grace = 20ms;
+    Pool pool(o);
+    for (int i = 0; i < 50; ++i) {
+      (void)spawn_detached(
+          pool, sleeper(60s, &started, i % 2 == 0 ? StopMode::ignore : StopMode::interrupt));
+    }
+    ASSERT_TRUE(test::eventually([&] { return started.load() == 50; }));
+  }
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, ARestartedPoolSpawnsAgain) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 1));
+  std::atomic<int> started{0};
+  Task<void> a = spawn(pool, sleeper(10s, &started, StopMode::interrupt));
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 1; }));
+  (void)pool.shutdown(ShutdownMode::hard, 0s);
+  ASSERT_TRUE(pool.restart());
+  Task<void> b = spawn(pool, sleeper(1ms, &started, StopMode::interrupt));
+  b.get();
+  EXPECT_EQ(b.status(), TaskStatus::succeeded);
+  EXPECT_EQ(a.status(), TaskStatus::cancelled);
+}
+
+}  // namespace
+}  // namespace crew
