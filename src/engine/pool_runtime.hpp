@@ -34,6 +34,7 @@
 #include "os_thread.hpp"
 #include "shutdown_book.hpp"
 #include "shutdown_sequence.hpp"
+#include "start_pacer.hpp"
 #include "stopper.hpp"
 #include "supervisor.hpp"
 #include "timer_heap.hpp"
@@ -56,7 +57,7 @@ class OwnedCounter {
 };
 
 struct WorkerCounters {
-  OwnedCounter succeeded, failed, cancelled, timed_out, rejected;
+  OwnedCounter succeeded, failed, cancelled, timed_out, rejected, shed;
   OwnedCounter helped;  // cells this thread took in run_pending()
 
   void add(TaskStatus outcome) noexcept;
@@ -209,6 +210,7 @@ struct Worker final : Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
   void count_outcome(TaskStatus outcome) noexcept override { counts.add(outcome); }
 
@@ -261,10 +263,19 @@ inline WorkerStateChange change_worker_state(Worker& w, WorkerState to) noexcept
 }
 struct PoolRuntime {
   PoolRuntime(PoolCore& core, const PoolOptions& options)
-      : observers(options),
+      : pacer(options.max_start_rate > 0
+                  ? std::make_unique<StartPacer>(options.max_start_rate,
+                                                 std::max<std::size_t>(options.start_burst, 1),
+                                                 now_ns())
+                  : nullptr),
+        observers(options),
         blocked(options.queue_capacity, options.priority_levels),
         supervisor(core),
         shutdown(core, *this) {}
+
+  // PoolOptions::max_start_rate (null without one): workers take a token
+  // before they pop.
+  const std::unique_ptr<StartPacer> pacer;
 
   // The observers and the events they hear (user code: never called under
   // a worker's run.mu; under `mu` only for pool-state edges, see

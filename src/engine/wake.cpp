@@ -97,6 +97,11 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
       // woken worker often lands on this CPU and preempts this one, which
       // then holds nothing another worker could have run. (The token is
       // held here: a failed pop below takes it back.)
+      // Under a start-rate limit, no token: nothing to take (the caller
+      // sleeps, or waits for the token in work_loop).
+      const bool paced = rt_->pacer != nullptr && !life_.dropping();
+      std::int64_t token_wait = 0;
+      if (paced && !rt_->pacer->try_take(now_ns(), token_wait)) break;
       if (queued >= 2 && wake_due(w, queued)) {
         token = false;
         if (idle_.give_token()) wake_or_grow();
@@ -105,6 +110,7 @@ bool PoolCore::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexc
         found = true;
         break;
       }
+      if (paced) rt_->pacer->give_back();
       if (!token) {  // taken by others meanwhile: spin on
         idle_.take_token();
         token = true;
@@ -316,6 +322,10 @@ void PoolCore::wait_out_pause(Worker& w) {
   }
 }
 
+bool PoolCore::paced_out() const noexcept {
+  return rt_->pacer != nullptr && rt_->pacer->someone_waits();
+}
+
 PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake.word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
@@ -337,8 +347,11 @@ PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
+  // Under a start-rate limit, work it saw is work to wait for a token for
+  // (work_loop's plain look), not to spin for.
+  const Slept saw_work = rt_->pacer != nullptr ? Slept::woken : Slept::saw_work;
   if (told_to_look()) return leave(Slept::woken);
-  if (!queue_.empty()) return leave(Slept::saw_work);
+  if (!queue_.empty() && !paced_out()) return leave(saw_work);
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -398,7 +411,7 @@ PoolCore::Slept PoolCore::sleep_for_work(Worker& w) noexcept {
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
     if (told_to_look()) return leave(Slept::woken);
-    if (!queue_.empty() && !idle_.spinner_running()) return leave(Slept::saw_work);
+    if (!queue_.empty() && !idle_.spinner_running() && !paced_out()) return leave(saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!idle_.leave(w)) return handed();
       if (try_retire(live_workers_, opts_.min_workers)) return Slept::retired;

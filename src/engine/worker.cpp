@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "pool_runtime.hpp"
 #include "thread_name.hpp"
@@ -187,11 +188,16 @@ PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
       if (life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(w, how)) break;
       }
-      if (queue_.try_pop(cell, w.pop)) {
-        if (w.wake.backlog_since_ns != 0) wake_for_backlog(w);
-        after_batch(w);
-        if (!handle_cell(w, cell)) return Exit::abandoned;
-        continue;
+      const Gate gate = rt_->pacer == nullptr ? Gate::pop : pace_start(w);
+      if (gate == Gate::look) continue;
+      if (gate == Gate::pop) {
+        if (queue_.try_pop(cell, w.pop)) {
+          if (w.wake.backlog_since_ns != 0) wake_for_backlog(w);
+          after_batch(w);
+          if (!handle_cell(w, cell)) return Exit::abandoned;
+          continue;
+        }
+        if (rt_->pacer != nullptr && !life_.dropping()) rt_->pacer->give_back();
       }
       if (life_.closed()) break;
     }
@@ -215,6 +221,25 @@ PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
   }
   set_worker_state(w, WorkerState::stopping);
   return how;
+}
+
+// With a start-rate limit (StartPacer): pop with a token taken (given back
+// if the pop finds nothing); or, with none due while work is queued, the
+// one worker that may waits for it, without a task, and looks again; the
+// others spin and sleep as idle workers do (sleep_for_work leaves them
+// asleep while a worker waits for a token).
+PoolCore::Gate PoolCore::pace_start(Worker& w) noexcept {
+  StartPacer& pacer = *rt_->pacer;
+  if (life_.dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
+  std::int64_t wait_ns = 0;
+  if (pacer.try_take(now_ns(), wait_ns)) return Gate::pop;
+  if (queue_.empty() || !pacer.begin_wait()) return Gate::idle;
+  set_worker_state(w, WorkerState::idle);
+  // In slices, so that a pause, a resize or a shutdown is seen within one.
+  constexpr std::int64_t kSliceNs = 10'000'000;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(wait_ns, kSliceNs)));
+  pacer.end_wait();
+  return Gate::look;
 }
 
 // Something besides the queue changed. Returns true if this worker must
@@ -275,12 +300,17 @@ bool PoolCore::handle_cell(Worker& w, Cell& cell) {
 }
 
 bool PoolCore::handle_state(Worker& w, TaskStateBase* s) {
+  // The admission ticket goes back when the task is done with (run, shed
+  // or settled); read now, since the run may free `s`.
+  const TicketReturn ticket(ticket_of(s));
   if (life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
     rt_->observers.settled_in_queue(
         s);  // its timer has not fired yet, or was left to its submitter
+  } else if (ticket.held() && shed_at_start(s)) [[unlikely]] {
+    // Shed by CoDel: counted and reported by shed_at_start.
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was

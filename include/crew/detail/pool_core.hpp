@@ -28,6 +28,7 @@
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/idle_workers.hpp"
+#include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/task_queue.hpp"
 #include "crew/detail/task_state.hpp"
@@ -132,6 +133,9 @@ class Runner {
                         void* fn) noexcept = 0;
   virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
   virtual void run_counted(CountedCall call, void* fn) noexcept = 0;
+  // A plain task admitted by the overload controller: it may be shed
+  // (counted as such) instead of run.
+  virtual void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
 
  protected:
   Runner() = default;
@@ -197,6 +201,30 @@ struct ObservedFn {
   }
 };
 
+// The cell content of a plain task admitted by the overload controller
+// (submitted from outside the pool while it is on): its enqueue time, and
+// the admission ticket, returned when the cell is destroyed (run, shed or
+// dropped by a shutdown).
+template <class D>
+struct AdmittedFn {
+  OverloadControl* ticket;
+  std::int64_t enqueued_ns;
+  D fn;
+  AdmittedFn(OverloadControl* t, std::int64_t enqueued, D&& f)
+      : ticket(t), enqueued_ns(enqueued), fn(std::move(f)) {}
+  AdmittedFn(AdmittedFn&& o) noexcept(std::is_nothrow_move_constructible_v<D>)
+      : ticket(std::exchange(o.ticket, nullptr)), enqueued_ns(o.enqueued_ns), fn(std::move(o.fn)) {}
+  AdmittedFn(const AdmittedFn&) = delete;
+  AdmittedFn& operator=(const AdmittedFn&) = delete;
+  AdmittedFn& operator=(AdmittedFn&&) = delete;
+  ~AdmittedFn() {
+    if (ticket != nullptr) ticket->release();
+  }
+  void run_with(void* runner) {
+    static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
+  }
+};
+
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
 // drops, abandonments. Rare paths, so shared atomics are fine.
 struct SharedCounters {
@@ -205,6 +233,7 @@ struct SharedCounters {
   std::atomic<std::uint64_t> cancelled{0};
   std::atomic<std::uint64_t> timed_out{0};
   std::atomic<std::uint64_t> rejected{0};
+  std::atomic<std::uint64_t> shed{0};
 
   void add(TaskStatus outcome) noexcept;
   [[nodiscard]] OutcomeCounts read() const noexcept;
@@ -230,13 +259,18 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     using D = std::decay_t<F>;
     const std::size_t level = level_of(opts);
     if constexpr (is_long_task_v<D>) {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0 || admits_here()) {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
     } else {
       if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      if (admits_here()) [[unlikely]] {
+        if (observes(kTaskEvents))
+          return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+        return post_admitted(std::forward<F>(f), level, may_block);
       }
       if (observes(kTaskEvents)) [[unlikely]] {
         return post_observed(std::forward<F>(f), level, may_block);
@@ -288,6 +322,19 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     return why;
   }
   [[nodiscard]] bool counted_ok() const noexcept { return !observes(kTaskEvents); }
+
+  // Whether a submission from this thread goes through the overload
+  // controller: it is on, and the caller is not one of the pool's own
+  // tasks (whose submissions are part of admitted work).
+  [[nodiscard]] bool admits_here() const noexcept {
+    return overload_ != nullptr && t_current.core != this && t_inline_run == nullptr;
+  }
+  // The overload controller, or null when it is off.
+  [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
+  // The controller whose ticket a popped task state's cell holds, or null.
+  [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
+    return s->overload_ticket ? overload_.get() : nullptr;
+  }
 
   // The queue level of a submission; throws for a priority the pool lacks
   // and for a negative timeout (the options' one validation).
@@ -365,6 +412,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  // Whether an admitted task state popped at its start is to be shed
+  // (CoDel); if so it is shed (counted, its callable told and destroyed).
+  bool shed_at_start(TaskStateBase* s) noexcept;
   void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
 
   // ---- observers (src/engine/observer_hub.hpp) ----
@@ -414,6 +465,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::uint32_t observed_;
   const bool timed_;
+  // The overload controller (crew/overload.hpp); null when off.
+  const std::unique_ptr<OverloadControl> overload_;
   Queues queue_;
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.
@@ -525,6 +578,43 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     return why;
   }
 
+  // A plain task submitted from outside the pool while the overload
+  // controller is on: a ticket first (or a refusal, before anything is
+  // built), then a cell with its enqueue time that owns the ticket.
+  template <class F>
+  Admission post_admitted(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    Admission why = Admission::accepted;
+    if (life_.closed()) [[unlikely]] {
+      (void)refuse(Admission::closed, why);
+      return why;
+    }
+    const OverloadReason r = overload_->admit(0);
+    if (r != OverloadReason::none) {
+      (void)refuse(Admission::overloaded, why);
+      return why;
+    }
+    Cell tmp;
+    try {
+      tmp.emplace(AdmittedFn<D>{overload_.get(), now_ns(), D(std::forward<F>(f))});
+    } catch (...) {
+      overload_->release();
+      throw;
+    }
+    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+    switch (route(fill, level, may_block, why)) {
+      case Route::queued:
+        return Admission::accepted;
+      case Route::run_here:
+        (void)tmp.invoke_and_destroy(static_cast<Runner*>(this));
+        return Admission::accepted;
+      case Route::refused:
+        tmp.destroy();  // returns the ticket
+        break;
+    }
+    return why;
+  }
+
   template <class D, class F>
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
     // Most tasks have no Extras (TaskStateBase::Extras).
@@ -561,7 +651,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
-    if (timed_) [[unlikely]]
+    const bool ticket = admits_here();
+    if (timed_ || ticket) [[unlikely]]
       s->enqueued_ns = now_ns();
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
@@ -576,9 +667,25 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     } else {
       s->add_ref_unshared();  // `s` is not shared yet
     }
-    auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
+    auto fill = [s, ticket](Cell& c) noexcept {
+      s->overload_ticket = ticket;  // published with the cell
+      c.emplace_state(s);
+    };
     Admission why = Admission::accepted;
-    switch (route(fill, s->level, may_block, why)) {
+    Route routed;
+    if (ticket && !life_.closed()) [[unlikely]] {
+      const OverloadReason r = overload_->admit(s->queue_timeout_left_ns());
+      if (r != OverloadReason::none) {
+        s->overload_reason = r;
+        routed = refuse(Admission::overloaded, why);
+      } else {
+        routed = route(fill, s->level, may_block, why);
+        if (routed != Route::queued) overload_->release();
+      }
+    } else {
+      routed = route(fill, s->level, may_block, why);
+    }
+    switch (routed) {
       case Route::queued:
         if (observes(Observer::task_enqueued)) [[unlikely]]
           emit_enqueued(s, s->is_long);
@@ -750,6 +857,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
                             bool spinning, bool replacement);
   void worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool died) noexcept;
   Exit work_loop(Worker& w, bool spinning);
+  // What a worker does before a pop under PoolOptions::max_start_rate:
+  // pop (a token taken, or none needed), look again (it waited for a
+  // token), or go idle (none due, and nothing queued or another worker
+  // waits for it).
+  enum class Gate : std::uint8_t { pop, look, idle };
+  Gate pace_start(Worker& w) noexcept;
+  // Whether queued work is left to a worker that waits for a start token.
+  [[nodiscard]] bool paced_out() const noexcept;
   bool attend(Worker& w, Exit& how);
   bool handle_cell(Worker& w, Cell& cell);
   bool handle_state(Worker& w, TaskStateBase* s);
