@@ -11,9 +11,10 @@
 //     `target` (a standing queue, not a burst), a task that waited over
 //     twice the target ends `shed` (Errc::overloaded, reason codel) without
 //     running;
-//   - an adaptive limit on admitted work (queued plus running): cut to the
-//     interval's peak of admitted work times target / percentile when the
-//     percentile is above the target, raised by one per interval while the
+//   - an adaptive limit on admitted work (queued plus running): when the
+//     percentile is above the target, cut to the interval's peak of
+//     admitted work with its queued part (beyond max_workers) times
+//     target / percentile, raised by one per interval while the
 //     limit was reached and the wait is within the target. It starts at
 //     the ceiling. Between a floor (the workers, capped at the
 //     usable CPUs, at least 2) and a ceiling (queue capacity plus workers).

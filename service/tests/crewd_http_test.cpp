@@ -373,9 +373,13 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
 // worker and a queue of one make a limit of 2 admitted jobs (its floor and
 // ceiling). A third job is refused from its head: 503 with a JSON body
 // naming the pool and the reason, a Retry-After, and the connection stays
-// open for the next request; /healthz and /metrics still answer.
+// open for the next request; /healthz and /metrics still answer. The
+// target is long so that CoDel does not shed the queued holder (its first
+// interval may have only the first job's wait, which includes starting
+// the worker thread).
 TEST(CrewdHttpOverload, AJobPastTheLimitIs503FromItsHeadAndTheConnectionStaysOpen) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1"});
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1",
+               "--jobs-overload-target-ms", "10000"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   std::vector<std::thread> holders;

@@ -61,6 +61,7 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     total += counts[i];
   }
   const std::int64_t min = win_min_.exchange(kNone, std::memory_order_relaxed);
+  const std::int64_t first = win_first_.exchange(0, std::memory_order_relaxed);
   const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
   window_start_ = now;
   window_end_.store(now + interval_ns_, std::memory_order_relaxed);
@@ -91,16 +92,23 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   last_min_.store(min, std::memory_order_relaxed);
   last_high_.store(high, std::memory_order_relaxed);
   // CoDel: a standing queue, not a burst, when even the shortest wait of a
-  // whole interval was over the target.
-  overloaded_.store(min > target_ns_, std::memory_order_relaxed);
+  // whole interval was over the target. Starts over less than half an
+  // interval (the first after an idle spell, whose own wait would
+  // otherwise shed it) are no standing queue.
+  const bool busy = first != 0 && now - first >= interval_ns_ / 2;
+  overloaded_.store(busy && min > target_ns_, std::memory_order_relaxed);
   if (!adaptive_) return;
   if (high > target_ns_) {
     // Cut by how far the wait is over the target, from what was in use: a
     // limit far above the admitted work (the ceiling it starts at) would
     // otherwise take many intervals to come down while the queue grows.
+    // Only its queued part waits: what the workers run is kept, or a pool
+    // of many workers would cut below them and leave some idle.
     const double in_use = std::min(limit_exact_, std::max(peak, floor_));
-    limit_exact_ =
-        std::max(floor_, in_use * static_cast<double>(target_ns_) / static_cast<double>(high));
+    const double running = std::min(in_use, static_cast<double>(workers_));
+    const double queued = in_use - running;
+    limit_exact_ = std::max(
+        floor_, running + queued * static_cast<double>(target_ns_) / static_cast<double>(high));
   } else if (hit) {
     limit_exact_ = std::min(ceiling_, limit_exact_ + 1.0);
   }

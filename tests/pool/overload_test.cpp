@@ -36,11 +36,11 @@ OverloadOptions options(bool adaptive = true) {
 // A controller at time 0 with the limit bounds [2, 100] and one worker.
 struct Controlled {
   explicit Controlled(OverloadOptions o = options(), std::size_t floor = 2,
-                      std::size_t ceiling = 100)
-      : ctl(o, floor, ceiling, /*workers=*/1, /*now=*/0) {}
+                      std::size_t ceiling = 100, std::size_t workers = 1)
+      : ctl(o, floor, ceiling, workers, /*now=*/0) {}
   // One interval in which tasks started after waiting `waits` (ms).
   void interval(std::initializer_list<double> waits) {
-    for (const double w : waits) ctl.record(static_cast<std::int64_t>(w * kMs));
+    for (const double w : waits) ctl.record(static_cast<std::int64_t>(w * kMs), now + 1);
     now += 100 * kMs;
     ctl.roll(now);
   }
@@ -63,7 +63,7 @@ TEST(OverloadWindow, BucketsBoundTheirWaitsWithinAFifth) {
 
 TEST(OverloadWindow, KeepsTheMinimumAndTheHighPercentileOfAnInterval) {
   Controlled c;
-  for (int i = 1; i <= 100; ++i) c.ctl.record(i * kMs);
+  for (int i = 1; i <= 100; ++i) c.ctl.record(i * kMs, 1);
   c.interval({});
   const OverloadStats s = c.ctl.read();
   EXPECT_EQ(s.wait_min, 1ms);
@@ -108,16 +108,42 @@ void peak_at(OverloadControl& ctl, int n) {
   for (int i = 0; i < n; ++i) ctl.release();
 }
 
+TEST(OverloadCodel, TheFirstStartAfterAnIdleSpellIsNotShedForItsOwnWait) {
+  Controlled c;
+  // Nothing started for 5 intervals; then a task that waited 50 ms (a
+  // worker being started, say) ends the window alone.
+  EXPECT_FALSE(c.ctl.on_start(50 * kMs, 500 * kMs));
+  EXPECT_FALSE(c.ctl.read().overloaded);
+  EXPECT_EQ(c.ctl.read().wait_min, 50ms);
+  // A whole interval of such waits is a standing queue.
+  for (int i = 1; i <= 10; ++i) (void)c.ctl.on_start(50 * kMs, (500 + 10 * i) * kMs);
+  EXPECT_TRUE(c.ctl.read().overloaded);
+}
+
 TEST(OverloadLimit, CutFromTheAdmittedPeakByHowFarThePercentileIsOverTheTarget) {
   Controlled c;
   ASSERT_EQ(c.ctl.read().limit, 100u);  // starts at the ceiling
   peak_at(c.ctl, 100);
-  c.interval({6.25, 6.25, 6.25});  // p90 in the bucket [6.144, 7.168) ms: x 5 / 7.168
+  // p90 in the bucket [6.144, 7.168) ms: the 99 queued beyond the one
+  // worker x 5 / 7.168, plus the one running.
+  c.interval({6.25, 6.25, 6.25});
   EXPECT_EQ(c.ctl.read().limit, 70u);
-  // From the peak in use (10), not from the limit (70): x 5 / 10.24.
+  // From the peak in use (10), not from the limit (70): 1 + 9 x 5 / 10.24.
   peak_at(c.ctl, 10);
   c.interval({10});
   EXPECT_EQ(c.ctl.read().limit, 5u);
+}
+
+TEST(OverloadLimit, KeepsWhatTheWorkersRunAndCutsTheQueuedPart) {
+  Controlled c(options(), 2, 100, /*workers=*/16);
+  peak_at(c.ctl, 24);
+  c.interval({10});  // 16 + 8 x 5 / 10.24
+  EXPECT_EQ(c.ctl.read().limit, 20u);
+  for (int i = 0; i < 5; ++i) {
+    peak_at(c.ctl, static_cast<int>(c.ctl.read().limit));
+    c.interval({1000});
+  }
+  EXPECT_EQ(c.ctl.read().limit, 16u);  // never below the workers it had busy
 }
 
 TEST(OverloadLimit, NeverFallsBelowItsFloor) {

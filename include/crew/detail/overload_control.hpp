@@ -67,7 +67,7 @@ class OverloadControl {
   // admission. True: shed it (CoDel) instead of running it; the caller
   // calls note_shed() once it did.
   bool on_start(std::int64_t wait_ns, std::int64_t now) noexcept {
-    record(wait_ns);
+    record(wait_ns, now);
     if (now >= window_end_.load(std::memory_order_relaxed)) [[unlikely]]
       roll(now);
     return wait_ns > shed_after_ns_ && overloaded_.load(std::memory_order_relaxed);
@@ -99,9 +99,13 @@ class OverloadControl {
   // Sums up the window ending at `now` (also called by tests with a
   // controlled clock). Does nothing if another thread is at it.
   void roll(std::int64_t now) noexcept;
-  // Records one queue wait in the current window.
-  void record(std::int64_t wait_ns) noexcept {
+  // Records one queue wait, of a task started at `now`, in the current window.
+  void record(std::int64_t wait_ns, std::int64_t now) noexcept {
     hist_[bucket_of(wait_ns)].fetch_add(1, std::memory_order_relaxed);
+    if (win_first_.load(std::memory_order_relaxed) == 0) {
+      std::int64_t none = 0;
+      win_first_.compare_exchange_strong(none, now, std::memory_order_relaxed);
+    }
     std::int64_t m = win_min_.load(std::memory_order_relaxed);
     while (wait_ns < m && !win_min_.compare_exchange_weak(m, wait_ns, std::memory_order_relaxed)) {
     }
@@ -139,6 +143,7 @@ class OverloadControl {
 
   // The window: written by every start.
   alignas(kCacheLine) std::atomic<std::int64_t> win_min_;
+  std::atomic<std::int64_t> win_first_{0};  // when its first task started (0: none yet)
   std::array<std::atomic<std::uint32_t>, kBuckets> hist_{};
 
   // Summed up by roll() under roll_.
