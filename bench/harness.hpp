@@ -198,6 +198,7 @@ class Impl {
 // Defined in the impl_*.cpp files.
 std::unique_ptr<Impl> make_crew_impl();
 std::unique_ptr<Impl> make_crew_unbounded_impl();
+std::unique_ptr<Impl> make_crew_overload_impl();
 std::unique_ptr<Impl> make_crew_task_impl();  // crew_forkjoin.cpp
 std::unique_ptr<Impl> make_crew_fifo_impl();
 std::unique_ptr<Impl> make_crew_priority_impl();

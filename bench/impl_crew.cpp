@@ -6,7 +6,9 @@
 // workers (min and max, like the competitors' fixed 2 threads); the
 // variants change one thing each and are named for it: crew_unbounded
 // (queue_capacity = kUnbounded), crew_fifo (one queue shard), crew_priority
-// (4 priority levels).
+// (4 priority levels), crew_overload (the overload controller on, with a
+// target of 10 s so that it never refuses or sheds: what its bookkeeping
+// costs a pool that is not overloaded).
 #include <malloc.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +36,8 @@ namespace {
 
 // Options are assigned field by field rather than with designated
 // initializers, which draw -Wmissing-field-initializers from g++ 12.
-crew::PoolOptions bench_options(std::size_t shards, std::size_t levels, bool unbounded) {
+crew::PoolOptions bench_options(std::size_t shards, std::size_t levels, bool unbounded,
+                                bool overload) {
   crew::PoolOptions o;
   o.name = "bench";
   o.min_workers = kWorkers;
@@ -42,6 +45,10 @@ crew::PoolOptions bench_options(std::size_t shards, std::size_t levels, bool unb
   if (unbounded) o.queue_capacity = crew::kUnbounded;
   o.queue_shards = shards;
   o.priority_levels = levels;
+  if (overload) {
+    o.overload.enabled = true;
+    o.overload.target = std::chrono::seconds(10);
+  }
   return o;
 }
 
@@ -62,9 +69,11 @@ void expect_accepted(crew::Admission a) {
 // a pool with priorities costs against "crew", which has none).
 // kUnbounded: queue_capacity = kUnbounded instead of the default bound
 // ("crew_unbounded").
-template <std::size_t kShards, std::size_t kLevels = 1, bool kUnbounded = false>
+template <std::size_t kShards, std::size_t kLevels = 1, bool kUnbounded = false,
+          bool kOverload = false>
 struct CrewAdapter {
-  static constexpr std::string_view kName = kUnbounded     ? "crew_unbounded"
+  static constexpr std::string_view kName = kOverload      ? "crew_overload"
+                                            : kUnbounded   ? "crew_unbounded"
                                             : kLevels > 1  ? "crew_priority"
                                             : kShards == 1 ? "crew_fifo"
                                                            : "crew";
@@ -76,7 +85,7 @@ struct CrewAdapter {
     return o;
   }
 
-  crew::Pool pool{bench_options(kShards, kLevels, kUnbounded)};
+  crew::Pool pool{bench_options(kShards, kLevels, kUnbounded, kOverload)};
 
   template <class F>
   void post(F&& f) {
@@ -100,6 +109,7 @@ using Crew = CrewAdapter<0>;
 using CrewFifo = CrewAdapter<1>;
 using CrewPriority = CrewAdapter<0, 4>;
 using CrewUnbounded = CrewAdapter<0, 1, true>;
+using CrewOverload = CrewAdapter<0, 1, false, true>;
 
 // short_detached's loop, every task posted with `opts`; `body(done)` makes
 // the task. Returns the sample and the pool's outcomes once idle.
@@ -245,6 +255,9 @@ std::unique_ptr<Impl> make_crew_priority_impl() {
 }
 std::unique_ptr<Impl> make_crew_unbounded_impl() {
   return std::make_unique<CrewImpl<CrewUnbounded>>();
+}
+std::unique_ptr<Impl> make_crew_overload_impl() {
+  return std::make_unique<CrewImpl<CrewOverload>>();
 }
 
 std::vector<IdleCpu> measure_idle_cpu(double seconds) {

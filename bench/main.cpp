@@ -288,6 +288,7 @@ std::vector<std::unique_ptr<Impl>> make_impls(const Options& o) {
   std::vector<std::unique_ptr<Impl>> all;
   all.push_back(make_crew_impl());
   all.push_back(make_crew_unbounded_impl());
+  all.push_back(make_crew_overload_impl());
   all.push_back(make_crew_fifo_impl());
   all.push_back(make_crew_priority_impl());
 #ifdef CREW_BENCH_METRICS

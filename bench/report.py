@@ -28,9 +28,9 @@ README = ROOT / "README.md"
 OPEN_MARK = "<!-- bench-table -->"
 CLOSE_MARK = "<!-- /bench-table -->"
 
-IMPLS = ["crew", "crew_unbounded", "crew_fifo", "crew_priority", "crew_metrics",
-         "crew_null_observer", "crew_task", "tbb_enqueue", "tbb_task_group", "tbb_parallel_for",
-         "asio", "thread_pool_deb", "polling_thread"]
+IMPLS = ["crew", "crew_unbounded", "crew_fifo", "crew_priority", "crew_overload",
+         "crew_metrics", "crew_null_observer", "crew_task", "tbb_enqueue", "tbb_task_group",
+         "tbb_parallel_for", "asio", "thread_pool_deb", "polling_thread"]
 LATENCY_ONLY = {"polling_thread"}  # a reference, not a pool
 FORK_JOIN = ["fib", "skynet", "nqueens", "matmul"]
 WORKLOADS = ["short_detached", "short_future", "producers_4", "factorial", "long_deadline",

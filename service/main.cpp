@@ -86,6 +86,13 @@ void log_pool_report(spdlog::logger& log, const crew::Pool& pool, const crew::Sh
 }
 
 // Sleeps until `deadline` or until `stop` is requested.
+crew::OverloadOptions overload_options(const Config::Overload& o) {
+  return {.enabled = o.enabled,
+          .target = o.target,
+          .interval = o.interval,
+          .adaptive_limit = o.adaptive_limit};
+}
+
 void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
   std::mutex mu;
   std::condition_variable_any cv;
@@ -140,7 +147,8 @@ int run(const Config& config) {
        .logger = crew_log,
        .spin = config.compute.spin,
        .spin_when_contended = config.compute.spin_when_contended,
-       .worker_policy = config.compute.worker_policy});
+       .worker_policy = config.compute.worker_policy,
+       .overload = overload_options(config.compute.overload)});
   crew::Pool jobs({.name = "jobs",
                    .max_workers = config.jobs.workers,
                    .queue_capacity = config.jobs.queue,
@@ -149,7 +157,8 @@ int run(const Config& config) {
                    .shutdown_mode = config.shutdown.mode,
                    .shutdown_timeout = config.shutdown.timeout,
                    .observers = jobs_observers,
-                   .logger = crew_log});
+                   .logger = crew_log,
+                   .overload = overload_options(config.jobs.overload)});
   // The console's sampler reads the pools: it stops before they are destroyed.
   struct StopConsole {
     ui::Console* console;

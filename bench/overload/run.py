@@ -77,14 +77,27 @@ WORKLOADS = {
 # not started within 45 ms is dropped (answered 503 at that deadline)
 # because it would miss the SLO anyway. The same limit is used for every
 # workload, which is the point: it is right for W1 only.
+#
+# "codel" and "controller" are crewd's overload controller (jobs.overload,
+# on by default since it exists) with its default target 5 ms and interval
+# 100 ms: CoDel's dequeue drop alone (no admission limit), and the whole
+# controller (adaptive limit checked from the request's head, CoDel,
+# deadline-aware admission). The other two turn it off.
+NO_CONTROLLER = ["--jobs-overload", "false"]
 VARIANTS = [
-    ("defaults", "today's defaults (jobs.queue 1024, jobs.queue_timeout_ms 5000)", []),
+    ("defaults", "defaults before the controller (jobs.queue 1024, jobs.queue_timeout_ms 5000)",
+     NO_CONTROLLER),
     ("fixed", "fixed limit for W1: jobs.queue 16, jobs.queue_timeout_ms 45",
-     ["--jobs-queue", "16", "--jobs-queue-timeout-ms", "45"]),
-    ("codel", "CoDel dequeue drop alone (settings to come)", None),
-    ("controller", "full controller: adaptive limit, LIFO, deadline-aware admission, "
-                   "start-rate limiter (settings to come)", None),
+     ["--jobs-queue", "16", "--jobs-queue-timeout-ms", "45", *NO_CONTROLLER]),
+    ("codel", "CoDel dequeue drop alone (jobs.overload_adaptive_limit false)",
+     ["--jobs-overload-adaptive-limit", "false"]),
+    ("controller", "full controller: adaptive limit from the head, CoDel, deadline-aware "
+                   "admission (crewd's defaults)", []),
 ]
+
+# Reasons of a 503 decided at admission (from the request's head or at
+# submission), not after the request waited in the queue.
+ADMISSION_REASONS = {"limit", "deadline", "rejected at submission"}
 
 # Scenarios: phases as (multiple of mu, seconds, job index: 0 the
 # workload's job, 1 its job after the drop), and the overload window
@@ -220,7 +233,7 @@ def measure_mu(args, workload):
         rates.append(r)
         r *= 1.25
     phases = [(rate, 2, 0) for rate in rates]
-    s = one_run(args, workload, [], phases, 1.0, f"{workload.name}-ramp")
+    s = one_run(args, workload, NO_CONTROLLER, phases, 1.0, f"{workload.name}-ramp")
     ok = [sec["ok"] for sec in s["per_second"]]
     # The largest 2xx rate held for two seconds in a row (one burst second
     # after a stall is not capacity).
@@ -245,6 +258,15 @@ def digest(summary, seconds, window, slo_ms):
     rej = summary["rejection_latency_ms"]
     queue = [m["queue"] for m in summary.get("metrics", []) if m["queue"] is not None]
     limit = [m["limit"] for m in summary.get("metrics", []) if m["limit"] is not None]
+    # The limit's coefficient of variation once settled (after 5 s).
+    settled = [m["limit"] for m in summary.get("metrics", [])
+               if m["limit"] is not None and m["t"] >= 5]
+    limit_cv = (statistics.pstdev(settled) / statistics.mean(settled)
+                if len(settled) >= 3 and statistics.mean(settled) > 0 else None)
+    by_reason = summary["rejection_latency_by_reason_ms"]
+    total_rej = sum(v["count"] for v in by_reason.values())
+    at_admission = sum(v["count"] for k, v in by_reason.items()
+                       if k.removeprefix("503 ") in ADMISSION_REASONS)
     return {
         "offered_per_s": summary["target_rate"],
         "goodput_per_s": summary["goodput"] / seconds,
@@ -261,6 +283,8 @@ def digest(summary, seconds, window, slo_ms):
         "send_lag_p99_ms": summary["send_lag_ms"]["p99"],
         "queue_max": max(queue) if queue else None,
         "limit_last": limit[-1] if limit else None,
+        "limit_cv": limit_cv,
+        "admission_fraction": at_admission / total_rej if total_rej else None,
         "recovery_s": recovery_s(summary, window, slo_ms),
     }
 
@@ -281,7 +305,7 @@ def fmt(v, digits=1):
 def table(results, mus):
     head = ("| workload | scenario | variant | offered/s | goodput/s | goodput/mu | p50 ms "
             "| p99 ms | p99.9 ms | rejected | rejection p99 ms | by reason: count (p99) | queue max "
-            "| limit | recovery s |")
+            "| limit | limit CV | at admission | recovery s |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for key, runs in results.items():
         wname, scen, variant = key
@@ -303,6 +327,7 @@ def table(results, mus):
             f"| {fmt(m['p50_ms'])} | {fmt(m['p99_ms'])} | {fmt(m['p999_ms'])} "
             f"| {fmt(m['rejected'], 0)} | {fmt(m['rejection_p99_ms'], 2)} | {reason_text} "
             f"| {fmt(m['queue_max'], 0)} | {fmt(m['limit_last'], 0)} "
+            f"| {fmt(m.get('limit_cv'), 2)} | {fmt(m.get('admission_fraction'), 2)} "
             f"| {fmt(m['recovery_s'], 0)} |")
     return "\n".join(lines)
 

@@ -28,7 +28,11 @@
 //                          once its deadline has passed, else
 //                          crew::Error(cancelled) (a hard shutdown);
 //   refused at admission   crew::Error(Errc::rejected), admission() saying
-//                          why (closed, full, too_many_blocked), at once;
+//                          why (closed, full, too_many_blocked, overloaded,
+//                          then overload_reason() too), at once;
+//   shed by the overload   crew::Error(Errc::overloaded), overload_reason()
+//   controller             codel, on the worker that popped it, which then
+//                          destroys f unrun;
 //   expired in the queue   crew::Error(Errc::expired), posted by the pool's
 //                          supervisor thread at the queue deadline (within
 //                          its timer's precision), however long the workers
@@ -196,12 +200,23 @@ class Completion {
     work_.reset();  // the posted completion is outstanding work of its own
   }
 
-  void fail(Errc code, Admission admission) {
+  // The task was shed (on the worker that popped it): as expire().
+  void shed(OverloadReason why) noexcept {
+    if (!claim()) return;
+    try {
+      fail(Errc::overloaded, Admission::accepted, why);
+    } catch (...) {
+      if (handler_) claimed_.store(false, std::memory_order_release);
+    }
+  }
+
+  void fail(Errc code, Admission admission, OverloadReason overload = OverloadReason::none) {
     std::string what = "task";
     if (!name_.empty()) what += " '" + name_ + "'";
     what += ": " + std::string(to_string(code));
     if (code == Errc::rejected) what += " (" + std::string(to_string(admission)) + ")";
-    auto e = std::make_exception_ptr(Error(code, what, admission));
+    if (overload != OverloadReason::none) what += " (" + std::string(to_string(overload)) + ")";
+    auto e = std::make_exception_ptr(Error(code, what, admission, overload));
     if constexpr (std::is_void_v<R>) {
       deliver(std::move(e));
     } else {
@@ -242,6 +257,8 @@ class Runner : public crew::detail::QueueExpiryListener {
   // The supervisor's thread, while the pool holds the task (see
   // QueueExpiryListener): op_ is still here, since the task never ran.
   void on_queue_expired() noexcept { op_->expire(); }
+  // The worker's thread, as on_queue_expired (the task never ran).
+  void on_queue_shed(OverloadReason why) noexcept { op_->shed(why); }
 
   void operator()(const TaskContext& ctx) requires is_long_task_v<F> {
     run(
@@ -343,12 +360,14 @@ struct Initiate {
     }
     if (task.status() == TaskStatus::rejected && task.reason() == Errc::rejected) {
       Admission why = Admission::closed;
+      OverloadReason overload = OverloadReason::none;
       try {
         task.get();
       } catch (const Error& e) {
         why = e.admission();
+        overload = e.overload_reason();
       }
-      if (op->claim()) op->fail(Errc::rejected, why);
+      if (op->claim()) op->fail(Errc::rejected, why, overload);
     }
     // Dropping the handle neither cancels the task nor waits for it.
     if (keep != nullptr) *keep = std::move(task);

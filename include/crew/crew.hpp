@@ -25,6 +25,7 @@
 #include "crew/group.hpp"
 #include "crew/log.hpp"
 #include "crew/observer.hpp"
+#include "crew/overload.hpp"
 #include "crew/parallel_for.hpp"
 #include "crew/pool.hpp"
 #include "crew/pool_types.hpp"

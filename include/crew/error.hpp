@@ -22,6 +22,18 @@ enum class Admission : std::uint8_t {
   closed,            // the pool is stopping or stopped
   full,              // the queue is full and the policy (or try_*) refused to wait
   too_many_blocked,  // max_blocked_submitters callers already wait for room
+  overloaded,        // refused by the overload controller (PoolOptions::overload); a
+                     // task handle's Error::overload_reason() says why
+};
+
+// Why the overload controller (crew/overload.hpp) refused or shed a task.
+enum class OverloadReason : std::uint8_t {
+  none,
+  limit,     // refused at admission: the adaptive limit of admitted work was reached
+  codel,     // shed at dequeue: it waited over twice the target while the pool was overloaded
+  priority,  // shed to make room for a higher priority
+  deadline,  // refused at admission: its queue timeout could not be met at the current rate
+  rate,      // refused at admission by the start-rate limiter's backlog
 };
 
 // Every error crew raises.
@@ -45,23 +57,31 @@ enum class Errc : std::uint8_t {
   // instead, and the wait throws. A chain of nested waits that deep needs a
   // larger PoolOptions::stack_size, or a loop.
   stack_exhausted,
+  // Accepted, then shed without running by the overload controller
+  // (Error::overload_reason() says why: codel or priority).
+  overloaded,
 };
 
 [[nodiscard]] std::string_view to_string(Admission a) noexcept;
 [[nodiscard]] std::string_view to_string(Errc e) noexcept;
+[[nodiscard]] std::string_view to_string(OverloadReason r) noexcept;
 
 class Error : public std::runtime_error {
  public:
-  Error(Errc code, const std::string& what, Admission admission = Admission::accepted)
-      : std::runtime_error(what), code_(code), admission_(admission) {}
+  Error(Errc code, const std::string& what, Admission admission = Admission::accepted,
+        OverloadReason overload = OverloadReason::none)
+      : std::runtime_error(what), code_(code), admission_(admission), overload_(overload) {}
 
   [[nodiscard]] Errc code() const noexcept { return code_; }
   // For Errc::rejected: why the pool refused the task.
   [[nodiscard]] Admission admission() const noexcept { return admission_; }
+  // For Admission::overloaded and Errc::overloaded: what the controller saw.
+  [[nodiscard]] OverloadReason overload_reason() const noexcept { return overload_; }
 
  private:
   Errc code_;
   Admission admission_;
+  OverloadReason overload_;
 };
 
 }  // namespace crew

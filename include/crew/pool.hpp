@@ -165,6 +165,17 @@ class Pool : public detail::SubmitApi<Pool> {
   // (outcomes.total() <= submitted), so equality means all of those ended.
   [[nodiscard]] PoolStats stats() const;
   [[nodiscard]] PoolStatsHandle stats_handle() const;
+  // The overload controller's answer to a submission from outside the pool
+  // if it came now: reason limit while its admission limit is reached, none
+  // otherwise (always none when the controller is off), and the queue wait
+  // it expects. Takes no ticket, so a submission may still be refused; for
+  // an early, cheap refusal (crewd answers from a request's head) and a
+  // Retry-After. A few atomic loads; never blocks.
+  [[nodiscard]] OverloadHint overload_hint() const noexcept;
+  // overload_hint(), and when it says limit the caller's refusal is counted
+  // in stats().overload.refused_limit (not in submitted or outcomes: no
+  // task was submitted). For a caller that refuses on that answer.
+  OverloadHint refuse_if_overloaded() noexcept;
   [[nodiscard]] std::vector<WorkerInfo> workers() const;
   [[nodiscard]] const PoolOptions& options() const noexcept;
   [[nodiscard]] std::string_view name() const noexcept;

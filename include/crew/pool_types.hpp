@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "crew/overload.hpp"
 #include "crew/task_status.hpp"
 
 namespace crew {
@@ -241,6 +242,18 @@ struct PoolOptions {
   // worker on itself before on_worker_start; if the system refuses, the
   // worker keeps the default and the pool logs a warning once.
   WorkerPolicy worker_policy = WorkerPolicy::normal;
+  // The overload controller: adaptive admission limit and CoDel dequeue
+  // drop (crew/overload.hpp). Off by default.
+  OverloadOptions overload{};
+  // Task starts per second at most, across the workers (a token bucket:
+  // up to `start_burst` at once, 0 meaning 1); 0: no limit. A worker takes
+  // a token before it takes a task, so while none is due the tasks stay
+  // queued and the workers hold none: one of them sleeps until the next
+  // token, the others as idle workers do. Not paced: tasks a waiting
+  // caller runs itself (Task::wait, Group::wait on a worker,
+  // run_pending_task), caller_runs, and what a shutdown drops.
+  double max_start_rate = 0;
+  std::size_t start_burst = 0;
 };
 
 namespace detail {
@@ -261,6 +274,8 @@ constexpr auto outcome_field(Counts& c, TaskStatus status) noexcept -> decltype(
       return &c.timed_out;
     case TaskStatus::rejected:
       return &c.rejected;
+    case TaskStatus::shed:
+      return &c.shed;
     case TaskStatus::queued:
     case TaskStatus::running:
       break;
@@ -276,8 +291,9 @@ struct OutcomeCounts {
   std::uint64_t cancelled = 0;
   std::uint64_t timed_out = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t shed = 0;  // dropped unrun by the overload controller
   [[nodiscard]] std::uint64_t total() const noexcept {
-    return succeeded + failed + cancelled + timed_out + rejected;
+    return succeeded + failed + cancelled + timed_out + rejected + shed;
   }
   // Counts one task that ended with `status` (queued and running count
   // nothing).
@@ -290,6 +306,7 @@ struct OutcomeCounts {
     cancelled += more.cancelled;
     timed_out += more.timed_out;
     rejected += more.rejected;
+    shed += more.shed;
     return *this;
   }
 };
@@ -314,6 +331,7 @@ struct PoolStats {
   // crew::Group::wait and Task::wait on a worker among them) rather than by a
   // worker's own loop.
   std::uint64_t helped = 0;
+  OverloadStats overload;  // the overload controller's view (zero when off)
 };
 
 struct WorkerInfo {

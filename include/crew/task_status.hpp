@@ -1,7 +1,7 @@
 // crew/task_status.hpp: the states a task goes through.
 //
 //   queued -> running -> succeeded | failed | cancelled | timed_out
-//   queued -> cancelled | rejected
+//   queued -> cancelled | rejected | shed
 //
 // A task that is refused at submission is `rejected` from the start.
 #pragma once
@@ -20,6 +20,7 @@ enum class TaskStatus : std::uint8_t {
               // or a hard shutdown
   timed_out,  // a long task that returned after its execution deadline
   rejected,   // refused at submission, expired in the queue, or dropped by a shutdown
+  shed,       // accepted, then dropped unrun by the overload controller (crew/overload.hpp)
 };
 
 [[nodiscard]] constexpr bool is_final(TaskStatus s) noexcept {
@@ -30,7 +31,8 @@ enum class TaskStatus : std::uint8_t {
 [[nodiscard]] constexpr bool is_legal_transition(TaskStatus from, TaskStatus to) noexcept {
   switch (from) {
     case TaskStatus::queued:
-      return to == TaskStatus::running || to == TaskStatus::cancelled || to == TaskStatus::rejected;
+      return to == TaskStatus::running || to == TaskStatus::cancelled ||
+             to == TaskStatus::rejected || to == TaskStatus::shed;
     case TaskStatus::running:
       return to == TaskStatus::succeeded || to == TaskStatus::failed ||
              to == TaskStatus::cancelled || to == TaskStatus::timed_out;

@@ -63,6 +63,17 @@ struct Config {
     Millis write_timeout{5000};                  // writing one response
   } http;
 
+  // A pool's overload controller (crew::PoolOptions::overload): an
+  // adaptive limit on admitted requests, checked on the I/O thread from
+  // the request's head, and CoDel's drop of requests queued too long.
+  struct Overload {
+    bool enabled = true;
+    Millis target{5};  // the queue wait to keep
+    Millis interval{
+        100};  // how often the limit moves; how long a standing queue lasts before shedding
+    bool adaptive_limit = true;  // false: CoDel's drop alone
+  };
+
   // GET /api/v1/factorial/{n}: short tasks.
   struct Compute {
     std::size_t workers = 0;  // 0: one per usable CPU (crew::usable_cpus())
@@ -81,6 +92,7 @@ struct Config {
     // Compute on the connection's I/O thread instead of the pool: only for
     // measuring what the pool costs (README, "crewd figures").
     bool inline_factorial = false;
+    Overload overload;
   } compute;
 
   // POST /api/v1/jobs: long tasks with a deadline.
@@ -89,6 +101,7 @@ struct Config {
     std::size_t queue = 1024;
     Millis queue_timeout{5000};
     JobLimits limits;
+    Overload overload;
   } jobs;
 
   struct Shutdown {

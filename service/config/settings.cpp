@@ -272,6 +272,23 @@ const std::vector<Setting>& settings() {
         "compute.inline_factorial",
         "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",
         +[](Config& c) -> bool& { return c.compute.inline_factorial; }));
+    s.push_back(boolean(
+        "compute.overload",
+        "overload controller of pool compute: an adaptive limit on admitted factorials (more: 503 "
+        "from the request's head) and CoDel's drop of factorials queued too long (503)",
+        +[](Config& c) -> bool& { return c.compute.overload.enabled; }));
+    s.push_back(integer(
+        "compute.overload_target_ms", "queue wait the overload controller of pool compute keeps",
+        +[](Config& c) -> Millis& { return c.compute.overload.target; }, 1, kDay));
+    s.push_back(integer(
+        "compute.overload_interval_ms",
+        "how often the limit of pool compute moves, and how long a queue wait over the target "
+        "lasts before factorials are shed",
+        +[](Config& c) -> Millis& { return c.compute.overload.interval; }, 1, kDay));
+    s.push_back(boolean(
+        "compute.overload_adaptive_limit",
+        "the adaptive limit of pool compute (false: CoDel's drop alone)",
+        +[](Config& c) -> bool& { return c.compute.overload.adaptive_limit; }));
 
     s.push_back(integer(
         "jobs.workers", "workers of pool jobs: jobs running at once",
@@ -296,6 +313,23 @@ const std::vector<Setting>& settings() {
         "accept jobs of kind \"stuck\", which ignore their stop token (for tests of deadlines and "
         "abandoned workers)",
         +[](Config& c) -> bool& { return c.jobs.limits.allow_stuck; }));
+    s.push_back(boolean(
+        "jobs.overload",
+        "overload controller of pool jobs: an adaptive limit on admitted jobs (more: 503 "
+        "from the request's head) and CoDel's drop of jobs queued too long (503)",
+        +[](Config& c) -> bool& { return c.jobs.overload.enabled; }));
+    s.push_back(integer(
+        "jobs.overload_target_ms", "queue wait the overload controller of pool jobs keeps",
+        +[](Config& c) -> Millis& { return c.jobs.overload.target; }, 1, kDay));
+    s.push_back(integer(
+        "jobs.overload_interval_ms",
+        "how often the limit of pool jobs moves, and how long a queue wait over the target "
+        "lasts before jobs are shed",
+        +[](Config& c) -> Millis& { return c.jobs.overload.interval; }, 1, kDay));
+    s.push_back(boolean(
+        "jobs.overload_adaptive_limit",
+        "the adaptive limit of pool jobs (false: CoDel's drop alone)",
+        +[](Config& c) -> bool& { return c.jobs.overload.adaptive_limit; }));
 
     s.push_back(choice<ShutdownMode>("shutdown.mode",
                                      "how the compute and jobs pools stop after SIGTERM",

@@ -188,6 +188,7 @@ Connection::Step Connection::parse() {
     parser_.emplace(s_.limits);
     current_.head_seen = false;
     current_.refused = false;
+    head_refusal_.reset();
     phase_ = Phase::head;
     deadline_ = receive_deadline(now + s_.config.http.head_timeout);
   }
@@ -218,6 +219,12 @@ Connection::Step Connection::on_head() {
     phase_ = Phase::body;
     body_deadline_ = deadline_ = receive_deadline(now + s_.config.http.body_timeout);
   }
+  // An overloaded pool refuses from the head, before the body is read or
+  // 100 Continue sent: the request costs no parsing and no task.
+  const Route* admitting = match_.method_allowed && !current_.refused ? match_.route : nullptr;
+  if (admitting != nullptr && admitting->admit_head != nullptr) {
+    head_refusal_ = admitting->admit_head(s_);
+  }
   const bool expect = req.version >= 11;
   if (expect && req.expect_other) {
     return fail_request(417, "only Expect: 100-continue is supported", CloseReason::bad_request);
@@ -226,7 +233,10 @@ Connection::Step Connection::on_head() {
     const Route* route = match_.method_allowed && !current_.refused ? match_.route : nullptr;
     const bool wants_body = route != nullptr && route->expect_body != nullptr;
     if (wants_body) {
-      if (std::optional<Response> refusal = route->expect_body(s_)) {
+      std::optional<Response> refusal = std::move(head_refusal_);
+      head_refusal_.reset();
+      if (!refusal) refusal = route->expect_body(s_);
+      if (refusal) {
         // Refused before the client sends its body.
         parser_->request().keep_alive = false;
         phase_ = Phase::handling;
@@ -298,6 +308,11 @@ Connection::Step Connection::on_request() {
     Response r =
         error_response(405, "method not allowed; allowed: " + std::string(match_.route->methods));
     r.allow = match_.route->methods;
+    return respond(std::move(r));
+  }
+  if (head_refusal_) {
+    Response r = *std::move(head_refusal_);
+    head_refusal_.reset();
     return respond(std::move(r));
   }
   RouteExchange exchange(*this);
@@ -579,7 +594,7 @@ void Connection::refuse() {
   Response r = error_response(503, "too many connections (http.max_connections " +
                                        std::to_string(s_.max_connections) + ")");
   r.close = true;
-  r.retry_after = true;
+  r.retry_after = 1;
   out_.clear();
   append_response(out_, r, false);
   (void)socket_.write_some(net::buffer(out_), ec);  // best effort: a fresh socket takes it all

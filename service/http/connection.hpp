@@ -172,6 +172,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool close_after = false;  // the response being written says Connection: close
   };
   Current current_;
+  // A refusal decided from the request's head by its route's admit_head
+  // (an overloaded pool), answered once the body is in (read, not parsed)
+  // so that the connection stays open. Reset with current_.
+  std::optional<Response> head_refusal_;
   // Where the next client bytes come from. `reading` is the only state
   // with an asynchronous read pending; `more` is set only by a read that
   // filled landing_, and is cleared before the next read or wait.

@@ -320,7 +320,10 @@ void append_response(std::string& out, const Response& r, bool head_only) {
     out += "\r\nAllow: ";
     out += r.allow;
   }
-  if (r.retry_after) out += "\r\nRetry-After: 1";
+  if (r.retry_after > 0) {
+    out += "\r\nRetry-After: ";
+    out.append(num, std::to_chars(num, num + sizeof(num), r.retry_after).ptr);
+  }
   if (r.close) {
     out += "\r\nConnection: close";
   } else if (r.keep_alive) {

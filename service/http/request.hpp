@@ -126,10 +126,11 @@ struct Response {
   int status = 200;
   std::string body;
   std::string_view content_type = "application/json";
-  std::string_view allow;    // 405: the Allow header
-  bool retry_after = false;  // 503 of a full pool: Retry-After: 1
-  bool close = false;        // Connection: close
-  bool keep_alive = false;   // Connection: keep-alive (for an HTTP/1.0 client that asked)
+  std::string_view allow;  // 405: the Allow header
+  // 503 of a full or overloaded pool: Retry-After in seconds (0: none).
+  int retry_after = 0;
+  bool close = false;       // Connection: close
+  bool keep_alive = false;  // Connection: keep-alive (for an HTTP/1.0 client that asked)
   // More header lines, each "Name: value\r\n" (the console's security headers).
   std::string headers;
 };

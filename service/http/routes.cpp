@@ -25,6 +25,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -73,6 +74,47 @@ Response factorial_response(unsigned n, std::uint64_t value) {
   return r;
 }
 
+// ---- Overload ----
+
+// Retry-After of an overloaded pool's 503: its queue-wait estimate in whole
+// seconds (at least 1), plus up to as much again at random, so that the
+// refused clients do not all come back at once.
+int overload_retry_after(std::chrono::nanoseconds wait_estimate) {
+  const auto base =
+      std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(wait_estimate).count());
+  thread_local std::minstd_rand jitter(static_cast<std::uint32_t>(now_ns()));
+  const std::int64_t secs = base + static_cast<std::int64_t>(jitter() % (base + 1));
+  return static_cast<int>(std::min<std::int64_t>(secs, 3600));
+}
+
+// The 503 of a request `pool` refused or shed for `reason`.
+Response overload_response(const crew::Pool& pool, crew::OverloadReason reason,
+                           std::chrono::nanoseconds wait_estimate) {
+  const std::string why(crew::to_string(reason));
+  Response r = json_response(
+      503, Json{{"error", "pool " + std::string(pool.name()) + " is overloaded (" + why + ")"},
+                {"outcome", reason == crew::OverloadReason::codel ? "shed" : "rejected"},
+                {"pool", pool.name()},
+                {"reason", why},
+                {"status", 503}});
+  r.retry_after = overload_retry_after(wait_estimate);
+  return r;
+}
+
+// A route's admit_head: refuses from the request's head while `pool`'s
+// admission limit is reached.
+std::optional<Response> refuse_if_overloaded(crew::Pool& pool) {
+  const crew::OverloadHint h = pool.refuse_if_overloaded();
+  if (h.reason == crew::OverloadReason::none) return std::nullopt;
+  return overload_response(pool, h.reason, h.wait_estimate);
+}
+std::optional<Response> compute_admit_head(const State& s) {
+  return refuse_if_overloaded(s.pools.compute);
+}
+std::optional<Response> jobs_admit_head(const State& s) {
+  return refuse_if_overloaded(s.pools.jobs);
+}
+
 // A job's clock and id, shared between the task (which may end without a
 // value: timed out, cancelled) and the handler.
 struct JobTimes {
@@ -89,6 +131,10 @@ Response factorial_outcome(const State& s, unsigned n, std::exception_ptr e, std
   try {
     std::rethrow_exception(e);
   } catch (const crew::Error& err) {
+    if (err.overload_reason() != crew::OverloadReason::none) {
+      return overload_response(s.pools.compute, err.overload_reason(),
+                               s.pools.compute.overload_hint().wait_estimate);
+    }
     if (err.code() == crew::Errc::rejected) {
       message =
           "pool compute refused the task (" + std::string(crew::to_string(err.admission())) + ")";
@@ -133,12 +179,14 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
   int code = 200;
   std::string message;
   std::optional<crew::Errc> reason;
+  crew::OverloadReason overload = crew::OverloadReason::none;
   bool retry_after = false;
   if (e) {
     try {
       std::rethrow_exception(e);
     } catch (const crew::Error& err) {
       reason = err.code();
+      overload = err.overload_reason();
       switch (err.code()) {
         case crew::Errc::timed_out:
         case crew::Errc::abandoned:
@@ -157,6 +205,12 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
           code = 503;
           message =
               "pool jobs refused the task (" + std::string(crew::to_string(err.admission())) + ")";
+          retry_after = true;
+          break;
+        case crew::Errc::overloaded:  // shed unrun (reason codel)
+          outcome = "shed";
+          code = 503;
+          message = "pool jobs is overloaded (" + std::string(crew::to_string(overload)) + ")";
           retry_after = true;
           break;
         case crew::Errc::shutdown_dropped:
@@ -201,6 +255,10 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
     body["error"] = message;
     body["reason"] = reason ? std::string(crew::to_string(*reason)) : "failed";
     body["status"] = code;
+    if (overload != crew::OverloadReason::none) {
+      body["pool"] = "jobs";
+      body["reason"] = std::string(crew::to_string(overload));
+    }
   }
   if (s.console != nullptr) {
     ui::JobOutcome o{.task_id = times.id.load(),
@@ -218,7 +276,11 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
     s.console->jobs().finish(std::move(o));
   }
   Response r = json_response(code, body);
-  r.retry_after = retry_after;
+  if (retry_after) {
+    r.retry_after = overload != crew::OverloadReason::none
+                        ? overload_retry_after(s.pools.jobs.overload_hint().wait_estimate)
+                        : 1;
+  }
   return r;
 }
 
@@ -260,7 +322,7 @@ void job(Exchange& ex) {
 std::optional<Response> job_expect_body(const State& s) {
   if (s.pools.jobs.stats().queued < s.config.jobs.queue) return std::nullopt;
   Response r = error_response(503, "pool jobs refused the task (full)");
-  r.retry_after = true;
+  r.retry_after = 1;
   return r;
 }
 
@@ -385,12 +447,17 @@ void console_cancel(Exchange& ex) {
 
 // The order is that of the `route` labels in /metrics.
 constexpr Route kRoutes[] = {
-    {.path = "/api/v1/factorial/{n}", .methods = "GET, HEAD", .handler = factorial, .work = true},
+    {.path = "/api/v1/factorial/{n}",
+     .methods = "GET, HEAD",
+     .handler = factorial,
+     .work = true,
+     .admit_head = compute_admit_head},
     {.path = "/api/v1/jobs",
      .methods = "POST",
      .handler = job,
      .work = true,
-     .expect_body = job_expect_body},
+     .expect_body = job_expect_body,
+     .admit_head = jobs_admit_head},
     {.path = "/api/v1/pools", .methods = "GET, HEAD", .handler = pools},
     {.path = "/metrics", .methods = "GET, HEAD", .handler = metrics},
     {.path = "/healthz", .methods = "GET, HEAD", .handler = healthz},

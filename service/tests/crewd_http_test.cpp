@@ -299,20 +299,20 @@ TEST_F(CrewdHttp, MetricsCoverPoolsRequestsAndTheProcess) {
   }
 }
 
-// Its own crewd: one job worker and a queue of one, to fill them.
-TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1"});
-  const int port = crewd.wait_port();
-  ASSERT_GT(port, 0) << crewd.log();
-  std::vector<std::thread> holders;
-  struct JoinAll {
-    std::vector<std::thread>& threads;
-    ~JoinAll() {
-      for (auto& t : threads) {
-        if (t.joinable()) t.join();
-      }
+// Joins threads on every way out of a test.
+struct JoinAll {
+  std::vector<std::thread>& threads;
+  ~JoinAll() {
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
     }
-  } join_all{holders};
+  }
+};
+
+// Fills a crewd started with one job worker and a queue of one: one job
+// running and one queued, each a 600 ms sleep answered 200 on `holders`.
+// False if the pool never got there (bounded).
+bool hold_jobs_pool(int port, std::vector<std::thread>& holders) {
   // Waits until the jobs pool has `busy` running and `queued` queued.
   const auto wait_for_jobs = [port](int busy, int queued) {
     for (int i = 0; i < 500 * kSlowdown; ++i) {
@@ -326,15 +326,26 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
   };
   // One after the other: the second must find the first running, not still
   // queued (the queue holds one).
-  bool full = true;
-  for (int i = 0; i < 2 && full; ++i) {
+  for (int i = 0; i < 2; ++i) {
     holders.emplace_back([port] {
       const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":600})");
       EXPECT_EQ(ex.status, 200) << ex.body;
     });
-    full = wait_for_jobs(1, i);
+    if (!wait_for_jobs(1, i)) return false;
   }
-  if (!full) {
+  return true;
+}
+
+// Its own crewd: one job worker and a queue of one, to fill them (the
+// overload controller off: this is the full queue's answer).
+TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1",
+               "--jobs-overload", "false"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::thread> holders;
+  const JoinAll join_all{holders};
+  if (!hold_jobs_pool(port, holders)) {
     FAIL() << "the jobs pool never had one job running and one queued\n" << crewd.log();
   }
   const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1})");
@@ -355,6 +366,62 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
   EXPECT_EQ(asked.status, 503) << "no 100 Continue first: " << asked.body;
   EXPECT_EQ(asked.header("retry-after"), "1");
   EXPECT_EQ(asked.header("connection"), "close");
+  for (auto& t : holders) t.join();
+}
+
+// Its own crewd with the overload controller on (the default): one job
+// worker and a queue of one make a limit of 2 admitted jobs (its floor and
+// ceiling). A third job is refused from its head: 503 with a JSON body
+// naming the pool and the reason, a Retry-After, and the connection stays
+// open for the next request; /healthz and /metrics still answer. The
+// target is long so that CoDel does not shed the queued holder (its first
+// interval may have only the first job's wait, which includes starting
+// the worker thread).
+TEST(CrewdHttpOverload, AJobPastTheLimitIs503FromItsHeadAndTheConnectionStaysOpen) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1",
+               "--jobs-overload-target-ms", "10000"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::thread> holders;
+  const JoinAll join_all{holders};
+  if (!hold_jobs_pool(port, holders)) {
+    FAIL() << "the jobs pool never had one job running and one queued\n" << crewd.log();
+  }
+  const std::string body = R"({"kind":"sleep","ms":1})";
+  Socket s = connect_to(port);
+  ASSERT_GE(s.fd(), 0);
+  int err = 0;
+  ASSERT_TRUE(write_all(s.fd(),
+                        "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body,
+                        err));
+  const auto deadline = Clock::now() + 10s * kSlowdown;
+  std::string raw;
+  Exchange refused;
+  read_response(s.fd(), raw, refused, deadline, false);
+  ASSERT_EQ(refused.outcome, Outcome::response);
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  const Json j = json_of(refused);
+  EXPECT_EQ(j["pool"], "jobs") << refused.body;
+  EXPECT_EQ(j["reason"], "limit") << refused.body;
+  EXPECT_EQ(j["outcome"], "rejected") << refused.body;
+  const std::string retry = refused.header("retry-after");
+  EXPECT_TRUE(retry == "1" || retry == "2") << "Retry-After: " << retry;
+  EXPECT_EQ(refused.header("connection"), "");
+  // The same connection serves the next request.
+  raw.clear();  // nothing follows the response: no request was pipelined
+  ASSERT_TRUE(write_all(s.fd(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", err));
+  Exchange next;
+  read_response(s.fd(), raw, next, deadline, false);
+  ASSERT_EQ(next.outcome, Outcome::response);
+  EXPECT_EQ(next.status, 200) << next.body;
+  // /metrics bypasses the controller and shows its limit.
+  const Exchange m = get(port, "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("crew_admission_limit{pool=\"jobs\"} 2"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("crew_tasks_shed_total{pool=\"jobs\",reason=\"limit\"} 1"),
+            std::string::npos)
+      << m.body;
   for (auto& t : holders) t.join();
 }
 

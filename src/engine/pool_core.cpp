@@ -44,7 +44,7 @@ void SharedCounters::add(TaskStatus outcome) noexcept {
 OutcomeCounts SharedCounters::read() const noexcept {
   return {succeeded.load(std::memory_order_acquire), failed.load(std::memory_order_acquire),
           cancelled.load(std::memory_order_acquire), timed_out.load(std::memory_order_acquire),
-          rejected.load(std::memory_order_acquire)};
+          rejected.load(std::memory_order_acquire),  shed.load(std::memory_order_acquire)};
 }
 
 void WorkerCounters::add(TaskStatus outcome) noexcept {
@@ -52,7 +52,8 @@ void WorkerCounters::add(TaskStatus outcome) noexcept {
 }
 
 OutcomeCounts WorkerCounters::read() const noexcept {
-  return {succeeded.get(), failed.get(), cancelled.get(), timed_out.get(), rejected.get()};
+  return {succeeded.get(), failed.get(),   cancelled.get(),
+          timed_out.get(), rejected.get(), shed.get()};
 }
 
 PoolCore::PoolCore(PoolOptions options)
@@ -60,6 +61,10 @@ PoolCore::PoolCore(PoolOptions options)
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
+      overload_(opts_.overload.enabled ? std::make_unique<OverloadControl>(
+                                             opts_.overload, opts_.overload.min_limit,
+                                             opts_.overload.max_limit, opts_.max_workers, now_ns())
+                                       : nullptr),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)),
@@ -212,6 +217,7 @@ PoolStats PoolCore::stats() const {
   s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
                 ran_inline_.load(std::memory_order_relaxed);
   s.helped += helped_.load(std::memory_order_relaxed);
+  if (overload_ != nullptr) s.overload = overload_->read();
   return s;
 }
 

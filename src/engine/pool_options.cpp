@@ -33,6 +33,29 @@ std::size_t default_queue_shards() noexcept {
 // negative number converted to size_t.
 constexpr std::size_t kMaxWorkersLimit = 1 << 16;
 
+// The overload controller's bounds (crew/overload.hpp): floor = the workers
+// capped at the usable CPUs, at least 2; ceiling = what the queue holds
+// plus the workers.
+void resolve_overload(PoolOptions& o) {
+  OverloadOptions& v = o.overload;
+  if (v.target.count() <= 0) invalid("overload.target", "must be positive");
+  if (v.interval.count() <= 0) invalid("overload.interval", "must be positive");
+  if (!(v.percentile > 0 && v.percentile <= 1)) invalid("overload.percentile", "must be in (0, 1]");
+  constexpr std::size_t kMaxLimit = std::size_t{1} << 40;
+  if (v.max_limit == 0) {
+    const std::size_t queued = o.queue_capacity == kUnbounded || o.queue_capacity >= kMaxLimit
+                                   ? kMaxLimit
+                                   : o.queue_capacity * o.priority_levels;
+    v.max_limit = std::min(kMaxLimit, queued + o.max_workers);
+  }
+  if (v.min_limit == 0) v.min_limit = std::min(o.max_workers, usable_cpus());
+  v.min_limit = std::max<std::size_t>(v.min_limit, 2);
+  if (v.max_limit < v.min_limit) {
+    invalid("overload.max_limit", std::to_string(v.max_limit) + " is below the floor (" +
+                                      std::to_string(v.min_limit) + ")");
+  }
+}
+
 }  // namespace
 
 PoolOptions resolved(PoolOptions o) {
@@ -81,6 +104,10 @@ PoolOptions resolved(PoolOptions o) {
   if (o.worker_policy != WorkerPolicy::normal && o.worker_policy != WorkerPolicy::batch) {
     invalid("worker_policy",
             std::to_string(static_cast<int>(o.worker_policy)) + " is not normal or batch");
+  }
+  if (o.overload.enabled) resolve_overload(o);
+  if (!(o.max_start_rate >= 0 && o.max_start_rate <= 1e9)) {
+    invalid("max_start_rate", std::to_string(o.max_start_rate) + " is not in 0..1e9");
   }
   if (!o.logger) o.logger = default_logger();
   for (std::size_t i = 0; i < o.observers.size(); ++i) {

@@ -10,12 +10,16 @@
 // worker.hpp.
 #pragma once
 
+#include <algorithm>
+#include <memory>
+
 #include "blocked_submitters.hpp"
 #include "crew/detail/pool_core.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "observer_hub.hpp"
 #include "shutdown_book.hpp"
 #include "shutdown_sequence.hpp"
+#include "start_pacer.hpp"
 #include "supervisor.hpp"
 #include "wake_policy.hpp"
 #include "worker.hpp"
@@ -25,12 +29,21 @@ namespace crew::detail {
 
 struct PoolRuntime {
   PoolRuntime(PoolCore& core, const PoolOptions& options)
-      : observers(options),
+      : pacer(options.max_start_rate > 0
+                  ? std::make_unique<StartPacer>(options.max_start_rate,
+                                                 std::max<std::size_t>(options.start_burst, 1),
+                                                 now_ns())
+                  : nullptr),
+        observers(options),
         registry(core),
         blocked(options.queue_capacity, options.priority_levels),
         wake(core),
         supervisor(core),
         shutdown(core, *this) {}
+
+  // PoolOptions::max_start_rate (null without one): workers take a token
+  // before they pop.
+  const std::unique_ptr<StartPacer> pacer;
 
   // The observers and the events they hear (user code: never called under
   // a worker's run.mu; under registry.mu only for pool-state edges, see

@@ -259,6 +259,24 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
   counts.add(outcome);
 }
 
+void Worker::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  PoolCore& c = *run.frame.core;
+  const std::int64_t start = now_ns();
+  OverloadControl& ctl = *c.overload();
+  if (ctl.on_start(start - enqueued_ns, start)) [[unlikely]] {
+    ctl.note_shed();
+    counts.add(TaskStatus::shed);
+    return;  // the cell destroys the callable unrun
+  }
+  try {
+    call(fn);
+    counts.add(TaskStatus::succeeded);
+  } catch (...) {
+    if (may_call_user()) c.report_exception(TaskRef{}, std::current_exception());
+    counts.add(TaskStatus::failed);
+  }
+}
+
 namespace {
 
 // Runs a LongCall as a task state: for inline long tasks that end up on a
@@ -314,6 +332,35 @@ void PoolCore::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) 
                             now_ns());
   }
   count_here(outcome);
+}
+
+void PoolCore::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(this);
+  const std::int64_t start = now_ns();
+  if (overload_->on_start(start - enqueued_ns, start)) [[unlikely]] {
+    overload_->note_shed();
+    count_here(TaskStatus::shed);
+    return;
+  }
+  try {
+    call(fn);
+    count_here(TaskStatus::succeeded);
+  } catch (...) {
+    report_exception(TaskRef{}, std::current_exception());
+    count_here(TaskStatus::failed);
+  }
+}
+
+bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
+  // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
+  if (s->status() != TaskStatus::queued) return false;
+  const std::int64_t start = now_ns();
+  if (!overload_->on_start(start - s->enqueued_ns, start)) [[likely]]
+    return false;
+  if (!s->shed(OverloadReason::codel)) return false;  // decided meanwhile (cancelled)
+  overload_->note_shed();
+  rt_->observers.settled_in_queue(s);
+  return true;
 }
 
 bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {

@@ -272,6 +272,7 @@ void ShutdownSequence::drop_queue() {
       ++unnamed;
       continue;
     }
+    const TicketReturn ticket(core_.ticket_of(s));
     // The cell's reference is dropped even if listing the task throws.
     struct Release {
       TaskStateBase* s;
@@ -321,10 +322,13 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
     }
     return;
   }
+  const TicketReturn ticket(core_.ticket_of(s));
   if (dropping && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) {
     rt_.observers.settled_in_queue(s);
+  } else if (ticket.held() && core_.shed_at_start(s)) {
+    // shed: counted and reported
   } else if (s->leave_queue(TaskStatus::running)) {
     core_.disarm_queue_deadline(s);
     core_.run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference

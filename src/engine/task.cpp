@@ -25,6 +25,8 @@ std::string_view to_string(TaskStatus s) noexcept {
       return "timed_out";
     case TaskStatus::rejected:
       return "rejected";
+    case TaskStatus::shed:
+      return "shed";
   }
   return "unknown";
 }
@@ -57,6 +59,16 @@ bool TaskStateBase::expire() noexcept {
   // elsewhere (crew::asio posts its completion handler).
   if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);
   queue_expired();
+  discard_callable();
+  publish_settled();
+  return true;
+}
+
+bool TaskStateBase::shed(OverloadReason why) noexcept {
+  if (!claim_in_queue(TaskStatus::shed, Errc::overloaded)) return false;
+  overload_reason = why;
+  if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);
+  queue_shed(why);
   discard_callable();
   publish_settled();
   return true;

@@ -97,6 +97,11 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
       // woken worker often lands on this CPU and preempts this one, which
       // then holds nothing another worker could have run. (The token is
       // held here: a failed pop below takes it back.)
+      // Under a start-rate limit, no token: nothing to take (the caller
+      // sleeps, or waits for the token in WorkerLoop::pace_start).
+      const bool paced = core_.rt_->pacer != nullptr && !core_.life_.dropping();
+      std::int64_t token_wait = 0;
+      if (paced && !core_.rt_->pacer->try_take(now_ns(), token_wait)) break;
       if (queued >= 2 && wake_due(w, queued)) {
         token = false;
         if (core_.idle_.give_token()) wake_or_grow();
@@ -105,6 +110,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
         found = true;
         break;
       }
+      if (paced) core_.rt_->pacer->give_back();
       if (!token) {  // taken by others meanwhile: spin on
         core_.idle_.take_token();
         token = true;
@@ -319,6 +325,10 @@ void WakePolicy::wait_out_pause(Worker& w) {
   }
 }
 
+bool WakePolicy::paced_out() const noexcept {
+  return core_.rt_->pacer != nullptr && core_.rt_->pacer->someone_waits();
+}
+
 WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
   const std::uint32_t key = w.wake.word.load(std::memory_order_acquire);
   set_worker_state(w, WorkerState::idle);
@@ -340,8 +350,11 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
+  // Under a start-rate limit, work it saw is work to wait for a token for
+  // (the worker loop's plain look), not to spin for.
+  const Slept saw_work = core_.rt_->pacer != nullptr ? Slept::woken : Slept::saw_work;
   if (told_to_look()) return leave_for(Slept::woken);
-  if (!core_.queue_.empty()) return leave_for(Slept::saw_work);
+  if (!core_.queue_.empty() && !paced_out()) return leave_for(saw_work);
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -402,7 +415,8 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
     if (told_to_look()) return leave_for(Slept::woken);
-    if (!core_.queue_.empty() && !core_.idle_.spinner_running()) return leave_for(Slept::saw_work);
+    if (!core_.queue_.empty() && !core_.idle_.spinner_running() && !paced_out())
+      return leave_for(saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!leave(w)) return handed();
       if (try_retire(core_.live_workers_, core_.opts_.min_workers)) return Slept::retired;

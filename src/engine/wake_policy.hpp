@@ -128,6 +128,9 @@ class WakePolicy {
   // Whether a worker that sees `queued` tasks (beside the one it takes)
   // brings in help now (wake.cpp says when it defers).
   bool wake_due(Worker& w, std::size_t queued) noexcept;
+  // Whether queued work is left to a worker that waits for a start token
+  // (PoolOptions::max_start_rate): then a sleeper that sees it stays asleep.
+  [[nodiscard]] bool paced_out() const noexcept;
   // Pushes `w` (about to sleep, its own thread) on the stack, at the bottom
   // if `bottom`; counted in IdleCounts::sleepers() on return.
   void push(Worker& w, bool bottom) noexcept;

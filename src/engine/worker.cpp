@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "pool_runtime.hpp"
 #include "thread_name.hpp"
@@ -169,11 +170,16 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
       if (c.life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(how)) break;
       }
-      if (c.queue_.try_pop(cell, w.pop)) {
-        if (w.wake.backlog_since_ns != 0) c.rt_->wake.wake_for_backlog(w);
-        c.rt_->wake.after_batch(w);
-        if (!handle_cell(cell)) return Exit::abandoned;
-        continue;
+      const Gate gate = c.rt_->pacer == nullptr ? Gate::pop : pace_start();
+      if (gate == Gate::look) continue;
+      if (gate == Gate::pop) {
+        if (c.queue_.try_pop(cell, w.pop)) {
+          if (w.wake.backlog_since_ns != 0) c.rt_->wake.wake_for_backlog(w);
+          c.rt_->wake.after_batch(w);
+          if (!handle_cell(cell)) return Exit::abandoned;
+          continue;
+        }
+        if (c.rt_->pacer != nullptr && !c.life_.dropping()) c.rt_->pacer->give_back();
       }
       if (c.life_.closed()) break;
     }
@@ -197,6 +203,26 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
   }
   set_worker_state(w, WorkerState::stopping);
   return how;
+}
+
+// With a start-rate limit (StartPacer): pop with a token taken (given back
+// if the pop finds nothing); or, with none due while work is queued, the
+// one worker that may waits for it, without a task, and looks again; the
+// others spin and sleep as idle workers do (sleep_for_work leaves them
+// asleep while a worker waits for a token).
+WorkerLoop::Gate WorkerLoop::pace_start() noexcept {
+  PoolCore& c = core_;
+  StartPacer& pacer = *c.rt_->pacer;
+  if (c.life_.dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
+  std::int64_t wait_ns = 0;
+  if (pacer.try_take(now_ns(), wait_ns)) return Gate::pop;
+  if (c.queue_.empty() || !pacer.begin_wait()) return Gate::idle;
+  set_worker_state(w_, WorkerState::idle);
+  // In slices, so that a pause, a resize or a shutdown is seen within one.
+  constexpr std::int64_t kSliceNs = 10'000'000;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(wait_ns, kSliceNs)));
+  pacer.end_wait();
+  return Gate::look;
 }
 
 // Something besides the queue changed. Returns true if this worker must
@@ -264,12 +290,17 @@ bool WorkerLoop::handle_cell(Cell& cell) {
 bool WorkerLoop::handle_state(TaskStateBase* s) {
   PoolCore& c = core_;
   Worker& w = w_;
+  // The admission ticket goes back when the task is done with (run, shed
+  // or settled); read now, since the run may free `s`.
+  const TicketReturn ticket(c.ticket_of(s));
   if (c.life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     c.rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
     c.rt_->observers.settled_in_queue(
         s);  // its timer has not fired yet, or was left to its submitter
+  } else if (ticket.held() && c.shed_at_start(s)) [[unlikely]] {
+    // Shed by CoDel: counted and reported by shed_at_start.
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that
     // decided it (leave_queue). A task run by a waiting worker (ran()) was

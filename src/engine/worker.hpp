@@ -45,7 +45,7 @@ class OwnedCounter {
 };
 
 struct WorkerCounters {
-  OwnedCounter succeeded, failed, cancelled, timed_out, rejected;
+  OwnedCounter succeeded, failed, cancelled, timed_out, rejected, shed;
   OwnedCounter helped;  // cells this thread took in run_pending()
 
   void add(TaskStatus outcome) noexcept;
@@ -139,6 +139,7 @@ struct Worker final : Runner {
   void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
   void count_outcome(TaskStatus outcome) noexcept override { counts.add(outcome); }
 
@@ -214,6 +215,12 @@ class WorkerLoop {
   Exit loop(bool spinning);
   // Something besides the queue changed. True if the worker must exit,
   // with `how` saying whether it already left the live count.
+  // What a worker does before a pop under PoolOptions::max_start_rate:
+  // pop (a token taken, or none needed), look again (it waited for a
+  // token), or go idle (none due, and nothing queued or another worker
+  // waits for it).
+  enum class Gate : std::uint8_t { pop, look, idle };
+  Gate pace_start() noexcept;
   bool attend(Exit& how);
   // Runs a popped cell; false if the worker was written off meanwhile.
   bool handle_cell(Cell& cell);

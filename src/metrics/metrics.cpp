@@ -154,6 +154,22 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
   auto replaced = prom::family("crew_worker_replacements_total",
                                "Workers started to replace one that died or was abandoned.",
                                MetricType::Counter);
+  auto limit =
+      prom::family("crew_admission_limit",
+                   "The overload controller's limit on admitted tasks (queued plus running).",
+                   MetricType::Gauge);
+  auto admitted = prom::family(
+      "crew_admission_admitted",
+      "Tasks the overload controller admitted that have not ended (queued plus running).",
+      MetricType::Gauge);
+  auto overloaded = prom::family(
+      "crew_overloaded",
+      "1 while the overload controller sheds tasks that waited over twice its target (CoDel).",
+      MetricType::Gauge);
+  auto shed = prom::family("crew_tasks_shed_total",
+                           "Tasks the overload controller refused at admission (reason limit or "
+                           "deadline) or shed at dequeue (reason codel).",
+                           MetricType::Counter);
   auto abandoned = prom::family(
       "crew_tasks_abandoned_total",
       "Tasks written off while still running past their deadline or stop plus the grace period.",
@@ -185,7 +201,23 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
       q.gauge.value = static_cast<double>(t.overdue);
       overdue.metric.push_back(q);
       q.gauge.value = std::chrono::duration<double>(t.running_age_max).count();
-      running_age.metric.push_back(std::move(q));
+      running_age.metric.push_back(q);
+      if (s.overload.enabled) {
+        const OverloadStats& o = s.overload;
+        q.gauge.value = static_cast<double>(o.limit);
+        limit.metric.push_back(q);
+        q.gauge.value = static_cast<double>(o.admitted);
+        admitted.metric.push_back(q);
+        q.gauge.value = o.overloaded ? 1 : 0;
+        overloaded.metric.push_back(q);
+        for (const auto& [reason, n] : {std::pair{OverloadReason::limit, o.refused_limit},
+                                        std::pair{OverloadReason::deadline, o.refused_deadline},
+                                        std::pair{OverloadReason::codel, o.shed_codel}}) {
+          auto m = labelled({{"pool", pool}, {"reason", std::string(to_string(reason))}});
+          m.counter.value = static_cast<double>(n);
+          shed.metric.push_back(std::move(m));
+        }
+      }
     }
     if (!t.observed) continue;
     const Layout& l = *layout_;
@@ -211,8 +243,9 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
   }
 
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&workers, &workers_max, &queue, &capacity, &blocked, &overdue, &running_age,
-                  &tasks, &duration, &wait, &replaced, &abandoned}) {
+  for (auto* f :
+       {&workers, &workers_max, &queue, &capacity, &blocked, &overdue, &running_age, &limit,
+        &admitted, &overloaded, &shed, &tasks, &duration, &wait, &replaced, &abandoned}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   return out;

@@ -27,6 +27,8 @@ constexpr std::size_t outcome_index(TaskStatus s) noexcept {
       return 3;
     case TaskStatus::rejected:
       return 4;
+    case TaskStatus::shed:
+      return 5;
     case TaskStatus::queued:
     case TaskStatus::running:
       break;

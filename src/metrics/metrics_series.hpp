@@ -49,10 +49,10 @@
 namespace crew::detail::prom {
 
 // Outcome label values, in Block order.
-inline constexpr std::size_t kOutcomes = 5;
+inline constexpr std::size_t kOutcomes = 6;
 inline constexpr std::array<TaskStatus, kOutcomes> kOutcomeOrder = {
-    TaskStatus::succeeded, TaskStatus::failed, TaskStatus::cancelled, TaskStatus::timed_out,
-    TaskStatus::rejected};
+    TaskStatus::succeeded, TaskStatus::failed,   TaskStatus::cancelled,
+    TaskStatus::timed_out, TaskStatus::rejected, TaskStatus::shed};
 
 using Counter = std::atomic<std::uint64_t>;
 

@@ -12,6 +12,8 @@ std::string_view to_string(Admission a) noexcept {
       return "full";
     case Admission::too_many_blocked:
       return "too_many_blocked";
+    case Admission::overloaded:
+      return "overloaded";
   }
   return "unknown";
 }
@@ -38,6 +40,26 @@ std::string_view to_string(Errc e) noexcept {
       return "called from a task it would wait for";
     case Errc::stack_exhausted:
       return "not run: the waiting worker's stack was exhausted";
+    case Errc::overloaded:
+      return "shed by the overload controller";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(OverloadReason r) noexcept {
+  switch (r) {
+    case OverloadReason::none:
+      return "none";
+    case OverloadReason::limit:
+      return "limit";
+    case OverloadReason::codel:
+      return "codel";
+    case OverloadReason::priority:
+      return "priority";
+    case OverloadReason::deadline:
+      return "deadline";
+    case OverloadReason::rate:
+      return "rate";
   }
   return "unknown";
 }

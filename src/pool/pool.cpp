@@ -89,6 +89,18 @@ PoolState Pool::state() const noexcept { return core_->state(); }
 bool Pool::inherited_by_fork() const noexcept { return core_->inherited_by_fork(); }
 PoolStats Pool::stats() const { return core_->stats(); }
 PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
+OverloadHint Pool::overload_hint() const noexcept {
+  const detail::OverloadControl* ctl = core_->overload();
+  return ctl != nullptr ? ctl->hint() : OverloadHint{};
+}
+
+OverloadHint Pool::refuse_if_overloaded() noexcept {
+  detail::OverloadControl* ctl = core_->overload();
+  if (ctl == nullptr) return {};
+  const OverloadHint h = ctl->hint();
+  if (h.reason != OverloadReason::none) ctl->note_refused_early();
+  return h;
+}
 
 std::optional<PoolStats> PoolStatsHandle::read() const {
   const std::shared_ptr<const detail::PoolCore> core = core_.lock();

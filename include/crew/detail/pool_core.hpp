@@ -29,6 +29,7 @@
 #include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/idle_counts.hpp"
+#include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/suspended_tasks.hpp"
 #include "crew/detail/task_queue.hpp"
@@ -134,6 +135,9 @@ class Runner {
                         void* fn) noexcept = 0;
   virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
   virtual void run_counted(CountedCall call, void* fn) noexcept = 0;
+  // A plain task admitted by the overload controller: it may be shed
+  // (counted as such) instead of run.
+  virtual void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
 
  protected:
   Runner() = default;
@@ -199,6 +203,30 @@ struct ObservedFn {
   }
 };
 
+// The cell content of a plain task admitted by the overload controller
+// (submitted from outside the pool while it is on): its enqueue time, and
+// the admission ticket, returned when the cell is destroyed (run, shed or
+// dropped by a shutdown).
+template <class D>
+struct AdmittedFn {
+  OverloadControl* ticket;
+  std::int64_t enqueued_ns;
+  D fn;
+  AdmittedFn(OverloadControl* t, std::int64_t enqueued, D&& f)
+      : ticket(t), enqueued_ns(enqueued), fn(std::move(f)) {}
+  AdmittedFn(AdmittedFn&& o) noexcept(std::is_nothrow_move_constructible_v<D>)
+      : ticket(std::exchange(o.ticket, nullptr)), enqueued_ns(o.enqueued_ns), fn(std::move(o.fn)) {}
+  AdmittedFn(const AdmittedFn&) = delete;
+  AdmittedFn& operator=(const AdmittedFn&) = delete;
+  AdmittedFn& operator=(AdmittedFn&&) = delete;
+  ~AdmittedFn() {
+    if (ticket != nullptr) ticket->release();
+  }
+  void run_with(void* runner) {
+    static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
+  }
+};
+
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
 // drops, abandonments. Rare paths, so shared atomics are fine.
 struct SharedCounters {
@@ -207,6 +235,7 @@ struct SharedCounters {
   std::atomic<std::uint64_t> cancelled{0};
   std::atomic<std::uint64_t> timed_out{0};
   std::atomic<std::uint64_t> rejected{0};
+  std::atomic<std::uint64_t> shed{0};
 
   void add(TaskStatus outcome) noexcept;
   [[nodiscard]] OutcomeCounts read() const noexcept;
@@ -281,7 +310,25 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
                 void* fn) noexcept override;
   void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
   void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  // Whether an admitted task state popped at its start is to be shed
+  // (CoDel); if so it is shed (counted, its callable told and destroyed).
+  bool shed_at_start(TaskStateBase* s) noexcept;
   void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
+
+  // ---- the overload controller (crew/overload.hpp) ----
+  // Whether a submission from this thread goes through the overload
+  // controller: it is on, and the caller is not one of the pool's own
+  // tasks (whose submissions are part of admitted work).
+  [[nodiscard]] bool admits_here() const noexcept {
+    return overload_ != nullptr && t_current.core != this && t_inline_run == nullptr;
+  }
+  // The overload controller, or null when it is off.
+  [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
+  // The controller whose ticket a popped task state's cell holds, or null.
+  [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
+    return s->overload_ticket ? overload_.get() : nullptr;
+  }
 
   // ---- observers (src/engine/observer_hub.hpp) ----
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
@@ -349,6 +396,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::uint32_t observed_;
   const bool timed_;
+  // The overload controller (crew/overload.hpp); null when off.
+  const std::unique_ptr<OverloadControl> overload_;
   Queues queue_;
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.

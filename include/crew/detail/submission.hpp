@@ -34,13 +34,18 @@ class Submission {
     using D = std::decay_t<F>;
     const std::size_t level = level_of(opts);
     if constexpr (is_long_task_v<D>) {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0) {
+      if (!opts.name.empty() || opts.queue_timeout.count() != 0 || c_.admits_here()) {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
     } else {
       if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+      }
+      if (c_.admits_here()) [[unlikely]] {
+        if (c_.observes(PoolCore::kTaskEvents))
+          return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
+        return post_admitted(std::forward<F>(f), level, may_block);
       }
       if (c_.observes(PoolCore::kTaskEvents)) [[unlikely]] {
         return post_observed(std::forward<F>(f), level, may_block);
@@ -242,6 +247,43 @@ class Submission {
     return why;
   }
 
+  // A plain task submitted from outside the pool while the overload
+  // controller is on: a ticket first (or a refusal, before anything is
+  // built), then a cell with its enqueue time that owns the ticket.
+  template <class F>
+  Admission post_admitted(F&& f, std::size_t level, bool may_block) {
+    using D = std::decay_t<F>;
+    Admission why = Admission::accepted;
+    if (c_.life_.closed()) [[unlikely]] {
+      (void)refuse(Admission::closed, why);
+      return why;
+    }
+    const OverloadReason r = c_.overload_->admit(0);
+    if (r != OverloadReason::none) {
+      (void)refuse(Admission::overloaded, why);
+      return why;
+    }
+    Cell tmp;
+    try {
+      tmp.emplace(AdmittedFn<D>{c_.overload_.get(), now_ns(), D(std::forward<F>(f))});
+    } catch (...) {
+      c_.overload_->release();
+      throw;
+    }
+    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+    switch (route(fill, level, may_block, why)) {
+      case Route::queued:
+        return Admission::accepted;
+      case Route::run_here:
+        (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+        return Admission::accepted;
+      case Route::refused:
+        tmp.destroy();  // returns the ticket
+        break;
+    }
+    return why;
+  }
+
   template <class D, class F>
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
     // Most tasks have no Extras (TaskStateBase::Extras).
@@ -266,7 +308,8 @@ class Submission {
 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
-    if (c_.timed_) [[unlikely]]
+    const bool ticket = c_.admits_here();
+    if (c_.timed_ || ticket) [[unlikely]]
       s->enqueued_ns = now_ns();
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
@@ -281,9 +324,25 @@ class Submission {
     } else {
       s->add_ref_unshared();  // `s` is not shared yet
     }
-    auto fill = [s](Cell& c) noexcept { c.emplace_state(s); };
+    auto fill = [s, ticket](Cell& c) noexcept {
+      s->overload_ticket = ticket;  // published with the cell
+      c.emplace_state(s);
+    };
     Admission why = Admission::accepted;
-    switch (route(fill, s->level, may_block, why)) {
+    Route routed;
+    if (ticket && !c_.life_.closed()) [[unlikely]] {
+      const OverloadReason r = c_.overload_->admit(s->queue_timeout_left_ns());
+      if (r != OverloadReason::none) {
+        s->overload_reason = r;
+        routed = refuse(Admission::overloaded, why);
+      } else {
+        routed = route(fill, s->level, may_block, why);
+        if (routed != Route::queued) c_.overload_->release();
+      }
+    } else {
+      routed = route(fill, s->level, may_block, why);
+    }
+    switch (routed) {
       case Route::queued:
         if (c_.observes(Observer::task_enqueued)) [[unlikely]]
           c_.emit_enqueued(s, s->is_long);

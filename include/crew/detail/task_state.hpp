@@ -22,6 +22,7 @@
 // exactly one outcome, even when a worker and the supervisor race.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -214,6 +215,12 @@ class TaskStateBase {
   // the callable is destroyed. False if the task had already left `queued`:
   // nothing is called then. In src/engine/task.cpp.
   bool expire() noexcept;
+  // queued -> shed (Errc::overloaded) by the overload controller (the
+  // worker that popped the task), settled as expire() is, with the
+  // callable's on_queue_shed(why) (if it has one) after the task is
+  // counted and before the callable is destroyed. False if it had already
+  // left `queued`. In src/engine/task.cpp.
+  bool shed(OverloadReason why) noexcept;
   // The queue deadline while the submission is being routed (admit_state),
   // before the task is counted as submitted: a deadline that passes then is
   // not the supervisor's to fire (an outcome counted before its submission
@@ -355,6 +362,14 @@ class TaskStateBase {
   [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept {
     return extras_ ? extras_->timeout : std::chrono::nanoseconds{0};
   }
+  // What is left of its queue timeout, in nanoseconds (at least 1); 0
+  // without one.
+  [[nodiscard]] std::int64_t queue_timeout_left_ns() const noexcept {
+    if (!has_queue_deadline()) return 0;
+    const auto left = extras_->queue_deadline - std::chrono::steady_clock::now();
+    return std::max<std::int64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(left).count(), 1);
+  }
   [[nodiscard]] bool has_queue_deadline() const noexcept {
     return extras_ && extras_->queue_deadline != kNoDeadline;
   }
@@ -385,6 +400,13 @@ class TaskStateBase {
   bool detached = false;   // no handle: exceptions go to the pool's handler
   std::uint8_t level = 0;  // priority level
   Admission refused_as = Admission::accepted;
+  // Why the overload controller refused (with refused_as) or shed it;
+  // written before the outcome is published.
+  OverloadReason overload_reason = OverloadReason::none;
+  // The cell holds one of the overload controller's admission tickets
+  // (PoolCore::admit_state sets it before the push; the thread that pops
+  // the cell returns it).
+  bool overload_ticket = false;
   // The timer heap's entry stops a running task (else it expires a queued
   // one); guarded by the heap's mutex.
   bool timer_exec = false;
@@ -423,6 +445,8 @@ class TaskStateBase {
   }
   // expire()'s notice to the callable (TaskState forwards it).
   virtual void queue_expired() noexcept {}
+  // shed()'s notice to the callable (TaskState forwards it).
+  virtual void queue_shed(OverloadReason /*why*/) noexcept {}
   // Parks on the word until `settled(word)` or the deadline passes.
   template <class Settled>
   bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
@@ -507,6 +531,12 @@ class TaskState final : public ResultStateBase<R> {
     if constexpr (std::is_base_of_v<QueueExpiryListener, F>) {
       static_assert(noexcept(fn_.on_queue_expired()), "on_queue_expired() must be noexcept");
       fn_.on_queue_expired();
+    }
+  }
+  void queue_shed(OverloadReason why) noexcept override {
+    if constexpr (requires(F & f) { f.on_queue_shed(why); }) {
+      static_assert(noexcept(fn_.on_queue_shed(why)), "on_queue_shed() must be noexcept");
+      fn_.on_queue_shed(why);
     }
   }
   decltype(auto) call(const TaskContext& ctx) {

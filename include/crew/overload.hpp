@@ -1,0 +1,92 @@
+// crew/overload.hpp: a pool's overload controller (PoolOptions::overload)
+// and what it reports (PoolStats::overload).
+//
+// When more work arrives than a pool can do, a bounded queue alone keeps a
+// standing queue: every task waits for the whole queue and most miss their
+// deadline while the workers stay busy. The controller keeps the queue wait
+// short instead, from one signal whose no-load value is known, zero: the
+// time tasks wait between admission and start. Per interval it keeps the
+// minimum and a high percentile of that wait, and
+//   - CoDel at dequeue: while the minimum of the last interval exceeded
+//     `target` (a standing queue, not a burst), a task that waited over
+//     twice the target ends `shed` (Errc::overloaded, reason codel) without
+//     running;
+//   - an adaptive limit on admitted work (queued plus running): when the
+//     percentile is above the target, cut to the interval's peak of
+//     admitted work with its queued part (beyond max_workers) times
+//     target / percentile, raised by one per interval while the
+//     limit was reached and the wait is within the target. It starts at
+//     the ceiling. Between a floor (the workers, capped at the
+//     usable CPUs, at least 2) and a ceiling (queue capacity plus workers).
+//     A submission past the limit is refused at once with
+//     Admission::overloaded (reason limit);
+//   - deadline-aware admission: a task with a queue timeout that the backlog
+//     cannot meet at the last interval's start rate is refused (reason
+//     deadline).
+// Only submissions from outside the pool are admitted this way: a task
+// submitted by one of the pool's own tasks (fork-join, continuations) is
+// part of admitted work and neither counted nor refused.
+//
+// Off by default; off, a submission pays one predictable branch.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "crew/error.hpp"
+
+namespace crew {
+
+struct OverloadOptions {
+  bool enabled = false;
+  // The queue wait a pool should keep: short tasks (milliseconds) do well
+  // with 5 ms / 100 ms (CoDel's defaults scaled to a thread pool); tasks of
+  // tens of milliseconds want a target near their own length.
+  std::chrono::nanoseconds target = std::chrono::milliseconds(5);
+  // How often the signal is summed up and the limit adjusted; also how long
+  // the minimum must stay above the target before tasks are shed.
+  std::chrono::nanoseconds interval = std::chrono::milliseconds(100);
+  // false: CoDel's dequeue drop alone, no admission limit.
+  bool adaptive_limit = true;
+  // The percentile of the interval's queue waits the limit follows (0, 1].
+  double percentile = 0.9;
+  // Bounds of the limit; 0 picks the defaults above (floor: max_workers
+  // capped at usable CPUs, at least 2; ceiling: queue_capacity x levels +
+  // max_workers). A floor below 2 is raised to 2.
+  std::size_t min_limit = 0;
+  std::size_t max_limit = 0;
+  // Refuse, at admission, a task whose queue timeout the backlog cannot
+  // meet at the current start rate.
+  bool deadline_admission = true;
+};
+
+// What the controller did and sees (PoolStats::overload; all zero when off).
+struct OverloadStats {
+  bool enabled = false;
+  // Tasks admitted from outside the pool and not yet ended (queued or running).
+  std::size_t admitted = 0;
+  std::size_t limit = 0;    // the adaptive limit now (the ceiling without one)
+  bool overloaded = false;  // CoDel's state: shedding waits over 2 x target
+  // The last interval's minimum and percentile queue wait, and its start
+  // rate (tasks per second).
+  std::chrono::nanoseconds wait_min{0};
+  std::chrono::nanoseconds wait_high{0};
+  double start_rate = 0;
+  // The queue wait a new task would see: the backlog at the start rate,
+  // or the last percentile, whichever is larger (a Retry-After hint).
+  std::chrono::nanoseconds wait_estimate{0};
+  // Refused at admission (also counted in outcomes.rejected), by reason.
+  std::uint64_t refused_limit = 0;
+  std::uint64_t refused_deadline = 0;
+  // Shed at dequeue (outcomes.shed), by reason.
+  std::uint64_t shed_codel = 0;
+};
+
+// Pool::overload_hint(): what a submission from outside the pool would meet now.
+struct OverloadHint {
+  OverloadReason reason = OverloadReason::none;  // limit: it would be refused
+  std::chrono::nanoseconds wait_estimate{0};     // OverloadStats::wait_estimate
+};
+
+}  // namespace crew

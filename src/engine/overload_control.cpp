@@ -1,0 +1,138 @@
+// The overload controller's window and the interval's sum-up: CoDel's
+// overloaded state and the adaptive admission limit (crew/overload.hpp).
+#include "crew/detail/overload_control.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace crew::detail {
+
+namespace {
+constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+}  // namespace
+
+OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
+                                 std::size_t workers, std::int64_t now) noexcept
+    : target_ns_(o.target.count()),
+      shed_after_ns_(2 * o.target.count()),
+      interval_ns_(o.interval.count()),
+      percentile_(o.percentile),
+      adaptive_(o.adaptive_limit),
+      deadline_admission_(o.deadline_admission),
+      workers_(static_cast<std::int64_t>(workers)),
+      floor_(static_cast<double>(floor)),
+      ceiling_(static_cast<double>(ceiling)),
+      limit_(static_cast<std::int64_t>(ceiling)),
+      window_end_(now + o.interval.count()),
+      win_min_(kNone),
+      limit_exact_(static_cast<double>(ceiling)),
+      window_start_(now) {}
+
+std::size_t OverloadControl::bucket_of(std::int64_t wait_ns) noexcept {
+  const std::uint64_t us = wait_ns > 0 ? static_cast<std::uint64_t>(wait_ns) / 1000 : 0;
+  if (us < 4) return static_cast<std::size_t>(us);
+  const unsigned msb = static_cast<unsigned>(std::bit_width(us)) - 1;  // >= 2
+  const std::size_t quarter = static_cast<std::size_t>((us >> (msb - 2)) & 3u);
+  return std::min<std::size_t>(4 * (msb - 1) + quarter, kBuckets - 1);
+}
+
+std::int64_t OverloadControl::bucket_upper_ns(std::size_t bucket) noexcept {
+  if (bucket < 4) return static_cast<std::int64_t>(bucket + 1) * 1000;
+  const unsigned msb = static_cast<unsigned>(bucket / 4) + 1;
+  const std::uint64_t quarter = bucket % 4;
+  // Waits up to the next bucket's first microsecond.
+  const std::uint64_t next_us = ((4 + quarter + 1) << (msb - 2));
+  return static_cast<std::int64_t>(next_us) * 1000;
+}
+
+void OverloadControl::roll(std::int64_t now) noexcept {
+  if (!roll_.try_lock()) return;
+  if (now >= window_end_.load(std::memory_order_relaxed)) roll_locked(now);
+  roll_.unlock();
+}
+
+void OverloadControl::roll_locked(std::int64_t now) noexcept {
+  std::array<std::uint32_t, kBuckets> counts{};
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    counts[i] = hist_[i].exchange(0, std::memory_order_relaxed);
+    total += counts[i];
+  }
+  const std::int64_t min = win_min_.exchange(kNone, std::memory_order_relaxed);
+  const std::int64_t first = win_first_.exchange(0, std::memory_order_relaxed);
+  const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
+  window_start_ = now;
+  window_end_.store(now + interval_ns_, std::memory_order_relaxed);
+  const bool hit = limit_hit_.exchange(false, std::memory_order_relaxed);
+  const auto peak = static_cast<double>(
+      peak_.exchange(admitted_.load(std::memory_order_relaxed), std::memory_order_relaxed));
+  if (total == 0) {
+    // No task started: the signal says nothing new. The start rate is
+    // unknown (a backlog estimate from it would be stale).
+    ns_per_start_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  ns_per_start_.store(std::max<std::int64_t>(elapsed / static_cast<std::int64_t>(total), 1),
+                      std::memory_order_relaxed);
+  // The percentile: the upper bound of the bucket where it falls.
+  const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  std::int64_t high = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    seen += counts[i];
+    if (seen >= rank) {
+      high = bucket_upper_ns(i);
+      break;
+    }
+  }
+  // A bucket's bound can exceed the minimum: the percentile is at least it.
+  high = std::max(high, min);
+  last_min_.store(min, std::memory_order_relaxed);
+  last_high_.store(high, std::memory_order_relaxed);
+  // CoDel: a standing queue, not a burst, when even the shortest wait of a
+  // whole interval was over the target. Starts over less than half an
+  // interval (the first after an idle spell, whose own wait would
+  // otherwise shed it) are no standing queue.
+  const bool busy = first != 0 && now - first >= interval_ns_ / 2;
+  overloaded_.store(busy && min > target_ns_, std::memory_order_relaxed);
+  if (!adaptive_) return;
+  if (high > target_ns_) {
+    // Cut by how far the wait is over the target, from what was in use: a
+    // limit far above the admitted work (the ceiling it starts at) would
+    // otherwise take many intervals to come down while the queue grows.
+    // Only its queued part waits: what the workers run is kept, or a pool
+    // of many workers would cut below them and leave some idle.
+    const double in_use = std::min(limit_exact_, std::max(peak, floor_));
+    const double running = std::min(in_use, static_cast<double>(workers_));
+    const double queued = in_use - running;
+    limit_exact_ = std::max(
+        floor_, running + queued * static_cast<double>(target_ns_) / static_cast<double>(high));
+  } else if (hit) {
+    limit_exact_ = std::min(ceiling_, limit_exact_ + 1.0);
+  }
+  // Rounded, never truncated toward 0 or 1: the floor is at least 2.
+  limit_.store(static_cast<std::int64_t>(std::llround(limit_exact_)), std::memory_order_relaxed);
+}
+
+OverloadStats OverloadControl::read() const noexcept {
+  OverloadStats s;
+  s.enabled = true;
+  s.admitted = static_cast<std::size_t>(
+      std::max<std::int64_t>(admitted_.load(std::memory_order_relaxed), 0));
+  s.limit = static_cast<std::size_t>(limit_.load(std::memory_order_relaxed));
+  s.overloaded = overloaded_.load(std::memory_order_relaxed);
+  const std::int64_t min = last_min_.load(std::memory_order_relaxed);
+  s.wait_min = std::chrono::nanoseconds(min);
+  s.wait_high = std::chrono::nanoseconds(last_high_.load(std::memory_order_relaxed));
+  const std::int64_t per_start = ns_per_start_.load(std::memory_order_relaxed);
+  s.start_rate = per_start > 0 ? 1e9 / static_cast<double>(per_start) : 0;
+  s.wait_estimate = hint().wait_estimate;
+  s.refused_limit = refused_limit_.load(std::memory_order_relaxed);
+  s.refused_deadline = refused_deadline_.load(std::memory_order_relaxed);
+  s.shed_codel = shed_codel_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace crew::detail

@@ -1,0 +1,381 @@
+// Tests of the overload controller (crew/overload.hpp): its window and
+// limit with a controlled clock, and through a pool: refusals past the
+// limit, CoDel's shedding (counted once, never run), tickets returned, the
+// options' checks.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "crew/detail/overload_control.hpp"
+#include "crew/observer.hpp"
+#include "crew/pool.hpp"
+#include "crew/task.hpp"
+#include "crew/usable_cpus.hpp"
+#include "test_util.hpp"
+
+namespace crew {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::OverloadControl;
+using test::eventually;
+using test::Watchdog;
+using test::WorkerHold;
+
+constexpr std::int64_t kMs = 1'000'000;
+
+OverloadOptions options(bool adaptive = true) {
+  return {.enabled = true, .target = 5ms, .interval = 100ms, .adaptive_limit = adaptive};
+}
+
+// A controller at time 0 with the limit bounds [2, 100] and one worker.
+struct Controlled {
+  explicit Controlled(OverloadOptions o = options(), std::size_t floor = 2,
+                      std::size_t ceiling = 100, std::size_t workers = 1)
+      : ctl(o, floor, ceiling, workers, /*now=*/0) {}
+  // One interval in which tasks started after waiting `waits` (ms).
+  void interval(std::initializer_list<double> waits) {
+    for (const double w : waits) ctl.record(static_cast<std::int64_t>(w * kMs), now + 1);
+    now += 100 * kMs;
+    ctl.roll(now);
+  }
+  OverloadControl ctl;
+  std::int64_t now = 0;
+};
+
+TEST(OverloadWindow, BucketsBoundTheirWaitsWithinAFifth) {
+  std::size_t last = 0;
+  for (std::int64_t w = 0; w < 2'000 * kMs; w = w * 5 / 4 + 997) {
+    const std::size_t b = OverloadControl::bucket_of(w);
+    EXPECT_GE(b, last) << w;
+    last = b;
+    EXPECT_GT(OverloadControl::bucket_upper_ns(b), w) << w;
+    if (w > 10'000 && b + 1 < OverloadControl::kBuckets) {
+      EXPECT_LE(OverloadControl::bucket_upper_ns(b), w * 13 / 10 + 1000) << w;
+    }
+  }
+}
+
+TEST(OverloadWindow, KeepsTheMinimumAndTheHighPercentileOfAnInterval) {
+  Controlled c;
+  for (int i = 1; i <= 100; ++i) c.ctl.record(i * kMs, 1);
+  c.interval({});
+  const OverloadStats s = c.ctl.read();
+  EXPECT_EQ(s.wait_min, 1ms);
+  // p90 of 1..100 ms is 90 ms; the bucket's bound is at most a fifth above.
+  EXPECT_GE(s.wait_high, 90ms);
+  EXPECT_LE(s.wait_high, 110ms);
+  EXPECT_DOUBLE_EQ(s.start_rate, 1000.0);  // 100 starts in 100 ms
+  // The next interval starts empty: one short wait is its minimum.
+  c.interval({0.5});
+  EXPECT_EQ(c.ctl.read().wait_min, 500us);
+}
+
+TEST(OverloadWindow, AnIntervalWithoutStartsLeavesTheStateAsItWas) {
+  Controlled c;
+  c.interval({20, 30});
+  ASSERT_TRUE(c.ctl.read().overloaded);
+  const std::size_t limit = c.ctl.read().limit;
+  c.interval({});
+  EXPECT_TRUE(c.ctl.read().overloaded);
+  EXPECT_EQ(c.ctl.read().limit, limit);
+}
+
+TEST(OverloadCodel, OverloadedOnlyWhileAWholeIntervalWaitedOverTheTarget) {
+  Controlled c;
+  // A burst: long waits, but one task started at once.
+  c.interval({0.1, 40, 40, 40});
+  EXPECT_FALSE(c.ctl.read().overloaded);
+  EXPECT_FALSE(c.ctl.on_start(40 * kMs, c.now + 1));
+  // A standing queue: even the shortest wait was over the 5 ms target.
+  c.interval({6, 40, 40});
+  EXPECT_TRUE(c.ctl.read().overloaded);
+  EXPECT_TRUE(c.ctl.on_start(11 * kMs, c.now + 1));  // over 2 x target: shed
+  EXPECT_FALSE(c.ctl.on_start(9 * kMs, c.now + 2));  // under it: runs
+  // It drains: one interval whose minimum is within the target ends it.
+  c.interval({1, 2});
+  EXPECT_FALSE(c.ctl.read().overloaded);
+}
+
+// Admits `n` at once, then returns the tickets: a peak of n in the interval.
+void peak_at(OverloadControl& ctl, int n) {
+  for (int i = 0; i < n; ++i) ASSERT_EQ(ctl.admit(0), OverloadReason::none);
+  for (int i = 0; i < n; ++i) ctl.release();
+}
+
+TEST(OverloadCodel, TheFirstStartAfterAnIdleSpellIsNotShedForItsOwnWait) {
+  Controlled c;
+  // Nothing started for 5 intervals; then a task that waited 50 ms (a
+  // worker being started, say) ends the window alone.
+  EXPECT_FALSE(c.ctl.on_start(50 * kMs, 500 * kMs));
+  EXPECT_FALSE(c.ctl.read().overloaded);
+  EXPECT_EQ(c.ctl.read().wait_min, 50ms);
+  // A whole interval of such waits is a standing queue.
+  for (int i = 1; i <= 10; ++i) (void)c.ctl.on_start(50 * kMs, (500 + 10 * i) * kMs);
+  EXPECT_TRUE(c.ctl.read().overloaded);
+}
+
+TEST(OverloadLimit, CutFromTheAdmittedPeakByHowFarThePercentileIsOverTheTarget) {
+  Controlled c;
+  ASSERT_EQ(c.ctl.read().limit, 100u);  // starts at the ceiling
+  peak_at(c.ctl, 100);
+  // p90 in the bucket [6.144, 7.168) ms: the 99 queued beyond the one
+  // worker x 5 / 7.168, plus the one running.
+  c.interval({6.25, 6.25, 6.25});
+  EXPECT_EQ(c.ctl.read().limit, 70u);
+  // From the peak in use (10), not from the limit (70): 1 + 9 x 5 / 10.24.
+  peak_at(c.ctl, 10);
+  c.interval({10});
+  EXPECT_EQ(c.ctl.read().limit, 5u);
+}
+
+TEST(OverloadLimit, KeepsWhatTheWorkersRunAndCutsTheQueuedPart) {
+  Controlled c(options(), 2, 100, /*workers=*/16);
+  peak_at(c.ctl, 24);
+  c.interval({10});  // 16 + 8 x 5 / 10.24
+  EXPECT_EQ(c.ctl.read().limit, 20u);
+  for (int i = 0; i < 5; ++i) {
+    peak_at(c.ctl, static_cast<int>(c.ctl.read().limit));
+    c.interval({1000});
+  }
+  EXPECT_EQ(c.ctl.read().limit, 16u);  // never below the workers it had busy
+}
+
+TEST(OverloadLimit, NeverFallsBelowItsFloor) {
+  Controlled c;
+  for (int i = 0; i < 50; ++i) {
+    peak_at(c.ctl, static_cast<int>(c.ctl.read().limit));  // all of it in use
+    c.interval({1000});
+    EXPECT_GE(c.ctl.read().limit, 2u);
+  }
+  EXPECT_EQ(c.ctl.read().limit, 2u);
+  // At the floor, tickets up to it are still given.
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::none);
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::none);
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+}
+
+TEST(OverloadLimit, RisesByOneOnlyWhileReachedAndWithinTheTargetUpToItsCeiling) {
+  Controlled c(options(), 2, 6);
+  for (int i = 0; i < 10; ++i) c.interval({1000});
+  ASSERT_EQ(c.ctl.read().limit, 2u);
+  c.interval({1});  // not reached: stays
+  EXPECT_EQ(c.ctl.read().limit, 2u);
+  for (std::size_t want = 3; want <= 8; ++want) {
+    // Reach the limit, then give the tickets back.
+    const std::size_t limit = c.ctl.read().limit;
+    for (std::size_t i = 0; i < limit; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+    for (std::size_t i = 0; i < limit; ++i) c.ctl.release();
+    c.interval({1});
+    EXPECT_EQ(c.ctl.read().limit, std::min<std::size_t>(want, 6));
+  }
+  EXPECT_EQ(c.ctl.read().refused_limit, 6u);
+  EXPECT_EQ(c.ctl.read().admitted, 0u);
+}
+
+TEST(OverloadLimit, CodelAloneKeepsTheCeiling) {
+  Controlled c(options(/*adaptive=*/false));
+  c.interval({1000, 1000});
+  EXPECT_TRUE(c.ctl.read().overloaded);
+  EXPECT_EQ(c.ctl.read().limit, 100u);
+}
+
+TEST(OverloadDeadline, RefusesWhatTheBacklogCannotStartInTime) {
+  Controlled c;
+  c.interval({1, 1, 1, 1, 1, 1, 1, 1, 1, 1});  // 10 starts in 100 ms: 10 ms each
+  // One running (a worker) and four queued ahead: about 40 ms to start.
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  EXPECT_EQ(c.ctl.admit(30 * kMs), OverloadReason::deadline);
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::none);  // without a queue timeout
+  EXPECT_EQ(c.ctl.admit(100 * kMs), OverloadReason::none);
+  EXPECT_EQ(c.ctl.read().refused_deadline, 1u);
+  EXPECT_EQ(c.ctl.read().admitted, 7u);
+}
+
+// ---- Through a pool ----
+
+PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
+  PoolOptions p = test::fixed_workers("overload", workers);
+  p.overload = o;
+  return p;
+}
+
+TEST(PoolOverload, OffByDefault) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  EXPECT_FALSE(pool.stats().overload.enabled);
+  EXPECT_EQ(pool.overload_hint().reason, OverloadReason::none);
+  EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().overload.admitted, 0u);
+}
+
+TEST(PoolOverload, OptionsAreCheckedAndTheFloorIsAtLeastTwo) {
+  Pool small(overloaded_pool(1, {.enabled = true}));
+  EXPECT_EQ(small.stats().overload.limit, 1000u * usable_cpus() + 1u);  // the ceiling
+  Pool tiny({.max_workers = 1, .queue_capacity = 1, .overload = {.enabled = true}});
+  EXPECT_EQ(tiny.stats().overload.limit, 2u);  // ceiling 1 + 1 = floor 2
+  EXPECT_THROW(Pool({.overload = {.enabled = true, .target = 0ms}}), Error);
+  EXPECT_THROW(Pool({.overload = {.enabled = true, .percentile = 0}}), Error);
+  try {
+    Pool bad({.overload = {.enabled = true, .min_limit = 1, .max_limit = 1}});
+    ADD_FAILURE() << "a ceiling below the floor of 2 must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    EXPECT_NE(std::string(e.what()).find("overload.max_limit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PoolOverload, SubmissionsPastTheLimitAreRefusedAtOnceWithTheReason) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(1, {.enabled = true, .max_limit = 3}));
+  WorkerHold hold(pool);  // one ticket
+  std::atomic<int> ran{0};
+  EXPECT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::accepted);
+  auto second = pool.submit([&] { return ran.fetch_add(1); });
+  EXPECT_EQ(pool.overload_hint().reason, OverloadReason::limit);
+  EXPECT_EQ(pool.refuse_if_overloaded().reason, OverloadReason::limit);  // counted
+  EXPECT_EQ(pool.post([&] { ran.fetch_add(1); }), Admission::overloaded);
+  auto refused = pool.submit([&] { return ran.fetch_add(1); });
+  ASSERT_EQ(refused.status(), TaskStatus::rejected);
+  try {
+    (void)refused.get();
+    ADD_FAILURE() << "get() of a refused task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::rejected);
+    EXPECT_EQ(e.admission(), Admission::overloaded);
+    EXPECT_EQ(e.overload_reason(), OverloadReason::limit);
+  }
+  EXPECT_EQ(pool.stats().overload.admitted, 3u);
+  hold.release();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 2);
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.overload.admitted, 0u);  // every ticket back
+  EXPECT_EQ(s.overload.refused_limit, 3u);
+  EXPECT_EQ(s.outcomes.rejected, 2u);  // the early refusal submitted nothing
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(pool.overload_hint().reason, OverloadReason::none);
+}
+
+TEST(PoolOverload, TasksOfItsOwnTasksAreNeitherCountedNorRefused) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(2, {.enabled = true, .max_limit = 2}));
+  std::atomic<int> children{0};
+  auto parent = pool.submit([&] {
+    for (int i = 0; i < 10; ++i) {
+      if (pool.post([&] { children.fetch_add(1); }) != Admission::accepted) return false;
+    }
+    return true;
+  });
+  EXPECT_TRUE(parent.get());
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(children.load(), 10);
+  EXPECT_EQ(pool.stats().overload.admitted, 0u);
+}
+
+// Counts what observers hear of shed tasks.
+struct ShedCounter : Observer {
+  std::atomic<int> shed{0};
+  std::atomic<int> started{0};
+  void on_task_started(const TaskEvent&, std::chrono::nanoseconds) noexcept override {
+    started.fetch_add(1);
+  }
+  void on_task_rejected(const TaskEvent&, TaskStatus outcome, Errc reason,
+                        Admission) noexcept override {
+    if (outcome == TaskStatus::shed && reason == Errc::overloaded) shed.fetch_add(1);
+  }
+};
+
+// One worker, held for several intervals while tasks queue, each task
+// then taking longer than the target: the first interval after the hold
+// has only waits over the target, so CoDel sheds the rest of the backlog.
+// `handles`: submitted with Task handles (task states) and an observer, or
+// posted plain.
+void shed_backlog(bool handles) {
+  Watchdog dog;
+  constexpr int kTasks = 40;
+  auto seen = std::make_shared<ShedCounter>();
+  PoolOptions o = overloaded_pool(
+      1, {.enabled = true, .target = 2ms, .interval = 10ms, .adaptive_limit = false});
+  if (handles) o.observers.push_back(seen);
+  Pool pool(o);
+  std::atomic<int> ran{0};
+  auto task = [&ran] {
+    ran.fetch_add(1);
+    std::this_thread::sleep_for(5ms);
+  };
+  std::vector<Task<void>> tasks;
+  {
+    WorkerHold hold(pool);
+    for (int i = 0; i < kTasks; ++i) {
+      if (handles) {
+        tasks.push_back(pool.submit(task));
+      } else {
+        ASSERT_EQ(pool.post(task), Admission::accepted);
+      }
+    }
+    std::this_thread::sleep_for(50ms);  // five intervals
+  }
+  ASSERT_TRUE(pool.wait_idle(20s));
+  const PoolStats s = pool.stats();
+  EXPECT_GT(s.outcomes.shed, 0u);
+  EXPECT_EQ(s.outcomes.shed, s.overload.shed_codel);
+  EXPECT_EQ(s.outcomes.succeeded, static_cast<std::uint64_t>(ran.load()) + 1);  // + the hold
+  EXPECT_EQ(static_cast<std::uint64_t>(ran.load()) + s.outcomes.shed, std::uint64_t{kTasks});
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(s.overload.admitted, 0u);
+  if (handles) {
+    int shed = 0;
+    for (auto& t : tasks) {
+      if (t.status() != TaskStatus::shed) continue;
+      ++shed;
+      try {
+        t.get();
+        ADD_FAILURE() << "get() of a shed task must throw";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::overloaded);
+        EXPECT_EQ(e.overload_reason(), OverloadReason::codel);
+      }
+    }
+    EXPECT_EQ(static_cast<std::uint64_t>(shed), s.outcomes.shed);
+    EXPECT_EQ(seen->shed.load(), shed);               // heard once each
+    EXPECT_EQ(seen->started.load(), ran.load() + 1);  // shed ones never started
+  }
+}
+
+TEST(PoolOverload, CodelShedsAStandingBacklogOfTaskStatesUnrunAndCountsEachOnce) {
+  shed_backlog(/*handles=*/true);
+}
+
+TEST(PoolOverload, CodelShedsAStandingBacklogOfPlainTasksUnrunAndCountsEachOnce) {
+  shed_backlog(/*handles=*/false);
+}
+
+TEST(PoolOverload, ASoftShutdownReturnsTheTicketsOfWhatItDrops) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(1, {.enabled = true}));
+  {
+    WorkerHold hold(pool);
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(pool.post([] {}), Admission::accepted);
+    auto t = pool.submit([] { return 1; });
+    EXPECT_EQ(pool.stats().overload.admitted, 7u);
+    std::thread releaser([&hold] {
+      std::this_thread::sleep_for(20ms);
+      hold.release();
+    });
+    (void)pool.shutdown(ShutdownMode::soft, 10s);
+    releaser.join();
+  }
+  EXPECT_EQ(pool.stats().overload.admitted, 0u);
+  EXPECT_EQ(pool.stats().outcomes.rejected, 6u);
+}
+
+}  // namespace
+}  // namespace crew
