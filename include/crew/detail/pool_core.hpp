@@ -333,7 +333,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
   // The controller whose ticket a popped task state's cell holds, or null.
   [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
-    return s->overload_ticket ? overload_.get() : nullptr;
+    return s->overload_ticket() ? overload_.get() : nullptr;
   }
 
   // The queue level of a submission; throws for a priority the pool lacks
@@ -632,7 +632,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     s->id = new_task_id();
     s->owner = this;
     s->is_long = is_long_task_v<D>;
-    s->level = o.priority;
+    s->set_level(o.priority);
     return s;
   }
 
@@ -668,7 +668,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
       s->add_ref_unshared();  // `s` is not shared yet
     }
     auto fill = [s, ticket](Cell& c) noexcept {
-      s->overload_ticket = ticket;  // published with the cell
+      s->set_overload_ticket(ticket);  // published with the cell
       c.emplace_state(s);
     };
     Admission why = Admission::accepted;
@@ -676,14 +676,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     if (ticket && !life_.closed()) [[unlikely]] {
       const OverloadReason r = overload_->admit(s->queue_timeout_left_ns());
       if (r != OverloadReason::none) {
-        s->overload_reason = r;
+        s->set_overload_reason(r);
         routed = refuse(Admission::overloaded, why);
       } else {
-        routed = route(fill, s->level, may_block, why);
+        routed = route(fill, s->level(), may_block, why);
         if (routed != Route::queued) overload_->release();
       }
     } else {
-      routed = route(fill, s->level, may_block, why);
+      routed = route(fill, s->level(), may_block, why);
     }
     switch (routed) {
       case Route::queued:
