@@ -7,8 +7,9 @@
 // variants change one thing each and are named for it: crew_unbounded
 // (queue_capacity = kUnbounded), crew_fifo (one queue shard), crew_priority
 // (4 priority levels), crew_overload (the overload controller on, with a
-// target of 10 s so that it never refuses or sheds: what its bookkeeping
-// costs a pool that is not overloaded).
+// target of 10 s and a ceiling above the queue's bound, so that it never
+// refuses or sheds: what its bookkeeping costs a pool that is not
+// overloaded).
 #include <malloc.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +49,9 @@ crew::PoolOptions bench_options(std::size_t shards, std::size_t levels, bool unb
   if (overload) {
     o.overload.enabled = true;
     o.overload.target = std::chrono::seconds(10);
+    // Above what the queue holds: at the default ceiling (queue capacity
+    // plus workers) the limit would refuse where Overflow::block waits.
+    o.overload.max_limit = std::size_t{1} << 30;
   }
   return o;
 }

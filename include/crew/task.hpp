@@ -190,7 +190,7 @@ class [[nodiscard]] Task {
         throw Error(
             state_->reason(),
             std::string("task ") + describe() + ": " + std::string(to_string(state_->reason())),
-            state_->refused_as, state_->overload_reason);
+            state_->refused_as, state_->overload_reason());
     }
   }
 

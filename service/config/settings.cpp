@@ -155,6 +155,32 @@ Setting text(std::string key, std::string help, std::string& (*get)(Config&),
                  }};
 }
 
+// The four overload settings of the pool `Pool` (Config::compute or
+// Config::jobs), named "<pool>.overload*"; `what` names its requests.
+template <auto Pool>
+void push_overload_settings(std::vector<Setting>& s, const std::string& pool,
+                            const std::string& what) {
+  constexpr std::uint64_t kDay = 24ull * 3600 * 1000;  // ms
+  s.push_back(boolean(
+      pool + ".overload",
+      "overload controller of pool " + pool + ": an adaptive limit on admitted " + what +
+          " (more: 503 from the request's head) and CoDel's drop of " + what +
+          " queued too long (503)",
+      +[](Config& c) -> bool& { return (c.*Pool).overload.enabled; }));
+  s.push_back(integer(
+      pool + ".overload_target_ms", "queue wait the overload controller of pool " + pool + " keeps",
+      +[](Config& c) -> Millis& { return (c.*Pool).overload.target; }, 1, kDay));
+  s.push_back(integer(
+      pool + ".overload_interval_ms",
+      "how often the limit of pool " + pool +
+          " moves, and how long a queue wait over the target lasts before " + what + " are shed",
+      +[](Config& c) -> Millis& { return (c.*Pool).overload.interval; }, 1, kDay));
+  s.push_back(boolean(
+      pool + ".overload_adaptive_limit",
+      "the adaptive limit of pool " + pool + " (false: CoDel's drop alone)",
+      +[](Config& c) -> bool& { return (c.*Pool).overload.adaptive_limit; }));
+}
+
 constexpr Removed kRemoved[] = {
     {"http.workers",
      "removed: connections no longer take a thread each (see http.io_threads, "
@@ -272,23 +298,7 @@ const std::vector<Setting>& settings() {
         "compute.inline_factorial",
         "compute factorials on the connection's I/O thread, not the pool (to measure the pool)",
         +[](Config& c) -> bool& { return c.compute.inline_factorial; }));
-    s.push_back(boolean(
-        "compute.overload",
-        "overload controller of pool compute: an adaptive limit on admitted factorials (more: 503 "
-        "from the request's head) and CoDel's drop of factorials queued too long (503)",
-        +[](Config& c) -> bool& { return c.compute.overload.enabled; }));
-    s.push_back(integer(
-        "compute.overload_target_ms", "queue wait the overload controller of pool compute keeps",
-        +[](Config& c) -> Millis& { return c.compute.overload.target; }, 1, kDay));
-    s.push_back(integer(
-        "compute.overload_interval_ms",
-        "how often the limit of pool compute moves, and how long a queue wait over the target "
-        "lasts before factorials are shed",
-        +[](Config& c) -> Millis& { return c.compute.overload.interval; }, 1, kDay));
-    s.push_back(boolean(
-        "compute.overload_adaptive_limit",
-        "the adaptive limit of pool compute (false: CoDel's drop alone)",
-        +[](Config& c) -> bool& { return c.compute.overload.adaptive_limit; }));
+    push_overload_settings<&Config::compute>(s, "compute", "factorials");
 
     s.push_back(integer(
         "jobs.workers", "workers of pool jobs: jobs running at once",
@@ -313,23 +323,7 @@ const std::vector<Setting>& settings() {
         "accept jobs of kind \"stuck\", which ignore their stop token (for tests of deadlines and "
         "abandoned workers)",
         +[](Config& c) -> bool& { return c.jobs.limits.allow_stuck; }));
-    s.push_back(boolean(
-        "jobs.overload",
-        "overload controller of pool jobs: an adaptive limit on admitted jobs (more: 503 "
-        "from the request's head) and CoDel's drop of jobs queued too long (503)",
-        +[](Config& c) -> bool& { return c.jobs.overload.enabled; }));
-    s.push_back(integer(
-        "jobs.overload_target_ms", "queue wait the overload controller of pool jobs keeps",
-        +[](Config& c) -> Millis& { return c.jobs.overload.target; }, 1, kDay));
-    s.push_back(integer(
-        "jobs.overload_interval_ms",
-        "how often the limit of pool jobs moves, and how long a queue wait over the target "
-        "lasts before jobs are shed",
-        +[](Config& c) -> Millis& { return c.jobs.overload.interval; }, 1, kDay));
-    s.push_back(boolean(
-        "jobs.overload_adaptive_limit",
-        "the adaptive limit of pool jobs (false: CoDel's drop alone)",
-        +[](Config& c) -> bool& { return c.jobs.overload.adaptive_limit; }));
+    push_overload_settings<&Config::jobs>(s, "jobs", "jobs");
 
     s.push_back(choice<ShutdownMode>("shutdown.mode",
                                      "how the compute and jobs pools stop after SIGTERM",

@@ -336,18 +336,35 @@ bool hold_jobs_pool(int port, std::vector<std::thread>& holders) {
   return true;
 }
 
+// Starts `crewd` (one job worker, a queue of one, then `more` flags) and
+// fills its jobs pool (hold_jobs_pool); the port, or 0 on failure (the
+// test has failed then).
+int start_and_hold(std::optional<Crewd>& crewd, const std::vector<std::string>& more,
+                   std::vector<std::thread>& holders) {
+  std::vector<std::string> args{"--listen", "127.0.0.1:0",  "--jobs-workers",
+                                "1",        "--jobs-queue", "1"};
+  args.insert(args.end(), more.begin(), more.end());
+  crewd.emplace(args);
+  const int port = crewd->wait_port();
+  if (port <= 0) {
+    ADD_FAILURE() << crewd->log();
+    return 0;
+  }
+  if (!hold_jobs_pool(port, holders)) {
+    ADD_FAILURE() << "the jobs pool never had one job running and one queued\n" << crewd->log();
+    return 0;
+  }
+  return port;
+}
+
 // Its own crewd: one job worker and a queue of one, to fill them (the
 // overload controller off: this is the full queue's answer).
 TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1",
-               "--jobs-overload", "false"});
-  const int port = crewd.wait_port();
-  ASSERT_GT(port, 0) << crewd.log();
+  std::optional<Crewd> crewd;  // outlives the holders: they are joined first
   std::vector<std::thread> holders;
   const JoinAll join_all{holders};
-  if (!hold_jobs_pool(port, holders)) {
-    FAIL() << "the jobs pool never had one job running and one queued\n" << crewd.log();
-  }
+  const int port = start_and_hold(crewd, {"--jobs-overload", "false"}, holders);
+  if (port == 0) return;
   const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1})");
   ASSERT_EQ(ex.outcome, Outcome::response);
   EXPECT_EQ(ex.status, 503) << ex.body;
@@ -378,15 +395,11 @@ TEST(CrewdHttpFull, AJobThePoolCannotTakeIs503) {
 // interval may have only the first job's wait, which includes starting
 // the worker thread).
 TEST(CrewdHttpOverload, AJobPastTheLimitIs503FromItsHeadAndTheConnectionStaysOpen) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue", "1",
-               "--jobs-overload-target-ms", "10000"});
-  const int port = crewd.wait_port();
-  ASSERT_GT(port, 0) << crewd.log();
+  std::optional<Crewd> crewd;  // outlives the holders: they are joined first
   std::vector<std::thread> holders;
   const JoinAll join_all{holders};
-  if (!hold_jobs_pool(port, holders)) {
-    FAIL() << "the jobs pool never had one job running and one queued\n" << crewd.log();
-  }
+  const int port = start_and_hold(crewd, {"--jobs-overload-target-ms", "10000"}, holders);
+  if (port == 0) return;
   const std::string body = R"({"kind":"sleep","ms":1})";
   Socket s = connect_to(port);
   ASSERT_GE(s.fd(), 0);

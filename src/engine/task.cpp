@@ -66,7 +66,7 @@ bool TaskStateBase::expire() noexcept {
 
 bool TaskStateBase::shed(OverloadReason why) noexcept {
   if (!claim_in_queue(TaskStatus::shed, Errc::overloaded)) return false;
-  overload_reason = why;
+  set_overload_reason(why);
   if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);
   queue_shed(why);
   discard_callable();

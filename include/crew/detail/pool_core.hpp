@@ -327,7 +327,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
   // The controller whose ticket a popped task state's cell holds, or null.
   [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
-    return s->overload_ticket ? overload_.get() : nullptr;
+    return s->overload_ticket() ? overload_.get() : nullptr;
   }
 
   // ---- observers (src/engine/observer_hub.hpp) ----

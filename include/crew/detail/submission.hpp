@@ -302,7 +302,7 @@ class Submission {
     s->id = c_.new_task_id();
     s->owner = &c_;
     s->is_long = is_long_task_v<D>;
-    s->level = o.priority;
+    s->set_level(o.priority);
     return s;
   }
 
@@ -325,7 +325,7 @@ class Submission {
       s->add_ref_unshared();  // `s` is not shared yet
     }
     auto fill = [s, ticket](Cell& c) noexcept {
-      s->overload_ticket = ticket;  // published with the cell
+      s->set_overload_ticket(ticket);  // published with the cell
       c.emplace_state(s);
     };
     Admission why = Admission::accepted;
@@ -333,14 +333,14 @@ class Submission {
     if (ticket && !c_.life_.closed()) [[unlikely]] {
       const OverloadReason r = c_.overload_->admit(s->queue_timeout_left_ns());
       if (r != OverloadReason::none) {
-        s->overload_reason = r;
+        s->set_overload_reason(r);
         routed = refuse(Admission::overloaded, why);
       } else {
-        routed = route(fill, s->level, may_block, why);
+        routed = route(fill, s->level(), may_block, why);
         if (routed != Route::queued) c_.overload_->release();
       }
     } else {
-      routed = route(fill, s->level, may_block, why);
+      routed = route(fill, s->level(), may_block, why);
     }
     switch (routed) {
       case Route::queued:

@@ -397,16 +397,36 @@ class TaskStateBase {
 
  public:
   bool is_long = false;
-  bool detached = false;   // no handle: exceptions go to the pool's handler
-  std::uint8_t level = 0;  // priority level
+  bool detached = false;  // no handle: exceptions go to the pool's handler
   Admission refused_as = Admission::accepted;
-  // Why the overload controller refused (with refused_as) or shed it;
-  // written before the outcome is published.
-  OverloadReason overload_reason = OverloadReason::none;
-  // The cell holds one of the overload controller's admission tickets
-  // (PoolCore::admit_state sets it before the push; the thread that pops
-  // the cell returns it).
-  bool overload_ticket = false;
+  // One byte, so that the common fields stay 64 bytes: the priority level
+  // (bits 0-3, set at submission), why the overload controller refused
+  // (with refused_as) or shed it (bits 4-6, written before the outcome is
+  // published), and whether the cell holds one of its admission tickets
+  // (bit 7, set by PoolCore::admit_state before the push; the thread that
+  // pops the cell returns it). Its writers are ordered (submission, push,
+  // pop), never concurrent.
+  [[nodiscard]] std::size_t level() const noexcept { return packed_ & kLevelMask; }
+  void set_level(std::size_t l) noexcept { set_bits(kLevelMask, static_cast<std::uint8_t>(l)); }
+  [[nodiscard]] OverloadReason overload_reason() const noexcept {
+    return static_cast<OverloadReason>((packed_ & kReasonMask) >> 4);
+  }
+  void set_overload_reason(OverloadReason r) noexcept {
+    set_bits(kReasonMask, static_cast<std::uint8_t>(static_cast<unsigned>(r) << 4));
+  }
+  [[nodiscard]] bool overload_ticket() const noexcept { return (packed_ & kTicketBit) != 0; }
+  void set_overload_ticket(bool held) noexcept { set_bits(kTicketBit, held ? kTicketBit : 0); }
+
+ private:
+  static constexpr std::uint8_t kLevelMask = 0x0f;  // PopState::kMaxLevels is 16
+  static constexpr std::uint8_t kReasonMask = 0x70;
+  static constexpr std::uint8_t kTicketBit = 0x80;
+  void set_bits(std::uint8_t mask, std::uint8_t bits) noexcept {
+    packed_ = static_cast<std::uint8_t>((packed_ & ~mask) | (bits & mask));
+  }
+  std::uint8_t packed_ = 0;
+
+ public:
   // The timer heap's entry stops a running task (else it expires a queued
   // one); guarded by the heap's mutex.
   bool timer_exec = false;
