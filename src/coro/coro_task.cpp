@@ -72,7 +72,7 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   // pool's tasks meanwhile (Task::wait), the task's own steps among them.
   s.owner = &core;
   s.detached = detached;
-  s.level = opts.priority;
+  s.set_level(opts.priority);
   core_ = &core;
   level_ = opts.priority;
   hub_ = &CoroHub::of(core);
