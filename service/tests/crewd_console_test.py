@@ -643,8 +643,11 @@ def case_queued(binary, _shots):
         check(False, f"the descriptor limit ({hard}) allows {n} connections")
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    # 10,000 jobs stand queued on purpose: the overload controller (on by
+    # default) would refuse most of them, so it is off here.
     with Session(binary, "--jobs-workers", "1", "--jobs-queue", "20000",
-                 "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096") as s:
+                 "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096",
+                 "--jobs-overload", "false") as s:
         crewd, d = s.crewd, s.d
         socks = []
         s.closers.append(lambda: [k.close() for k in socks])
