@@ -83,7 +83,8 @@ int overload_retry_after(std::chrono::nanoseconds wait_estimate) {
   const auto base =
       std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(wait_estimate).count());
   thread_local std::minstd_rand jitter(static_cast<std::uint32_t>(now_ns()));
-  const std::int64_t secs = base + static_cast<std::int64_t>(jitter() % (base + 1));
+  const std::int64_t secs =
+      base + static_cast<std::int64_t>(jitter() % static_cast<std::uint64_t>(base + 1));
   return static_cast<int>(std::min<std::int64_t>(secs, 3600));
 }
 
