@@ -130,15 +130,7 @@ class Submission {
   bool try_push_step(F& f, std::size_t level) noexcept {
     static_assert(Cell::fits_inline<F>, "a step must fit a cell");
     auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
-    if (c_.life_.closed()) return false;
-    if (t_current.core == &c_ && t_current.worker_local != LocalQueues::kNone &&
-        c_.queue_.try_push_local(fill, t_current.worker_local)) {
-      c_.after_push(/*own_queue=*/true);
-      return true;
-    }
-    if (!c_.queue_.try_push(fill, level)) return false;
-    c_.after_push();
-    return true;
+    return !c_.life_.closed() && try_queue(fill, level);
   }
   // A task id of this pool, and a refusal counted as submitted and
   // rejected (a spawn refused before it reached the queue).
@@ -393,20 +385,27 @@ class Submission {
     if (c_.life_.closed()) [[unlikely]] {
       return refuse(Admission::closed, why);
     }
-    // From a worker of this pool: its own queue, where a wait of this
-    // worker finds it first (see local_queue.hpp).
+    if (try_queue(fill, level)) [[likely]]
+      return Route::queued;
+    return route_full(fill_ref(fill), level, may_block, why);
+  }
+
+  // Pushes without blocking, then wakes a worker if none spins (after_push).
+  // From a worker of this pool: its own queue first, where a wait of this
+  // worker finds it first (see local_queue.hpp); else the shared queue of
+  // `level`. False if that is full.
+  template <class Fill>
+  bool try_queue(Fill& fill, std::size_t level) noexcept {
     if (t_current.core == &c_) {
       const std::size_t local = t_current.worker_local;
       if (local != LocalQueues::kNone && c_.queue_.try_push_local(fill, local)) [[likely]] {
         c_.after_push(/*own_queue=*/true);
-        return Route::queued;
+        return true;
       }
     }
-    if (c_.queue_.try_push(fill, level)) [[likely]] {
-      c_.after_push();
-      return Route::queued;
-    }
-    return route_full(fill_ref(fill), level, may_block, why);
+    if (!c_.queue_.try_push(fill, level)) return false;
+    c_.after_push();
+    return true;
   }
 
   Route refuse(Admission a, Admission& why) noexcept {
