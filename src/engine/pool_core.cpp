@@ -99,6 +99,12 @@ void PoolCore::throw_negative_timeout(const TaskOptions& o) {
                   " ns is negative");
 }
 
+void PoolCore::throw_long_correlation_id(const TaskOptions& o) {
+  throw Error(Errc::invalid_options,
+              "crew::TaskOptions.correlation_id: " + std::to_string(o.correlation_id.size()) +
+                  " bytes, at most " + std::to_string(kMaxCorrelationId));
+}
+
 PoolCore::Route PoolCore::route_full(FillRef fill, std::size_t level, bool may_block,
                                      Admission& why) {
   // A worker of this pool never waits for room in its own queue: that is
@@ -317,7 +323,8 @@ std::vector<WorkerInfo> PoolCore::workers() const {
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
     w->run.mu.lock();
-    if (w->run.task != nullptr) info.task = TaskRef{w->run.task->id, w->run.task->name()};
+    if (w->run.task != nullptr) info.task = ref_of(*w->run.task);
+    info.stop_reason = w->stop_reason.load(std::memory_order_relaxed);
     if (w->run.started_ns != 0)
       info.running_for = std::chrono::nanoseconds(now - w->run.started_ns);
     if (w->run.deadline_ns != 0 && now > w->run.deadline_ns)
@@ -356,7 +363,11 @@ void PoolCore::report_exception(const TaskRef& task, std::exception_ptr e) const
     const bool plain = task.id == 0 && task.name.empty();
     // Empty unless the program links crew::stacktrace (crew/stacktrace.hpp).
     const std::string trace = throw_trace(e);
-    log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
+    log(LogLevel::error,
+        {.pool = opts_.name,
+         .task = task.name,
+         .task_id = task.id,
+         .correlation_id = task.correlation_id},
         (plain ? "a fire-and-forget task threw: " : "task threw: ") + what_of(e) +
             (trace.empty() ? "" : "; thrown at:\n" + trace));
   } catch (...) {  // out of memory while formatting: drop the line

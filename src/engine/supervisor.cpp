@@ -133,6 +133,7 @@ void Supervisor::watch(const std::stop_token& token) noexcept {
 void RootStop::operator()() const noexcept { core->runtime().supervisor.on_root_stop(); }
 
 void Supervisor::on_root_stop() noexcept {
+  root_stopped_.store(true, std::memory_order_release);
   root_stop_pending_.store(true, std::memory_order_release);
   wake();
 }
@@ -278,23 +279,24 @@ void PoolRuntime::write_off_run_locked(PoolCore& core, Worker& w, ShutdownReport
   // clears run.task under run.mu before it decides an outcome, so with
   // run.task set the outcome is the write-off's to decide.
   core.shared_.add(note.outcome);
+  note.ended_ns = now_ns();
   if (s != nullptr) {
+    note.enqueued_ns = s->clock.enqueued_ns();
+    s->clock.record(note.started_ns, note.ended_ns);  // before the outcome is published
     const bool decided = s->finish_written_off(note.outcome);
     CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
     (void)decided;
     s->add_ref();
     note.task = s;
-    note.enqueued_ns = s->enqueued_ns;
     if (report != nullptr) {
       try {
-        report->abandoned.push_back({s->id, s->name()});
+        report->abandoned.push_back(ref_of(*s));
       } catch (...) {
       }
     }
   } else if (report != nullptr) {
     ++report->abandoned_unnamed;
   }
-  note.ended_ns = now_ns();
   notes.push_back(note);  // no allocation: room was reserved
   w.abandoned.store(true, std::memory_order_release);
 }
@@ -312,7 +314,9 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
                  {.pool = core.opts_.name,
                   .task = event.name,
                   .task_id = event.id,
-                  .worker_id = n.worker},
+                  .worker_id = n.worker,
+                  .correlation_id = n.task != nullptr ? std::string_view(n.task->correlation_id())
+                                                      : std::string_view{}},
                  "task abandoned: still running " +
                      std::to_string(core.opts_.abandon_grace.count() / 1'000'000) +
                      " ms after its stop was requested; its worker is written off");
@@ -325,13 +329,17 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
     if (n.task != nullptr) n.task->release();
   }
   notes.clear();
-  for (const auto& w : written_off) announce_state(*w, w->write_off_change);
+  for (const auto& w : written_off) {
+    announce_state(*w, w->write_off_change);
+    hub.worker(ObserverHub::WorkerEvent::stopped, w->id, nullptr, WorkerStopReason::written_off);
+  }
 }
 
 // Writes a worker off: it leaves the pool's books and its thread is detached;
 // when its task returns, the thread ends without touching the pool's state.
 void PoolRuntime::write_off_locked(PoolCore& core, const std::shared_ptr<Worker>& w) noexcept {
   w->abandoned.store(true, std::memory_order_release);
+  w->stop_reason.store(WorkerStopReason::written_off, std::memory_order_relaxed);
   w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
   core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
   ++tasks_abandoned;

@@ -121,7 +121,10 @@ void PoolCore::worker_thread(std::shared_ptr<PoolCore> self, std::shared_ptr<Wor
     }
   }
   if (!started || written_off) {
-    if (!written_off) set_worker_state(*w, WorkerState::stopping);
+    if (!written_off) {
+      w->stop_reason.store(WorkerStopReason::start_hook_failed, std::memory_order_relaxed);
+      set_worker_state(*w, WorkerState::stopping);
+    }
     if (spinning) (void)c.idle_.give_token();
   }
   c.worker_exited(w, how, /*died=*/!started);
@@ -166,7 +169,8 @@ void PoolCore::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool di
   }
   if (!written_off) {
     announce_state(*w, stopped);
-    if (!died) rt_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
+    rt_->observers.worker(ObserverHub::WorkerEvent::stopped, w->id, nullptr,
+                          w->stop_reason.load(std::memory_order_relaxed));
     if (last) rt.workers_changed.notify_all();  // a shutdown waits for the last one
     rt.supervisor.wake();                       // joins the thread, replaces a dead worker
   }
@@ -193,7 +197,12 @@ PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
         if (!handle_cell(w, cell)) return Exit::abandoned;
         continue;
       }
-      if (life_.closed()) break;
+      if (life_.closed()) {
+        w.stop_reason.store(rt_->supervisor.root_stopped() ? WorkerStopReason::root_token
+                                                           : WorkerStopReason::shutdown,
+                            std::memory_order_relaxed);
+        break;
+      }
     }
     const bool found = spin_for_work(w, cell, spinning);
     spinning = spin_first = false;
@@ -204,6 +213,7 @@ PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
     }
     const Slept slept = sleep_for_work(w);
     if (slept == Slept::retired) {
+      w.stop_reason.store(WorkerStopReason::idle_expired, std::memory_order_relaxed);
       how = Exit::counted;
       break;
     }
@@ -223,6 +233,7 @@ bool PoolCore::attend(Worker& w, Exit& how) {
   for (;;) {
     w.seen_attention = life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
+      w.stop_reason.store(WorkerStopReason::stop_worker, std::memory_order_relaxed);
       how = Exit::leave;
       return true;
     }
@@ -238,6 +249,7 @@ bool PoolCore::attend(Worker& w, Exit& how) {
     const std::size_t max = max_workers_.load(std::memory_order_relaxed);
     if (st == PoolState::running && live_workers_.load(std::memory_order_relaxed) > max &&
         try_retire(live_workers_, max)) {
+      w.stop_reason.store(WorkerStopReason::resized, std::memory_order_relaxed);
       how = Exit::counted;
       return true;
     }

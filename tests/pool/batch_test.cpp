@@ -306,5 +306,19 @@ TEST(RunBatch, TasksTakeTheBatchsPriority) {
   EXPECT_THROW((void)run_batch(pool, inputs, [](int i) { return i; }, {.priority = 2}), Error);
 }
 
+TEST(BatchOutcome, EachOutcomeCarriesItsQueueWaitAndRunTime) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  std::vector<std::function<void()>> tasks(2, [] { std::this_thread::sleep_for(30ms); });
+  const BatchResult<void> r = run_batch(pool, tasks);
+  ASSERT_TRUE(r.all_succeeded());
+  for (const Outcome<void>& o : r.outcomes) {
+    EXPECT_GE(o.run_time, 30ms);
+    EXPECT_LT(o.run_time, 30ms + 5s * test::kSlowdown);
+  }
+  // One worker: one of the two waited for the other to run.
+  EXPECT_GE(std::max(r.outcomes[0].queue_wait, r.outcomes[1].queue_wait), 30ms);
+}
+
 }  // namespace
 }  // namespace crew
