@@ -50,7 +50,8 @@ struct OutcomeBase {
   // admission), shutdown_dropped, expired, cancelled, timed_out, abandoned.
   Errc reason{};
   std::exception_ptr error{};  // the exception of a failed task
-  // As Task::queue_wait() and Task::run_time(): 0 for a task never submitted.
+  // As Task::queue_wait() and Task::run_time() (PoolOptions::time_tasks):
+  // 0 for a task never submitted.
   std::chrono::nanoseconds queue_wait{0};
   std::chrono::nanoseconds run_time{0};
 

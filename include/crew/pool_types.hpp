@@ -256,6 +256,13 @@ struct PoolOptions {
   // worker on itself before on_worker_start; if the system refuses, the
   // worker keeps the default and the pool logs a warning once.
   WorkerPolicy worker_policy = WorkerPolicy::normal;
+  // Task handles show their queue wait and run time (Task::queue_wait(),
+  // run_time(), run_batch's Outcome): the pool reads the clock at the
+  // submission of every task with a handle and at the end of its run,
+  // which costs a task-per-handle workload measurably (crew_bench's
+  // short_future, docs/api.md). Off, the handles show 0, unless an
+  // observer wants task timings: the pool reads the clock then anyway.
+  bool time_tasks = false;
 };
 
 namespace detail {
@@ -337,8 +344,9 @@ struct WorkerInfo {
   // The task running now, when it has a handle, a name or a deadline (plain
   // fire-and-forget short tasks show as busy with task id 0).
   TaskRef task;
-  // Since the running task started: long tasks, tasks with a handle, and
-  // named tasks in a pool whose observers time tasks; 0 for the others.
+  // Since the running task started: long tasks, tasks with a handle in a
+  // pool that times them (time_tasks), and tasks with a handle or a name in
+  // a pool whose observers time tasks; 0 for the others.
   std::chrono::nanoseconds running_for{0};
   // How far the running task is past its execution deadline (a long task's
   // timeout); 0 without one or before it. Such a task keeps its worker until

@@ -157,11 +157,12 @@ class [[nodiscard]] Task {
   // How long the task waited in the queue (from its submission until it
   // started, or until its outcome if it never ran) and how long it ran
   // (until its callable returned, or until it was written off). Known
-  // once the task has an outcome: 0 before, and for an empty handle. The
-  // pool reads the clock at submission, start and end of a task with a
-  // handle (a run that directly follows another on the same worker takes
-  // that one's end as its start). Exact below 67 ms, within 2^-26 of the
-  // value above.
+  // once the task has an outcome: 0 before, for an empty handle, and in a
+  // pool that does not time its tasks (PoolOptions::time_tasks, or an
+  // observer that wants timings). Such a pool reads the clock at the
+  // submission and at the end of the run (a run that directly follows
+  // another on the same worker takes that one's end as its start). Exact
+  // below 67 ms, within 2^-26 of the value above.
   [[nodiscard]] std::chrono::nanoseconds queue_wait() const noexcept {
     return state_ ? state_->clock.queue_wait() : std::chrono::nanoseconds{0};
   }

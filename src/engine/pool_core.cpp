@@ -60,6 +60,7 @@ PoolCore::PoolCore(PoolOptions options)
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
+      time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)),

@@ -308,7 +308,7 @@ TEST(RunBatch, TasksTakeTheBatchsPriority) {
 
 TEST(BatchOutcome, EachOutcomeCarriesItsQueueWaitAndRunTime) {
   Watchdog dog;
-  Pool pool({.max_workers = 1});
+  Pool pool({.max_workers = 1, .time_tasks = true});
   std::vector<std::function<void()>> tasks(2, [] { std::this_thread::sleep_for(30ms); });
   const BatchResult<void> r = run_batch(pool, tasks);
   ASSERT_TRUE(r.all_succeeded());

@@ -712,7 +712,7 @@ TEST(Deadlines, SaturatingDeadlinesClampToTheClocksRange) {
 
 TEST(TaskTimes, AHandleShowsItsQueueWaitAndRunTimeOnceItEnded) {
   Watchdog dog;
-  Pool pool({.max_workers = 1});
+  Pool pool({.max_workers = 1, .time_tasks = true});
   pool.pause();  // the task waits in the queue until resume()
   auto t = pool.submit([] { std::this_thread::sleep_for(50ms); });
   std::this_thread::sleep_for(30ms);
@@ -729,7 +729,7 @@ TEST(TaskTimes, AHandleShowsItsQueueWaitAndRunTimeOnceItEnded) {
 
 TEST(TaskTimes, ATaskCancelledInTheQueueWaitedUntilItsCancelAndNeverRan) {
   Watchdog dog;
-  Pool pool({.max_workers = 1});
+  Pool pool({.max_workers = 1, .time_tasks = true});
   pool.pause();
   auto t = pool.submit([] { return 1; });
   std::this_thread::sleep_for(20ms);
@@ -743,13 +743,36 @@ TEST(TaskTimes, AWrittenOffTaskRanUntilItWasWrittenOff) {
   Watchdog dog;
   auto gate = std::make_shared<Gate>();
   {
-    Pool pool({.max_workers = 1, .abandon_grace = 20ms});
+    Pool pool({.max_workers = 1, .abandon_grace = 20ms, .time_tasks = true});
     auto t = pool.submit([gate](std::stop_token) { gate->wait(); }, {.timeout = 10ms});
     ASSERT_TRUE(t.wait_for(10s * test::kSlowdown));
     EXPECT_EQ(t.reason(), Errc::abandoned);
     EXPECT_GE(t.run_time(), 30ms);  // its deadline, then the grace
     gate->open();
   }
+}
+
+// Off by default: the handle shows 0 and the pool reads no clock for it
+// (the enqueue time stays 0). An observer that wants timings makes the
+// pool read the clock anyway, and then the handle shows them.
+TEST(TaskTimes, OnlyAPoolThatTimesItsTasksShowsThem) {
+  Watchdog dog;
+  const auto sleeper = [] { std::this_thread::sleep_for(20ms); };
+  {
+    Pool pool({.max_workers = 1});
+    auto t = pool.submit(sleeper);
+    EXPECT_EQ(t.state()->clock.enqueued_ns(), 0);
+    t.get();
+    EXPECT_EQ(t.run_time(), 0ns);
+    EXPECT_EQ(t.queue_wait(), 0ns);
+  }
+  struct Timing final : Observer {
+    std::uint32_t events() const noexcept override { return task_finished; }
+  };
+  Pool observed({.max_workers = 1, .observers = {std::make_shared<Timing>()}});
+  auto t = observed.submit(sleeper);
+  t.get();
+  EXPECT_GE(t.run_time(), 20ms);
 }
 
 // The word holds two durations of 31 bits: exact below 2^26 ns, then 26

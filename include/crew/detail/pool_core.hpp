@@ -423,6 +423,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::uint32_t observed_;
   const bool timed_;
+  const bool time_handles_;  // opts_.time_tasks
   Queues queue_;
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.
@@ -571,8 +572,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
-    // A handle shows the task's queue wait and run time (TaskClock).
-    if (timed_ || !s->detached) s->clock.set_enqueued(now_ns());
+    // A handle shows the task's queue wait and run time (TaskClock), in a
+    // pool that times them.
+    if (timed_ || (time_handles_ && !s->detached)) [[unlikely]]
+      s->clock.set_enqueued(now_ns());
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
     // the state; once armed, the state is shared with the supervisor,

@@ -434,8 +434,9 @@ class TaskStateBase {
   // Set at submission, immutable afterwards.
   std::uint64_t id = 0;
   PoolCore* owner = nullptr;  // the pool core that runs it (for nested waits)
-  // Clocked at submission for a task with a handle, and for every task
-  // of a pool whose observers want timings.
+  // Clocked at submission for a task with a handle in a pool with
+  // PoolOptions::time_tasks, and for every task of a pool whose observers
+  // want timings.
   TaskClock clock;
   // Written by the runner before finish(), read after done() says failed.
   std::exception_ptr error;
