@@ -181,7 +181,10 @@ void PoolCore::worker_exited(const std::shared_ptr<Worker>& w, Exit how, bool di
 PoolCore::Exit PoolCore::work_loop(Worker& w, bool spinning) {
   Cell cell;
   Exit how = Exit::leave;
-  w.seen_attention = life_.attention(std::memory_order_acquire);
+  // One behind, so that the first look attends: a stop_worker, resize or
+  // pause made while this worker started (it is listed, and idle, before
+  // this line) bumped the counter already, and would be missed.
+  w.seen_attention = life_.attention(std::memory_order_acquire) - 1;
   set_worker_state(w, WorkerState::idle);
   // Whether the next look is a spinner's (spin_for_work), which brings in
   // help for what it leaves queued, rather than a plain pop.
