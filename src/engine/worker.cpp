@@ -243,6 +243,7 @@ bool PoolCore::attend(Worker& w, Exit& how) {
     const PoolState st = life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
+      w.run.clock_ns = 0;  // the next run waited: its start is not the last end
       MutexLock lock(rt_->mu);
       while (life_.attention(std::memory_order_acquire) == w.seen_attention) {
         rt_->workers_changed.wait(lock.native());
@@ -268,6 +269,7 @@ bool PoolCore::handle_cell(Worker& w, Cell& cell) {
   // held until resume() or a shutdown, and handled then as any queued task.
   if (life_.state() == PoolState::paused) [[unlikely]] {
     wait_out_pause(w);
+    w.run.clock_ns = 0;  // the run waited: its start is not the last end
   }
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(w, s);

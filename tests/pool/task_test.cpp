@@ -752,6 +752,25 @@ TEST(TaskTimes, AWrittenOffTaskRanUntilItWasWrittenOff) {
   }
 }
 
+// A run right after another on the same worker takes that one's end as
+// its start, unless the worker waited in between: here for a pause.
+TEST(TaskTimes, ARunAfterAPauseIsNotTimedFromThePreviousEnd) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .time_tasks = true});
+  Gate gate;
+  auto first = pool.submit([&gate] { (void)gate.wait(); });
+  auto second = pool.submit([] {});
+  ASSERT_TRUE(eventually([&] { return first.status() == TaskStatus::running; }));
+  pool.pause();
+  gate.open();
+  first.get();
+  std::this_thread::sleep_for(50ms);
+  pool.resume();
+  second.get();
+  EXPECT_GE(second.queue_wait(), 50ms);
+  EXPECT_LT(second.run_time(), second.queue_wait());
+}
+
 // Off by default: the handle shows 0 and the pool reads no clock for it
 // (the enqueue time stays 0). An observer that wants timings makes the
 // pool read the clock anyway, and then the handle shows them.
