@@ -158,7 +158,8 @@ int run(const Config& config) {
                    .shutdown_timeout = config.shutdown.timeout,
                    .observers = jobs_observers,
                    .logger = crew_log,
-                   .overload = overload_options(config.jobs.overload)});
+                   .overload = overload_options(config.jobs.overload),
+                   .time_tasks = true});  // a job's answer has its queue wait and run time
   // The console's sampler reads the pools: it stops before they are destroyed.
   struct StopConsole {
     ui::Console* console;

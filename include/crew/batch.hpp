@@ -50,6 +50,10 @@ struct OutcomeBase {
   // admission), shutdown_dropped, expired, cancelled, timed_out, abandoned.
   Errc reason{};
   std::exception_ptr error{};  // the exception of a failed task
+  // As Task::queue_wait() and Task::run_time() (PoolOptions::time_tasks):
+  // 0 for a task never submitted.
+  std::chrono::nanoseconds queue_wait{0};
+  std::chrono::nanoseconds run_time{0};
 
   [[nodiscard]] bool ok() const noexcept { return status == TaskStatus::succeeded; }
   // Rethrows the task's exception, or throws crew::Error for a task that
@@ -128,6 +132,8 @@ Outcome<R> outcome_of(Task<R>& task) {
   }
   o.id = task.id();
   o.status = task.status();
+  o.queue_wait = task.queue_wait();
+  o.run_time = task.run_time();
   switch (o.status) {
     case TaskStatus::succeeded:
       if constexpr (std::is_void_v<R>) {

@@ -412,7 +412,7 @@ class Group {
     }
     if constexpr (!is_long_task_v<D> && std::is_nothrow_move_constructible_v<D>) {
       detail::Submission submission(detail::PoolAccess::core(*pool_));
-      if (opts.name.empty() && opts.queue_timeout.count() == 0 && submission.counted_ok()) {
+      if (!detail::Submission::needs_state(opts) && submission.counted_ok()) {
         const std::size_t level = submission.level_of(opts);
         detail::GroupCellFor<D> cell(state_, pool_, std::forward<F>(f));
         return submission.post_counted(std::move(cell), level, may_block);

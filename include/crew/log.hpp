@@ -29,10 +29,11 @@ struct LogContext {
   std::string_view task{};
   std::uint64_t task_id = 0;
   std::uint64_t worker_id = 0;
+  std::string_view correlation_id{};  // the task's TaskOptions::correlation_id
 };
 
 // Appends what follows the pool in a crew log line:
-// "[ task=<name>#<id>][ worker=<id>]: <message>". Shared by the stderr logger
+// "[ task=<name>#<id>][ correlation_id=<id>][ worker=<id>]: <message>". Shared by the stderr logger
 // and adapters (crew/spdlog_logger.hpp) so that lines read alike everywhere.
 void append_log_tail(std::string& line, const LogContext& context, std::string_view message);
 
@@ -49,7 +50,8 @@ class Logger {
                    std::string_view message) noexcept = 0;
 };
 
-// Writes "crew <level> pool=<pool> [task=<name>#<id>] [worker=<id>]: <message>"
+// Writes "crew <level> pool=<pool> [task=<name>#<id>] [correlation_id=<id>]
+// [worker=<id>]: <message>"
 // lines to stderr, one write per line.
 class StderrLogger final : public Logger {
  public:

@@ -72,7 +72,12 @@ class Observer {
                                 Admission /*admission*/) noexcept {}
 
   virtual void on_worker_started(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
-  virtual void on_worker_stopped(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
+  // A worker left the pool, for `reason`: also one whose start hook threw
+  // (start_hook_failed: it never reported started), and one written off
+  // (written_off: after on_worker_abandoned, while its thread may still run
+  // the hung task).
+  virtual void on_worker_stopped(std::string_view /*pool*/, std::uint64_t /*worker*/,
+                                 WorkerStopReason /*reason*/) noexcept {}
   // A worker that died or was abandoned has been replaced by a new one.
   virtual void on_worker_replaced(std::string_view /*pool*/, std::uint64_t /*worker*/) noexcept {}
   // A worker was written off with a hung task still running on it.

@@ -55,6 +55,19 @@ enum class WorkerState : std::uint8_t { starting, idle, busy, stopping, stopped,
 
 enum class WorkerStop : std::uint8_t { graceful, hard };
 
+// Why a worker is stopping or stopped (WorkerInfo::stop_reason,
+// Observer::on_worker_stopped).
+enum class WorkerStopReason : std::uint8_t {
+  none,               // it is not stopping
+  idle_expired,       // idle for idle_timeout above min_workers
+  resized,            // resize() lowered max_workers below the live workers
+  stop_worker,        // Pool::stop_worker asked this one to leave
+  shutdown,           // the pool shut down
+  root_token,         // PoolOptions::stop_token was stopped (a hard shutdown)
+  start_hook_failed,  // on_worker_start threw; the pool starts a replacement
+  written_off,        // its task ignored its stop past abandon_grace; replaced
+};
+
 // How the operating system schedules the pool's worker threads.
 enum class WorkerPolicy : std::uint8_t {
   // The system's default (Linux SCHED_OTHER): a worker woken for a task
@@ -121,12 +134,14 @@ enum class WorkerPolicy : std::uint8_t {
 [[nodiscard]] std::string_view to_string(WorkerState v) noexcept;
 [[nodiscard]] std::string_view to_string(WorkerStop v) noexcept;
 [[nodiscard]] std::string_view to_string(WorkerPolicy v) noexcept;
+[[nodiscard]] std::string_view to_string(WorkerStopReason v) noexcept;
 
 // Identifies a task in reports and callbacks. Unnamed fire-and-forget short
 // tasks have id 0 and no name.
 struct TaskRef {
   std::uint64_t id = 0;
   std::string name;
+  std::string correlation_id;  // TaskOptions::correlation_id
   friend bool operator==(const TaskRef&, const TaskRef&) = default;
 };
 
@@ -254,6 +269,13 @@ struct PoolOptions {
   // run_pending_task), caller_runs, and what a shutdown drops.
   double max_start_rate = 0;
   std::size_t start_burst = 0;
+  // Task handles show their queue wait and run time (Task::queue_wait(),
+  // run_time(), run_batch's Outcome): the pool reads the clock at the
+  // submission of every task with a handle and at the end of its run,
+  // which costs a task-per-handle workload measurably (crew_bench's
+  // short_future, docs/api.md). Off, the handles show 0, unless an
+  // observer wants task timings: the pool reads the clock then anyway.
+  bool time_tasks = false;
 };
 
 namespace detail {
@@ -340,13 +362,17 @@ struct WorkerInfo {
   // The task running now, when it has a handle, a name or a deadline (plain
   // fire-and-forget short tasks show as busy with task id 0).
   TaskRef task;
-  // Since the running task started: long tasks, and tasks with a handle or a
-  // name in a pool whose observers time tasks; 0 for the others.
+  // Since the running task started: long tasks, tasks with a handle in a
+  // pool that times them (time_tasks), and tasks with a handle or a name in
+  // a pool whose observers time tasks; 0 for the others.
   std::chrono::nanoseconds running_for{0};
   // How far the running task is past its execution deadline (a long task's
   // timeout); 0 without one or before it. Such a task keeps its worker until
   // it returns or is written off abandon_grace after its stop.
   std::chrono::nanoseconds overdue_for{0};
+  // Why it is leaving, from the moment it decided to (its state turns
+  // stopping right after); none before.
+  WorkerStopReason stop_reason = WorkerStopReason::none;
 };
 
 struct ShutdownReport {

@@ -48,7 +48,16 @@ struct TaskOptions {
   // 0 (lowest) .. PoolOptions::priority_levels - 1 (highest). Submitting a
   // higher one throws Error(invalid_options).
   std::uint8_t priority = 0;
+  // The caller's id for this task (a request id), at most
+  // kMaxCorrelationId bytes: longer, submitting throws
+  // Error(invalid_options); it is never cut. Shown in worker snapshots,
+  // shutdown reports, on_exception's TaskRef, log lines and the task's
+  // TaskContext; never a metric label (one series per request would grow
+  // without bound). Like a name, it gives the task a state (one allocation).
+  std::string correlation_id{};
 };
+
+inline constexpr std::size_t kMaxCorrelationId = 64;
 
 // What a long task may take instead of a bare stop token. Valid for the
 // duration of the call.
@@ -56,6 +65,7 @@ struct TaskContext {
   std::stop_token stop_token;
   std::uint64_t id = 0;
   std::string_view name;
+  std::string_view correlation_id;  // TaskOptions::correlation_id
   // time_point::max() when the task has no execution deadline.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
@@ -132,6 +142,9 @@ class [[nodiscard]] Task {
   [[nodiscard]] std::string_view name() const noexcept {
     return state_ ? std::string_view(state_->name()) : std::string_view{};
   }
+  [[nodiscard]] std::string_view correlation_id() const noexcept {
+    return state_ ? std::string_view(state_->correlation_id()) : std::string_view{};
+  }
   [[nodiscard]] TaskStatus status() const noexcept {
     return state_ ? state_->status() : TaskStatus::rejected;
   }
@@ -141,6 +154,21 @@ class [[nodiscard]] Task {
     return state_ ? state_->reason() : Errc::empty_handle;
   }
   [[nodiscard]] bool ready() const noexcept { return state_ && state_->done(); }
+  // How long the task waited in the queue (from its submission until it
+  // started, or until its outcome if it never ran) and how long it ran
+  // (until its callable returned, or until it was written off). Known
+  // once the task has an outcome: 0 before, for an empty handle, and in a
+  // pool that does not time its tasks (PoolOptions::time_tasks, or an
+  // observer that wants timings). Such a pool reads the clock at the
+  // submission and at the end of the run (a run that directly follows
+  // another on the same worker takes that one's end as its start). Exact
+  // below 67 ms, within 2^-26 of the value above.
+  [[nodiscard]] std::chrono::nanoseconds queue_wait() const noexcept {
+    return state_ ? state_->clock.queue_wait() : std::chrono::nanoseconds{0};
+  }
+  [[nodiscard]] std::chrono::nanoseconds run_time() const noexcept {
+    return state_ ? state_->clock.run_time() : std::chrono::nanoseconds{0};
+  }
 
   // Blocks until the task has an outcome. Called from a worker of the same
   // pool, it does not idle: it runs queued tasks of the pool meanwhile (the

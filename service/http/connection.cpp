@@ -300,8 +300,15 @@ class Connection::RouteExchange final : public Exchange {
 Connection::Step Connection::on_request() {
   phase_ = Phase::handling;
   deadline_ = Clock::time_point::max();
-  const Request& req = parser_->request();
+  Request& req = parser_->request();
   current_.head_only = req.method == "HEAD";
+  if (req.request_id.empty()) {
+    req.request_id = make_request_id();
+  } else if (!valid_request_id(req.request_id)) {
+    req.request_id.clear();  // not echoed
+    return respond(error_response(
+        400, "X-Request-Id: 1.." + std::to_string(kMaxRequestId) + " visible ASCII characters"));
+  }
   if (current_.refused) return respond(error_response(503, "crewd is shutting down"));
   if (match_.route == nullptr) return respond(error_response(404, "no such route"));
   if (!match_.method_allowed) {
@@ -365,6 +372,9 @@ Connection::Step Connection::respond(Response r) {
     const Request* req = parser_ ? &parser_->request() : nullptr;
     s_.log->debug("{} {} {} {:.3f} ms", req ? printable(req->method) : "-",
                   req ? printable(req->target) : "-", r.status, millis(latency));
+  }
+  if (parser_ && !parser_->request().request_id.empty()) {
+    r.headers += "X-Request-Id: " + parser_->request().request_id + "\r\n";
   }
   out_.clear();
   append_response(out_, r, current_.head_only);

@@ -1,12 +1,15 @@
 #include "http/request.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <utility>
 
 namespace crewd {
@@ -157,6 +160,8 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view na
     request_.authorization.assign(value.data(), value.size());
   } else if (name == http::field::unknown && iequals(name_string, "Sec-Fetch-Site")) {
     request_.sec_fetch_site.assign(value.data(), value.size());
+  } else if (name == http::field::unknown && iequals(name_string, "X-Request-Id")) {
+    request_.request_id.assign(value.data(), value.size());
   } else if (name == http::field::expect) {
     if (iequals(value, "100-continue")) {
       request_.expect_continue = true;
@@ -304,6 +309,20 @@ std::string_view reason_phrase(int status) noexcept {
     default:
       return "Unknown";
   }
+}
+
+bool valid_request_id(std::string_view id) noexcept {
+  return !id.empty() && id.size() <= kMaxRequestId &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+std::string make_request_id() {
+  static const std::uint32_t prefix = std::random_device{}();
+  static std::atomic<std::uint64_t> next{0};
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof(buf), "%08x-%llx", static_cast<unsigned>(prefix),
+                              static_cast<unsigned long long>(next.fetch_add(1) + 1));
+  return std::string(buf, static_cast<std::size_t>(n));
 }
 
 void append_response(std::string& out, const Response& r, bool head_only) {

@@ -44,6 +44,10 @@ struct Request {
   // the last one sent of each, empty without.
   std::string authorization;   // Authorization
   std::string sec_fetch_site;  // Sec-Fetch-Site
+  // X-Request-Id, the last one sent; the connection makes one for a
+  // request without it (make_request_id). The tasks of the request carry it
+  // (crew::TaskOptions::correlation_id) and the response returns it.
+  std::string request_id;
   std::string body;
 };
 
@@ -120,6 +124,16 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
                                                          std::string_view path) noexcept;
 // Whether `method` is one of `methods`, a list as in an Allow header ("GET, HEAD").
 [[nodiscard]] bool method_listed(std::string_view methods, std::string_view method) noexcept;
+
+// An X-Request-Id crewd takes: 1..kMaxRequestId visible ASCII characters
+// (0x21-0x7e), so that it shows as it is in logs and the console. Another
+// is answered 400.
+inline constexpr std::size_t kMaxRequestId = 64;  // crew::kMaxCorrelationId
+[[nodiscard]] bool valid_request_id(std::string_view id) noexcept;
+// A new id, unique in the process and unlikely to repeat across instances:
+// 8 hex digits drawn at start, '-', a counter in hex ("1f3a9c0e-2a").
+// Thread-safe.
+[[nodiscard]] std::string make_request_id();
 
 // A response, written by append_response.
 struct Response {

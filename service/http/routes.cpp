@@ -5,7 +5,7 @@
 //
 // Threads: handlers run on the connection's I/O thread. The factorial and
 // job tasks run on the pools' workers and touch only what they captured
-// (their input, a JobTimes, a reference that keeps the State alive); their
+// (their input, a JobRun, a reference that keeps the State alive); their
 // completions are posted back to the connection's I/O thread by
 // crew::asio, and can run until the task ends, or until serve() gives up
 // on them at stop()'s deadline.
@@ -43,11 +43,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
 std::string dump(const Json& j) {
   // replace: a string holding invalid UTF-8 must not turn into an exception.
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -82,7 +77,8 @@ Response factorial_response(unsigned n, std::uint64_t value) {
 int overload_retry_after(std::chrono::nanoseconds wait_estimate) {
   const auto base =
       std::max<std::int64_t>(1, std::chrono::ceil<std::chrono::seconds>(wait_estimate).count());
-  thread_local std::minstd_rand jitter(static_cast<std::uint32_t>(now_ns()));
+  thread_local std::minstd_rand jitter(
+      static_cast<std::uint32_t>(Clock::now().time_since_epoch().count()));
   const std::int64_t secs =
       base + static_cast<std::int64_t>(jitter() % static_cast<std::uint64_t>(base + 1));
   return static_cast<int>(std::min<std::int64_t>(secs, 3600));
@@ -116,12 +112,15 @@ std::optional<Response> jobs_admit_head(const State& s) {
   return refuse_if_overloaded(s.pools.jobs);
 }
 
-// A job's clock and id, shared between the task (which may end without a
-// value: timed out, cancelled) and the handler.
-struct JobTimes {
-  std::atomic<std::int64_t> started_ns{0};
-  std::atomic<std::int64_t> ended_ns{0};
-  std::atomic<std::uint64_t> id{0};
+// A job's handle, shared by the handler, its completion (both on the
+// connection's I/O thread; the handler sets it before the completion runs)
+// and the console's book (which may cancel it from another I/O thread:
+// neither changes the handle, so the completion's reads of its durations
+// do not race that). `started` is the task's, set on its worker.
+struct JobRun {
+  std::shared_ptr<crew::Task<void>> handle = std::make_shared<crew::Task<void>>();
+  std::atomic<bool> started{false};
+  std::string request_id;  // X-Request-Id, the task's correlation id
 };
 
 // ---- Handlers that hand work to a pool ----
@@ -164,18 +163,21 @@ void factorial(Exchange& ex) {
   crew::asio::async_try_submit(
       s.pools.compute, ex.executor(),
       [n, keep = s.shared_from_this()] { return crewd::factorial(n); },
-      {.name = "factorial", .queue_timeout = s.config.compute.queue_timeout},
+      {.name = "factorial",
+       .queue_timeout = s.config.compute.queue_timeout,
+       .correlation_id = ex.request().request_id},
       [reply = ex.later(), n](std::exception_ptr e, std::uint64_t value) {
         reply(factorial_outcome(reply.state(), n, std::move(e), value));
       });
 }
 
-Response job_outcome(const State& s, const JobRequest& job, const JobTimes& times,
+Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
                      Clock::time_point submitted, std::exception_ptr e) {
+  const crew::Task<void>& handle = *run.handle;
   // Ended from the console (POST /api/v1/ui/jobs/{id}/cancel): queued, it
   // was dropped unrun (shutdown_dropped); running, its token was stopped.
   const bool console_cancel =
-      s.console != nullptr && s.console->jobs().cancel_requested(times.id.load());
+      s.console != nullptr && s.console->jobs().cancel_requested(handle.id());
   std::string outcome = "succeeded";
   int code = 200;
   std::string message;
@@ -237,20 +239,17 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
       s.log->error("job {}: {}", job.name, err.what());
     }
   }
-  Json body{{"name", job.name},
-            {"kind", std::string(to_string(job.kind))},
-            {"ms", job.ms},
-            {"timeout_ms", job.timeout_ms},
-            {"task_id", times.id.load()},
+  Json body{{"name", job.name},       {"kind", std::string(to_string(job.kind))},
+            {"ms", job.ms},           {"timeout_ms", job.timeout_ms},
+            {"task_id", handle.id()}, {"request_id", run.request_id},
             {"outcome", outcome}};
-  const std::int64_t started = times.started_ns.load();
-  const std::int64_t ended = times.ended_ns.load();
-  const std::int64_t submitted_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(submitted.time_since_epoch()).count();
-  if (started != 0) {
-    body["queue_ms"] = static_cast<double>(started - submitted_ns) / 1e6;
-    if (ended != 0) body["run_ms"] = static_cast<double>(ended - started) / 1e6;
-  }
+  // The pool's own clock (Task::queue_wait, run_time): from the submission
+  // to the start, or to the outcome of a job that never started (expired,
+  // cancelled); none for a job refused at admission.
+  const bool started = run.started.load();
+  const bool refused = !started && (!handle.valid() || handle.reason() == crew::Errc::rejected);
+  if (!refused) body["queue_wait_ms"] = millis(handle.queue_wait());
+  if (started) body["run_ms"] = millis(handle.run_time());
   body["total_ms"] = millis(Clock::now() - submitted);
   if (code != 200) {
     body["error"] = message;
@@ -262,17 +261,18 @@ Response job_outcome(const State& s, const JobRequest& job, const JobTimes& time
     }
   }
   if (s.console != nullptr) {
-    ui::JobOutcome o{.task_id = times.id.load(),
+    ui::JobOutcome o{.task_id = handle.id(),
                      .name = job.name,
                      .kind = job.kind,
                      .outcome = outcome,
                      .reason = code != 200 ? body["reason"].get<std::string>() : std::string(),
                      .queue_ms = -1,
                      .run_ms = -1,
-                     .ended = Clock::now()};
-    if (started != 0) {
-      o.queue_ms = body["queue_ms"].get<double>();
-      if (ended != 0) o.run_ms = body["run_ms"].get<double>();
+                     .ended = Clock::now(),
+                     .request_id = run.request_id};
+    if (started) {
+      o.queue_ms = millis(handle.queue_wait());
+      o.run_ms = millis(handle.run_time());
     }
     s.console->jobs().finish(std::move(o));
   }
@@ -293,28 +293,27 @@ void job(Exchange& ex) {
     return;
   }
   const JobRequest job = std::get<JobRequest>(parsed);
-  auto times = std::make_shared<JobTimes>();
+  auto run = std::make_shared<JobRun>();
+  run->request_id = ex.request().request_id;
   const auto submitted = Clock::now();
   ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
-  auto task = [job, times, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
-    times->started_ns.store(now_ns());
+  auto task = [job, run, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+    run->started.store(true);
     if (book != nullptr) book->started();  // `keep` holds the console
     (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
-    times->ended_ns.store(now_ns());
   };
   crew::TaskOptions options{.name = job.name,
                             .timeout = std::chrono::milliseconds(job.timeout_ms),
-                            .queue_timeout = s.config.jobs.queue_timeout};
-  auto done = [reply = ex.later(), job, times, submitted](std::exception_ptr e) {
-    reply(job_outcome(reply.state(), job, *times, submitted, std::move(e)));
+                            .queue_timeout = s.config.jobs.queue_timeout,
+                            .correlation_id = run->request_id};
+  auto done = [reply = ex.later(), job, run, submitted](std::exception_ptr e) {
+    reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
   };
-  // The completion runs on this thread, after this handler: the id is set
-  // and the console's book has the job by then.
-  crew::Task<void> handle;
+  // The completion runs on this thread, after this handler: the handle is
+  // set and the console's book has the job by then.
   crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
-                               std::move(done), handle);
-  times->id.store(handle.id());
-  if (s.console != nullptr) s.console->jobs().add(job, std::move(handle), submitted);
+                               std::move(done), *run->handle);
+  if (s.console != nullptr) s.console->jobs().add(job, run->handle, submitted);
 }
 
 // A job whose body is not sent yet (Expect: 100-continue): the pool would
@@ -340,7 +339,11 @@ void pools(Exchange& ex) {
                   {"state", std::string(crew::to_string(w.state))},
                   {"running_ms", millis(w.running_for)}};
       if (w.task.id != 0 || !w.task.name.empty()) {
-        worker["task"] = Json{{"id", w.task.id}, {"name", w.task.name}};
+        worker["task"] =
+            Json{{"id", w.task.id}, {"name", w.task.name}, {"request_id", w.task.correlation_id}};
+      }
+      if (w.stop_reason != crew::WorkerStopReason::none) {
+        worker["stop_reason"] = std::string(crew::to_string(w.stop_reason));
       }
       worker_list.push_back(std::move(worker));
     }

@@ -33,6 +33,8 @@ Cases (--case runs one; ctest registers each as its own test):
              connection, and a dead letter with its error
   queued     with 10,000 queued jobs the snapshot is under 64 KB and 5 ms, and
              the page says how many rows it left out
+  request_id a job sent with X-Request-Id <b>req-1</b>"'& shows that id as
+             text in the running tasks, then in the recent outcomes
 
 Exit 0: all pass; 1: a check failed; 77: no chromium, chromedriver or
 selenium (scripts/deps.sh test installs them), unless CI is set, when that
@@ -135,13 +137,14 @@ class Crewd:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def submit(self, **job):
+    def submit(self, request_id=None, **job):
         """Sends POST /api/v1/jobs on a connection of its own and returns the
         socket without waiting: crewd answers when the job ends."""
         body = json.dumps(job).encode()
+        extra = f"X-Request-Id: {request_id}\r\n".encode() if request_id else b""
         s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
-        s.sendall(b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: " +
+        s.sendall(b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                  extra + b"Content-Type: application/json\r\nContent-Length: " +
                   str(len(body)).encode() + b"\r\n\r\n" + body)
         return s
 
@@ -254,8 +257,8 @@ class Session:
             self.crewd.kill()
             raise
 
-    def submit(self, **job):
-        sock = self.crewd.submit(**job)
+    def submit(self, request_id=None, **job):
+        sock = self.crewd.submit(request_id, **job)
         self.closers.append(sock.close)
         return sock
 
@@ -285,10 +288,19 @@ def case_page(binary, shots):
         for i in range(2):
             s.submit(kind="sleep", ms=20000, timeout_ms=30000, name=f"waiting-{i}")
         d.get_log("browser")
+        # crewd's own view first, so that a failure says which side lacks them.
+        ran = [running_job_id(crewd, f"report-{i}") for i in range(3)]
+        if not check(all(ran), f"crewd runs the 3 report jobs (task ids {ran})"):
+            jobs = [p for p in crewd.get_json("/api/v1/pools")["pools"] if p["name"] == "jobs"]
+            print("      pool jobs:", json.dumps(jobs)[:2000], flush=True)
         check(open_console(d, crewd), "the console renders its pools")
-        check(wait_until(lambda: d.execute_script(
-            "return document.querySelectorAll('[data-running] tr').length") >= 3, 3),
-            "the running jobs show")
+        shown = lambda: d.execute_script(
+            "return document.querySelectorAll('[data-running] tr').length")
+        if not check(wait_until(lambda: shown() >= 3, 3),
+                     "the running jobs show"):
+            print(f"      {shown()} rows; snapshot:",
+                  json.dumps(crewd.get_json("/api/v1/ui/snapshot").get("running"))[:2000],
+                  flush=True)
         time.sleep(3)  # a few seconds of series
         with urllib.request.urlopen(crewd.origin + "/ui", timeout=5) as r:
             size = len(r.read())
@@ -518,6 +530,26 @@ def case_hostile(binary, _shots):
             check(True, "no dialog opens")
 
 
+# A request id is any 1..64 visible ASCII characters, markup included.
+HOSTILE_ID = "<b>req-1</b>\"'&"
+
+
+def case_request_id(binary, _shots):
+    with Session(binary, "--jobs-workers", "2") as s:
+        crewd, d = s.crewd, s.d
+        check(open_console(d, crewd), "the console renders its pools")
+        s.submit(kind="sleep", ms=int(2000 * SLOWDOWN), timeout_ms=int(5000 * SLOWDOWN),
+                 name="traced", request_id=HOSTILE_ID)
+        shows = ("return [...document.querySelectorAll(arguments[0] + ' td')]"
+                 ".some(td => td.textContent === arguments[1])")
+        check(wait_until(lambda: d.execute_script(shows, "[data-running]", HOSTILE_ID), 5 * SLOWDOWN),
+              "the running task shows its request id as text")
+        check(wait_until(lambda: d.execute_script(shows, "[data-recent]", HOSTILE_ID), 10 * SLOWDOWN),
+              "the recent outcome shows its request id as text")
+        check(d.execute_script("return document.querySelectorAll('main b').length") == 0,
+              "no element was made from it")
+
+
 REPORT = re.compile(
     r"pool (\w+) stopped \((\w+)[^)]*\): in its life succeeded (\d+), failed (\d+), cancelled (\d+), "
     r"timed out (\d+), rejected (\d+); during the stop succeeded (\d+), cancelled (\d+), "
@@ -690,6 +722,7 @@ CASES = {
     "page": case_page, "busy": case_busy, "overdue": case_overdue, "cancel": case_cancel,
     "readonly": case_readonly, "hostile": case_hostile, "shutdown": case_shutdown,
     "stale": case_stale, "hidden": case_hidden, "redis": case_redis, "queued": case_queued,
+    "request_id": case_request_id,
 }
 
 

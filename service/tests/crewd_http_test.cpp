@@ -2,6 +2,7 @@
 // crewd process on a free port.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -74,13 +75,58 @@ TEST_F(CrewdHttp, JobsRunAndReportTheirOutcomeAndTimings) {
   EXPECT_EQ(j["outcome"], "succeeded");
   EXPECT_EQ(j["name"], "nap");
   EXPECT_EQ(j["kind"], "sleep");
-  EXPECT_GE(j["run_ms"].get<double>(), 49.0);
+  // The pool's clock, from the task's handle.
+  EXPECT_GE(j["run_ms"].get<double>(), 50.0);
   EXPECT_GE(j["total_ms"].get<double>(), j["run_ms"].get<double>());
-  EXPECT_GE(j["queue_ms"].get<double>(), 0.0);
+  EXPECT_GE(j["queue_wait_ms"].get<double>(), 0.0);
+  EXPECT_GE(j["total_ms"].get<double>(),
+            j["run_ms"].get<double>() + j["queue_wait_ms"].get<double>());
 
   const Exchange spin = post(port_, "/api/v1/jobs", R"({"kind":"spin","ms":20})");
   ASSERT_EQ(spin.status, 200) << spin.body;
   EXPECT_EQ(json_of(spin)["outcome"], "succeeded");
+}
+
+// X-Request-Id: taken when valid, made when absent, returned on every
+// response; it becomes the job's correlation id (shown in the job's JSON
+// and the pools' worker list) and never a metric label.
+TEST_F(CrewdHttp, ARequestIdIsTakenOrMadeReturnedAndGivenToTheTask) {
+  const Exchange ex =
+      send_request(port_, request_text("POST", "/api/v1/jobs", R"({"kind":"sleep","ms":1})",
+                                       "X-Request-Id: req-abc-123\r\n"));
+  ASSERT_EQ(ex.status, 200) << ex.body;
+  EXPECT_EQ(ex.header("x-request-id"), "req-abc-123");
+  EXPECT_EQ(json_of(ex)["request_id"], "req-abc-123");
+
+  const Exchange a = get(port_, "/healthz");
+  const Exchange b = get(port_, "/healthz");
+  EXPECT_FALSE(a.header("x-request-id").empty());
+  EXPECT_NE(a.header("x-request-id"), b.header("x-request-id"));
+  const Exchange made = post(port_, "/api/v1/jobs", R"({"kind":"sleep","ms":1})");
+  ASSERT_EQ(made.status, 200) << made.body;
+  EXPECT_EQ(json_of(made)["request_id"], made.header("x-request-id"));
+
+  for (const std::string bad : {std::string(65, 'x'), std::string("a b")}) {
+    const Exchange refused =
+        send_request(port_, request_text("GET", "/healthz", {}, "X-Request-Id: " + bad + "\r\n"));
+    expect_error(refused, 400, "X-Request-Id");
+    EXPECT_EQ(refused.header("x-request-id"), "");
+  }
+
+  // A running job shows its id in the worker list.
+  std::thread slow([this] {
+    (void)send_request(port_, request_text("POST", "/api/v1/jobs", R"({"kind":"sleep","ms":600})",
+                                           "X-Request-Id: req-slow-1\r\n"));
+  });
+  bool shown = false;
+  for (int i = 0; i < 200 && !shown; ++i) {
+    shown =
+        get(port_, "/api/v1/pools").body.find(R"("request_id":"req-slow-1")") != std::string::npos;
+    if (!shown) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  slow.join();
+  EXPECT_TRUE(shown);
+  EXPECT_EQ(get(port_, "/metrics").body.find("req-"), std::string::npos);
 }
 
 TEST_F(CrewdHttp, AJobPastItsDeadlineIs504) {

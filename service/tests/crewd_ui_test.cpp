@@ -14,6 +14,7 @@
 #include <chrono>
 #include <crew/pool.hpp>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -238,7 +239,7 @@ TEST(JobBook, CountsQueuedJobsWhateverTheOrderOfEvents) {
   ASSERT_TRUE(early.wait_for(std::chrono::seconds(5 * kSlowdown)));
   book.started();
   const ui::JobOutcome early_outcome = outcome(early, 0.1, "");
-  book.add(job, std::move(early), ui::Clock::now());
+  book.add(job, std::make_shared<crew::Task<void>>(std::move(early)), ui::Clock::now());
   book.finish(early_outcome);
   EXPECT_EQ(book.list(10, {}).queued_total, 0u);
 
@@ -246,13 +247,13 @@ TEST(JobBook, CountsQueuedJobsWhateverTheOrderOfEvents) {
   crew::Task<void> first = pool.try_submit([](std::stop_token) {});
   crew::Task<void> queued = pool.try_submit([](std::stop_token) {});
   const std::uint64_t first_id = first.id(), queued_id = queued.id();
-  book.add(job, std::move(first), ui::Clock::now());
-  book.add(job, std::move(queued), ui::Clock::now());
+  book.add(job, std::make_shared<crew::Task<void>>(std::move(first)), ui::Clock::now());
+  book.add(job, std::make_shared<crew::Task<void>>(std::move(queued)), ui::Clock::now());
   EXPECT_EQ(book.list(10, {}).queued_total, 2u);
   // Refused at once (a stopped pool): never counted.
   crew::Task<void> refused = closed.try_submit([](std::stop_token) {});
   ASSERT_EQ(refused.status(), crew::TaskStatus::rejected);
-  book.add(job, std::move(refused), ui::Clock::now());
+  book.add(job, std::make_shared<crew::Task<void>>(std::move(refused)), ui::Clock::now());
   EXPECT_EQ(book.list(10, {}).queued_total, 2u);
   EXPECT_EQ(book.cancel(queued_id), ui::CancelStatus::cancelled);
   crew::Task<void> gone;  // the outcome of the cancelled one: never started
@@ -292,7 +293,9 @@ TEST(ConsoleSnapshot, TenThousandQueuedJobsStayWithinTheCaps) {
   for (int i = 0; i < kJobs; ++i) {
     JobRequest job{
         .kind = JobKind::sleep, .ms = 1, .timeout_ms = 1000, .name = "queued-" + std::to_string(i)};
-    console->jobs().add(job, jobs.try_submit([](std::stop_token) {}, {.name = job.name}),
+    console->jobs().add(job,
+                        std::make_shared<crew::Task<void>>(
+                            jobs.try_submit([](std::stop_token) {}, {.name = job.name})),
                         ui::Clock::now());
   }
   std::vector<double> build_ms;
@@ -325,7 +328,9 @@ TEST(ConsoleSnapshot, TenThousandQueuedJobsStayWithinTheCaps) {
   for (int i = 0; i < 500; ++i) {
     JobRequest job{
         .kind = JobKind::sleep, .ms = 1, .timeout_ms = 1000, .name = "more-" + std::to_string(i)};
-    small->jobs().add(job, jobs.try_submit([](std::stop_token) {}, {.name = job.name}),
+    small->jobs().add(job,
+                      std::make_shared<crew::Task<void>>(
+                          jobs.try_submit([](std::stop_token) {}, {.name = job.name})),
                       ui::Clock::now());
   }
   const std::string body = small->snapshot({}, {});
@@ -386,6 +391,17 @@ TEST(ConsoleRoutes, PageSnapshotAndCancelFollowTheRules) {
   const Json s = Json::parse(snap.body);
   EXPECT_EQ(s["pools"].size(), 2u);
   EXPECT_TRUE(s["shutdown"].is_null());
+
+  // A job's request id shows in the history.
+  ASSERT_EQ(send_request(port, request_text("POST", "/api/v1/jobs", R"({"kind":"sleep","ms":1})",
+                                            "X-Request-Id: req-history-7\r\n"))
+                .status,
+            200);
+  const Json after = Json::parse(console_request(port, "GET", "/api/v1/ui/snapshot",
+                                                 {"Authorization: Bearer console-token-0123456789"})
+                                     .body);
+  ASSERT_FALSE(after["recent"].empty()) << after.dump();
+  EXPECT_EQ(after["recent"][0]["request_id"], "req-history-7");
 
   const std::string auth = "Authorization: Bearer console-token-0123456789";
   EXPECT_EQ(console_request(port, "POST", "/api/v1/ui/jobs/1/cancel", {auth}).status, 403);

@@ -239,6 +239,7 @@ std::string Console::snapshot(const SnapshotQuery& query, const HttpView& http) 
                {"worker", w.id},
                {"task_id", w.task.id},
                {"name", w.task.name},
+               {"request_id", w.task.correlation_id},
                {"running_ms", tenth(run_ms)},
                {"timeout_ms", nullptr},
                {"left_ms", nullptr},
@@ -260,6 +261,7 @@ std::string Console::snapshot(const SnapshotQuery& query, const HttpView& http) 
                              {"worker", w.worker},
                              {"task_id", w.task_id},
                              {"name", w.task_name},
+                             {"request_id", ""},
                              {"running_ms", nullptr},
                              {"timeout_ms", nullptr},
                              {"left_ms", nullptr},
@@ -286,6 +288,7 @@ std::string Console::snapshot(const SnapshotQuery& query, const HttpView& http) 
                           {"kind", std::string(to_string(o.kind))},
                           {"outcome", o.outcome},
                           {"reason", o.reason},
+                          {"request_id", o.request_id},
                           {"queue_ms", o.queue_ms < 0 ? Json() : Json(tenth(o.queue_ms))},
                           {"run_ms", o.run_ms < 0 ? Json() : Json(tenth(o.run_ms))},
                           {"ended_ago_ms", tenth(ms_of(t0 - o.ended))}});

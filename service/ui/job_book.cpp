@@ -23,13 +23,14 @@ std::string_view to_string(CancelStatus s) noexcept {
   return "?";
 }
 
-void JobBook::add(const JobRequest& job, crew::Task<void> handle, Clock::time_point submitted) {
-  const std::uint64_t id = handle.id();
-  const crew::TaskStatus status = handle.status();
+void JobBook::add(const JobRequest& job, std::shared_ptr<crew::Task<void>> handle,
+                  Clock::time_point submitted) {
+  const std::uint64_t id = handle->id();
+  const crew::TaskStatus status = handle->status();
   // Refused at admission: never queued, and never started() or finished
   // unstarted as an accepted job.
   if (id == 0 ||
-      (status == crew::TaskStatus::rejected && handle.reason() == crew::Errc::rejected)) {
+      (status == crew::TaskStatus::rejected && handle->reason() == crew::Errc::rejected)) {
     return;
   }
   // Counted even when it is over already (a short job may have run on a
@@ -40,7 +41,8 @@ void JobBook::add(const JobRequest& job, crew::Task<void> handle, Clock::time_po
                   .name = job.name,
                   .kind = job.kind,
                   .timeout_ms = job.timeout_ms,
-                  .submitted = submitted},
+                  .submitted = submitted,
+                  .request_id = std::string(handle->correlation_id())},
           .handle = std::move(handle)};
   std::lock_guard lock(mu_);
   live_.emplace(id, std::move(e));
@@ -70,7 +72,7 @@ CancelStatus JobBook::cancel(std::uint64_t task_id) {
   if (it == live_.end()) return CancelStatus::not_found;
   // A queued task is destroyed unrun here, on this thread: its completion
   // is posted, never run inline, so finish() cannot run under this lock.
-  switch (it->second.handle.cancel()) {
+  switch (it->second.handle->cancel()) {
     case crew::CancelResult::cancelled:
       it->second.cancel_requested = true;
       return CancelStatus::cancelled;
@@ -89,7 +91,7 @@ JobBook::Listing JobBook::list(std::size_t rows, const HistoryFilter& filter) co
   std::lock_guard lock(mu_);
   for (const auto& [id, e] : live_) {
     if (out.queued.size() >= rows) break;
-    if (e.handle.status() == crew::TaskStatus::queued) out.queued.push_back(e.job);
+    if (e.handle->status() == crew::TaskStatus::queued) out.queued.push_back(e.job);
   }
   out.queued_total = static_cast<std::size_t>(std::max<std::int64_t>(
       queued_.load(std::memory_order_relaxed), static_cast<std::int64_t>(out.queued.size())));

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,7 +35,8 @@ struct LiveJob {
   JobKind kind = JobKind::sleep;
   std::uint32_t timeout_ms = 0;
   Clock::time_point submitted;
-  bool queued = true;  // not started yet (its task's status)
+  bool queued = true;      // not started yet (its task's status)
+  std::string request_id;  // the request's X-Request-Id (the task's correlation id)
 };
 
 // A job that ended.
@@ -47,6 +49,7 @@ struct JobOutcome {
   double queue_ms = -1;  // -1: it never started
   double run_ms = -1;
   Clock::time_point ended;
+  std::string request_id;  // the request's X-Request-Id (the task's correlation id)
 };
 
 // Which outcomes a history listing keeps; empty fields match all.
@@ -69,8 +72,11 @@ class JobBook {
   JobBook(const JobBook&) = delete;
   JobBook& operator=(const JobBook&) = delete;
 
-  // A job the jobs pool accepted; `handle` is its task's.
-  void add(const JobRequest& job, crew::Task<void> handle, Clock::time_point submitted);
+  // A job the jobs pool accepted; `handle` is its task's, shared with the
+  // job's completion, which reads it on an I/O thread (cancel() does not
+  // change the handle itself).
+  void add(const JobRequest& job, std::shared_ptr<crew::Task<void>> handle,
+           Clock::time_point submitted);
   // The job's task started (its worker): one queued job fewer.
   void started() noexcept { queued_.fetch_sub(1, std::memory_order_relaxed); }
   // The job's completion: drops it from the live jobs and records `outcome`
@@ -100,7 +106,7 @@ class JobBook {
  private:
   struct Entry {
     LiveJob job;
-    crew::Task<void> handle;
+    std::shared_ptr<crew::Task<void>> handle;
     bool cancel_requested = false;
   };
   // Jobs added and neither started nor finished unstarted. May dip below

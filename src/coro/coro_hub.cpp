@@ -258,7 +258,7 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
       if (!escalated && s.claim_in_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
         // Counted by whoever consumes its StartCell.
         settle_in_queue(&s, false);
-        report.rejected.push_back(TaskRef{s.id, s.name()});
+        report.rejected.push_back(TaskRef{s.id, s.name(), s.correlation_id()});
       } else {
         (void)s.request_stop(StopReason::shutdown);
       }
@@ -275,7 +275,8 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
       for (CoroTaskBase* t : tasks) {
         if (t->state().done()) continue;
         if (t->claim_armed()) {
-          report.abandoned.push_back(TaskRef{t->state().id, t->state().name()});
+          report.abandoned.push_back(
+              TaskRef{t->state().id, t->state().name(), t->state().correlation_id()});
           t->post_step(/*abandon=*/true);
         }
       }
@@ -284,9 +285,10 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
     for (CoroTaskBase* t : tasks) {
       const TaskStateBase& s = t->state();
       if (s.status() == TaskStatus::cancelled && s.reason() == Errc::cancelled) {
-        report.cancelled.push_back(TaskRef{s.id, s.name()});
+        report.cancelled.push_back(TaskRef{s.id, s.name(), s.correlation_id()});
       } else if (s.status() == TaskStatus::cancelled && s.reason() == Errc::shutdown_dropped) {
-        report.rejected.push_back(TaskRef{s.id, s.name()});  // its start never ran
+        report.rejected.push_back(
+            TaskRef{s.id, s.name(), s.correlation_id()});  // its start never ran
       }
     }
   } catch (...) {
@@ -305,7 +307,7 @@ CoroutineTasks CoroHub::report() {
       if (t->armed_gen() == 0) continue;
       const TaskStateBase& s = t->state();
       out.suspended.push_back(SuspendedCoroutine{
-          TaskRef{s.id, s.name()}, to_string(t->waits_on()),
+          TaskRef{s.id, s.name(), s.correlation_id()}, to_string(t->waits_on()),
           std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
     }
   }

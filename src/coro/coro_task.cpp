@@ -60,6 +60,7 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   TaskStateBase& s = state();
   auto x = std::make_unique<TaskStateBase::Extras>();
   x->name = std::move(opts.name);
+  x->correlation_id = std::move(opts.correlation_id);
   timeout_ = opts.timeout.count() != 0 ? opts.timeout : core.options().task_timeout;
   x->timeout = timeout_;
   if (opts.queue_timeout.count() != 0) {
@@ -397,7 +398,7 @@ void CoroTaskBase::finish_root() noexcept {
   // Reported before it is counted, as the pool does: wait_idle() returns
   // after the handler ran.
   if (s.error && s.detached && !(stop != StopReason::none && is_stop_error(s.error))) {
-    core_->report_exception(TaskRef{s.id, s.name()}, s.error);
+    core_->report_exception(TaskRef{s.id, s.name(), s.correlation_id()}, s.error);
   }
   core_->count_outcome(outcome);
   (void)s.finish(outcome, why);

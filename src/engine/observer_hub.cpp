@@ -73,8 +73,8 @@ void ObserverHub::settled_in_queue(const TaskStateBase* s) const noexcept {
   }
 }
 
-void ObserverHub::worker(WorkerEvent kind, std::uint64_t worker,
-                         const TaskEvent* task) const noexcept {
+void ObserverHub::worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* task,
+                         WorkerStopReason why) const noexcept {
   if (!wants(Observer::worker_events)) return;
   const TaskEvent none = plain_event(false);
   for (const Slot& o : slots_) {
@@ -84,7 +84,7 @@ void ObserverHub::worker(WorkerEvent kind, std::uint64_t worker,
         o.observer->on_worker_started(pool_, worker);
         break;
       case WorkerEvent::stopped:
-        o.observer->on_worker_stopped(pool_, worker);
+        o.observer->on_worker_stopped(pool_, worker, why);
         break;
       case WorkerEvent::replaced:
         o.observer->on_worker_replaced(pool_, worker);

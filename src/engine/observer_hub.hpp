@@ -51,8 +51,9 @@ class ObserverHub {
   void rejected(const TaskEvent& e, TaskStatus outcome, Errc why, Admission a) const noexcept;
   // A task state that ended without running: who settled it tells observers.
   void settled_in_queue(const TaskStateBase* s) const noexcept;
-  void worker(WorkerEvent kind, std::uint64_t worker,
-              const TaskEvent* task = nullptr) const noexcept;
+  // `why`: for `stopped` only.
+  void worker(WorkerEvent kind, std::uint64_t worker, const TaskEvent* task = nullptr,
+              WorkerStopReason why = WorkerStopReason::none) const noexcept;
   void worker_state(std::uint64_t worker, WorkerState from, WorkerState to) const noexcept;
   // Nothing if from == to or nobody wants pool states.
   void pool_state(PoolState from, PoolState to) const noexcept;

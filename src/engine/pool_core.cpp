@@ -65,6 +65,7 @@ PoolCore::PoolCore(PoolOptions options)
                                              opts_.overload, opts_.overload.min_limit,
                                              opts_.overload.max_limit, opts_.max_workers, now_ns())
                                        : nullptr),
+      time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)),
@@ -251,7 +252,11 @@ void PoolCore::report_exception(const TaskRef& task, std::exception_ptr e) const
     const bool plain = task.id == 0 && task.name.empty();
     // Empty unless the program links crew::stacktrace (crew/stacktrace.hpp).
     const std::string trace = throw_trace(e);
-    log(LogLevel::error, {.pool = opts_.name, .task = task.name, .task_id = task.id},
+    log(LogLevel::error,
+        {.pool = opts_.name,
+         .task = task.name,
+         .task_id = task.id,
+         .correlation_id = task.correlation_id},
         (plain ? "a fire-and-forget task threw: " : "task threw: ") + what_of(e) +
             (trace.empty() ? "" : "; thrown at:\n" + trace));
   } catch (...) {  // out of memory while formatting: drop the line

@@ -79,7 +79,10 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
   RunFrame local;
   local.core = this;
   RunFrame* frame = watched ? &w->run.frame : &local;
-  const bool clocked = s->is_long || timed_;  // needs start and end times
+  // Start and end times: for a long task's deadline, the handle's
+  // durations (TaskClock) and observers.
+  const std::int64_t enqueued = s->clock.enqueued_ns();
+  const bool clocked = s->is_long || timed_ || enqueued != 0;
   const std::int64_t start = !clocked ? 0 : watched ? start_time(*w) : now_ns();
   std::int64_t deadline = 0;
   if (s->is_long) {
@@ -103,7 +106,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
   }
 
   if (observes(Observer::task_started)) [[unlikely]]
-    rt_->observers.started(rt_->observers.event_of(s), s->enqueued_ns, start);
+    rt_->observers.started(rt_->observers.event_of(s), enqueued, start);
   TaskStatus outcome = TaskStatus::succeeded;
   if (s->is_long) s->attach_runner(frame);
   try {
@@ -111,6 +114,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     if (s->is_long) ctx.stop_token = frame->source.get_token();
     ctx.id = s->id;
     ctx.name = s->name();
+    ctx.correlation_id = s->correlation_id();
     ctx.deadline = time_point_of(deadline);
     s->run(ctx);
   } catch (...) {
@@ -139,6 +143,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
   } else if (s->is_long) {
     rt_->supervisor.unregister_foreign(s);
   }
+  s->clock.record(start, end);  // before the outcome is published
 
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
@@ -171,11 +176,11 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     // A task nobody holds a handle to reports what its callable threw, also
     // when it counts as cancelled or timed out (it threw after its stop or
     // deadline).
-    if (s->error && s->detached) report_exception(TaskRef{s->id, s->name()}, s->error);
+    if (s->error && s->detached) report_exception(ref_of(*s), s->error);
     if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
       rt_->shutdown.note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
-      rt_->observers.finished(rt_->observers.event_of(s), outcome, s->enqueued_ns, start, end);
+      rt_->observers.finished(rt_->observers.event_of(s), outcome, enqueued, start, end);
     }
     epilogues_.fetch_sub(1, std::memory_order_seq_cst);
   }
@@ -310,7 +315,7 @@ void PoolCore::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_
   s->owner = this;
   s->is_long = true;
   s->detached = true;
-  s->enqueued_ns = enqueued_ns;
+  if (enqueued_ns != 0) s->clock.set_enqueued(enqueued_ns);
   s->leave_queue(TaskStatus::running);
   run_claimed_here(s, /*drop_ref=*/true);
 }
@@ -355,7 +360,7 @@ bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
   // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
   if (s->status() != TaskStatus::queued) return false;
   const std::int64_t start = now_ns();
-  if (!overload_->on_start(start - s->enqueued_ns, start)) [[likely]]
+  if (!overload_->on_start(start - s->clock.enqueued_ns(), start)) [[likely]]
     return false;
   if (!s->shed(OverloadReason::codel)) return false;  // decided meanwhile (cancelled)
   overload_->note_shed();

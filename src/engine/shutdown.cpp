@@ -282,7 +282,7 @@ void ShutdownSequence::drop_queue() {
     // (cancelled, expired) was counted there.
     if (s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
       rt_.observers.settled_in_queue(s);
-      dropped.push_back({s->id, s->name()});
+      dropped.push_back(ref_of(*s));
     } else if (!s->ran()) {
       rt_.observers.settled_in_queue(s);
     }
@@ -426,7 +426,7 @@ void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
     return;
   }
   try {
-    r->rejected.push_back({s->id, s->name()});
+    r->rejected.push_back(ref_of(*s));
   } catch (...) {  // out of memory: the count in `during` still has it
   }
 }
@@ -436,7 +436,7 @@ void ShutdownSequence::note_stopped(TaskStateBase* s, TaskStatus outcome) noexce
   ShutdownReport* r = rt_.shutdowns.current();
   if (r == nullptr) return;
   try {
-    (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back({s->id, s->name()});
+    (outcome == TaskStatus::cancelled ? r->cancelled : r->timed_out).push_back(ref_of(*s));
   } catch (...) {
   }
 }

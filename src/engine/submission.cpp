@@ -22,6 +22,12 @@ void Submission::throw_negative_timeout(const TaskOptions& o) {
                   " ns is negative");
 }
 
+void Submission::throw_long_correlation_id(const TaskOptions& o) {
+  throw Error(Errc::invalid_options,
+              "crew::TaskOptions.correlation_id: " + std::to_string(o.correlation_id.size()) +
+                  " bytes, at most " + std::to_string(kMaxCorrelationId));
+}
+
 Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool may_block,
                                          Admission& why) {
   // A worker of this pool never waits for room in its own queue: that is

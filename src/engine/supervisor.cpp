@@ -133,6 +133,7 @@ void Supervisor::watch(const std::stop_token& token) noexcept {
 void RootStop::operator()() const noexcept { core->runtime().supervisor.on_root_stop(); }
 
 void Supervisor::on_root_stop() noexcept {
+  root_stopped_.store(true, std::memory_order_release);
   root_stop_pending_.store(true, std::memory_order_release);
   wake();
 }
@@ -246,7 +247,9 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
                  {.pool = core.opts_.name,
                   .task = event.name,
                   .task_id = event.id,
-                  .worker_id = n.worker},
+                  .worker_id = n.worker,
+                  .correlation_id = n.task != nullptr ? std::string_view(n.task->correlation_id())
+                                                      : std::string_view{}},
                  "task abandoned: still running " +
                      std::to_string(core.opts_.abandon_grace.count() / 1'000'000) +
                      " ms after its stop was requested; its worker is written off");
@@ -259,7 +262,10 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
     if (n.task != nullptr) n.task->release();
   }
   notes.clear();
-  for (const auto& w : written_off) announce_state(*w, w->write_off_change);
+  for (const auto& w : written_off) {
+    announce_state(*w, w->write_off_change);
+    hub.worker(ObserverHub::WorkerEvent::stopped, w->id, nullptr, WorkerStopReason::written_off);
+  }
 }
 
 // PoolCore's calls from the inline submission path and from ~Pool.

@@ -72,6 +72,10 @@ class Supervisor {
   // Hands a stop of `token` to the supervisor as a hard shutdown (once the
   // threads run: registering may call it at once).
   void watch(const std::stop_token& token) noexcept;
+  // Whether that token was stopped (why workers leave: WorkerStopReason).
+  [[nodiscard]] bool root_stopped() const noexcept {
+    return root_stopped_.load(std::memory_order_acquire);
+  }
   // Ends the supervisor and the stopper and joins them, then the workers
   // that exited, and drops what is left armed. Blocks until every worker
   // has left the books (after the final shutdown they all are leaving).
@@ -123,6 +127,7 @@ class Supervisor {
   std::atomic<bool> exit_{false};
   Stopper stopper_;
   std::atomic<bool> root_stop_pending_{false};
+  std::atomic<bool> root_stopped_{false};
   std::optional<std::stop_callback<RootStop>> root_stop_;
   TimerHeap timers_;
   Mutex foreign_mu_;

@@ -47,7 +47,19 @@ std::string_view to_string(CancelResult r) noexcept {
 
 namespace detail {
 
+namespace {
+
+// A task that ends without running waited in the queue until now.
+void clock_unrun(TaskClock& clock) noexcept {
+  if (clock.enqueued_ns() == 0) return;
+  const std::int64_t now = now_ns();
+  clock.record(now, now);
+}
+
+}  // namespace
+
 void settle_in_queue(TaskStateBase* s, bool count) noexcept {
+  clock_unrun(s->clock);
   s->discard_callable();
   if (s->owner != nullptr) s->owner->settled_in_queue(s, count);
   s->publish_settled();
@@ -55,6 +67,7 @@ void settle_in_queue(TaskStateBase* s, bool count) noexcept {
 
 bool TaskStateBase::expire() noexcept {
   if (!claim_in_queue(TaskStatus::rejected, Errc::expired)) return false;
+  clock_unrun(clock);
   // Counted before the callable hears of it: a listener completes the task
   // elsewhere (crew::asio posts its completion handler).
   if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);

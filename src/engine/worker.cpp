@@ -124,7 +124,10 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
     }
   }
   if (!started || written_off) {
-    if (!written_off) set_worker_state(*w, WorkerState::stopping);
+    if (!written_off) {
+      w->stop_reason.store(WorkerStopReason::start_hook_failed, std::memory_order_relaxed);
+      set_worker_state(*w, WorkerState::stopping);
+    }
     if (spinning) (void)c.idle_.give_token();
   }
   loop.exited(w, how, /*died=*/!started);
@@ -148,7 +151,8 @@ void WorkerLoop::exited(const std::shared_ptr<Worker>& w, Exit how, bool died) n
   }
   if (left.written_off) return;
   announce_state(*w, left.stopped);
-  if (!died) rt.observers.worker(ObserverHub::WorkerEvent::stopped, w->id);
+  rt.observers.worker(ObserverHub::WorkerEvent::stopped, w->id, nullptr,
+                      w->stop_reason.load(std::memory_order_relaxed));
   if (left.last) rt.registry.changed.notify_all();  // a shutdown waits for the last one
   rt.supervisor.wake();                             // joins the thread, replaces a dead worker
 }
@@ -160,7 +164,10 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
   Worker& w = w_;
   Cell cell;
   Exit how = Exit::leave;
-  w.seen_attention = c.life_.attention(std::memory_order_acquire);
+  // One behind, so that the first look attends: a stop_worker, resize or
+  // pause made while this worker started (it is listed, and idle, before
+  // this line) bumped the counter already, and would be missed.
+  w.seen_attention = c.life_.attention(std::memory_order_acquire) - 1;
   set_worker_state(w, WorkerState::idle);
   // Whether the next look is a spinner's (spin_for_work), which brings in
   // help for what it leaves queued, rather than a plain pop.
@@ -181,7 +188,12 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
         }
         if (c.rt_->pacer != nullptr && !c.life_.dropping()) c.rt_->pacer->give_back();
       }
-      if (c.life_.closed()) break;
+      if (c.life_.closed()) {
+        w.stop_reason.store(c.rt_->supervisor.root_stopped() ? WorkerStopReason::root_token
+                                                             : WorkerStopReason::shutdown,
+                            std::memory_order_relaxed);
+        break;
+      }
     }
     const bool found = c.rt_->wake.spin_for_work(w, cell, spinning);
     spinning = spin_first = false;
@@ -192,6 +204,7 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
     }
     const WakePolicy::Slept slept = c.rt_->wake.sleep_for_work(w);
     if (slept == WakePolicy::Slept::retired) {
+      w.stop_reason.store(WorkerStopReason::idle_expired, std::memory_order_relaxed);
       how = Exit::counted;
       break;
     }
@@ -233,12 +246,14 @@ bool WorkerLoop::attend(Exit& how) {
   for (;;) {
     w.seen_attention = c.life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
+      w.stop_reason.store(WorkerStopReason::stop_worker, std::memory_order_relaxed);
       how = Exit::leave;
       return true;
     }
     const PoolState st = c.life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
+      w.run.clock_ns = 0;  // the next run waited: its start is not the last end
       WorkerRegistry& registry = c.rt_->registry;
       MutexLock lock(registry.mu);
       while (c.life_.attention(std::memory_order_acquire) == w.seen_attention) {
@@ -249,6 +264,7 @@ bool WorkerLoop::attend(Exit& how) {
     const std::size_t max = c.max_workers_.load(std::memory_order_relaxed);
     if (st == PoolState::running && c.live_workers_.load(std::memory_order_relaxed) > max &&
         try_retire(c.live_workers_, max)) {
+      w.stop_reason.store(WorkerStopReason::resized, std::memory_order_relaxed);
       how = Exit::counted;
       return true;
     }
@@ -266,6 +282,7 @@ bool WorkerLoop::handle_cell(Cell& cell) {
   // held until resume() or a shutdown, and handled then as any queued task.
   if (c.life_.state() == PoolState::paused) [[unlikely]] {
     c.rt_->wake.wait_out_pause(w);
+    w.run.clock_ns = 0;  // the run waited: its start is not the last end
   }
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(s);

@@ -60,6 +60,11 @@ inline std::chrono::steady_clock::time_point time_point_of(std::int64_t ns) noex
                  : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
 }
 
+// A task as reports, snapshots and handlers name it.
+inline TaskRef ref_of(const TaskStateBase& s) {
+  return TaskRef{s.id, s.name(), s.correlation_id()};
+}
+
 // Retires one worker if more than `floor` are live.
 inline bool try_retire(std::atomic<std::size_t>& live, std::size_t floor) noexcept {
   std::size_t n = live.load(std::memory_order_relaxed);
@@ -158,6 +163,9 @@ struct Worker final : Runner {
   // lock (announce_state).
   WorkerStateChange write_off_change;
   std::atomic<bool> exit_requested{false};  // stop_worker
+  // Why it leaves: written by its thread when it decides to (or by a
+  // write-off); read by snapshots and its stopped event.
+  std::atomic<WorkerStopReason> stop_reason{WorkerStopReason::none};
   // Set under run.mu (and WorkerRegistry::mu) when the worker is written off; the
   // worker reads it under run.mu when its run ends, so exactly one of them
   // counts the outcome.

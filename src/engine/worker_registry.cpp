@@ -81,23 +81,24 @@ void WorkerRegistry::write_off_run_locked(Worker& w, ShutdownReport* report,
   if (reason == StopReason::timed_out) note.outcome = TaskStatus::timed_out;
   // Counted before it is published, as run_claimed does.
   core_.shared_.add(note.outcome);
+  note.ended_ns = now_ns();
   if (s != nullptr) {
+    note.enqueued_ns = s->clock.enqueued_ns();
+    s->clock.record(note.started_ns, note.ended_ns);  // before the outcome is published
     const bool decided = s->finish_written_off(note.outcome);
     CREW_ASSERT(decided, "a written-off run's outcome was decided by its thread");
     (void)decided;
     s->add_ref();
     note.task = s;
-    note.enqueued_ns = s->enqueued_ns;
     if (report != nullptr) {
       try {
-        report->abandoned.push_back({s->id, s->name()});
+        report->abandoned.push_back(ref_of(*s));
       } catch (...) {
       }
     }
   } else if (report != nullptr) {
     ++report->abandoned_unnamed;
   }
-  note.ended_ns = now_ns();
   notes.push_back(note);  // no allocation: room was reserved
   w.abandoned.store(true, std::memory_order_release);
 }
@@ -105,6 +106,7 @@ void WorkerRegistry::write_off_run_locked(Worker& w, ShutdownReport* report,
 // When its task returns, the thread ends without touching the pool's state.
 void WorkerRegistry::write_off_locked(const std::shared_ptr<Worker>& w, bool replace) noexcept {
   w->abandoned.store(true, std::memory_order_release);
+  w->stop_reason.store(WorkerStopReason::written_off, std::memory_order_relaxed);
   w->write_off_change = change_worker_state(*w, WorkerState::abandoned);
   core_.live_workers_.fetch_sub(1, std::memory_order_relaxed);
   ++tasks_abandoned_;
@@ -209,7 +211,8 @@ std::vector<WorkerInfo> WorkerRegistry::snapshot() const {
     info.id = w->id;
     info.state = w->state.load(std::memory_order_relaxed);
     w->run.mu.lock();
-    if (w->run.task != nullptr) info.task = TaskRef{w->run.task->id, w->run.task->name()};
+    if (w->run.task != nullptr) info.task = ref_of(*w->run.task);
+    info.stop_reason = w->stop_reason.load(std::memory_order_relaxed);
     if (w->run.started_ns != 0)
       info.running_for = std::chrono::nanoseconds(now - w->run.started_ns);
     if (w->run.deadline_ns != 0 && now > w->run.deadline_ns)

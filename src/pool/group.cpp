@@ -643,7 +643,11 @@ bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view w
       std::string message(who);
       if (!name.empty()) message.append(" ").append(name);
       message += " waits for a written-off task whose callable still runs";
-      logger->log(LogLevel::warning, {.pool = pool.name(), .task = s->name(), .task_id = s->id},
+      logger->log(LogLevel::warning,
+                  {.pool = pool.name(),
+                   .task = s->name(),
+                   .task_id = s->id,
+                   .correlation_id = s->correlation_id()},
                   message);
     } catch (...) {  // out of memory while formatting: drop the line
     }

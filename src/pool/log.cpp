@@ -27,6 +27,10 @@ void append_log_tail(std::string& line, const LogContext& context, std::string_v
     line += '#';
     line += std::to_string(context.task_id);
   }
+  if (!context.correlation_id.empty()) {
+    line += " correlation_id=";
+    line += context.correlation_id;
+  }
   if (context.worker_id != 0) {
     line += " worker=";
     line += std::to_string(context.worker_id);

@@ -86,4 +86,26 @@ std::string_view to_string(WorkerPolicy v) noexcept {
   return "unknown";
 }
 
+std::string_view to_string(WorkerStopReason v) noexcept {
+  switch (v) {
+    case WorkerStopReason::none:
+      return "none";
+    case WorkerStopReason::idle_expired:
+      return "idle_expired";
+    case WorkerStopReason::resized:
+      return "resized";
+    case WorkerStopReason::stop_worker:
+      return "stop_worker";
+    case WorkerStopReason::shutdown:
+      return "shutdown";
+    case WorkerStopReason::root_token:
+      return "root_token";
+    case WorkerStopReason::start_hook_failed:
+      return "start_hook_failed";
+    case WorkerStopReason::written_off:
+      return "written_off";
+  }
+  return "unknown";
+}
+
 }  // namespace crew

@@ -306,5 +306,28 @@ TEST(RunBatch, TasksTakeTheBatchsPriority) {
   EXPECT_THROW((void)run_batch(pool, inputs, [](int i) { return i; }, {.priority = 2}), Error);
 }
 
+// Both tasks are queued on a paused pool, which resumes 30 ms after both
+// were submitted; its one worker then runs them in turn, 20 ms each.
+TEST(BatchOutcome, EachOutcomeCarriesItsQueueWaitAndRunTime) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .time_tasks = true});
+  pool.pause();
+  std::jthread resumer([&pool] {
+    (void)test::eventually([&pool] { return pool.stats().submitted == 2; });
+    std::this_thread::sleep_for(30ms);
+    pool.resume();
+  });
+  std::vector<std::function<void()>> tasks(2, [] { std::this_thread::sleep_for(20ms); });
+  const BatchResult<void> r = run_batch(pool, tasks);
+  ASSERT_TRUE(r.all_succeeded());
+  for (const Outcome<void>& o : r.outcomes) {
+    EXPECT_GE(o.queue_wait, 30ms);
+    EXPECT_GE(o.run_time, 20ms);
+    EXPECT_LT(o.run_time, 20ms + 5s * test::kSlowdown);
+  }
+  // The one that ran second also waited for the first.
+  EXPECT_GE(std::max(r.outcomes[0].queue_wait, r.outcomes[1].queue_wait), 50ms);
+}
+
 }  // namespace
 }  // namespace crew

@@ -30,6 +30,7 @@ class CapturingLogger final : public Logger {
     const std::lock_guard lock(mu_);
     lines_.push_back(std::string(to_string(level)) + "|" + std::string(ctx.pool) + "|" +
                      std::string(ctx.task) + "|" + std::string(message));
+    if (!ctx.correlation_id.empty()) lines_.back() += "|" + std::string(ctx.correlation_id);
   }
   bool has(std::string_view needle) {
     const std::lock_guard lock(mu_);
@@ -89,6 +90,31 @@ TEST(Logging, AStderrLoggerWritesOneLineToStderr) {
   logger.log(LogLevel::warning, {.pool = "p", .task = "t", .task_id = 7, .worker_id = 2}, "hello");
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err, "crew warning pool=p task=t#7 worker=2: hello\n");
+  testing::internal::CaptureStderr();
+  logger.log(LogLevel::warning,
+             {.pool = "p", .task = "t", .task_id = 7, .worker_id = 2, .correlation_id = "req-1"},
+             "hello");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "crew warning pool=p task=t#7 correlation_id=req-1 worker=2: hello\n");
+}
+
+TEST(Logging, ALineAboutATaskCarriesItsCorrelationId) {
+  Watchdog dog;
+  auto logger = std::make_shared<CapturingLogger>();
+  auto gate = std::make_shared<Gate>();
+  {
+    Pool pool({.name = "ids", .max_workers = 1, .abandon_grace = 10ms, .logger = logger});
+    ASSERT_EQ(pool.post([] { throw std::runtime_error("kaboom"); },
+                        {.name = "importer", .correlation_id = "req-9"}),
+              Admission::accepted);
+    ASSERT_TRUE(pool.wait_idle(10s));
+    auto hung = pool.submit([gate](std::stop_token) { gate->wait(); },
+                            {.name = "stubborn", .timeout = 5ms, .correlation_id = "req-10"});
+    ASSERT_TRUE(eventually([&] { return pool.stats().abandoned == 1; }));
+  }
+  gate->open();
+  EXPECT_TRUE(logger->has("error|ids|importer|task threw: kaboom|req-9"));
+  EXPECT_TRUE(logger->has("|req-10"));
 }
 
 // Quiet by default: a program that creates, uses and shuts down a default

@@ -1,22 +1,27 @@
 // Tests of the pool's workers: started on demand up to the maximum, idle
 // ones above the minimum exiting, resize, pause and resume, thread names,
-// start and stop hooks (a throwing one, a slow one), and wait_idle() while
-// tasks keep ending.
+// start and stop hooks (a throwing one, a slow one), wait_idle() while
+// tasks keep ending, and why each worker stops.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "churn.hpp"
+#include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
 
@@ -197,6 +202,143 @@ TEST(PoolHooks, ASlowStartHookDoesNotStallOtherSubmissions) {
   hook_release.open();
   busy_release.open();
   ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+// ---- why a worker stops ----
+
+// Records the reasons of on_worker_stopped.
+class StopReasons final : public Observer {
+ public:
+  std::uint32_t events() const noexcept override { return worker_events; }
+  void on_worker_stopped(std::string_view, std::uint64_t worker,
+                         WorkerStopReason reason) noexcept override {
+    const std::lock_guard lock(mu_);
+    seen_.emplace_back(worker, reason);
+  }
+  // How many workers stopped for `reason`.
+  std::size_t count(WorkerStopReason reason) {
+    const std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(std::count_if(
+        seen_.begin(), seen_.end(), [&](const auto& s) { return s.second == reason; }));
+  }
+  std::size_t total() {
+    const std::lock_guard lock(mu_);
+    return seen_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<std::uint64_t, WorkerStopReason>> seen_;
+};
+
+PoolOptions observed(const std::shared_ptr<StopReasons>& reasons, PoolOptions o) {
+  o.observers.push_back(reasons);
+  return o;
+}
+
+TEST(WorkerStopReason, AnIdleWorkerAboveTheMinimumExpires) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  Pool pool(observed(reasons, {.max_workers = 1, .idle_timeout = 20ms}));
+  ASSERT_EQ(pool.submit([] { return 1; }).get(), 1);
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::idle_expired) == 1; }));
+  EXPECT_EQ(reasons->total(), 1u);
+}
+
+TEST(WorkerStopReason, ResizeRetiresTheWorkersAboveTheNewMaximum) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  Pool pool(observed(reasons, {.max_workers = 2}));
+  WorkerHold hold(pool, 2);
+  hold.release();
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  pool.resize(1);
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::resized) == 1; }));
+  EXPECT_EQ(reasons->total(), 1u);
+}
+
+// The worker's stop hook holds it in `stopping`, where the snapshot shows
+// the reason; then the observer hears it.
+TEST(WorkerStopReason, StopWorkerShowsInTheSnapshotAndTheEvent) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  Gate hook;
+  std::atomic<bool> in_hook{false};
+  Pool pool(
+      observed(reasons, {.min_workers = 1, .max_workers = 1, .on_worker_stop = [&](std::uint64_t) {
+                           in_hook = true;
+                           (void)hook.wait();
+                         }}));
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 1; }));
+  const std::uint64_t id = pool.workers().at(0).id;
+  EXPECT_EQ(pool.workers().at(0).stop_reason, WorkerStopReason::none);
+  ASSERT_TRUE(pool.stop_worker(id, WorkerStop::graceful));
+  ASSERT_TRUE(eventually([&] { return in_hook.load(); }));
+  bool shown = false;
+  for (const WorkerInfo& w : pool.workers()) {
+    if (w.id == id) {
+      EXPECT_EQ(w.state, WorkerState::stopping);
+      EXPECT_EQ(w.stop_reason, WorkerStopReason::stop_worker);
+      shown = true;
+    }
+  }
+  EXPECT_TRUE(shown);
+  hook.open();
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::stop_worker) == 1; }));
+}
+
+TEST(WorkerStopReason, AShutdownStopsEveryWorkerForThatReason) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  Pool pool(observed(reasons, {.min_workers = 2, .max_workers = 2}));
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  (void)pool.shutdown(ShutdownMode::drain, 10s);
+  // A worker tells its observers after it left the books, on its own
+  // thread: the event may come just after shutdown() returned.
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::shutdown) == 2; }));
+  EXPECT_EQ(reasons->total(), 2u);
+}
+
+TEST(WorkerStopReason, ARootTokenStopIsToldFromAShutdown) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  std::stop_source root;
+  Pool pool(
+      observed(reasons, {.min_workers = 2, .max_workers = 2, .stop_token = root.get_token()}));
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == 2; }));
+  root.request_stop();
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::root_token) == 2; }));
+  EXPECT_EQ(reasons->count(WorkerStopReason::shutdown), 0u);
+}
+
+TEST(WorkerStopReason, AStartHookThatThrowsStopsItsWorker) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  std::atomic<int> calls{0};
+  Pool pool(
+      observed(reasons, {.min_workers = 1, .max_workers = 1, .on_worker_start = [&](std::uint64_t) {
+                           if (calls.fetch_add(1) == 0) throw std::runtime_error("no");
+                         }}));
+  EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::start_hook_failed) == 1; }));
+  EXPECT_TRUE(eventually([&] { return pool.stats().workers_replaced == 1; }));
+}
+
+TEST(WorkerStopReason, AWorkerWrittenOffIsToldAsSuch) {
+  Watchdog dog;
+  auto reasons = std::make_shared<StopReasons>();
+  auto gate = std::make_shared<Gate>();
+  {
+    Pool pool(observed(reasons, {.max_workers = 1, .abandon_grace = 10ms}));
+    auto hung = pool.submit([gate](std::stop_token) { gate->wait(); }, {.timeout = 5ms});
+    EXPECT_TRUE(eventually([&] { return reasons->count(WorkerStopReason::written_off) == 1; }));
+  }
+  gate->open();
+}
+
+TEST(WorkerStopReason, EachReasonHasAName) {
+  EXPECT_EQ(to_string(WorkerStopReason::idle_expired), "idle_expired");
+  EXPECT_EQ(to_string(WorkerStopReason::start_hook_failed), "start_hook_failed");
+  EXPECT_EQ(to_string(WorkerStopReason::written_off), "written_off");
 }
 
 }  // namespace

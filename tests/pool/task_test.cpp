@@ -1,6 +1,7 @@
 // Tests of tasks: long tasks and their stop tokens, execution and queue-wait
-// deadlines, cancellation through handles, outcomes, and the timer under many
-// outstanding deadlines.
+// deadlines, cancellation through handles, outcomes, the timer under many
+// outstanding deadlines, a handle's durations and the caller's correlation
+// id.
 #include "crew/task.hpp"
 
 #include <gtest/gtest.h>
@@ -11,8 +12,10 @@
 #include <cstdint>
 #include <latch>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -703,6 +706,194 @@ TEST(Deadlines, SaturatingDeadlinesClampToTheClocksRange) {
   EXPECT_EQ(detail::saturating_add(INT64_MAX - 1, 2), INT64_MAX);
   EXPECT_EQ(detail::saturating_add(INT64_MIN + 1, -2), INT64_MIN);
   EXPECT_EQ(detail::saturating_add(40, 2), 42);
+}
+
+// ---- durations on the handle ----
+
+TEST(TaskTimes, AHandleShowsItsQueueWaitAndRunTimeOnceItEnded) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .time_tasks = true});
+  pool.pause();  // the task waits in the queue until resume()
+  auto t = pool.submit([] { std::this_thread::sleep_for(50ms); });
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(t.queue_wait(), 0ns);  // not known before the outcome
+  EXPECT_EQ(t.run_time(), 0ns);
+  pool.resume();
+  t.get();
+  EXPECT_GE(t.queue_wait(), 30ms);
+  EXPECT_LT(t.queue_wait(), 30ms + 5s * test::kSlowdown);
+  EXPECT_GE(t.run_time(), 50ms);
+  EXPECT_LT(t.run_time(), 50ms + 5s * test::kSlowdown);
+  EXPECT_EQ(Task<int>().queue_wait(), 0ns);  // an empty handle
+}
+
+TEST(TaskTimes, ATaskCancelledInTheQueueWaitedUntilItsCancelAndNeverRan) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .time_tasks = true});
+  pool.pause();
+  auto t = pool.submit([] { return 1; });
+  std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(t.cancel(), CancelResult::cancelled);
+  EXPECT_GE(t.queue_wait(), 20ms);
+  EXPECT_EQ(t.run_time(), 0ns);
+  pool.resume();
+}
+
+TEST(TaskTimes, AWrittenOffTaskRanUntilItWasWrittenOff) {
+  Watchdog dog;
+  auto gate = std::make_shared<Gate>();
+  {
+    Pool pool({.max_workers = 1, .abandon_grace = 20ms, .time_tasks = true});
+    auto t = pool.submit([gate](std::stop_token) { gate->wait(); }, {.timeout = 10ms});
+    ASSERT_TRUE(t.wait_for(10s * test::kSlowdown));
+    EXPECT_EQ(t.reason(), Errc::abandoned);
+    EXPECT_GE(t.run_time(), 30ms);  // its deadline, then the grace
+    gate->open();
+  }
+}
+
+// A run right after another on the same worker takes that one's end as
+// its start, unless the worker waited in between: here for a pause.
+TEST(TaskTimes, ARunAfterAPauseIsNotTimedFromThePreviousEnd) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .time_tasks = true});
+  Gate gate;
+  auto first = pool.submit([&gate] { (void)gate.wait(); });
+  auto second = pool.submit([] {});
+  ASSERT_TRUE(eventually([&] { return first.status() == TaskStatus::running; }));
+  pool.pause();
+  gate.open();
+  first.get();
+  std::this_thread::sleep_for(50ms);
+  pool.resume();
+  second.get();
+  EXPECT_GE(second.queue_wait(), 50ms);
+  EXPECT_LT(second.run_time(), second.queue_wait());
+}
+
+// Off by default: the handle shows 0 and the pool reads no clock for it
+// (the enqueue time stays 0). An observer that wants timings makes the
+// pool read the clock anyway, and then the handle shows them.
+TEST(TaskTimes, OnlyAPoolThatTimesItsTasksShowsThem) {
+  Watchdog dog;
+  const auto sleeper = [] { std::this_thread::sleep_for(20ms); };
+  {
+    Pool pool({.max_workers = 1});
+    auto t = pool.submit(sleeper);
+    EXPECT_EQ(t.state()->clock.enqueued_ns(), 0);
+    t.get();
+    EXPECT_EQ(t.run_time(), 0ns);
+    EXPECT_EQ(t.queue_wait(), 0ns);
+  }
+  struct Timing final : Observer {
+    std::uint32_t events() const noexcept override { return task_finished; }
+  };
+  Pool observed({.max_workers = 1, .observers = {std::make_shared<Timing>()}});
+  auto t = observed.submit(sleeper);
+  t.get();
+  EXPECT_GE(t.run_time(), 20ms);
+}
+
+// The word holds two durations of 31 bits: exact below 2^26 ns, then 26
+// significant bits, saturating at (2^26 - 1) << 31 ns.
+TEST(TaskTimes, TheClockWordKeepsBothDurationsToTwentySixBits) {
+  const auto times = [](std::int64_t wait, std::int64_t run) {
+    detail::TaskClock c;
+    c.set_enqueued(1000);
+    EXPECT_EQ(c.enqueued_ns(), 1000);
+    c.record(1000 + wait, 1000 + wait + run);
+    EXPECT_EQ(c.enqueued_ns(), 0);
+    return std::pair{c.queue_wait().count(), c.run_time().count()};
+  };
+  EXPECT_EQ(times(0, 0), (std::pair<std::int64_t, std::int64_t>{0, 0}));
+  EXPECT_EQ(times(12'345, 67'108'863), (std::pair<std::int64_t, std::int64_t>{12'345, 67'108'863}));
+  const std::int64_t hour = 3'600'000'000'000;
+  const auto [wait, run] = times(hour + 12'345, 3 * hour + 1);
+  EXPECT_LE(wait, hour + 12'345);
+  EXPECT_GE(wait, hour + 12'345 - ((hour + 12'345) >> 25));
+  EXPECT_LE(run, 3 * hour + 1);
+  EXPECT_GE(run, 3 * hour - ((3 * hour) >> 25));
+  const std::int64_t most = ((std::int64_t{1} << 26) - 1) << 31;
+  EXPECT_EQ(times(std::int64_t{1} << 62, 5).first, most);
+  detail::TaskClock unclocked;
+  unclocked.record(10, 20);  // never enqueued with a time: nothing recorded
+  EXPECT_EQ(unclocked.run_time(), 0ns);
+}
+
+// ---- the caller's correlation id ----
+
+TEST(CorrelationId, TheTaskAndItsHandleCarryIt) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  auto t = pool.submit([](const TaskContext& ctx) { return std::string(ctx.correlation_id); },
+                       {.correlation_id = "req-42"});
+  EXPECT_EQ(t.correlation_id(), "req-42");
+  EXPECT_EQ(t.get(), "req-42");
+  auto plain = pool.submit([] { return 1; });
+  EXPECT_EQ(plain.correlation_id(), "");
+  EXPECT_EQ(plain.state()->extras(), nullptr);  // no id, no Extras
+  EXPECT_EQ(plain.get(), 1);
+}
+
+TEST(CorrelationId, OneLongerThanTheBoundIsRefusedWithANamedError) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  const std::string longest(kMaxCorrelationId, 'x');
+  EXPECT_EQ(pool.submit([] { return 1; }, {.correlation_id = longest}).get(), 1);
+  try {
+    (void)pool.post([] {}, {.correlation_id = longest + "y"});
+    FAIL() << "a 65-byte correlation id was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_options);
+    EXPECT_NE(std::string(e.what()).find("TaskOptions.correlation_id"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)pool.submit([] {}, {.correlation_id = longest + "y"}), Error);
+  EXPECT_EQ(pool.stats().submitted, 1u);  // the refused ones never entered
+}
+
+TEST(CorrelationId, TheWorkerSnapshotShowsTheRunningTasksId) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1});
+  Gate gate;
+  std::atomic<bool> running{false};
+  ASSERT_EQ(pool.post(
+                [&] {
+                  running = true;
+                  gate.wait();
+                },
+                {.correlation_id = "req-7"}),
+            Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return running.load(); }));
+  const std::vector<WorkerInfo> workers = pool.workers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].task.correlation_id, "req-7");
+  EXPECT_NE(workers[0].task.id, 0u);
+  gate.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+}
+
+TEST(CorrelationId, TheShutdownReportAndTheExceptionHandlerNameIt) {
+  Watchdog dog;
+  std::mutex mu;
+  std::vector<TaskRef> threw;
+  Pool pool({.max_workers = 1, .on_exception = [&](const TaskRef& t, std::exception_ptr) {
+               const std::lock_guard lock(mu);
+               threw.push_back(t);
+             }});
+  ASSERT_EQ(pool.post([] { throw std::runtime_error("x"); }, {.correlation_id = "req-thrower"}),
+            Admission::accepted);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  {
+    const std::lock_guard lock(mu);
+    ASSERT_EQ(threw.size(), 1u);
+    EXPECT_EQ(threw[0].correlation_id, "req-thrower");
+  }
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}, {.correlation_id = "req-dropped"}), Admission::accepted);
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 10s);
+  ASSERT_EQ(r.rejected.size(), 1u);
+  EXPECT_EQ(r.rejected[0].correlation_id, "req-dropped");
 }
 
 }  // namespace

@@ -398,6 +398,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   const bool timed_;
   // The overload controller (crew/overload.hpp); null when off.
   const std::unique_ptr<OverloadControl> overload_;
+  const bool time_handles_;  // opts_.time_tasks
   Queues queue_;
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.

@@ -34,12 +34,12 @@ class Submission {
     using D = std::decay_t<F>;
     const std::size_t level = level_of(opts);
     if constexpr (is_long_task_v<D>) {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0 || c_.admits_here()) {
+      if (needs_state(opts) || c_.admits_here()) {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       return post_long_inline(std::forward<F>(f), std::move(opts), may_block);
     } else {
-      if (!opts.name.empty() || opts.queue_timeout.count() != 0) [[unlikely]] {
+      if (needs_state(opts)) [[unlikely]] {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       if (c_.admits_here()) [[unlikely]] {
@@ -98,17 +98,26 @@ class Submission {
   }
   [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes(PoolCore::kTaskEvents); }
 
-  // The queue level of a submission; throws for a priority the pool lacks
-  // and for a negative timeout (the options' one validation).
+  // What a plain post carries only in a task state (its Extras).
+  static bool needs_state(const TaskOptions& o) noexcept {
+    return !o.name.empty() || o.queue_timeout.count() != 0 || !o.correlation_id.empty();
+  }
+
+  // The queue level of a submission; throws for a priority the pool lacks,
+  // a negative timeout and a correlation id too long (the options' one
+  // validation).
   std::size_t level_of(const TaskOptions& o) const {
     if (o.priority >= c_.queue_.levels()) [[unlikely]]
       throw_bad_priority(o.priority);
     if (o.timeout.count() < 0 || o.queue_timeout.count() < 0) [[unlikely]]
       throw_negative_timeout(o);
+    if (o.correlation_id.size() > kMaxCorrelationId) [[unlikely]]
+      throw_long_correlation_id(o);
     return o.priority;
   }
   [[noreturn]] void throw_bad_priority(unsigned priority) const;
   [[noreturn]] static void throw_negative_timeout(const TaskOptions& o);
+  [[noreturn]] static void throw_long_correlation_id(const TaskOptions& o);
 
   template <class F>
   Task<task_result_t<std::decay_t<F>>> submit(F&& f, TaskOptions&& opts, bool may_block) {
@@ -280,9 +289,10 @@ class Submission {
   TaskStateBase* make_state(F&& f, TaskOptions&& o) {
     // Most tasks have no Extras (TaskStateBase::Extras).
     std::unique_ptr<TaskStateBase::Extras> x;
-    if (is_long_task_v<D> || !o.name.empty() || o.queue_timeout.count() != 0) {
+    if (is_long_task_v<D> || needs_state(o)) {
       x = std::make_unique<TaskStateBase::Extras>();
       x->name = std::move(o.name);
+      x->correlation_id = std::move(o.correlation_id);
       if (is_long_task_v<D>)
         x->timeout = o.timeout.count() != 0 ? o.timeout : c_.opts_.task_timeout;
       if (o.queue_timeout.count() != 0) {
@@ -301,8 +311,10 @@ class Submission {
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     const bool ticket = c_.admits_here();
-    if (c_.timed_ || ticket) [[unlikely]]
-      s->enqueued_ns = now_ns();
+    // The enqueue time: for task observers, the overload controller, and
+    // a handle that shows its queue wait and run time (time_tasks).
+    if (c_.timed_ || ticket || (c_.time_handles_ && !s->detached)) [[unlikely]]
+      s->clock.set_enqueued(now_ns());
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
     // the state; once armed, the state is shared with the supervisor,

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +82,62 @@ struct RunFrame {
   // (0 = none); the supervisor abandons the task `abandon_grace` after it.
   std::atomic<std::int64_t> stop_at_ns{0};
   PoolCore* core = nullptr;  // whose supervisor to wake on a stop request
+};
+
+// A task's times in one word, so that the common state stays 64 bytes:
+// its enqueue time (steady_clock nanoseconds; 0 when nobody asked for it)
+// until the task ends, then its queue wait and run time. A duration is
+// kept in 31 bits, a 26-bit mantissa and a 5-bit exponent: exact below
+// 2^26 ns (67 ms), within 2^-26 of itself above, saturating at 4.5 years.
+// The submitter writes the enqueue time before the task is shared; the
+// thread that decides the outcome writes the durations before it publishes
+// it; the handle reads them after. Relaxed atomics: a handle may look
+// before the outcome (it then reads 0, never a torn word).
+class TaskClock {
+ public:
+  void set_enqueued(std::int64_t ns) noexcept {
+    word_.store(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+  }
+  // The enqueue time; 0 if the task was not clocked or has ended.
+  [[nodiscard]] std::int64_t enqueued_ns() const noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    return (w & kEnded) != 0 ? 0 : static_cast<std::int64_t>(w);
+  }
+  // The task left the queue at `start` and ended at `end` (equal for one
+  // that never ran); nothing for a task that was not clocked.
+  void record(std::int64_t start, std::int64_t end) noexcept {
+    const std::int64_t enqueued = enqueued_ns();
+    if (enqueued == 0) return;
+    word_.store(kEnded | (pack(start - enqueued) << kFieldBits) | pack(end - start),
+                std::memory_order_relaxed);
+  }
+  // 0 until record().
+  [[nodiscard]] std::chrono::nanoseconds queue_wait() const noexcept { return unpack(kFieldBits); }
+  [[nodiscard]] std::chrono::nanoseconds run_time() const noexcept { return unpack(0); }
+
+ private:
+  static constexpr std::uint64_t kEnded = std::uint64_t{1} << 63;
+  static constexpr unsigned kFieldBits = 31;
+  static constexpr unsigned kMantissaBits = 26;
+  static constexpr std::uint64_t kFieldMask = (std::uint64_t{1} << kFieldBits) - 1;
+  static constexpr std::uint64_t kMantissaMask = (std::uint64_t{1} << kMantissaBits) - 1;
+  static std::uint64_t pack(std::int64_t ns) noexcept {
+    if (ns <= 0) return 0;
+    const auto v = static_cast<std::uint64_t>(ns);
+    const auto width = static_cast<unsigned>(std::bit_width(v));
+    const unsigned shift = width > kMantissaBits ? width - kMantissaBits : 0;
+    if (shift >= (1u << (kFieldBits - kMantissaBits))) return kFieldMask;
+    return (std::uint64_t{shift} << kMantissaBits) | (v >> shift);
+  }
+  [[nodiscard]] std::chrono::nanoseconds unpack(unsigned at) const noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    if ((w & kEnded) == 0) return std::chrono::nanoseconds{0};
+    const std::uint64_t f = (w >> at) & kFieldMask;
+    return std::chrono::nanoseconds(
+        static_cast<std::int64_t>((f & kMantissaMask) << (f >> kMantissaBits)));
+  }
+
+  std::atomic<std::uint64_t> word_{0};
 };
 
 class TaskStateBase;
@@ -326,14 +383,15 @@ class TaskStateBase {
 
   // What only some tasks carry, in a block of its own so that the common
   // state (a short task with a handle) stays 64 bytes: allocated at
-  // submission for a task with a name, a queue deadline or an execution
-  // deadline, and for every long task (its runner link).
+  // submission for a task with a name, a correlation id, a queue deadline
+  // or an execution deadline, and for every long task (its runner link).
   struct Extras {
     // From the block cache, like the state (src/base/block_cache.cpp).
     static void* operator new(std::size_t size);
     static void operator delete(void* p, std::size_t size) noexcept;
 
     std::string name;
+    std::string correlation_id;           // TaskOptions::correlation_id
     std::chrono::nanoseconds timeout{0};  // execution deadline after start; 0 = none
     std::chrono::steady_clock::time_point queue_deadline = kNoDeadline;
     // Owned by the pool's timer heap (guarded by its mutex). A task is in
@@ -358,6 +416,10 @@ class TaskStateBase {
   [[nodiscard]] const std::string& name() const noexcept {
     static const std::string kNoName;
     return extras_ ? extras_->name : kNoName;
+  }
+  [[nodiscard]] const std::string& correlation_id() const noexcept {
+    static const std::string kNone;
+    return extras_ ? extras_->correlation_id : kNone;
   }
   [[nodiscard]] std::chrono::nanoseconds timeout() const noexcept {
     return extras_ ? extras_->timeout : std::chrono::nanoseconds{0};
@@ -387,8 +449,10 @@ class TaskStateBase {
   // Set at submission, immutable afterwards.
   std::uint64_t id = 0;
   PoolCore* owner = nullptr;  // the pool core that runs it (for nested waits)
-  // Set at submission when task observers want timings.
-  std::int64_t enqueued_ns = 0;
+  // Clocked at submission for a task with a handle in a pool with
+  // PoolOptions::time_tasks, and for every task of a pool whose observers
+  // want timings.
+  TaskClock clock;
   // Written by the runner before finish(), read after done() says failed.
   std::exception_ptr error;
 
