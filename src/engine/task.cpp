@@ -79,6 +79,7 @@ bool TaskStateBase::expire() noexcept {
 
 bool TaskStateBase::shed(OverloadReason why) noexcept {
   if (!claim_in_queue(TaskStatus::shed, Errc::overloaded)) return false;
+  clock_unrun(clock);
   set_overload_reason(why);
   if (owner != nullptr) owner->settled_in_queue(this, /*count=*/true);
   queue_shed(why);

@@ -337,6 +337,9 @@ void shed_backlog(bool handles) {
     for (auto& t : tasks) {
       if (t.status() != TaskStatus::shed) continue;
       ++shed;
+      // Its wait until it was shed, over twice the target; it never ran.
+      EXPECT_GT(t.queue_wait(), 4ms);
+      EXPECT_EQ(t.run_time(), 0ns);
       try {
         t.get();
         ADD_FAILURE() << "get() of a shed task must throw";
