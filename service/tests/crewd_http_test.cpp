@@ -106,7 +106,7 @@ TEST_F(CrewdHttp, ARequestIdIsTakenOrMadeReturnedAndGivenToTheTask) {
   ASSERT_EQ(made.status, 200) << made.body;
   EXPECT_EQ(json_of(made)["request_id"], made.header("x-request-id"));
 
-  for (const std::string bad : {std::string(65, 'x'), std::string("a b")}) {
+  for (const std::string& bad : {std::string(65, 'x'), std::string("a b")}) {
     const Exchange refused =
         send_request(port_, request_text("GET", "/healthz", {}, "X-Request-Id: " + bad + "\r\n"));
     expect_error(refused, 400, "X-Request-Id");
@@ -114,9 +114,9 @@ TEST_F(CrewdHttp, ARequestIdIsTakenOrMadeReturnedAndGivenToTheTask) {
   }
 
   // A running job shows its id in the worker list.
-  std::thread slow([this] {
-    (void)send_request(port_, request_text("POST", "/api/v1/jobs", R"({"kind":"sleep","ms":600})",
-                                           "X-Request-Id: req-slow-1\r\n"));
+  std::thread slow([port = port_] {
+    (void)send_request(port, request_text("POST", "/api/v1/jobs", R"({"kind":"sleep","ms":600})",
+                                          "X-Request-Id: req-slow-1\r\n"));
   });
   bool shown = false;
   for (int i = 0; i < 200 && !shown; ++i) {
