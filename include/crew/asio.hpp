@@ -408,7 +408,11 @@ auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
 // As above, and `handle` receives the task's handle (before the initiating
 // call returns; the completion may have run by then), e.g. to cancel() it:
 // a queued task cancelled completes with Errc::shutdown_dropped (it is
-// destroyed unrun), a running long task with Errc::cancelled.
+// destroyed unrun), a running long task with Errc::cancelled. The
+// completion is posted from the task's run (or from where it ended unrun),
+// just before the pool publishes the outcome on the handle: when the
+// completion runs, the handle may still show the task running, and its
+// queue_wait() and run_time() 0, for some microseconds more.
 template <class Executor, class F, class CompletionToken>
   requires is_task_v<std::decay_t<F>>
 auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,

@@ -285,6 +285,30 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
   return r;
 }
 
+// crew::asio delivers a job's completion from the task's run, just before
+// the pool records the run's times and publishes its outcome (a few
+// microseconds later, unless the worker is preempted meanwhile). The answer
+// carries those times, so it waits for them by going round the I/O thread's
+// loop, never blocking it; past kSettleBound (a worker descheduled that
+// long) it answers with what the handle shows.
+constexpr auto kSettleBound = std::chrono::milliseconds(200);
+
+void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
+                         const JobRequest& job, std::shared_ptr<JobRun> run,
+                         Clock::time_point submitted, std::exception_ptr e,
+                         Clock::time_point give_up) {
+  const crew::Task<void>& handle = *run->handle;
+  if (!handle.valid() || handle.ready() || Clock::now() >= give_up) {
+    reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
+    return;
+  }
+  boost::asio::post(io, [reply = std::move(reply), io, job, run = std::move(run), submitted,
+                         e = std::move(e), give_up]() mutable {
+    answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
+                        give_up);
+  });
+}
+
 void job(Exchange& ex) {
   State& s = ex.state();
   const auto parsed = parse_job_request(ex.request().body, s.config.jobs.limits);
@@ -306,8 +330,10 @@ void job(Exchange& ex) {
                             .timeout = std::chrono::milliseconds(job.timeout_ms),
                             .queue_timeout = s.config.jobs.queue_timeout,
                             .correlation_id = run->request_id};
-  auto done = [reply = ex.later(), job, run, submitted](std::exception_ptr e) {
-    reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
+  auto done = [reply = ex.later(), job, run, submitted,
+               io = ex.executor()](std::exception_ptr e) mutable {
+    answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
+                        Clock::now() + kSettleBound);
   };
   // The completion runs on this thread, after this handler: the handle is
   // set and the console's book has the job by then.
