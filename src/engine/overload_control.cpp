@@ -104,11 +104,16 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     // otherwise take many intervals to come down while the queue grows.
     // Only its queued part waits: what the workers run is kept, or a pool
     // of many workers would cut below them and leave some idle.
+    // With no more in use than workers, nothing waited behind them: the
+    // waits came from elsewhere (workers being started, a burst within the
+    // interval), and a cut would refuse work idle workers could run.
     const double in_use = std::min(limit_exact_, std::max(peak, floor_));
     const double running = std::min(in_use, static_cast<double>(workers_));
     const double queued = in_use - running;
-    limit_exact_ = std::max(
-        floor_, running + queued * static_cast<double>(target_ns_) / static_cast<double>(high));
+    if (queued > 0) {
+      limit_exact_ = std::max(
+          floor_, running + queued * static_cast<double>(target_ns_) / static_cast<double>(high));
+    }
   } else if (hit) {
     limit_exact_ = std::min(ceiling_, limit_exact_ + 1.0);
   }

@@ -146,6 +146,23 @@ TEST(OverloadLimit, KeepsWhatTheWorkersRunAndCutsTheQueuedPart) {
   EXPECT_EQ(c.ctl.read().limit, 16u);  // never below the workers it had busy
 }
 
+// Long waits with no more admitted than workers (the first tasks of a pool
+// waiting for its workers to start, say) are no backlog: cutting the limit
+// to what was in use would refuse work that idle workers could run.
+TEST(OverloadLimit, IsNotCutWhileNoMoreWereAdmittedThanWorkers) {
+  Controlled c(options(), 2, 100, /*workers=*/3);
+  peak_at(c.ctl, 2);
+  c.interval({50, 50});
+  EXPECT_EQ(c.ctl.read().limit, 100u);
+  peak_at(c.ctl, 3);
+  c.interval({50, 50, 50});
+  EXPECT_EQ(c.ctl.read().limit, 100u);
+  peak_at(c.ctl, 4);  // one queued behind the three
+  c.interval({50, 50, 50});
+  EXPECT_LT(c.ctl.read().limit, 4u);
+  EXPECT_GE(c.ctl.read().limit, 3u);
+}
+
 TEST(OverloadLimit, NeverFallsBelowItsFloor) {
   Controlled c;
   for (int i = 0; i < 50; ++i) {
