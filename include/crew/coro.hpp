@@ -19,10 +19,12 @@
 //
 // Where it runs: each step (the start, and each resumption after a
 // suspension) is a short task of the task's pool at the task's priority, so
-// a coroutine task always resumes on a worker of its own pool (the start
+// a coroutine task always resumes on a worker of its own pool; when the
+// coroutine task it awaits ends on a worker of the same pool, that worker
+// goes on with it at once (symmetric transfer, no queued step). (The start
 // runs on the spawning thread only when the pool's admission says so:
 // Overflow::caller_runs on a full queue, or a worker of the pool whose
-// queues are full). Consecutive steps may run on different workers.
+// queues are full.) Consecutive steps may run on different workers.
 //
 // What a coroutine task can co_await (each suspension holds no thread):
 //   Co<T>                  runs it in the same task, by symmetric transfer (no
@@ -74,8 +76,8 @@
 //
 // Frames come from crew's per-thread block cache when they are at most
 // detail::kMaxCachedFrame (512) bytes (no global operator new per coroutine
-// in steady state); larger frames use the global operator new. A spawn
-// also allocates its stop source's state (one global operator new).
+// in steady state); larger frames use the global operator new. A task's
+// std::stop_source is made only when current_stop_token() asks for it.
 //
 // Traps (docs/coroutines.md): do not keep the address of a thread_local,
 // nor std::this_thread::get_id(), across a co_await (the coroutine may

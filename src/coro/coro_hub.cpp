@@ -52,8 +52,16 @@ std::size_t CoroHub::this_thread_shard() noexcept {
 
 std::size_t CoroHub::live() const noexcept {
   std::size_t n = 0;
-  for (const Shard& sh : shards_) n += sh.count.load(std::memory_order_seq_cst);
+  for (const Shard& sh : shards_) n += sh.count.load(std::memory_order_acquire);
   return n;
+}
+
+bool CoroHub::none_live() noexcept {
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    if (sh.count.load(std::memory_order_relaxed) != 0) return false;
+  }
+  return true;
 }
 
 bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
@@ -82,11 +90,11 @@ void CoroHub::leave(CoroTaskBase* t) noexcept {
     }
     if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
     t->reg_prev = t->reg_next = nullptr;
-    // seq_cst, paired with wait_all's: either it sees this count, or this
-    // sees it waiting.
-    sh.count.store(sh.count.load(std::memory_order_relaxed) - 1, std::memory_order_seq_cst);
+    sh.count.store(sh.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
-  if (idle_waiters_.load(std::memory_order_seq_cst) != 0 && live() == 0) {
+  // A waiting shutdown read this shard's count under its lock after it
+  // said it waits: either it saw this count, or this sees it waiting.
+  if (idle_waiters_.load(std::memory_order_acquire) != 0 && none_live()) {
     const std::lock_guard lock(idle_mu_);  // a waiter checks the count under it
     idle_cv_.notify_all();
   }
@@ -236,13 +244,13 @@ std::vector<CoroTaskBase*> CoroHub::snapshot() {
 }
 
 bool CoroHub::wait_all(Clock::time_point deadline) {
-  idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  idle_waiters_.fetch_add(1, std::memory_order_acq_rel);
   struct Done {
     std::atomic<int>& n;
     ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
   } done{idle_waiters_};
   std::unique_lock lock(idle_mu_);
-  const auto none = [this] { return live() == 0; };
+  const auto none = [this] { return none_live(); };
   if (deadline == Clock::time_point::max()) {
     idle_cv_.wait(lock, none);
     return true;

@@ -84,6 +84,9 @@ class CoroHub final : public SuspendedTasks {
   void push(Entry e);
   void timer_loop() noexcept;
   void fire(Entry& e) noexcept;
+  // Whether no task is alive, each shard's count read under its lock (a
+  // leave() that a waiter does not see in the count sees the waiter).
+  bool none_live() noexcept;
   // Waits until no task is alive or `deadline`; true if none is.
   bool wait_all(std::chrono::steady_clock::time_point deadline);
   // The tasks alive now, each with a reference.

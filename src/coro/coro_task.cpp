@@ -42,13 +42,20 @@ void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
   h.resume();  // the task may have ended: only the step's reference keeps it
 }
 
+// What a stopped co_await throws. One string built in place: 10,000
+// cancelled tasks throw 10,000 of these.
 [[noreturn]] void throw_stopped(const TaskStateBase& s) {
-  const std::string who =
-      s.name().empty() ? "#" + std::to_string(s.id) : "'" + s.name() + "' #" + std::to_string(s.id);
-  if (s.stop_reason() == StopReason::timed_out) {
-    throw Error(Errc::timed_out, "coroutine task " + who + ": timed_out");
+  const bool timed_out = s.stop_reason() == StopReason::timed_out;
+  std::string what = "coroutine task ";
+  if (!s.name().empty()) {
+    what += '\'';
+    what += s.name();
+    what += "' ";
   }
-  throw Error(Errc::cancelled, "coroutine task " + who + ": cancelled");
+  what += '#';
+  what += std::to_string(s.id);
+  what += timed_out ? ": timed_out" : ": cancelled";
+  throw Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
 }
 }  // namespace
 
