@@ -82,9 +82,9 @@
 // Traps (docs/coroutines.md): do not keep the address of a thread_local,
 // nor std::this_thread::get_id(), across a co_await (the coroutine may
 // resume on another worker; read it again, through a function that is not
-// inlined); under g++ 12 do not put a
-// co_await and a lambda with captures in one full expression (name the
-// lambda first).
+// inlined); under g++ 12 do not put a co_await and a lambda with
+// captures, or a task handle made there (co_await spawn(...)), in one full
+// expression (name the lambda or the handle first).
 //
 // Thread safety: spawn and try_spawn as Pool::submit. A Co<R> is move-only
 // and belongs to one thread until it is spawned or awaited.
