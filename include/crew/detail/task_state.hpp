@@ -365,8 +365,9 @@ class TaskStateBase {
   // both miss each other.
   StopRequest request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
   // Told after request_stop recorded a stop that was not too late, on the
-  // requesting thread, outside the stop lock: a coroutine task wakes its
-  // suspension and stops its children here (src/coro/coro_task.cpp).
+  // requesting thread, outside the stop lock, while that thread holds a
+  // reference: a coroutine task wakes its suspension and stops its
+  // children here (src/coro/coro_task.cpp). Must not block.
   virtual void stop_requested_hook() noexcept {}
   // Records only the reason (the first one wins), for a stop whose token is
   // stopped later on another thread (see PoolRuntime::stops).
