@@ -80,6 +80,7 @@ bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
 }
 
 void CoroHub::leave(CoroTaskBase* t) noexcept {
+  std::size_t left_in_shard = 0;
   {
     Shard& sh = shards_[t->reg_shard];
     SpinLockGuard lock(sh.mu);
@@ -90,11 +91,13 @@ void CoroHub::leave(CoroTaskBase* t) noexcept {
     }
     if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
     t->reg_prev = t->reg_next = nullptr;
-    sh.count.store(sh.count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    left_in_shard = sh.count.load(std::memory_order_relaxed) - 1;
+    sh.count.store(left_in_shard, std::memory_order_relaxed);
   }
   // A waiting shutdown read this shard's count under its lock after it
-  // said it waits: either it saw this count, or this sees it waiting.
-  if (idle_waiters_.load(std::memory_order_acquire) != 0 && none_live()) {
+  // said it waits: either it saw this count, or this sees it waiting. (A
+  // shard with tasks left: its last one looks.)
+  if (left_in_shard == 0 && idle_waiters_.load(std::memory_order_acquire) != 0 && none_live()) {
     const std::lock_guard lock(idle_mu_);  // a waiter checks the count under it
     idle_cv_.notify_all();
   }
