@@ -62,7 +62,9 @@ std::stop_token CoroStop::token() noexcept {
     } else {
       source_ = made;
     }
-    stop_now = stopped_;
+    // The state records a stop before stop() runs: a token asked for in
+    // between (by the task, woken by its own stop) reads stopped too.
+    stop_now = stopped_ || self_->stop_reason() != StopReason::none;
   }
   // A stop that came first found no source to stop: stopped here.
   if (stop_now) (void)made.request_stop();

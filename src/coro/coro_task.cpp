@@ -60,12 +60,15 @@ void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
 }  // namespace
 
 void CoroTaskBase::on_stopped() noexcept {
+  // The token's callbacks and the children first, as a stop source runs
+  // them: a callback that cancels an operation outside crew (on_callback)
+  // runs before the coroutine can resume and destroy it.
+  stop_.stop();
   // Pairs with the fence after arming (stopped_after_arm): either this
   // sees the task armed, or the task sees the stop.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const std::uint64_t gen = suspension_.armed_gen();
   if (gen != 0 && suspension_.stoppable()) (void)fire(gen, Wake::stop);
-  stop_.stop();
 }
 
 void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent) {

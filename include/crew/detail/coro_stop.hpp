@@ -38,9 +38,9 @@ class CoroStop {
   void link(TaskStateBase& self, CoroStop* parent, TaskStateBase* parent_state) noexcept;
   // Leaves the parent's list and lets its state go. Idempotent.
   void unlink() noexcept;
-  // The token of the task: stopped once stop() ran. Makes the source on
-  // the first call (a global allocation; on failure, a token that is never
-  // stopped).
+  // The token of the task: stopped once stop() ran (or at once, if made
+  // after the state recorded a stop). Makes the source on the first call
+  // (a global allocation; on failure, a token that is never stopped).
   [[nodiscard]] std::stop_token token() noexcept;
   // The task was stopped: stops the token handed out, if any (its
   // callbacks run here), and each child (StopReason::cancelled). Only the
