@@ -6,12 +6,17 @@
 //                the peak RSS above the idle pool (VmHWM - VmRSS before)
 //   fib          fib(30), one task per call: coroutines (spawn + co_await)
 //                against crew::Group and oneTBB task_group, 2 threads each
+//   skynet       skynet(6): 10 calls per call, 10^6 leaves; the same three
+//   nqueens      nqueens(11): one call per queen placed; the same three
+//   matmul       matmul(1024): C += A * B in doubles, quadrants split down
+//                to 64 x 64, 8 calls per split; the same three
 //   latency      resume latency (p50, p99, us): a plain post hand-off from
 //                a foreign thread, a coroutine's lateness after
 //                sleep_until, and a coroutine resumed by the end of the
 //                coroutine task it awaits
 //   cancel       10,000 suspended coroutine tasks cancelled through their
-//                handles: ms from the first cancel until all ended
+//                handles: ms from the first cancel until all ended (and
+//                until the last cancel() returned)
 //   deadline     200 coroutine tasks with a 100 ms timeout sleeping 10 s:
 //                p99 ms from spawn to the end of the sleep
 //
@@ -28,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,7 +106,8 @@ Result sleepers() {
           {"peak_rss_above_idle_mib", static_cast<double>(peak_kib - idle_kib) / 1024.0}};
 }
 
-// ---- fib ----
+// ---- fork-join: one task per call, three ways ----
+// fib(n): two calls per call.
 crew::Co<long> fib_co(crew::Pool& pool, int n) {
   if (n < 2) co_return n;
   crew::Task<long> a = crew::spawn(pool, fib_co(pool, n - 1));
@@ -128,40 +135,278 @@ long fib_tbb(int n) {
   return a + b;
 }
 
-constexpr int kFib = 30;
-constexpr long kFibValue = 832040;
+// skynet(depth): 10 calls per call down to 10^depth leaves, each returning
+// its number; the root returns their sum.
+constexpr int kSkynetFan = 10;
 
-Result fib() {
+long pow10(int depth) {
+  long n = 1;
+  for (int i = 0; i < depth; ++i) n *= kSkynetFan;
+  return n;
+}
+
+crew::Co<long> skynet_node(crew::Pool& pool, long num, long size) {
+  if (size == 1) co_return num;
+  std::vector<crew::Task<long>> kids;
+  kids.reserve(kSkynetFan);
+  const long step = size / kSkynetFan;
+  for (int i = 0; i < kSkynetFan; ++i) {
+    kids.push_back(crew::spawn(pool, skynet_node(pool, num + i * step, step)));
+  }
+  long sum = 0;
+  for (crew::Task<long>& k : kids) sum += co_await k;
+  co_return sum;
+}
+crew::Co<long> skynet_co(crew::Pool& pool, int depth) {
+  co_return co_await skynet_node(pool, 0, pow10(depth));
+}
+
+long skynet_group_node(crew::Pool& pool, long num, long size) {
+  if (size == 1) return num;
+  long part[kSkynetFan] = {};
+  const long step = size / kSkynetFan;
+  crew::Group g(pool);
+  for (int i = 0; i < kSkynetFan; ++i) {
+    (void)g.submit(
+        [&pool, &part, i, num, step] { part[i] = skynet_group_node(pool, num + i * step, step); });
+  }
+  g.wait();
+  long sum = 0;
+  for (const long p : part) sum += p;
+  return sum;
+}
+long skynet_group(crew::Pool& pool, int depth) { return skynet_group_node(pool, 0, pow10(depth)); }
+
+long skynet_tbb_node(long num, long size) {
+  if (size == 1) return num;
+  long part[kSkynetFan] = {};
+  const long step = size / kSkynetFan;
+  tbb::task_group g;
+  for (int i = 0; i < kSkynetFan; ++i) {
+    g.run([&part, i, num, step] { part[i] = skynet_tbb_node(num + i * step, step); });
+  }
+  g.wait();
+  long sum = 0;
+  for (const long p : part) sum += p;
+  return sum;
+}
+long skynet_tbb(int depth) { return skynet_tbb_node(0, pow10(depth)); }
+
+// nqueens(n): the placements of n queens; one call per queen placed.
+struct Board {
+  unsigned cols, left, right;  // attacked columns, diagonals (this row)
+  [[nodiscard]] Board place(unsigned bit) const {
+    return {cols | bit, (left | bit) << 1, (right | bit) >> 1};
+  }
+  [[nodiscard]] unsigned free(int n) const { return ~(cols | left | right) & ((1u << n) - 1); }
+};
+
+crew::Co<long> queens_node(crew::Pool& pool, int n, int row, Board b) {
+  if (row == n) co_return 1;
+  std::vector<crew::Task<long>> kids;
+  for (unsigned f = b.free(n); f != 0; f &= f - 1) {
+    kids.push_back(crew::spawn(pool, queens_node(pool, n, row + 1, b.place(f & -f))));
+  }
+  long sum = 0;
+  for (crew::Task<long>& k : kids) sum += co_await k;
+  co_return sum;
+}
+crew::Co<long> queens_co(crew::Pool& pool, int n) {
+  co_return co_await queens_node(pool, n, 0, Board{0, 0, 0});
+}
+
+long queens_group_node(crew::Pool& pool, int n, int row, Board b) {
+  if (row == n) return 1;
+  long part[32] = {};
+  int k = 0;
+  crew::Group g(pool);
+  for (unsigned f = b.free(n); f != 0; f &= f - 1, ++k) {
+    const Board next = b.place(f & -f);
+    (void)g.submit(
+        [&pool, &part, k, n, row, next] { part[k] = queens_group_node(pool, n, row + 1, next); });
+  }
+  g.wait();
+  long sum = 0;
+  for (int i = 0; i < k; ++i) sum += part[i];
+  return sum;
+}
+long queens_group(crew::Pool& pool, int n) { return queens_group_node(pool, n, 0, Board{0, 0, 0}); }
+
+long queens_tbb_node(int n, int row, Board b) {
+  if (row == n) return 1;
+  long part[32] = {};
+  int k = 0;
+  tbb::task_group g;
+  for (unsigned f = b.free(n); f != 0; f &= f - 1, ++k) {
+    const Board next = b.place(f & -f);
+    g.run([&part, k, n, row, next] { part[k] = queens_tbb_node(n, row + 1, next); });
+  }
+  g.wait();
+  long sum = 0;
+  for (int i = 0; i < k; ++i) sum += part[i];
+  return sum;
+}
+long queens_tbb(int n) { return queens_tbb_node(n, 0, Board{0, 0, 0}); }
+
+// matmul(n): C += A * B on n x n doubles, split into quadrants down to
+// kLeaf (8 products per split, in two rounds of 4 that write disjoint
+// quadrants of C). The result is the sum of C (small integers: exact).
+constexpr int kLeaf = 64;
+
+struct Block {
+  double* p;
+  int stride;
+  [[nodiscard]] Block quad(int i, int j, int h) const {
+    return {p + static_cast<std::ptrdiff_t>(i) * h * stride + j * h, stride};
+  }
+  double& at(int i, int j) const { return p[static_cast<std::ptrdiff_t>(i) * stride + j]; }
+};
+
+void mm_leaf(Block c, Block a, Block b, int n) {
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < n; ++k) {
+      const double x = a.at(i, k);
+      for (int j = 0; j < n; ++j) c.at(i, j) += x * b.at(k, j);
+    }
+  }
+}
+
+// The 8 products of one split: round r (0, 1), product q (0-3).
+struct Product {
+  Block c, a, b;
+};
+Product product(Block c, Block a, Block b, int h, int r, int q) {
+  const int i = q / 2;
+  const int j = q % 2;
+  return {c.quad(i, j, h), a.quad(i, r, h), b.quad(r, j, h)};
+}
+
+crew::Co<void> mm_co(crew::Pool& pool, Block c, Block a, Block b, int n) {
+  if (n <= kLeaf) {
+    mm_leaf(c, a, b, n);
+    co_return;
+  }
+  const int h = n / 2;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<crew::Task<void>> kids;
+    kids.reserve(4);
+    for (int q = 0; q < 4; ++q) {
+      const Product p = product(c, a, b, h, r, q);
+      kids.push_back(crew::spawn(pool, mm_co(pool, p.c, p.a, p.b, h)));
+    }
+    for (crew::Task<void>& k : kids) co_await k;
+  }
+}
+
+void mm_group(crew::Pool& pool, Block c, Block a, Block b, int n) {
+  if (n <= kLeaf) return mm_leaf(c, a, b, n);
+  const int h = n / 2;
+  for (int r = 0; r < 2; ++r) {
+    crew::Group g(pool);
+    for (int q = 0; q < 4; ++q) {
+      const Product p = product(c, a, b, h, r, q);
+      (void)g.submit([&pool, p, h] { mm_group(pool, p.c, p.a, p.b, h); });
+    }
+    g.wait();
+  }
+}
+
+void mm_tbb(Block c, Block a, Block b, int n) {
+  if (n <= kLeaf) return mm_leaf(c, a, b, n);
+  const int h = n / 2;
+  for (int r = 0; r < 2; ++r) {
+    tbb::task_group g;
+    for (int q = 0; q < 4; ++q) {
+      const Product p = product(c, a, b, h, r, q);
+      g.run([p, h] { mm_tbb(p.c, p.a, p.b, h); });
+    }
+    g.wait();
+  }
+}
+
+// A, B and C of one matmul run.
+struct Matrices {
+  int n;
+  std::vector<double> a, b, c;
+  explicit Matrices(int size)
+      : n(size),
+        a(static_cast<std::size_t>(size) * static_cast<std::size_t>(size)),
+        b(a.size()),
+        c(a.size(), 0.0) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<double>(i % 3);
+      b[i] = static_cast<double>((i / 7) % 4);
+    }
+  }
+  Block block(std::vector<double>& m) { return {m.data(), n}; }
+  [[nodiscard]] long sum() const {
+    double s = 0;
+    for (const double x : c) s += x;
+    return static_cast<long>(s);
+  }
+};
+
+crew::Co<long> matmul_co(crew::Pool& pool, int n) {
+  Matrices m(n);
+  co_await mm_co(pool, m.block(m.c), m.block(m.a), m.block(m.b), n);
+  co_return m.sum();
+}
+long matmul_group(crew::Pool& pool, int n) {
+  Matrices m(n);
+  mm_group(pool, m.block(m.c), m.block(m.a), m.block(m.b), n);
+  return m.sum();
+}
+long matmul_tbb(int n) {
+  Matrices m(n);
+  mm_tbb(m.block(m.c), m.block(m.a), m.block(m.b), n);
+  return m.sum();
+}
+
+// One workload three ways, each on 2 threads, after a smaller warm-up run.
+struct ForkJoin {
+  crew::Co<long> (*co)(crew::Pool&, int);
+  long (*group)(crew::Pool&, int);
+  long (*tbb)(int);
+  int warm;
+  int n;
+};
+
+Result three_ways(const ForkJoin& w) {
   Result r;
+  long expect = 0;
   {
-    crew::Pool pool(two_workers("fib"));
-    (void)crew::spawn(pool, fib_co(pool, 20)).get();  // warm caches
+    crew::Pool pool(two_workers("forkjoin"));
+    (void)crew::spawn(pool, w.co(pool, w.warm)).get();  // warm caches
     const auto t0 = Clock::now();
-    const long v = crew::spawn(pool, fib_co(pool, kFib)).get();
+    expect = crew::spawn(pool, w.co(pool, w.n)).get();
     r["coroutine_s"] = secs(Clock::now() - t0);
-    if (v != kFibValue) std::abort();
   }
   {
-    crew::Pool pool(two_workers("fib"));
-    (void)pool.submit([&pool] { return fib_group(pool, 20); }).get();
+    crew::Pool pool(two_workers("forkjoin"));
+    (void)pool.submit([&pool, &w] { return w.group(pool, w.warm); }).get();
     const auto t0 = Clock::now();
-    const long v = pool.submit([&pool] { return fib_group(pool, kFib); }).get();
+    const long v = pool.submit([&pool, &w] { return w.group(pool, w.n); }).get();
     r["group_s"] = secs(Clock::now() - t0);
-    if (v != kFibValue) std::abort();
+    if (v != expect) std::abort();
   }
   {
     tbb::task_arena arena(2, 1);
     long v = 0;
-    arena.execute([&] { v = fib_tbb(20); });
+    arena.execute([&] { v = w.tbb(w.warm); });
     const auto t0 = Clock::now();
-    arena.execute([&] { v = fib_tbb(kFib); });
+    arena.execute([&] { v = w.tbb(w.n); });
     r["tbb_s"] = secs(Clock::now() - t0);
-    if (v != kFibValue) std::abort();
+    if (v != expect) std::abort();
   }
   r["coroutine_over_group"] = r["coroutine_s"] / r["group_s"];
   r["coroutine_over_tbb"] = r["coroutine_s"] / r["tbb_s"];
   return r;
 }
+
+Result fib() { return three_ways({fib_co, fib_group, fib_tbb, 20, 30}); }
+Result skynet() { return three_ways({skynet_co, skynet_group, skynet_tbb, 4, 6}); }
+Result nqueens() { return three_ways({queens_co, queens_group, queens_tbb, 8, 11}); }
+Result matmul() { return three_ways({matmul_co, matmul_group, matmul_tbb, 256, 1024}); }
 
 // ---- latency ----
 std::int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
@@ -232,12 +477,13 @@ Result cancel() {
   std::this_thread::sleep_for(20ms);  // every one suspended
   const auto t0 = Clock::now();
   for (auto& t : tasks) (void)t.cancel();
+  const double cancels_ms = secs(Clock::now() - t0) * 1000.0;
   for (auto& t : tasks) t.wait();
   const double ms = secs(Clock::now() - t0) * 1000.0;
   for (auto& t : tasks) {
     if (t.status() != crew::TaskStatus::cancelled) std::abort();
   }
-  return {{"all_ended_ms", ms}};
+  return {{"all_ended_ms", ms}, {"cancel_calls_ms", cancels_ms}};
 }
 
 // ---- deadline ----
@@ -309,11 +555,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
   const std::vector<std::pair<std::string, std::function<Result()>>> workloads = {
-      {"sleepers", sleepers},
-      {"fib", fib},
-      {"latency", latency},
-      {"cancel", cancel},
-      {"deadline", deadline}};
+      {"sleepers", sleepers}, {"fib", fib},         {"skynet", skynet}, {"nqueens", nqueens},
+      {"matmul", matmul},     {"latency", latency}, {"cancel", cancel}, {"deadline", deadline}};
   std::map<std::string, std::map<std::string, std::vector<double>>> all;
   for (int round = 0; round < rounds; ++round) {
     for (const auto& [name, f] : workloads) {

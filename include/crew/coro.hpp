@@ -19,10 +19,12 @@
 //
 // Where it runs: each step (the start, and each resumption after a
 // suspension) is a short task of the task's pool at the task's priority, so
-// a coroutine task always resumes on a worker of its own pool (the start
+// a coroutine task always resumes on a worker of its own pool; when the
+// coroutine task it awaits ends on a worker of the same pool, that worker
+// goes on with it at once (symmetric transfer, no queued step). (The start
 // runs on the spawning thread only when the pool's admission says so:
 // Overflow::caller_runs on a full queue, or a worker of the pool whose
-// queues are full). Consecutive steps may run on different workers.
+// queues are full.) Consecutive steps may run on different workers.
 //
 // What a coroutine task can co_await (each suspension holds no thread):
 //   Co<T>                  runs it in the same task, by symmetric transfer (no
@@ -74,15 +76,15 @@
 //
 // Frames come from crew's per-thread block cache when they are at most
 // detail::kMaxCachedFrame (512) bytes (no global operator new per coroutine
-// in steady state); larger frames use the global operator new. A spawn
-// also allocates its stop source's state (one global operator new).
+// in steady state); larger frames use the global operator new. A task's
+// std::stop_source is made only when current_stop_token() asks for it.
 //
 // Traps (docs/coroutines.md): do not keep the address of a thread_local,
 // nor std::this_thread::get_id(), across a co_await (the coroutine may
 // resume on another worker; read it again, through a function that is not
-// inlined); under g++ 12 do not put a
-// co_await and a lambda with captures in one full expression (name the
-// lambda first).
+// inlined); under g++ 12 do not put a co_await and a lambda with
+// captures, or a task handle made there (co_await spawn(...)), in one full
+// expression (name the lambda or the handle first).
 //
 // Thread safety: spawn and try_spawn as Pool::submit. A Co<R> is move-only
 // and belongs to one thread until it is spawned or awaited.

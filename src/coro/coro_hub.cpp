@@ -44,22 +44,45 @@ CoroHub::~CoroHub() {
   }
 }
 
+std::size_t CoroHub::this_thread_shard() noexcept {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed) % kShards;
+  return mine;
+}
+
+std::size_t CoroHub::live() const noexcept {
+  std::size_t n = 0;
+  for (const Shard& sh : shards_) n += sh.count.load(std::memory_order_acquire);
+  return n;
+}
+
+bool CoroHub::none_live() noexcept {
+  for (Shard& sh : shards_) {
+    SpinLockGuard lock(sh.mu);
+    if (sh.count.load(std::memory_order_relaxed) != 0) return false;
+  }
+  return true;
+}
+
 bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
-  Shard& sh = shard_of(t);
+  const std::size_t i = this_thread_shard();
+  Shard& sh = shards_[i];
   SpinLockGuard lock(sh.mu);
   if (!from_coroutine && closing_.load(std::memory_order_seq_cst)) return false;
   t->hold();
+  t->reg_shard = static_cast<std::uint8_t>(i);
   t->reg_prev = nullptr;
   t->reg_next = sh.head;
   if (sh.head != nullptr) sh.head->reg_prev = t;
   sh.head = t;
-  live_.fetch_add(1, std::memory_order_relaxed);
+  sh.count.store(sh.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
 
 void CoroHub::leave(CoroTaskBase* t) noexcept {
+  std::size_t left_in_shard = 0;
   {
-    Shard& sh = shard_of(t);
+    Shard& sh = shards_[t->reg_shard];
     SpinLockGuard lock(sh.mu);
     if (t->reg_prev != nullptr) {
       t->reg_prev->reg_next = t->reg_next;
@@ -68,8 +91,13 @@ void CoroHub::leave(CoroTaskBase* t) noexcept {
     }
     if (t->reg_next != nullptr) t->reg_next->reg_prev = t->reg_prev;
     t->reg_prev = t->reg_next = nullptr;
+    left_in_shard = sh.count.load(std::memory_order_relaxed) - 1;
+    sh.count.store(left_in_shard, std::memory_order_relaxed);
   }
-  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  // A waiting shutdown read this shard's count under its lock after it
+  // said it waits: either it saw this count, or this sees it waiting. (A
+  // shard with tasks left: its last one looks.)
+  if (left_in_shard == 0 && idle_waiters_.load(std::memory_order_acquire) != 0 && none_live()) {
     const std::lock_guard lock(idle_mu_);  // a waiter checks the count under it
     idle_cv_.notify_all();
   }
@@ -181,7 +209,7 @@ void CoroHub::fire(Entry& e) noexcept {
     case Kind::poll:
       if (e.awaited->done()) {
         (void)t->fire(e.gen, Wake::event);
-      } else if (t->armed_gen() == e.gen) {
+      } else if (t->suspension().armed_gen() == e.gen) {
         e.backoff_ns = std::min(e.backoff_ns * 2, kPollMaxNs);
         e.at_ns = now_ns() + e.backoff_ns;
         try {
@@ -207,7 +235,7 @@ void CoroHub::fire(Entry& e) noexcept {
 
 std::vector<CoroTaskBase*> CoroHub::snapshot() {
   std::vector<CoroTaskBase*> out;
-  out.reserve(live_.load(std::memory_order_relaxed));
+  out.reserve(live());
   for (Shard& sh : shards_) {
     SpinLockGuard lock(sh.mu);
     for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
@@ -219,8 +247,13 @@ std::vector<CoroTaskBase*> CoroHub::snapshot() {
 }
 
 bool CoroHub::wait_all(Clock::time_point deadline) {
+  idle_waiters_.fetch_add(1, std::memory_order_acq_rel);
+  struct Done {
+    std::atomic<int>& n;
+    ~Done() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } done{idle_waiters_};
   std::unique_lock lock(idle_mu_);
-  const auto none = [this] { return live_.load(std::memory_order_acquire) == 0; };
+  const auto none = [this] { return none_live(); };
   if (deadline == Clock::time_point::max()) {
     idle_cv_.wait(lock, none);
     return true;
@@ -230,7 +263,7 @@ bool CoroHub::wait_all(Clock::time_point deadline) {
 
 bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
                         std::chrono::nanoseconds grace, ShutdownReport& report) noexcept {
-  if (live_.load(std::memory_order_acquire) == 0) return false;
+  if (live() == 0) return false;
   closing_.store(true, std::memory_order_seq_cst);
   struct Reopen {
     CoroHub* hub;
@@ -300,15 +333,15 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
 CoroutineTasks CoroHub::report() {
   CoroutineTasks out;
   const std::int64_t now = now_ns();
-  out.live = live_.load(std::memory_order_acquire);
+  out.live = live();
   for (Shard& sh : shards_) {
     SpinLockGuard lock(sh.mu);
     for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
-      if (t->armed_gen() == 0) continue;
+      if (t->suspension().armed_gen() == 0) continue;
       const TaskStateBase& s = t->state();
       out.suspended.push_back(SuspendedCoroutine{
-          TaskRef{s.id, s.name(), s.correlation_id()}, to_string(t->waits_on()),
-          std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspended_since_ns()))});
+          TaskRef{s.id, s.name(), s.correlation_id()}, to_string(t->suspension().waits_on()),
+          std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspension().since_ns()))});
     }
   }
   return out;

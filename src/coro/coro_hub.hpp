@@ -7,9 +7,10 @@
 // Who touches what:
 //   registry           spawning threads enroll; the thread that ends a task
 //                       leaves; a shutdown and the snapshot read it. Lists
-//                       in kShards shards (by task id) under a spin lock
-//                       each, and the live count (one mutex's lock and
-//                       unlock were 8% of fib(30)'s samples as coroutines).
+//                       in kShards shards (by spawning thread) under a
+//                       spin lock each, with a count each (one mutex's
+//                       lock and unlock were 8% of fib(30)'s samples as
+//                       coroutines, one shared count 4%).
 //   timer (timer_mu_)   a task's own thread arms its sleeps and polls; the
 //                       task's start arms its deadline; a thread whose step
 //                       push found the queue full arms a retry; the timer
@@ -65,7 +66,7 @@ class CoroHub final : public SuspendedTasks {
   CoroutineTasks report();
 
   // Live coroutine tasks (tests, stats).
-  [[nodiscard]] std::size_t live() const noexcept { return live_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::size_t live() const noexcept;
 
  private:
   enum class Kind : std::uint8_t { wake, deadline, poll, retry, retry_abandon };
@@ -83,19 +84,28 @@ class CoroHub final : public SuspendedTasks {
   void push(Entry e);
   void timer_loop() noexcept;
   void fire(Entry& e) noexcept;
+  // Whether no task is alive, each shard's count read under its lock (a
+  // leave() that a waiter does not see in the count sees the waiter).
+  bool none_live() noexcept;
   // Waits until no task is alive or `deadline`; true if none is.
   bool wait_all(std::chrono::steady_clock::time_point deadline);
   // The tasks alive now, each with a reference.
   std::vector<CoroTaskBase*> snapshot();
 
   static constexpr std::size_t kShards = 16;
+  // A task is listed in the shard of the thread that spawned it (its
+  // reg_shard): a worker's spawns and ends touch its own shard's line.
   struct alignas(64) Shard {
     SpinLock mu;
     CoroTaskBase* head CREW_GUARDED_BY(mu) = nullptr;
+    // Written under mu, read by live() without it.
+    std::atomic<std::size_t> count{0};
   };
-  Shard& shard_of(CoroTaskBase* t) noexcept { return shards_[t->state().id % kShards]; }
+  static std::size_t this_thread_shard() noexcept;
   std::array<Shard, kShards> shards_;
-  std::atomic<std::size_t> live_{0};
+  // Shutdowns waiting for the live count to reach 0 (wait_all): the last
+  // task to leave tells them.
+  std::atomic<int> idle_waiters_{0};
   // A shutdown runs this hub's part: set before it reads the shards, read
   // by enroll under a shard's lock.
   std::atomic<bool> closing_{false};

@@ -35,25 +35,40 @@ namespace detail {
 
 CoroTaskBase* current_coro_task() noexcept { return t_coro; }
 
-CoroTaskBase::~CoroTaskBase() {
-  // A stop callback may be running on another thread (a cancel); the
-  // callback's destructor waits for it. Then nothing refers to this task.
-  parent_link_.reset();
-  on_stop_.reset();
+namespace {
+// Runs frame `h` of task `t` as a step on this thread.
+void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
+  const StepScope scope(t);
+  h.resume();  // the task may have ended: only the step's reference keeps it
 }
 
-void CoroTaskBase::OnStop::operator()() const noexcept {
+// What a stopped co_await throws. One string built in place: 10,000
+// cancelled tasks throw 10,000 of these.
+[[noreturn]] void throw_stopped(const TaskStateBase& s) {
+  const bool timed_out = s.stop_reason() == StopReason::timed_out;
+  std::string what = "coroutine task ";
+  if (!s.name().empty()) {
+    what += '\'';
+    what += s.name();
+    what += "' ";
+  }
+  what += '#';
+  what += std::to_string(s.id);
+  what += timed_out ? ": timed_out" : ": cancelled";
+  throw Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
+}
+}  // namespace
+
+void CoroTaskBase::on_stopped() noexcept {
+  // The token's callbacks and the children first, as a stop source runs
+  // them: a callback that cancels an operation outside crew (on_callback)
+  // runs before the coroutine can resume and destroy it.
+  stop_.stop();
   // Pairs with the fence after arming (stopped_after_arm): either this
   // sees the task armed, or the task sees the stop.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const std::uint64_t gen = task->armed_gen();
-  if (gen != 0 && task->stoppable_.load(std::memory_order_relaxed)) {
-    (void)task->fire(gen, Wake::stop);
-  }
-}
-
-void CoroTaskBase::StopChild::operator()() const noexcept {
-  (void)child->state().request_stop(StopReason::cancelled);
+  const std::uint64_t gen = suspension_.armed_gen();
+  if (gen != 0 && suspension_.stoppable()) (void)fire(gen, Wake::stop);
 }
 
 void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent) {
@@ -66,7 +81,9 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   if (opts.queue_timeout.count() != 0) {
     queue_deadline_ns_ = saturating_add(now_ns(), opts.queue_timeout.count());
   }
-  frame_.source = std::stop_source();
+  // The task's runner for its whole life (set before the state is shared,
+  // as attach_runner would): a stop after its end is too late.
+  x->runner = &frame_;
   s.adopt_extras(std::move(x));
   s.id = Submission(core).task_id();
   // The owner lets a wait for the task on a worker of the pool run the
@@ -77,11 +94,11 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   core_ = &core;
   level_ = opts.priority;
   hub_ = &CoroHub::of(core);
-  // The task's runner for its whole life: cancel() and the deadline reach
-  // the coroutine through this source.
-  s.attach_runner(&frame_);
-  on_stop_.emplace(frame_.source.get_token(), OnStop{this});
-  if (parent != nullptr) parent_link_.emplace(parent->stop_token(), StopChild{this});
+  if (parent != nullptr) {
+    stop_.link(s, &parent->stop_, &parent->state());
+  } else {
+    stop_.link(s, nullptr, nullptr);
+  }
   from_coroutine_ = parent != nullptr;
 }
 
@@ -127,8 +144,7 @@ void CoroTaskBase::start_dropped(Admission refused) noexcept {
 void CoroTaskBase::settled_unstarted() noexcept {
   destroy_root();
   (void)state().detach_runner();
-  wake_waiters();
-  leave_hub();
+  (void)ended(false);
 }
 
 void CoroTaskBase::leave_hub() noexcept {
@@ -148,7 +164,7 @@ void CoroTaskBase::run_start(Runner& runner) noexcept {
   Errc why{};
   if (queue_deadline_ns_ != 0 && now_ns() >= queue_deadline_ns_) {
     why = Errc::expired;
-  } else if (stop_requested() || s.stop_reason() != StopReason::none) {
+  } else if (stop_requested()) {
     why = s.stop_reason() == StopReason::shutdown ? Errc::shutdown_dropped : Errc::cancelled;
   }
   if (why != Errc{}) {
@@ -161,16 +177,11 @@ void CoroTaskBase::run_start(Runner& runner) noexcept {
     } catch (...) {  // out of memory: the task runs without its deadline
     }
   }
-  resume_at_ = nullptr;
-  run_frame(root_handle());
+  suspension_.clear_frame();
+  run_frame(this, root_handle());
 }
 
-void CoroTaskBase::run_resume() noexcept { run_frame(resume_at_); }
-
-void CoroTaskBase::run_frame(std::coroutine_handle<> h) noexcept {
-  const StepScope scope(this);
-  h.resume();  // the task may have ended: only the step's reference keeps it
-}
+void CoroTaskBase::run_resume() noexcept { run_frame(this, suspension_.frame()); }
 
 const char* to_string(WaitKind k) noexcept {
   switch (k) {
@@ -188,37 +199,20 @@ const char* to_string(WaitKind k) noexcept {
   return "unknown";
 }
 
-std::uint64_t CoroTaskBase::arm(std::coroutine_handle<> h, WaitKind kind) noexcept {
-  resume_at_ = h;
-  waiting_on_.store(kind, std::memory_order_relaxed);
-  since_ns_.store(now_ns(), std::memory_order_relaxed);
-  woke_ = Wake::none;
-  const std::uint64_t gen = ++gen_;
-  wait_.store((gen << 1) | 1, std::memory_order_seq_cst);
-  return gen;
-}
-
-bool CoroTaskBase::claim(std::uint64_t gen, Wake why) noexcept {
-  std::uint64_t expected = (gen << 1) | 1;
-  if (!wait_.compare_exchange_strong(expected, gen << 1, std::memory_order_acq_rel)) return false;
-  woke_ = why;
-  return true;
-}
-
 bool CoroTaskBase::claim_armed() noexcept {
-  const std::uint64_t gen = armed_gen();
-  return gen != 0 && claim(gen, Wake::stop);
+  const std::uint64_t gen = suspension_.armed_gen();
+  return gen != 0 && suspension_.claim(gen, Wake::stop);
 }
 
 bool CoroTaskBase::fire(std::uint64_t gen, Wake why) noexcept {
-  if (!claim(gen, why)) return false;
+  if (!suspension_.claim(gen, why)) return false;
   post_step(false);
   return true;
 }
 
 bool CoroTaskBase::stopped_after_arm(std::uint64_t gen) noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  return stop_requested() && claim(gen, Wake::stop);
+  return stop_requested() && suspension_.claim(gen, Wake::stop);
 }
 
 void CoroTaskBase::post_step(bool abandon) noexcept {
@@ -235,68 +229,60 @@ void CoroTaskBase::post_step(bool abandon) noexcept {
 }
 
 bool CoroTaskBase::suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, bool stoppable) {
-  stoppable_.store(stoppable, std::memory_order_relaxed);  // published by arming
   if (stoppable && stop_requested()) {
-    woke_ = Wake::stop;
+    suspension_.set_wake(Wake::stop);
     return false;
   }
   if (at_ns <= now_ns()) {
-    woke_ = Wake::event;
+    suspension_.set_wake(Wake::event);
     return false;
   }
-  const std::uint64_t gen = arm(h, WaitKind::sleep);
+  const std::uint64_t gen = suspension_.arm(h, WaitKind::sleep, stoppable);
   try {
     hub_->arm_wake(this, gen, at_ns);
   } catch (...) {
-    if (claim(gen, Wake::none)) throw;  // not suspended: the co_await throws
-    return true;                        // a stop claimed it and resumes it
+    if (suspension_.claim(gen, Wake::none)) throw;  // not suspended: the co_await throws
+    return true;                                    // a stop claimed it and resumes it
   }
   return !stoppable || !stopped_after_arm(gen);
 }
 
 bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
-  stoppable_.store(true, std::memory_order_relaxed);
-  const std::uint64_t gen = arm(h, WaitKind::yield);
+  const std::uint64_t gen = suspension_.arm(h, WaitKind::yield, true);
   return fire(gen, Wake::event) || true;  // queued: it is suspended either way
 }
 
 std::uint64_t CoroTaskBase::external_begin(std::coroutine_handle<> h) noexcept {
-  stoppable_.store(true, std::memory_order_relaxed);
   if (stop_requested()) {
-    woke_ = Wake::stop;
+    suspension_.set_wake(Wake::stop);
     return 0;
   }
-  return arm(h, WaitKind::callback);
+  return suspension_.arm(h, WaitKind::callback, true);
 }
 
 bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,
                               CoroTaskBase* target) {
-  stoppable_.store(true, std::memory_order_relaxed);
   if (stop_requested()) {
-    woke_ = Wake::stop;
+    suspension_.set_wake(Wake::stop);
     return false;
   }
-  const std::uint64_t gen = arm(h, WaitKind::task);
+  const std::uint64_t gen = suspension_.arm(h, WaitKind::task, true);
   if (target != nullptr) {
     // Once linked the task may be resumed on another worker (and unlink
     // itself) before this returns: what is needed afterwards is local.
-    bool linked = false;
-    {
-      SpinLockGuard lock(target->waiters_mu_);
-      if (!target->ended_) {
-        target->hold();
-        node_ = WaitNode{this, gen, target, target->waiters_};
-        target->waiters_ = &node_;
-        linked_ = true;
-        linked = true;
-      }
+    // No reference of its own: the awaited handle keeps the target alive
+    // until await_resume.
+    node_ = WaitNode{this, gen, target, nullptr};
+    linked_ = true;
+    if (!target->waiters_.add(&node_)) {  // it ended meanwhile
+      linked_ = false;
+      return !suspension_.claim(gen, Wake::event);
     }
-    if (!linked) return !claim(gen, Wake::event);  // it ended meanwhile
   } else {
     try {
       hub_->arm_poll(this, gen, awaited);
     } catch (...) {
-      if (claim(gen, Wake::none)) throw;
+      if (suspension_.claim(gen, Wake::none)) throw;
       return true;
     }
   }
@@ -305,64 +291,42 @@ bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,
 
 void CoroTaskBase::unlink_wait() noexcept {
   if (!linked_) return;
-  CoroTaskBase* target = node_.target;
-  {
-    SpinLockGuard lock(target->waiters_mu_);
-    // Still in the list unless the target ended (it then took the list).
-    for (WaitNode** p = &target->waiters_; *p != nullptr; p = &(*p)->next) {
-      if (*p == &node_) {
-        *p = node_.next;
-        break;
-      }
-    }
-  }
+  // Still in the list unless the target ended (it then took the list).
+  node_.target->waiters_.remove(&node_);
   linked_ = false;
-  node_ = WaitNode{};
-  target->drop();
 }
 
 void CoroTaskBase::end_wait() {
+  const Wake why = suspension_.take_wake();
+  // Woken by the end of its target, the task's node left the list then.
+  if (why == Wake::event) linked_ = false;
   unlink_wait();
-  const Wake why = std::exchange(woke_, Wake::none);
-  if (why == Wake::stop) throw_stopped();
+  if (why == Wake::stop) throw_stopped(state());
 }
 
-void CoroTaskBase::throw_stopped() const {
-  const TaskStateBase& s = *self_;
-  const std::string who =
-      s.name().empty() ? "#" + std::to_string(s.id) : "'" + s.name() + "' #" + std::to_string(s.id);
-  if (s.stop_reason() == StopReason::timed_out) {
-    throw Error(Errc::timed_out, "coroutine task " + who + ": timed_out");
-  }
-  throw Error(Errc::cancelled, "coroutine task " + who + ": cancelled");
-}
-
-void CoroTaskBase::wake_waiters() noexcept {
-  WaitNode* list = nullptr;
-  WaitNode* claimed = nullptr;
-  {
-    SpinLockGuard lock(waiters_mu_);
-    ended_ = true;
-    list = std::exchange(waiters_, nullptr);
-    // Claimed under the lock: a claimed waiter is not resumed by anyone
-    // else, so its node stays as it is until its step is queued below.
-    while (list != nullptr) {
-      WaitNode* n = std::exchange(list, list->next);
-      if (n->waiter->claim(n->gen, Wake::event)) {
-        n->next = claimed;
-        claimed = n;
-      }
-    }
-  }
+std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
+  // Claimed under the list's lock: a claimed waiter is not resumed by
+  // anyone else, so its node stays as it is until its step is queued.
+  WaitNode* claimed =
+      waiters_.close([](WaitNode& n) { return n.waiter->suspension_.claim(n.gen, Wake::event); });
+  std::coroutine_handle<> next = std::noop_coroutine();
+  // One waiter of this pool goes on here, on a worker of the pool, by
+  // symmetric transfer: no queue round trip for a fork-join's join.
+  bool here = transfer && claimed != nullptr && is_worker_of(self_);
   while (claimed != nullptr) {
     WaitNode* n = std::exchange(claimed, claimed->next);
-    n->waiter->post_step(false);  // its await_resume unlinks (nothing left) and releases us
+    CoroTaskBase* w = n->waiter;
+    if (here && w->core_ == core_) {
+      here = false;
+      next = w->suspension_.frame();
+      t_coro = w;  // the step goes on as the waiter's (StepScope restores it)
+      continue;
+    }
+    w->post_step(false);
   }
-}
-
-void CoroTaskBase::ended() noexcept {
-  wake_waiters();
-  leave_hub();
+  stop_.unlink();
+  leave_hub();  // may free this task
+  return next;
 }
 
 namespace {
@@ -381,7 +345,7 @@ bool is_stop_error(const std::exception_ptr& e) noexcept {
 
 // The outcome of a coroutine task that ran: a stop decides it, as for a
 // long task (src/engine/run.cpp).
-void CoroTaskBase::finish_root() noexcept {
+std::coroutine_handle<> CoroTaskBase::finish_root() noexcept {
   TaskStateBase& s = state();
   const StopReason stop = s.detach_runner();
   TaskStatus outcome = TaskStatus::succeeded;
@@ -402,7 +366,7 @@ void CoroTaskBase::finish_root() noexcept {
   }
   core_->count_outcome(outcome);
   (void)s.finish(outcome, why);
-  ended();
+  return ended(true);
 }
 
 void CoroTaskBase::abandon(Errc why, bool count) noexcept {
@@ -415,10 +379,8 @@ void CoroTaskBase::abandon(Errc why, bool count) noexcept {
   }
   if (count) core_->count_outcome(TaskStatus::cancelled);
   (void)s.finish(TaskStatus::cancelled, why);
-  ended();
+  (void)ended(false);
 }
-
-void CoroTaskBase::step_dropped() noexcept { abandon(Errc::shutdown_dropped); }
 
 }  // namespace detail
 }  // namespace crew

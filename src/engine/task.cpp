@@ -151,6 +151,7 @@ StopRequest TaskStateBase::request_stop(StopReason why) noexcept {
   stop_mu_.unlock();
   // Outside the lock: stop callbacks are user code.
   if (signalled) src.request_stop();
+  stop_requested_hook();
   return signalled ? StopRequest::signalled : StopRequest::recorded;
 }
 

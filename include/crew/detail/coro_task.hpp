@@ -2,9 +2,10 @@
 //
 // A coroutine task is a CoroState<R>: a task state (the same one a Task<R>
 // handle reads: status word, reference count, result, stop request) plus
-// CoroTaskBase, the coroutine side: the root frame, the stop source the
-// task runs under, the one suspension it may be in, and the coroutine tasks
-// waiting for it to end.
+// CoroTaskBase, the coroutine side: the root frame, its stop (the token it
+// hands out and its children, crew/detail/coro_stop.hpp), the one
+// suspension it may be in and the coroutine tasks waiting for it to end
+// (crew/detail/coro_suspension.hpp).
 //
 // Its life:
 //   spawn    the state is made, enrolled in its pool's CoroHub (one reference
@@ -24,7 +25,9 @@
 //            the outcome is decided (a stop makes it cancelled or timed_out
 //            however the coroutine returned, as for long tasks), the frame
 //            destroyed, the outcome counted, then published; the waiters are
-//            woken and the hub lets go.
+//            woken and the hub lets go. One waiter of the same pool goes on
+//            at once on this worker (symmetric transfer from the final
+//            suspension), the others are queued.
 //   abandon  a frame the task will never resume (its step was dropped by a
 //            shutdown, or a shutdown destroys it past its grace) is destroyed
 //            by the thread that claimed it, and the task ends cancelled with
@@ -52,12 +55,13 @@
 #include <cstdint>
 #include <exception>
 #include <new>
-#include <optional>
 #include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "crew/detail/block_cache.hpp"
+#include "crew/detail/coro_stop.hpp"
+#include "crew/detail/coro_suspension.hpp"
 #include "crew/detail/pool_core.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/task_state.hpp"
@@ -94,14 +98,10 @@ inline void frame_free(void* p, std::size_t n) noexcept {
 // suspension, on another thread (docs/coroutines.md, "Traps").
 [[nodiscard]] CoroTaskBase* current_coro_task() noexcept;
 
-// Why a suspended task was resumed.
-enum class Wake : std::uint8_t { none, event, stop };
-// What a suspended task waits for (the snapshot's `waits_on`).
-enum class WaitKind : std::uint8_t { none, sleep, task, yield, callback };
-[[nodiscard]] const char* to_string(WaitKind k) noexcept;
-
 // The part of a CoroState that does not depend on the result type
-// (src/coro/coro_task.cpp).
+// (src/coro/coro_task.cpp). Its parts: the Suspension (the one wait it may
+// be in), the WaitList (the coroutine tasks waiting for it to end), the
+// CoroStop (its token and its children).
 class CoroTaskBase {
  public:
   CoroTaskBase(const CoroTaskBase&) = delete;
@@ -109,11 +109,15 @@ class CoroTaskBase {
 
   [[nodiscard]] TaskStateBase& state() noexcept { return *self_; }
   [[nodiscard]] PoolCore& core() const noexcept { return *core_; }
-  [[nodiscard]] std::stop_token stop_token() const noexcept { return frame_.source.get_token(); }
-  [[nodiscard]] bool stop_requested() const noexcept { return frame_.source.stop_requested(); }
+  [[nodiscard]] std::stop_token stop_token() noexcept { return stop_.token(); }
+  // The task's state recorded a stop (Task::cancel, its deadline, a
+  // shutdown, its parent's stop).
+  [[nodiscard]] bool stop_requested() const noexcept {
+    return self_->stop_reason() != StopReason::none;
+  }
 
   // ---- spawn (the spawning thread, before the task is shared) ----
-  // Name, deadlines, the stop source and its link to `parent` (the spawning
+  // Name, deadlines, the runner link and the link to `parent` (the spawning
   // coroutine task, if any: its stop stops this one). Throws bad_alloc.
   void setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent);
   // Queues the task's start on its pool; returns the admission. A refused
@@ -139,19 +143,18 @@ class CoroTaskBase {
   // this thread's (rethrow), false if a waker took it (stay suspended).
   std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
   bool external_armed(std::uint64_t gen) noexcept { return !stopped_after_arm(gen); }
-  bool external_failed(std::uint64_t gen) noexcept { return claim(gen, Wake::none); }
+  bool external_failed(std::uint64_t gen) noexcept { return suspension_.claim(gen, Wake::none); }
   // In await_resume: why the task was resumed; a stop throws
   // Error(cancelled) or Error(timed_out) (its deadline).
   void end_wait();
-  [[noreturn]] void throw_stopped() const;
 
   // ---- the steps ----
   void run_start(Runner& runner) noexcept;  // the StartCell
   void run_resume() noexcept;               // a ResumeStep
-  // The root reached its final suspension (FinalAwaiter).
-  void finish_root() noexcept;
-  // A step of this task was destroyed unrun (a shutdown dropped it).
-  void step_dropped() noexcept;
+  // The root reached its final suspension (FinalAwaiter): ends the task
+  // and returns the frame to go on with on this thread (a waiter of the
+  // same pool it claimed, or std::noop_coroutine()).
+  std::coroutine_handle<> finish_root() noexcept;
   void start_dropped(Admission refused) noexcept;
   // Destroys a claimed (or never started) frame and ends the task
   // cancelled with `why`, counted unless `count` is false (the pool
@@ -162,39 +165,31 @@ class CoroTaskBase {
   // Claims generation `gen` and queues the resumption; false if it was
   // claimed already (or re-armed since).
   bool fire(std::uint64_t gen, Wake why) noexcept;
-  // The current generation if armed, else 0.
-  [[nodiscard]] std::uint64_t armed_gen() const noexcept {
-    const std::uint64_t w = wait_.load(std::memory_order_seq_cst);
-    return (w & 1) != 0 ? w >> 1 : 0;
-  }
   // Claims the armed generation without resuming (a shutdown that destroys
   // the frame); true if it did.
   bool claim_armed() noexcept;
   // Queues the step that resumes the claimed frame (or destroys it:
   // `abandon`), or hands it to the hub to retry while the queue is full.
   void post_step(bool abandon) noexcept;
+  // The task's state recorded a stop: ends a stoppable suspension and
+  // stops the token and the children (TaskStateBase::stop_requested_hook).
+  void on_stopped() noexcept;
 
   // A reference to the task (its state's count).
   void hold() noexcept { self_->add_ref(); }
   void drop() noexcept { self_->release(); }
 
-  // What the current suspension waits for and since when (steady ns), for
-  // the snapshot: written by the task's thread before arming, read by
-  // anyone (approximate while it changes).
-  [[nodiscard]] WaitKind waits_on() const noexcept {
-    return waiting_on_.load(std::memory_order_relaxed);
-  }
-  [[nodiscard]] std::int64_t suspended_since_ns() const noexcept {
-    return since_ns_.load(std::memory_order_relaxed);
-  }
+  // The current suspension (armed_gen, waits_on, since_ns: any thread).
+  [[nodiscard]] const Suspension& suspension() const noexcept { return suspension_; }
 
   // ---- the hub's registry (under its mutex) ----
   CoroTaskBase* reg_prev = nullptr;
   CoroTaskBase* reg_next = nullptr;
+  std::uint8_t reg_shard = 0;  // set by enroll
 
  protected:
   explicit CoroTaskBase(TaskStateBase* self) noexcept : self_(self) {}
-  ~CoroTaskBase();
+  ~CoroTaskBase() = default;
 
   virtual void destroy_root() noexcept = 0;
   [[nodiscard]] virtual std::coroutine_handle<> root_handle() const noexcept = 0;
@@ -205,69 +200,35 @@ class CoroTaskBase {
   void settled_unstarted() noexcept;
 
  private:
-  // One coroutine task waiting for this one to end (an awaiter's node, kept
-  // in the waiting task: a task waits for one thing at a time).
-  struct WaitNode {
-    CoroTaskBase* waiter = nullptr;
-    std::uint64_t gen = 0;
-    CoroTaskBase* target = nullptr;  // whose list it is in (holds a reference)
-    WaitNode* next = nullptr;
-  };
-  struct OnStop {
-    CoroTaskBase* task;
-    void operator()() const noexcept;
-  };
-  struct StopChild {
-    CoroTaskBase* child;
-    void operator()() const noexcept;
-  };
-
-  std::uint64_t arm(std::coroutine_handle<> h, WaitKind kind) noexcept;
-  bool claim(std::uint64_t gen, Wake why) noexcept;
   // After arming: a stop that came first is claimed here (true: resume now).
   bool stopped_after_arm(std::uint64_t gen) noexcept;
   // Takes this task's node out of its target's list, if it is there.
   void unlink_wait() noexcept;
-  // Marks the task ended for waiters and wakes them.
-  void wake_waiters() noexcept;
-  // What every end shares after the outcome is published.
-  void ended() noexcept;
+  // What every end shares after the outcome is published: the waiters
+  // wake, the links go. With `transfer`, one waiter of the same pool is
+  // not queued but returned, to be resumed on this thread (a worker).
+  std::coroutine_handle<> ended(bool transfer) noexcept;
   void leave_hub() noexcept;
-  void run_frame(std::coroutine_handle<> h) noexcept;
 
   TaskStateBase* const self_;
   PoolCore* core_ = nullptr;
   CoroHub* hub_ = nullptr;
   std::uint8_t level_ = 0;
-  std::int64_t queue_deadline_ns_ = 0;  // 0: none
-  std::chrono::nanoseconds timeout_{0};
-  // The task's stop source, attached to the state as its runner for the
-  // task's whole life, so that Task::cancel() and the deadline stop it.
-  RunFrame frame_;
-  std::optional<std::stop_callback<OnStop>> on_stop_;
-  std::optional<std::stop_callback<StopChild>> parent_link_;
-
-  // Bit 0: armed; the rest: the generation. Written by the task's thread
-  // (arm) and by whoever claims it.
-  std::atomic<std::uint64_t> wait_{0};
-  std::uint64_t gen_ = 0;              // the task's thread only
-  std::coroutine_handle<> resume_at_;  // the frame a claim resumes
-  Wake woke_ = Wake::none;             // written by the claimer before the step is queued
-  std::atomic<WaitKind> waiting_on_{WaitKind::none};
-  std::atomic<std::int64_t> since_ns_{0};
-  // Whether a stop ends the current suspension (written before arming).
-  std::atomic<bool> stoppable_{true};
-  WaitNode node_;
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
   // The hub holds it: set before the hub lists it (a shutdown that finds
   // it there may end it), cleared by whoever makes it leave.
   std::atomic<bool> enrolled_{false};
-
-  // The tasks waiting for this one, and whether it ended.
-  SpinLock waiters_mu_;
-  WaitNode* waiters_ CREW_GUARDED_BY(waiters_mu_) = nullptr;
-  bool ended_ CREW_GUARDED_BY(waiters_mu_) = false;
+  std::int64_t queue_deadline_ns_ = 0;  // 0: none
+  std::chrono::nanoseconds timeout_{0};
+  // Attached to the state as its runner for the task's whole life, so that
+  // a stop after the end is too late (TaskStateBase::detach_runner). Its
+  // source stays empty: the stop reaches the task through on_stopped().
+  RunFrame frame_;
+  Suspension suspension_;
+  WaitNode node_;     // this task's entry in its target's waiters (the task's thread)
+  WaitList waiters_;  // the tasks waiting for this one
+  CoroStop stop_;
 };
 
 // A step: the resumption (or, for a shutdown, the destruction) of a claimed
@@ -286,7 +247,7 @@ class ResumeStep {
   }
   ~ResumeStep() {
     if (t_ != nullptr) {  // dropped unrun by a shutdown
-      t_->step_dropped();
+      t_->abandon(Errc::shutdown_dropped);
       t_->drop();
     }
   }
@@ -350,8 +311,7 @@ struct PromiseBase {
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
       PromiseBase& p = h.promise();
       if (p.continuation) return p.continuation;  // symmetric transfer to the awaiter
-      p.task->finish_root();                      // destroys this frame
-      return std::noop_coroutine();
+      return p.task->finish_root();               // destroys this frame
     }
     void await_resume() noexcept {}
   };
@@ -428,6 +388,7 @@ class CoroState final : public ResultStateBase<R>, public CoroTaskBase {
   }
   [[nodiscard]] std::coroutine_handle<> root_handle() const noexcept override { return root_; }
   void discard_callable() noexcept override { settled_unstarted(); }
+  void stop_requested_hook() noexcept override { on_stopped(); }
 
   Handle root_;
 };

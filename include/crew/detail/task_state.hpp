@@ -364,6 +364,11 @@ class TaskStateBase {
   // the runner decided stands. Under the stop lock, so that the two cannot
   // both miss each other.
   StopRequest request_stop(StopReason why) noexcept CREW_EXCLUDES(stop_mu_);
+  // Told after request_stop recorded a stop that was not too late, on the
+  // requesting thread, outside the stop lock, while that thread holds a
+  // reference: a coroutine task wakes its suspension and stops its
+  // children here (src/coro/coro_task.cpp). Must not block.
+  virtual void stop_requested_hook() noexcept {}
   // Records only the reason (the first one wins), for a stop whose token is
   // stopped later on another thread (see PoolRuntime::stops).
   void note_stop_reason(StopReason why) noexcept {
