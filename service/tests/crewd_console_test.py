@@ -695,7 +695,7 @@ def case_queued(binary, _shots):
         body = json.dumps({"kind": "sleep", "ms": 60000, "timeout_ms": 60000, "name": "q"}).encode()
         req = (b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        for _ in range(n + 1):
+        for _ in range(n):  # all queued behind the holder
             c = socket.create_connection(("127.0.0.1", crewd.port), timeout=10)
             c.sendall(req)
             socks.append(c)

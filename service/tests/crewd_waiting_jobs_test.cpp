@@ -119,48 +119,55 @@ TEST(CrewdWaitingJobs, AThousandSleepJobsOnTwoWorkersAllEndWithinThreeSeconds) {
   expect_clean_stop(crewd);
 }
 
+// Starts a crewd whose call jobs GET `url` (more flags after), sends each
+// body in turn on its own connection, and stops crewd cleanly: the answers.
+std::vector<Exchange> call_jobs(const std::string& url, const std::vector<std::string>& more,
+                                const std::vector<std::string>& bodies) {
+  std::vector<std::string> args{"--listen", "127.0.0.1:0", "--jobs-call-url", url};
+  args.insert(args.end(), more.begin(), more.end());
+  Crewd crewd(args);
+  std::vector<Exchange> answers;
+  const int port = crewd.wait_port();
+  EXPECT_GT(port, 0) << crewd.log();
+  if (port <= 0) return answers;
+  for (const std::string& body : bodies) answers.push_back(post(port, "/api/v1/jobs", body));
+  expect_clean_stop(crewd);
+  return answers;
+}
+
 // A call job waits for the downstream's answer and reports its status,
 // whatever it is; no answer is 502 (refused) or 504 (past
 // jobs.call_timeout_ms); a job whose own deadline passes first is
 // timed_out, and its request is cancelled.
 TEST(CrewdWaitingJobs, ACallJobReportsTheDownstreamsStatus) {
   SlowDownstream teapot(50ms, 418);
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-call-url", teapot.url(),
-               "--jobs-call-timeout-ms", "300"});
-  const int port = crewd.wait_port();
-  ASSERT_GT(port, 0) << crewd.log();
-  const Exchange ok = post(port, "/api/v1/jobs", R"({"kind":"call","name":"fetch"})");
-  ASSERT_EQ(ok.status, 200) << ok.body;
-  Json j = json_of(ok);
+  auto answers = call_jobs(teapot.url(), {"--jobs-workers", "1"},
+                           {R"({"kind":"call","name":"fetch"})", R"({"kind":"call","ms":5})"});
+  ASSERT_EQ(answers.size(), 2u);
+  ASSERT_EQ(answers[0].status, 200) << answers[0].body;
+  Json j = json_of(answers[0]);
   EXPECT_EQ(j["kind"], "call");
   EXPECT_EQ(j["outcome"], "succeeded");
   EXPECT_EQ(j["downstream_status"], 418);
   EXPECT_FALSE(j.contains("ms"));
-  EXPECT_GE(j["run_ms"].get<double>(), 45) << ok.body;
+  EXPECT_GE(j["run_ms"].get<double>(), 45) << answers[0].body;
   EXPECT_EQ(teapot.requests(), 1);
+  EXPECT_EQ(answers[1].status, 400) << answers[1].body;
 
-  const Exchange with_ms = post(port, "/api/v1/jobs", R"({"kind":"call","ms":5})");
-  EXPECT_EQ(with_ms.status, 400) << with_ms.body;
-  expect_clean_stop(crewd);
-
-  // Slower than jobs.call_timeout_ms: 504 at that timeout.
+  // Slower than jobs.call_timeout_ms: 504 at that timeout. The job's own
+  // deadline first: timed_out, answered at that deadline.
   SlowDownstream slow(5s);
-  Crewd slow_crewd(
-      {"--listen", "127.0.0.1:0", "--jobs-call-url", slow.url(), "--jobs-call-timeout-ms", "200"});
-  const int slow_port = slow_crewd.wait_port();
-  ASSERT_GT(slow_port, 0) << slow_crewd.log();
-  const Exchange late = post(slow_port, "/api/v1/jobs", R"({"kind":"call"})");
-  ASSERT_EQ(late.status, 504) << late.body;
-  j = json_of(late);
+  answers = call_jobs(slow.url(), {"--jobs-call-timeout-ms", "200"},
+                      {R"({"kind":"call"})", R"({"kind":"call","timeout_ms":100})"});
+  ASSERT_EQ(answers.size(), 2u);
+  ASSERT_EQ(answers[0].status, 504) << answers[0].body;
+  j = json_of(answers[0]);
   EXPECT_EQ(j["outcome"], "failed");
   EXPECT_EQ(j["reason"], "downstream_timeout");
-  EXPECT_LT(late.ended - late.sent, 2s * kSlowdown);
-  // The job's own deadline first: timed_out, answered at that deadline.
-  const Exchange deadline = post(slow_port, "/api/v1/jobs", R"({"kind":"call","timeout_ms":100})");
-  ASSERT_EQ(deadline.status, 504) << deadline.body;
-  EXPECT_EQ(json_of(deadline)["outcome"], "timed_out") << deadline.body;
-  EXPECT_LT(deadline.ended - deadline.sent, 1s * kSlowdown);
-  expect_clean_stop(slow_crewd);
+  EXPECT_LT(answers[0].ended - answers[0].sent, 2s * kSlowdown);
+  ASSERT_EQ(answers[1].status, 504) << answers[1].body;
+  EXPECT_EQ(json_of(answers[1])["outcome"], "timed_out") << answers[1].body;
+  EXPECT_LT(answers[1].ended - answers[1].sent, 1s * kSlowdown);
 
   // Nobody listening: 502 at once.
   int closed_port = 0;
@@ -168,16 +175,34 @@ TEST(CrewdWaitingJobs, ACallJobReportsTheDownstreamsStatus) {
     SlowDownstream gone(0ms);
     closed_port = gone.port();
   }
-  Crewd refused_crewd({"--listen", "127.0.0.1:0", "--jobs-call-url",
-                       "http://127.0.0.1:" + std::to_string(closed_port) + "/none"});
-  const int refused_port = refused_crewd.wait_port();
-  ASSERT_GT(refused_port, 0) << refused_crewd.log();
-  const Exchange refused = post(refused_port, "/api/v1/jobs", R"({"kind":"call"})");
-  ASSERT_EQ(refused.status, 502) << refused.body;
-  j = json_of(refused);
+  answers = call_jobs("http://127.0.0.1:" + std::to_string(closed_port) + "/none", {},
+                      {R"({"kind":"call"})"});
+  ASSERT_EQ(answers.size(), 1u);
+  ASSERT_EQ(answers[0].status, 502) << answers[0].body;
+  j = json_of(answers[0]);
   EXPECT_EQ(j["outcome"], "failed");
   EXPECT_EQ(j["reason"], "downstream_error");
-  expect_clean_stop(refused_crewd);
+}
+
+// Figure 2, smaller: 200 call jobs against a downstream that answers in
+// 1 s, on 2 workers with jobs.max_in_flight = 200, wait together: all
+// answered 200 within 3 s of the first request, each one call downstream.
+TEST(CrewdWaitingJobs, TwoHundredCallJobsWaitForTheDownstreamTogether) {
+  raise_descriptor_limit();
+  SlowDownstream slow(1s);
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "2", "--jobs-max-in-flight", "200",
+               "--jobs-call-url", slow.url()});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const auto start = Clock::now();
+  const auto answers = post_all(port, R"({"kind":"call"})", 200, start + 3s * kSlowdown);
+  EXPECT_EQ(status_counts(answers), (std::map<int, int>{{200, 200}})) << crewd.log();
+  EXPECT_EQ(slow.requests(), 200);
+  for (const Exchange& ex : answers) {
+    EXPECT_EQ(json_of(ex)["downstream_status"], 200) << ex.body;
+    if (json_of(ex)["downstream_status"] != 200) break;
+  }
+  expect_clean_stop(crewd);
 }
 
 TEST(CrewdWaitingJobs, ACallJobWithoutACallUrlIs400) {
