@@ -147,19 +147,16 @@ struct JobRun {
   std::atomic<Clock::rep> started_at{0};
   std::atomic<Clock::rep> ended_at{0};
 
-  // The queue wait (none for a job refused at admission) and the run time
-  // (none for one that never started), in ms, once the job has ended.
+  // Once the job has ended, in ms: the queue wait (to the outcome for one
+  // that never started; none if refused at admission) and the run time.
   [[nodiscard]] std::pair<std::optional<double>, std::optional<double>> durations(
       Clock::time_point submitted) const {
     const crew::Task<void>& h = *handle;
     const bool did_start = started.load();
     if (!did_start && (!h.valid() || h.reason() == crew::Errc::rejected)) return {};
-    if (!coroutine) {
-      // The pool's own clock (Task::queue_wait, run_time): from the
-      // submission to the start, or to the outcome of a job that never
-      // started (expired, cancelled).
-      if (!did_start) return {millis(h.queue_wait()), std::nullopt};
-      return {millis(h.queue_wait()), millis(h.run_time())};
+    if (!coroutine) {  // the pool's clock (Task::queue_wait, run_time)
+      return {millis(h.queue_wait()),
+              did_start ? std::optional<double>(millis(h.run_time())) : std::nullopt};
     }
     const auto at = [](const std::atomic<Clock::rep>& t) {
       const Clock::rep v = t.load();
