@@ -149,7 +149,10 @@ int run(const Config& config) {
        .spin_when_contended = config.compute.spin_when_contended,
        .worker_policy = config.compute.worker_policy,
        .overload = overload_options(config.compute.overload)});
+  // jobs.workers threads, all started with the pool: sleep and call jobs
+  // wait without one, so the count is for the jobs that compute or block.
   crew::Pool jobs({.name = "jobs",
+                   .min_workers = config.jobs.workers,
                    .max_workers = config.jobs.workers,
                    .queue_capacity = config.jobs.queue,
                    .overflow = crew::Overflow::reject,

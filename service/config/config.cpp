@@ -51,19 +51,32 @@ LoadResult load_config(const std::vector<std::string>& args, const Environment& 
   if (auto err = flags.apply(config, sources)) return fail(std::move(*err));
 
   if (auto err = cross_check(config)) return fail("crewd: configuration error: " + *err + "\n");
-  if (const std::string why = resolve_error(config.host); !why.empty()) {
-    const auto listen = static_cast<std::size_t>(
-        std::find_if(all.begin(), all.end(), [](const Setting& st) { return st.key == "listen"; }) -
+  // Where the value of setting `key` came from, as an error line says it.
+  const auto from = [&](std::string_view key) -> std::string {
+    const auto i = static_cast<std::size_t>(
+        std::find_if(all.begin(), all.end(), [key](const Setting& st) { return st.key == key; }) -
         all.begin());
-    const std::string& src = sources[listen];
-    const std::string from = src == "flag"      ? "from flag --listen"
-                             : src == "env"     ? "from env CREWD_LISTEN"
-                             : src == "default" ? "default"
-                                                : "from " + src;
-    return fail(error_line("listen", shown_value(listen_text(config)), from,
+    const std::string& src = sources[i];
+    return src == "flag"      ? "from flag " + flag_name(key)
+           : src == "env"     ? "from env " + env_name(key)
+           : src == "default" ? std::string("default")
+                              : "from " + src;
+  };
+  if (const std::string why = resolve_error(config.host); !why.empty()) {
+    return fail(error_line("listen", shown_value(listen_text(config)), from("listen"),
                            "cannot resolve host " + shown_value(config.host) + ": " + why));
   }
+  // The downstream of call jobs is resolved now, so that a name that does
+  // not resolve fails start-up rather than every call.
+  if (const auto url = parse_http_url(config.jobs.call_url)) {
+    if (const std::string why = resolve_error(url->host); !why.empty()) {
+      return fail(error_line("jobs.call_url", shown_value(config.jobs.call_url),
+                             from("jobs.call_url"),
+                             "cannot resolve host " + shown_value(url->host) + ": " + why));
+    }
+  }
 
+  config.jobs.limits.allow_call = !config.jobs.call_url.empty();
   result.config = config;
   if (flags.print_config()) {
     result.out = to_toml(config, sources);

@@ -95,10 +95,18 @@ struct Config {
     Overload overload;
   } compute;
 
-  // POST /api/v1/jobs: long tasks with a deadline.
+  // POST /api/v1/jobs: long tasks with a deadline. Sleep and call jobs are
+  // coroutine tasks (they hold no thread while they wait); spin and stuck
+  // jobs, and jobs from Redis, hold a worker while they run.
   struct Jobs {
-    std::size_t workers = 64;
+    std::size_t workers = 64;  // threads of the pool, all started with it
     std::size_t queue = 1024;
+    // Jobs of POST /api/v1/jobs in progress (queued, running, or waiting
+    // suspended) at most; more: 503 with Retry-After, from the request's head.
+    std::size_t max_in_flight = 10'000;
+    // What a "call" job GETs (http://HOST[:PORT]/PATH); empty: no call jobs.
+    std::string call_url;
+    Millis call_timeout{5000};  // a call without an answer by then: 504
     Millis queue_timeout{5000};
     JobLimits limits;
     Overload overload;

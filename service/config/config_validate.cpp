@@ -53,6 +53,12 @@ std::optional<std::string> check_redis_address(std::string_view v) {
   return "must be HOST:PORT with a port in 1..65535, or empty (no Redis)";
 }
 
+std::optional<std::string> check_call_url(std::string_view v) {
+  if (v.empty() || parse_http_url(v)) return std::nullopt;
+  return "must be http://HOST[:PORT]/PATH (an IPv4 address or a name, a port in 1..65535, a path "
+         "of visible ASCII without query or fragment), or empty (no call jobs)";
+}
+
 std::optional<std::string> check_ui_address(std::string_view v) {
   if (v.empty()) return std::nullopt;
   boost::system::error_code ec;

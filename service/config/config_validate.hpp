@@ -24,6 +24,8 @@ namespace crewd {
 [[nodiscard]] std::optional<std::string> check_consumer(std::string_view v);
 [[nodiscard]] std::optional<std::string> check_anything(std::string_view v);
 [[nodiscard]] std::optional<std::string> check_redis_address(std::string_view v);
+// jobs.call_url: empty, or an http:// URL (parse_http_url).
+[[nodiscard]] std::optional<std::string> check_call_url(std::string_view v);
 // ui.admin_address: a numeric IPv4 or IPv6 address, or empty.
 [[nodiscard]] std::optional<std::string> check_ui_address(std::string_view v);
 // ui.token: empty, or 16..256 characters of a bearer token (RFC 6750 b64token).

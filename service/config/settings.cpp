@@ -301,8 +301,20 @@ const std::vector<Setting>& settings() {
     push_overload_settings<&Config::compute>(s, "compute", "factorials");
 
     s.push_back(integer(
-        "jobs.workers", "workers of pool jobs: jobs running at once",
+        "jobs.workers",
+        "threads of pool jobs (spin and stuck jobs hold one while they run; sleep and call jobs "
+        "hold none while they wait)",
         +[](Config& c) -> std::size_t& { return c.jobs.workers; }, 1, 10'000));
+    s.push_back(integer(
+        "jobs.max_in_flight",
+        "jobs in progress (queued, running or waiting) at most; more: 503 with Retry-After",
+        +[](Config& c) -> std::size_t& { return c.jobs.max_in_flight; }, 1, 1'000'000));
+    s.push_back(text(
+        "jobs.call_url", "what a \"call\" job GETs: http://HOST[:PORT]/PATH (empty: no call jobs)",
+        +[](Config& c) -> std::string& { return c.jobs.call_url; }, check_call_url));
+    s.push_back(integer(
+        "jobs.call_timeout_ms", "a call job's downstream not answered by then: 504",
+        +[](Config& c) -> Millis& { return c.jobs.call_timeout; }, 1, kDay));
     s.push_back(integer(
         "jobs.queue", "queued jobs at most (more: 503)",
         +[](Config& c) -> std::size_t& { return c.jobs.queue; }, 1, 1'000'000));

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <charconv>
 #include <crew/asio.hpp>
+#include <crew/coro.hpp>
 #include <crew/error.hpp>
 #include <exception>
 #include <iterator>
@@ -32,7 +33,9 @@
 #include <variant>
 
 #include "http/server_state.hpp"
+#include "jobs/downstream.hpp"
 #include "jobs/job_runner.hpp"
+#include "jobs/job_spawn.hpp"
 #include "jobs/jobs.hpp"
 #include "ui/console.hpp"
 #include "ui/console_guard.hpp"
@@ -108,7 +111,22 @@ std::optional<Response> refuse_if_overloaded(crew::Pool& pool) {
 std::optional<Response> compute_admit_head(const State& s) {
   return refuse_if_overloaded(s.pools.compute);
 }
+// The 503 of a job past jobs.max_in_flight.
+Response in_flight_response(const State& s) {
+  Response r = json_response(
+      503, Json{{"error", "jobs.max_in_flight (" + std::to_string(s.config.jobs.max_in_flight) +
+                              ") jobs are in progress"},
+                {"outcome", "rejected"},
+                {"pool", "jobs"},
+                {"reason", "max_in_flight"},
+                {"status", 503}});
+  r.retry_after = 1;
+  return r;
+}
 std::optional<Response> jobs_admit_head(const State& s) {
+  if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
+    return in_flight_response(s);
+  }
   return refuse_if_overloaded(s.pools.jobs);
 }
 
@@ -116,11 +134,37 @@ std::optional<Response> jobs_admit_head(const State& s) {
 // connection's I/O thread; the handler sets it before the completion runs)
 // and the console's book (which may cancel it from another I/O thread:
 // neither changes the handle, so the completion's reads of its durations
-// do not race that). `started` is the task's, set on its worker.
+// do not race that). `started` and `answer` are the task's, set on its
+// worker; the completion reads `answer` once the task has ended.
 struct JobRun {
   std::shared_ptr<crew::Task<void>> handle = std::make_shared<crew::Task<void>>();
   std::atomic<bool> started{false};
-  std::string request_id;  // X-Request-Id, the task's correlation id
+  std::string request_id;   // X-Request-Id, the task's correlation id
+  DownstreamAnswer answer;  // a call job's
+  // A coroutine job's first step and the end of its frame, crewd's clock
+  // (the pool does not time coroutine tasks): its queue wait and run time.
+  bool coroutine = false;
+  std::atomic<Clock::rep> started_at{0};
+  std::atomic<Clock::rep> ended_at{0};
+
+  // Once the job has ended, in ms: the queue wait (to the outcome for one
+  // that never started; none if refused at admission) and the run time.
+  [[nodiscard]] std::pair<std::optional<double>, std::optional<double>> durations(
+      Clock::time_point submitted) const {
+    const crew::Task<void>& h = *handle;
+    const bool did_start = started.load();
+    if (!did_start && (!h.valid() || h.reason() == crew::Errc::rejected)) return {};
+    if (!coroutine) {  // the pool's clock (Task::queue_wait, run_time)
+      return {millis(h.queue_wait()),
+              did_start ? std::optional<double>(millis(h.run_time())) : std::nullopt};
+    }
+    const auto at = [](const std::atomic<Clock::rep>& t) {
+      const Clock::rep v = t.load();
+      return v == 0 ? Clock::now() : Clock::time_point(Clock::duration(v));
+    };
+    if (!did_start) return {millis(Clock::now() - submitted), std::nullopt};
+    return {millis(at(started_at) - submitted), millis(at(ended_at) - at(started_at))};
+  }
 };
 
 // ---- Handlers that hand work to a pool ----
@@ -184,6 +228,7 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
   std::optional<crew::Errc> reason;
   crew::OverloadReason overload = crew::OverloadReason::none;
   bool retry_after = false;
+  std::string downstream_reason;  // a call job's downstream gave no answer
   if (e) {
     try {
       std::rethrow_exception(e);
@@ -232,6 +277,11 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
               "pool jobs did not run the task (" + std::string(crew::to_string(err.code())) + ")";
           break;
       }
+    } catch (const DownstreamError& err) {
+      outcome = "failed";
+      code = err.timed_out() ? 504 : 502;
+      message = err.what();
+      downstream_reason = err.timed_out() ? "downstream_timeout" : "downstream_error";
     } catch (const std::exception& err) {
       outcome = "failed";
       code = 500;
@@ -239,21 +289,22 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
       s.log->error("job {}: {}", job.name, err.what());
     }
   }
-  Json body{{"name", job.name},       {"kind", std::string(to_string(job.kind))},
-            {"ms", job.ms},           {"timeout_ms", job.timeout_ms},
-            {"task_id", handle.id()}, {"request_id", run.request_id},
-            {"outcome", outcome}};
-  // The pool's own clock (Task::queue_wait, run_time): from the submission
-  // to the start, or to the outcome of a job that never started (expired,
-  // cancelled); none for a job refused at admission.
-  const bool started = run.started.load();
-  const bool refused = !started && (!handle.valid() || handle.reason() == crew::Errc::rejected);
-  if (!refused) body["queue_wait_ms"] = millis(handle.queue_wait());
-  if (started) body["run_ms"] = millis(handle.run_time());
+  Json body{{"name", job.name}, {"kind", std::string(to_string(job.kind))}};
+  if (job.kind != JobKind::call) body["ms"] = job.ms;
+  body["timeout_ms"] = job.timeout_ms;
+  body["task_id"] = handle.id();
+  body["request_id"] = run.request_id;
+  body["outcome"] = outcome;
+  if (job.kind == JobKind::call && code == 200) body["downstream_status"] = run.answer.status;
+  const auto [queue_ms, run_ms] = run.durations(submitted);
+  if (queue_ms) body["queue_wait_ms"] = *queue_ms;
+  if (run_ms) body["run_ms"] = *run_ms;
   body["total_ms"] = millis(Clock::now() - submitted);
   if (code != 200) {
     body["error"] = message;
-    body["reason"] = reason ? std::string(crew::to_string(*reason)) : "failed";
+    body["reason"] = reason                       ? std::string(crew::to_string(*reason))
+                     : !downstream_reason.empty() ? downstream_reason
+                                                  : "failed";
     body["status"] = code;
     if (overload != crew::OverloadReason::none) {
       body["pool"] = "jobs";
@@ -270,9 +321,9 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
                      .run_ms = -1,
                      .ended = Clock::now(),
                      .request_id = run.request_id};
-    if (started) {
-      o.queue_ms = millis(handle.queue_wait());
-      o.run_ms = millis(handle.run_time());
+    if (run_ms) {
+      o.queue_ms = *queue_ms;
+      o.run_ms = *run_ms;
     }
     s.console->jobs().finish(std::move(o));
   }
@@ -283,6 +334,24 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
                         : 1;
   }
   return r;
+}
+
+// A sleep or call job: a coroutine task, suspended while it waits.
+crew::Co<void> waiting_job(JobRequest job, std::shared_ptr<JobRun> run, ui::JobBook* book,
+                           std::shared_ptr<State> keep, boost::asio::any_io_executor io) {
+  run->started_at.store(Clock::now().time_since_epoch().count());
+  run->started.store(true);
+  if (book != nullptr) book->started();  // `keep` holds the console
+  struct End {  // however the frame ends: returned, threw, or destroyed while it waited
+    JobRun& run;
+    ~End() { run.ended_at.store(Clock::now().time_since_epoch().count()); }
+  } end{*run};
+  if (job.kind == JobKind::call) {
+    run->answer =
+        co_await call_downstream(std::move(io), *keep->downstream, keep->config.jobs.call_timeout);
+  } else {
+    co_await crew::sleep_for(std::chrono::milliseconds(job.ms));
+  }
 }
 
 // crew::asio delivers a job's completion from the task's run, just before
@@ -316,36 +385,56 @@ void job(Exchange& ex) {
     ex.respond(error_response(400, e->message));
     return;
   }
+  // A slot of jobs.max_in_flight, given back when the job is answered.
+  if (s.jobs_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
+    s.jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    ex.respond(in_flight_response(s));
+    return;
+  }
   const JobRequest job = std::get<JobRequest>(parsed);
   auto run = std::make_shared<JobRun>();
   run->request_id = ex.request().request_id;
   const auto submitted = Clock::now();
   ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
-  auto task = [job, run, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
-    run->started.store(true);
-    if (book != nullptr) book->started();  // `keep` holds the console
-    (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
-  };
   crew::TaskOptions options{.name = job.name,
                             .timeout = std::chrono::milliseconds(job.timeout_ms),
                             .queue_timeout = s.config.jobs.queue_timeout,
                             .correlation_id = run->request_id};
   auto done = [reply = ex.later(), job, run, submitted,
                io = ex.executor()](std::exception_ptr e) mutable {
+    reply.state().jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
     answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
                         Clock::now() + kSettleBound);
   };
   // The completion runs on this thread, after this handler: the handle is
   // set and the console's book has the job by then.
-  crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
-                               std::move(done), *run->handle);
-  if (s.console != nullptr) s.console->jobs().add(job, run->handle, submitted);
+  if (job.kind == JobKind::sleep || job.kind == JobKind::call) {
+    run->coroutine = true;
+    async_try_spawn(s.pools.jobs, ex.executor(),
+                    waiting_job(job, run, book, s.shared_from_this(), ex.executor()),
+                    std::move(options), std::move(done), run->handle);
+  } else {
+    auto task = [job, run, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+      run->started.store(true);
+      if (book != nullptr) book->started();  // `keep` holds the console
+      (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
+    };
+    crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
+                                 std::move(done), *run->handle);
+  }
+  if (s.console != nullptr) {
+    s.console->jobs().add(job, run->handle, submitted,
+                          std::shared_ptr<const std::atomic<bool>>(run, &run->started));
+  }
 }
 
 // A job whose body is not sent yet (Expect: 100-continue): the pool would
 // refuse it, so say so before the client sends the body (a slot may free
 // meanwhile; then the client retries).
 std::optional<Response> job_expect_body(const State& s) {
+  if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
+    return in_flight_response(s);
+  }
   if (s.pools.jobs.stats().queued < s.config.jobs.queue) return std::nullopt;
   Response r = error_response(503, "pool jobs refused the task (full)");
   r.retry_after = 1;
@@ -359,6 +448,7 @@ void pools(Exchange& ex) {
   Json list = Json::array();
   for (const crew::Pool* p : {&s.pools.compute, &s.pools.jobs}) {
     const crew::PoolStats st = p->stats();
+    const crew::CoroutineTasks coroutines = crew::coroutine_tasks(*p);
     Json worker_list = Json::array();
     for (const crew::WorkerInfo& w : p->workers()) {
       Json worker{{"id", w.id},
@@ -373,9 +463,19 @@ void pools(Exchange& ex) {
       }
       worker_list.push_back(std::move(worker));
     }
-    Json pool = ui::pool_json(*p, st);
+    Json pool = ui::pool_json(*p, st, coroutines);
     pool["helped"] = st.helped;
     pool["worker_list"] = std::move(worker_list);
+    // Coroutine tasks suspended now (sleep and call jobs waiting): on no worker.
+    Json suspended_list = Json::array();
+    for (const crew::SuspendedCoroutine& c : coroutines.suspended) {
+      suspended_list.push_back(Json{
+          {"task",
+           Json{{"id", c.task.id}, {"name", c.task.name}, {"request_id", c.task.correlation_id}}},
+          {"waits_on", std::string(c.waits_on)},
+          {"suspended_ms", millis(c.suspended_for)}});
+    }
+    pool["suspended_list"] = std::move(suspended_list);
     list.push_back(std::move(pool));
   }
   const Json http{{"io_threads", s.workers.size()},

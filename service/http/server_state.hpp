@@ -20,6 +20,11 @@
 //     read by stop() and serve().
 //   next_worker, last_accept_warning, acceptor, accept_retry: the accepting
 //     thread only (I/O thread 0), after bind().
+//   jobs_in_flight: jobs of POST /api/v1/jobs taken and not yet answered
+//     (what jobs.max_in_flight bounds); the I/O threads, at a job's
+//     admission and answer.
+//   downstream: what call jobs GET (jobs.call_url), resolved by the
+//     constructor; read-only after (the jobs pool's workers).
 //   workers: built by the constructor, then fixed; each IoThread's own
 //     fields belong to its thread (io_thread.hpp).
 #pragma once
@@ -40,6 +45,7 @@
 #include "http/io_thread.hpp"
 #include "http/request.hpp"
 #include "http/server.hpp"
+#include "jobs/downstream.hpp"
 
 namespace crewd {
 
@@ -52,7 +58,11 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
         pools(p),
         log(std::move(l)),
         requests(std::move(r)),
-        exposed(std::move(e)) {}
+        exposed(std::move(e)) {
+    if (const auto url = parse_http_url(c.jobs.call_url)) {
+      downstream = resolve_downstream(*url, c.jobs.call_url);
+    }
+  }
 
   void accept_next();
   void on_accept(const http::error_code& ec, http::tcp::socket socket, std::size_t worker);
@@ -69,6 +79,7 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   std::vector<std::shared_ptr<prometheus::Collectable>> exposed;
   std::vector<std::function<std::string()>> readiness_checks;
   std::shared_ptr<ui::Console> console;  // null: the console's routes answer 404
+  std::optional<Downstream> downstream;  // none without jobs.call_url
   http::Gate gate;
   std::size_t max_connections = 0;
   // Closes that may linger at once (kLinger): the descriptors left over
@@ -79,6 +90,7 @@ struct HttpServer::State : std::enable_shared_from_this<HttpServer::State> {
   std::atomic<std::size_t> open{0};
   // Connections closing, lingering: what max_lingering bounds.
   std::atomic<std::size_t> lingering{0};
+  std::atomic<std::size_t> jobs_in_flight{0};
   std::atomic<int> listen_fd{-1};
   std::atomic<http::Clock::time_point> stop_deadline{http::Clock::time_point::max()};
   std::size_t next_worker = 0;  // worker 0's thread

@@ -53,6 +53,8 @@ std::string_view to_string(JobKind kind) noexcept {
       return "spin";
     case JobKind::stuck:
       return "stuck";
+    case JobKind::call:
+      return "call";
   }
   return "?";
 }
@@ -103,8 +105,13 @@ std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
         req.kind = JobKind::spin;
       } else if (s != nullptr && *s == "stuck" && limits.allow_stuck) {
         req.kind = JobKind::stuck;
+      } else if (s != nullptr && *s == "call" && limits.allow_call) {
+        req.kind = JobKind::call;
+      } else if (s != nullptr && *s == "call") {
+        return ParseError{"kind \"call\" needs a downstream: jobs.call_url is not set"};
       } else {
-        return ParseError{"kind must be \"sleep\" or \"spin\""};
+        return ParseError{limits.allow_call ? "kind must be \"sleep\", \"spin\" or \"call\""
+                                            : "kind must be \"sleep\" or \"spin\""};
       }
       have_kind = true;
     } else if (key == "ms") {
@@ -130,10 +137,50 @@ std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
     }
   }
   if (!have_kind) return ParseError{"kind is required (\"sleep\" or \"spin\")"};
-  if (!have_ms) return ParseError{"ms is required: " + range_message("ms", 0, limits.max_ms)};
+  if (req.kind == JobKind::call && have_ms) {
+    return ParseError{"ms does not apply to kind \"call\" (it waits for the downstream's answer)"};
+  }
+  if (!have_ms && req.kind != JobKind::call) {
+    return ParseError{"ms is required: " + range_message("ms", 0, limits.max_ms)};
+  }
   if (!have_timeout) req.timeout_ms = limits.default_timeout_ms;
   if (req.name.empty()) req.name = std::string(to_string(req.kind));
   return req;
+}
+
+std::optional<HttpUrl> parse_http_url(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.size() > 2048 || url.substr(0, kScheme.size()) != kScheme) return std::nullopt;
+  url.remove_prefix(kScheme.size());
+  const std::size_t slash = url.find('/');
+  const std::string_view authority = url.substr(0, slash);
+  HttpUrl out;
+  if (slash != std::string_view::npos) out.target = std::string(url.substr(slash));
+  // Visible ASCII only, and no query or fragment: the target is sent as it is.
+  if (!std::all_of(out.target.begin(), out.target.end(),
+                   [](char c) { return c > 0x20 && c < 0x7f && c != '?' && c != '#'; })) {
+    return std::nullopt;
+  }
+  const std::size_t colon = authority.rfind(':');
+  const std::string_view host = authority.substr(0, colon);
+  if (colon != std::string_view::npos) {
+    const std::string_view digits = authority.substr(colon + 1);
+    std::uint32_t port = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size() || port < 1 ||
+        port > 65535) {
+      return std::nullopt;
+    }
+    out.port = static_cast<std::uint16_t>(port);
+  }
+  if (host.empty() || host.size() > 253 || !std::all_of(host.begin(), host.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '.' || c == '-';
+      })) {
+    return std::nullopt;
+  }
+  out.host = std::string(host);
+  return out;
 }
 
 }  // namespace crewd

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -41,6 +42,10 @@ enum class JobKind : std::uint8_t {
   // interrupted. For tests of deadlines and write-offs (abandoned workers);
   // accepted only with JobLimits::allow_stuck (jobs.allow_stuck).
   stuck,
+  // An HTTP GET to the downstream of jobs.call_url: waits for its answer
+  // and reports its status. Accepted only with JobLimits::allow_call (a
+  // jobs.call_url is set); takes no "ms".
+  call,
 };
 
 [[nodiscard]] std::string_view to_string(JobKind kind) noexcept;
@@ -51,6 +56,7 @@ struct JobLimits {
   std::uint32_t max_timeout_ms = 60'000;     // "timeout_ms": 1..max_timeout_ms
   std::uint32_t default_timeout_ms = 5'000;  // when "timeout_ms" is absent
   bool allow_stuck = false;                  // kind "stuck" accepted
+  bool allow_call = false;                   // kind "call" accepted (jobs.call_url is set)
 };
 
 inline constexpr std::size_t kMaxJobNameLength = 64;
@@ -67,10 +73,23 @@ struct JobRequest {
 };
 
 // The body of POST /api/v1/jobs:
-//   {"kind": "sleep"|"spin"|"stuck", "ms": N, "timeout_ms": M, "name": "..."}
-// kind and ms are required; unknown fields are refused (a typo must not
-// silently fall back to a default).
+//   {"kind": "sleep"|"spin"|"stuck"|"call", "ms": N, "timeout_ms": M, "name": "..."}
+// kind is required, and ms for every kind but call (which refuses it);
+// unknown fields are refused (a typo must not silently fall back to a
+// default).
 [[nodiscard]] std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
                                                                      const JobLimits& limits);
+
+// An http:// URL without user info, query or fragment: what jobs.call_url
+// holds. The host is an IPv4 address or a name (resolved when crewd starts),
+// the port 1..65535 (80 when absent), the target the path ("/" when absent).
+struct HttpUrl {
+  std::string host;
+  std::uint16_t port = 80;
+  std::string target = "/";
+
+  friend bool operator==(const HttpUrl&, const HttpUrl&) = default;
+};
+[[nodiscard]] std::optional<HttpUrl> parse_http_url(std::string_view url);
 
 }  // namespace crewd

@@ -142,6 +142,25 @@ TEST(CrewdConfig, ABadValueNamesTheSettingAndWhereItCameFrom) {
       {{"--jobs-default-timeout-ms", "90000"},
        {},
        "jobs.default_timeout_ms (90000) must not exceed jobs.max_timeout_ms (60000)"},
+      {{"--jobs-call-url", "https://127.0.0.1/x"},
+       {},
+       "jobs.call_url = \"https://127.0.0.1/x\" (from flag --jobs-call-url): must be "
+       "http://HOST[:PORT]/PATH"},
+      {{},
+       {{"CREWD_JOBS_CALL_URL", "http://127.0.0.1:0/x"}},
+       "jobs.call_url = \"http://127.0.0.1:0/x\" (from env CREWD_JOBS_CALL_URL): must be "
+       "http://HOST[:PORT]/PATH"},
+      {{"--jobs-call-url", "http://no-such-host.invalid:8080/x"},
+       {},
+       "jobs.call_url = \"http://no-such-host.invalid:8080/x\" (from flag --jobs-call-url): "
+       "cannot resolve host \"no-such-host.invalid\""},
+      {{"--jobs-max-in-flight", "0"},
+       {},
+       "jobs.max_in_flight = \"0\" (from flag --jobs-max-in-flight): must be an integer in "
+       "1..1000000"},
+      {{"--jobs-call-timeout-ms", "0"},
+       {},
+       "jobs.call_timeout_ms = \"0\" (from flag --jobs-call-timeout-ms): must be an integer"},
   };
   for (const Case& c : cases) {
     const LoadResult r = load_config(c.args, env_of(c.env));

@@ -9,8 +9,8 @@ Cases (--case runs one; ctest registers each as its own test):
   page       the page loads with no console error and no request to another
              origin, weighs under 100 KB, and fits a 360-pixel-wide viewport
              without horizontal scrolling; takes the screenshots (--shots)
-  busy       8 sleeping jobs: the page's busy count equals /api/v1/pools
-             within 1.5 s
+  busy       8 jobs holding a worker each (kind "stuck"): the page's busy
+             count equals /api/v1/pools within 1.5 s
   overdue    a job with a 1 s deadline that ignores its stop (kind "stuck",
              jobs.allow_stuck): "overdue" within 2 s of its deadline, then
              "abandoned" with the replacement worker within 2 s of the
@@ -31,7 +31,7 @@ Cases (--case runs one; ctest registers each as its own test):
              resumes when it is visible again
   redis      with [redis] configured (against a redis-server it starts): the
              connection, and a dead letter with its error
-  queued     with 10,000 queued jobs the snapshot is under 64 KB and 5 ms, and
+  queued     with 10,000 queued jobs (behind a stuck one) the snapshot is under 64 KB and 5 ms, and
              the page says how many rows it left out
   request_id a job sent with X-Request-Id <b>req-1</b>"'& shows that id as
              text in the running tasks, then in the recent outcomes
@@ -234,9 +234,10 @@ def open_console(d, crewd, suffix=""):
 
 
 def running_job_id(crewd, name, timeout=5):
+    """On a worker, or (a sleep job waiting) among the suspended coroutine tasks."""
     def find():
         for p in crewd.get_json("/api/v1/pools")["pools"]:
-            for w in p["worker_list"]:
+            for w in p["worker_list"] + p["suspended_list"]:
                 if w.get("task", {}).get("name") == name:
                     return w["task"]["id"]
         return None
@@ -342,11 +343,12 @@ def case_page(binary, shots):
 
 
 def case_busy(binary, _shots):
-    with Session(binary, "--jobs-workers", "16") as s:
+    # Stuck jobs hold a worker while they run (a sleep job waits on none).
+    with Session(binary, "--jobs-workers", "16", "--jobs-allow-stuck", "true") as s:
         crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
         for i in range(8):
-            s.submit(kind="sleep", ms=15000, timeout_ms=20000, name=f"sleep-{i}")
+            s.submit(kind="stuck", ms=15000, timeout_ms=20000, name=f"stuck-{i}")
         seen = wait_until(lambda: crewd.jobs_pool()["busy"] == 8, 5)
         t0 = time.monotonic()
         check(seen, "/api/v1/pools says 8 busy")
@@ -564,13 +566,16 @@ REPORT = re.compile(
 
 
 def case_shutdown(binary, _shots):
-    with Session(binary, "--jobs-workers", "2", "--shutdown-mode", "soft") as s:
+    # Stuck jobs: 2 hold the workers, 3 wait in the queue (sleep jobs would
+    # all wait suspended, on no worker).
+    with Session(binary, "--jobs-workers", "2", "--shutdown-mode", "soft",
+                 "--jobs-allow-stuck", "true") as s:
         crewd, d = s.crewd, s.d
         check(open_console(d, crewd), "the console renders its pools")
         for i in range(2):
-            s.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"run-{i}")
+            s.submit(kind="stuck", ms=2500, timeout_ms=10000, name=f"run-{i}")
         for i in range(3):
-            s.submit(kind="sleep", ms=2500, timeout_ms=10000, name=f"wait-{i}")
+            s.submit(kind="stuck", ms=2500, timeout_ms=10000, name=f"wait-{i}")
         check(wait_until(lambda: crewd.jobs_pool()["queued"] == 3, 5), "2 jobs run, 3 wait")
         time.sleep(0.6)
         sent = time.monotonic()
@@ -683,16 +688,20 @@ def case_queued(binary, _shots):
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     # 10,000 jobs stand queued on purpose (the Session runs crewd without
-    # its overload controller).
+    # its overload controller). A stuck job holds the one worker; the sleep
+    # jobs' starts queue behind it.
     with Session(binary, "--jobs-workers", "1", "--jobs-queue", "20000",
-                 "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096") as s:
+                 "--jobs-queue-timeout-ms", "600000", "--http-backlog", "4096",
+                 "--jobs-allow-stuck", "true", "--jobs-max-in-flight", "20000") as s:
         crewd, d = s.crewd, s.d
         socks = []
         s.closers.append(lambda: [k.close() for k in socks])
+        s.submit(kind="stuck", ms=60000, timeout_ms=60000, name="holder")
+        check(wait_until(lambda: crewd.jobs_pool()["busy"] == 1, 5), "a stuck job holds the worker")
         body = json.dumps({"kind": "sleep", "ms": 60000, "timeout_ms": 60000, "name": "q"}).encode()
         req = (b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        for _ in range(n + 1):
+        for _ in range(n):  # all queued behind the holder
             c = socket.create_connection(("127.0.0.1", crewd.port), timeout=10)
             c.sendall(req)
             socks.append(c)

@@ -305,6 +305,18 @@ inline Exchange post(int port, const std::string& target, const std::string& bod
   return send_request(port, request_text("POST", target, body));
 }
 
+// Joins the threads still joinable when it goes out of scope: threads
+// that talk to a crewd end before the crewd object (declared before them)
+// is destroyed.
+struct JoinAll {
+  std::vector<std::thread>& threads;
+  ~JoinAll() {
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+};
+
 // crewd as a child process. Its stderr (the log) is collected by a thread;
 // the destructor kills a crewd that is still running.
 class Crewd {

@@ -277,33 +277,51 @@ TEST_F(CrewdHttp, KeepAliveServesSeveralRequestsOnOneConnection) {
 }
 
 TEST_F(CrewdHttp, PoolsShowStatsAndWorkersOfEveryPool) {
-  // A job running meanwhile shows up in the jobs pool's worker list.
-  std::thread job([port = port_] {
-    (void)post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1000,"name":"visible-job"})");
+  // Jobs running meanwhile show up in the jobs pool: a spin job in its
+  // worker list, a sleep job (a coroutine task, on no worker while it
+  // waits) in its suspended list.
+  std::thread spin([port = port_] {
+    (void)post(port, "/api/v1/jobs", R"({"kind":"spin","ms":1000,"name":"visible-job"})");
+  });
+  std::thread sleep([port = port_] {
+    (void)post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":1000,"name":"waiting-job"})");
   });
   bool seen = false;
+  bool seen_waiting = false;
   Json j;
-  for (int i = 0; i < 200 * kSlowdown && !seen; ++i) {
+  for (int i = 0; i < 200 * kSlowdown && !(seen && seen_waiting); ++i) {
     const Exchange ex = get(port_, "/api/v1/pools");
     ASSERT_EQ(ex.status, 200);
     j = json_of(ex);
     for (const auto& p : j["pools"]) {
+      if (p["name"] != "jobs") continue;
       for (const auto& w : p["worker_list"]) {
-        if (p["name"] == "jobs" && w.contains("task") && w["task"]["name"] == "visible-job") {
+        if (w.contains("task") && w["task"]["name"] == "visible-job") {
           EXPECT_EQ(w["state"], "busy");
           seen = true;
         }
       }
+      for (const auto& c : p["suspended_list"]) {
+        if (c["task"]["name"] == "waiting-job") {
+          EXPECT_EQ(c["waits_on"], "sleep");
+          EXPECT_GE(p["suspended"].get<int>(), 1);
+          EXPECT_GE(p["coroutines"].get<int>(), 1);
+          seen_waiting = true;
+        }
+      }
     }
-    if (!seen) std::this_thread::sleep_for(5ms);
+    if (!(seen && seen_waiting)) std::this_thread::sleep_for(5ms);
   }
-  job.join();
+  spin.join();
+  sleep.join();
   EXPECT_TRUE(seen) << j.dump(2);
+  EXPECT_TRUE(seen_waiting) << j.dump(2);
   std::vector<std::string> names;
   for (const auto& p : j["pools"]) {
     names.push_back(p["name"]);
-    for (const char* key : {"state", "workers", "idle", "busy", "max_workers", "queued",
-                            "submitted", "outcomes", "helped", "worker_list"}) {
+    for (const char* key :
+         {"state", "workers", "idle", "busy", "max_workers", "queued", "submitted", "outcomes",
+          "helped", "worker_list", "coroutines", "suspended", "suspended_list"}) {
       EXPECT_TRUE(p.contains(key)) << key;
     }
   }
@@ -354,16 +372,6 @@ TEST_F(CrewdHttp, MetricsCoverPoolsRequestsAndTheProcess) {
   }
 }
 
-// Joins threads on every way out of a test.
-struct JoinAll {
-  std::vector<std::thread>& threads;
-  ~JoinAll() {
-    for (auto& t : threads) {
-      if (t.joinable()) t.join();
-    }
-  }
-};
-
 // Fills a crewd started with one job worker and a queue of one: one job
 // running and one queued, each a 600 ms sleep answered 200 on `holders`.
 // False if the pool never got there (bounded).
@@ -380,10 +388,11 @@ bool hold_jobs_pool(int port, std::vector<std::thread>& holders) {
     return false;
   };
   // One after the other: the second must find the first running, not still
-  // queued (the queue holds one).
+  // queued (the queue holds one). Stuck jobs: each holds the worker while
+  // it runs (a sleep job would wait without it).
   for (int i = 0; i < 2; ++i) {
     holders.emplace_back([port] {
-      const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":600})");
+      const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"stuck","ms":600})");
       EXPECT_EQ(ex.status, 200) << ex.body;
     });
     if (!wait_for_jobs(1, i)) return false;
@@ -396,8 +405,8 @@ bool hold_jobs_pool(int port, std::vector<std::thread>& holders) {
 // test has failed then).
 int start_and_hold(std::optional<Crewd>& crewd, const std::vector<std::string>& more,
                    std::vector<std::thread>& holders) {
-  std::vector<std::string> args{"--listen", "127.0.0.1:0",  "--jobs-workers",
-                                "1",        "--jobs-queue", "1"};
+  std::vector<std::string> args{"--listen",     "127.0.0.1:0", "--jobs-workers",     "1",
+                                "--jobs-queue", "1",           "--jobs-allow-stuck", "true"};
   args.insert(args.end(), more.begin(), more.end());
   crewd.emplace(args);
   const int port = crewd->wait_port();
@@ -493,14 +502,19 @@ TEST(CrewdHttpOverload, AJobPastTheLimitIs503FromItsHeadAndTheConnectionStaysOpe
   for (auto& t : holders) t.join();
 }
 
-// Its own crewd: one job worker, busy with a long job. The next job's queue
-// deadline answers it at that deadline, not when the worker is free again.
-TEST(CrewdHttpFull, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
-  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue-timeout-ms", "500"});
+// Its own crewd: one job worker, busy with a long job that holds it. The
+// next job's queue deadline answers it at that deadline, not when the
+// worker is free again: a thread job (the pool's supervisor expires it) and
+// a coroutine job (its start waits in the queue; crewd's timer answers it).
+class CrewdHttpQueueDeadline : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CrewdHttpQueueDeadline, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-queue-timeout-ms", "500",
+               "--jobs-allow-stuck", "true"});
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   std::thread holder([port] {
-    const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":3000})");
+    const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"stuck","ms":3000})");
     EXPECT_EQ(ex.status, 200) << ex.body;
   });
   struct Join {
@@ -514,16 +528,22 @@ TEST(CrewdHttpFull, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
     if (!running) std::this_thread::sleep_for(2ms);
   }
   ASSERT_TRUE(running) << "the first job never ran\n" << crewd.log();
-  const Exchange ex = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":10})");
+  const Exchange ex =
+      post(port, "/api/v1/jobs", std::string(R"({"kind":")") + GetParam() + R"(","ms":10})");
   ASSERT_EQ(ex.outcome, Outcome::response);
   EXPECT_EQ(ex.status, 503) << ex.body;
   const Json j = json_of(ex);
   EXPECT_EQ(j["outcome"], "rejected");
   EXPECT_EQ(j["reason"], "expired in the queue");
+  EXPECT_GE(j["queue_wait_ms"].get<double>(), 450) << ex.body;
+  EXPECT_FALSE(j.contains("run_ms")) << ex.body;
   // Well before the first job ends (3 s), even under a sanitizer.
   EXPECT_LT(ex.ended - ex.sent, kSlowdown > 1 ? 2000ms : 800ms)
       << "answered when the worker was free";
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, CrewdHttpQueueDeadline, ::testing::Values("spin", "sleep"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace crewd::test

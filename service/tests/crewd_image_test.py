@@ -14,7 +14,8 @@ termination grace period. Then:
   - times `run` to the readiness probe's 200, then checks the liveness and
     readiness paths, GET /api/v1/factorial/20, POST /api/v1/jobs (a 50 ms
     sleep) and /metrics (`promtool check metrics` reports nothing);
-  - starts a sleep job of a few seconds, waits until a jobs worker runs it,
+  - starts a sleep job of a few seconds, waits until the jobs pool shows it
+    suspended (GET /api/v1/pools),
     stops the container with the engine's stop and the manifests' grace
     period, and requires exit code 0 within the grace period and a 200 with
     outcome succeeded for the job in flight.
@@ -316,14 +317,15 @@ def run_checks(engine, pod, name, cmd):
     job.start()
 
     def job_running():
+        # A sleep job is a coroutine task: waiting, it is suspended, on no worker.
         try:
-            busy = gauge(http("GET", base + "/metrics", timeout=2)[1], "crew_workers",
-                         {"pool": "jobs", "state": "busy"})
-        except OSError:
+            status, body = http("GET", base + "/api/v1/pools", timeout=2)
+            pools = json.loads(body)["pools"] if status == 200 else []
+        except (OSError, ValueError):
             return False
-        return busy is not None and busy >= 1
+        return any(p["name"] == "jobs" and p.get("suspended", 0) >= 1 for p in pools)
 
-    check(wait_for(job_running, 10), "the sleep job runs on a jobs worker before the stop")
+    check(wait_for(job_running, 10), "the sleep job waits in the jobs pool before the stop")
     t_stop = time.monotonic()
     stop = engine.run("stop", "-t", str(pod["grace_s"]), name, timeout=pod["grace_s"] + 60,
                       check_rc=False)

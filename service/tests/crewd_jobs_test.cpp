@@ -141,6 +141,38 @@ TEST(CrewdJobRunner, OnlyTheStuckKindIgnoresItsStopToken) {
   EXPECT_GE(std::chrono::steady_clock::now(), until);
 }
 
+TEST(CrewdJobRequest, CallKindOnlyWithACallUrlAndWithoutMs) {
+  EXPECT_EQ(error_of(R"({"kind":"call"})"),
+            "kind \"call\" needs a downstream: jobs.call_url is not set");
+  JobLimits calling;
+  calling.allow_call = true;
+  const auto r = parse_job_request(R"({"kind":"call","timeout_ms":300,"name":"fetch"})", calling);
+  const auto* j = std::get_if<JobRequest>(&r);
+  ASSERT_NE(j, nullptr) << std::get<ParseError>(r).message;
+  EXPECT_EQ(*j, (JobRequest{.kind = JobKind::call, .ms = 0, .timeout_ms = 300, .name = "fetch"}));
+  EXPECT_EQ(to_string(JobKind::call), "call");
+  const auto with_ms = parse_job_request(R"({"kind":"call","ms":5})", calling);
+  ASSERT_TRUE(std::holds_alternative<ParseError>(with_ms));
+  EXPECT_EQ(std::get<ParseError>(with_ms).message,
+            "ms does not apply to kind \"call\" (it waits for the downstream's answer)");
+  const auto unknown = parse_job_request(R"({"kind":"nap","ms":5})", calling);
+  ASSERT_TRUE(std::holds_alternative<ParseError>(unknown));
+  EXPECT_EQ(std::get<ParseError>(unknown).message, "kind must be \"sleep\", \"spin\" or \"call\"");
+}
+
+TEST(CrewdHttpUrl, TakesHostPortAndPathOfAnHttpUrl) {
+  EXPECT_EQ(parse_http_url("http://127.0.0.1:8081/slow"),
+            (HttpUrl{.host = "127.0.0.1", .port = 8081, .target = "/slow"}));
+  EXPECT_EQ(parse_http_url("http://downstream.svc"),
+            (HttpUrl{.host = "downstream.svc", .port = 80, .target = "/"}));
+  for (const char* bad :
+       {"", "https://a/x", "http://", "http://:80/x", "http://a:0/x", "http://a:65536/x",
+        "http://a:/x", "http://a:8x/x", "http://u@a/x", "http://a/x?q=1", "http://a/x#f",
+        "http://a/x y", "http://[::1]:80/x", "ftp://a/x"}) {
+    EXPECT_EQ(parse_http_url(bad), std::nullopt) << bad;
+  }
+}
+
 TEST(CrewdJobRequest, SurvivesDeepNesting) {
   const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
   EXPECT_EQ(error_of(deep), "body must be a JSON object");

@@ -120,8 +120,10 @@ std::uint64_t jobs_submitted(int port) {
 TEST_F(CrewdLimits, FivePipelinedPostsGetFiveResponsesInOrderAndRunFiveJobs) {
   const std::uint64_t before = jobs_submitted(port_);
   std::string batch;
+  // Spin jobs: one submission each (a sleep job, a coroutine task, adds
+  // one for each resumption).
   for (int i = 0; i < 5; ++i) {
-    const std::string body = R"({"kind":"sleep","ms":)" + std::to_string(10 * (5 - i)) +
+    const std::string body = R"({"kind":"spin","ms":)" + std::to_string(10 * (5 - i)) +
                              R"(,"name":"p)" + std::to_string(i) + "\"}";
     batch +=
         "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -79,7 +79,8 @@ nlohmann::ordered_json outcomes_json(const crew::OutcomeCounts& o) {
               {"rejected", o.rejected}};
 }
 
-nlohmann::ordered_json pool_json(const crew::Pool& p, const crew::PoolStats& st) {
+nlohmann::ordered_json pool_json(const crew::Pool& p, const crew::PoolStats& st,
+                                 const crew::CoroutineTasks& co) {
   return Json{{"name", std::string(p.name())},
               {"state", std::string(crew::to_string(st.state))},
               {"workers", st.workers},
@@ -92,7 +93,9 @@ nlohmann::ordered_json pool_json(const crew::Pool& p, const crew::PoolStats& st)
               {"submitted", st.submitted},
               {"outcomes", outcomes_json(st.outcomes)},
               {"abandoned", st.abandoned},
-              {"workers_replaced", st.workers_replaced}};
+              {"workers_replaced", st.workers_replaced},
+              {"coroutines", co.live},
+              {"suspended", co.suspended.size()}};
 }
 
 std::string_view to_string(StopPhase p) noexcept {
@@ -214,18 +217,21 @@ std::string Console::snapshot(const SnapshotQuery& query, const HttpView& http) 
                      {"connections", http.connections},
                      {"admitted_in_flight", http.admitted_in_flight}};
 
-  // Pools, and the running tasks from their worker snapshots.
+  // Pools, and the running tasks from their worker snapshots and their
+  // suspended coroutine tasks (a sleep or call job waiting).
   Json pools = Json::array();
   Json running = Json::array();
   std::size_t running_total = 0;
   for (crew::Pool* p : {compute_, jobs_}) {
     if (p == nullptr) continue;
-    pools.push_back(pool_json(*p, p->stats()));
+    const crew::CoroutineTasks coroutines = crew::coroutine_tasks(*p);
+    pools.push_back(pool_json(*p, p->stats(), coroutines));
     const std::vector<crew::WorkerInfo> workers = p->workers();
     std::vector<std::uint64_t> ids;
     for (const auto& w : workers) {
       if (w.task.id != 0) ids.push_back(w.task.id);
     }
+    for (const auto& c : coroutines.suspended) ids.push_back(c.task.id);
     const auto known = p == jobs_ ? book_.find(ids) : std::map<std::uint64_t, LiveJob>{};
     const PoolSeries& series = p == jobs_ ? *jobs_series_ : *compute_series_;
     for (const auto& w : workers) {
@@ -246,6 +252,31 @@ std::string Console::snapshot(const SnapshotQuery& query, const HttpView& http) 
                {"state", "running"},
                {"replacement", nullptr}};
       if (const auto it = known.find(w.task.id); it != known.end()) {
+        row["timeout_ms"] = it->second.timeout_ms;
+        row["left_ms"] = tenth(it->second.timeout_ms - run_ms);
+        if (run_ms > it->second.timeout_ms) row["state"] = "overdue";
+      }
+      running.push_back(std::move(row));
+    }
+    // Suspended: on no worker; running since the job's submission.
+    for (const crew::SuspendedCoroutine& c : coroutines.suspended) {
+      ++running_total;
+      if (running.size() >= rows) continue;
+      Json row{{"pool", std::string(p->name())},
+               {"worker", nullptr},
+               {"task_id", c.task.id},
+               {"name", c.task.name},
+               {"request_id", c.task.correlation_id},
+               {"running_ms", nullptr},
+               {"timeout_ms", nullptr},
+               {"left_ms", nullptr},
+               {"state", "running"},
+               {"replacement", nullptr},
+               {"waits_on", std::string(c.waits_on)},
+               {"suspended_ms", tenth(ms_of(c.suspended_for))}};
+      if (const auto it = known.find(c.task.id); it != known.end()) {
+        const double run_ms = ms_of(t0 - it->second.submitted);
+        row["running_ms"] = tenth(run_ms);
         row["timeout_ms"] = it->second.timeout_ms;
         row["left_ms"] = tenth(it->second.timeout_ms - run_ms);
         if (run_ms > it->second.timeout_ms) row["state"] = "overdue";

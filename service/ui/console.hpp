@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <crew/coro.hpp>
 #include <crew/pool.hpp>
 #include <cstdint>
 #include <functional>
@@ -59,9 +60,11 @@ enum class StopPhase : std::uint8_t {
 
 // A pool's stats() as JSON, as the snapshot and GET /api/v1/pools show
 // them: state, workers (busy, idle, max), queued and the queue's capacity,
-// blocked submitters, submitted, outcomes, abandoned, workers replaced.
-[[nodiscard]] nlohmann::ordered_json pool_json(const crew::Pool& pool,
-                                               const crew::PoolStats& stats);
+// blocked submitters, submitted, outcomes, abandoned, workers replaced;
+// and its coroutine tasks (crew::coroutine_tasks): live (spawned, not
+// ended) and suspended now.
+[[nodiscard]] nlohmann::ordered_json pool_json(const crew::Pool& pool, const crew::PoolStats& stats,
+                                               const crew::CoroutineTasks& coroutines);
 [[nodiscard]] nlohmann::ordered_json outcomes_json(const crew::OutcomeCounts& counts);
 
 // The Redis source as the console shows it.

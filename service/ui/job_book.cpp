@@ -24,7 +24,7 @@ std::string_view to_string(CancelStatus s) noexcept {
 }
 
 void JobBook::add(const JobRequest& job, std::shared_ptr<crew::Task<void>> handle,
-                  Clock::time_point submitted) {
+                  Clock::time_point submitted, std::shared_ptr<const std::atomic<bool>> started) {
   const std::uint64_t id = handle->id();
   const crew::TaskStatus status = handle->status();
   // Refused at admission: never queued, and never started() or finished
@@ -43,7 +43,8 @@ void JobBook::add(const JobRequest& job, std::shared_ptr<crew::Task<void>> handl
                   .timeout_ms = job.timeout_ms,
                   .submitted = submitted,
                   .request_id = std::string(handle->correlation_id())},
-          .handle = std::move(handle)};
+          .handle = std::move(handle),
+          .started = std::move(started)};
   std::lock_guard lock(mu_);
   live_.emplace(id, std::move(e));
 }
@@ -91,7 +92,7 @@ JobBook::Listing JobBook::list(std::size_t rows, const HistoryFilter& filter) co
   std::lock_guard lock(mu_);
   for (const auto& [id, e] : live_) {
     if (out.queued.size() >= rows) break;
-    if (e.handle->status() == crew::TaskStatus::queued) out.queued.push_back(e.job);
+    if (e.queued()) out.queued.push_back(e.job);
   }
   out.queued_total = static_cast<std::size_t>(std::max<std::int64_t>(
       queued_.load(std::memory_order_relaxed), static_cast<std::int64_t>(out.queued.size())));

@@ -74,9 +74,11 @@ class JobBook {
 
   // A job the jobs pool accepted; `handle` is its task's, shared with the
   // job's completion, which reads it on an I/O thread (cancel() does not
-  // change the handle itself).
+  // change the handle itself). `started`, set by the job's first step, says
+  // whether it is still queued: a coroutine task's status is running from
+  // its admission on. Without it, the handle's status says.
   void add(const JobRequest& job, std::shared_ptr<crew::Task<void>> handle,
-           Clock::time_point submitted);
+           Clock::time_point submitted, std::shared_ptr<const std::atomic<bool>> started = nullptr);
   // The job's task started (its worker): one queued job fewer.
   void started() noexcept { queued_.fetch_sub(1, std::memory_order_relaxed); }
   // The job's completion: drops it from the live jobs and records `outcome`
@@ -107,7 +109,12 @@ class JobBook {
   struct Entry {
     LiveJob job;
     std::shared_ptr<crew::Task<void>> handle;
+    std::shared_ptr<const std::atomic<bool>> started;  // null: the handle's status says
     bool cancel_requested = false;
+    [[nodiscard]] bool queued() const noexcept {
+      return started ? !started->load(std::memory_order_relaxed) && !handle->ready()
+                     : handle->status() == crew::TaskStatus::queued;
+    }
   };
   // Jobs added and neither started nor finished unstarted. May dip below
   // zero for a moment: a task can start before add() has counted it.
