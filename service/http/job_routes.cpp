@@ -45,8 +45,6 @@ Response in_flight_response(const State& s) {
   r.retry_after = 1;
   return r;
 }
-return refuse_if_overloaded(s.pools.jobs);
-}  // namespace
 
 // A job's handle, shared by the handler, its completion (both on the
 // connection's I/O thread; the handler sets it before the completion runs)
@@ -248,74 +246,76 @@ void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
   });
 }
 
-}  // namespace crewd::http
+}  // namespace
 
 std::optional<Response> jobs_admit_head(const State& s) {
   if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
     return in_flight_response(s);
   }
+  return refuse_if_overloaded(s.pools.jobs);
+}
 
-  void job(Exchange & ex) {
-    State& s = ex.state();
-    const auto parsed = parse_job_request(ex.request().body, s.config.jobs.limits);
-    if (const auto* e = std::get_if<ParseError>(&parsed)) {
-      ex.respond(error_response(400, e->message));
-      return;
-    }
-    // A slot of jobs.max_in_flight, given back when the job is answered.
-    if (s.jobs_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
-      s.jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
-      ex.respond(in_flight_response(s));
-      return;
-    }
-    const JobRequest job = std::get<JobRequest>(parsed);
-    auto run = std::make_shared<JobRun>();
-    run->request_id = ex.request().request_id;
-    const auto submitted = Clock::now();
-    ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
-    crew::TaskOptions options{.name = job.name,
-                              .timeout = std::chrono::milliseconds(job.timeout_ms),
-                              .queue_timeout = s.config.jobs.queue_timeout,
-                              .correlation_id = run->request_id};
-    auto done = [reply = ex.later(), job, run, submitted,
-                 io = ex.executor()](std::exception_ptr e) mutable {
-      reply.state().jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
-      answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
-                          Clock::now() + kSettleBound);
+void job(Exchange& ex) {
+  State& s = ex.state();
+  const auto parsed = parse_job_request(ex.request().body, s.config.jobs.limits);
+  if (const auto* e = std::get_if<ParseError>(&parsed)) {
+    ex.respond(error_response(400, e->message));
+    return;
+  }
+  // A slot of jobs.max_in_flight, given back when the job is answered.
+  if (s.jobs_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
+    s.jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    ex.respond(in_flight_response(s));
+    return;
+  }
+  const JobRequest job = std::get<JobRequest>(parsed);
+  auto run = std::make_shared<JobRun>();
+  run->request_id = ex.request().request_id;
+  const auto submitted = Clock::now();
+  ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
+  crew::TaskOptions options{.name = job.name,
+                            .timeout = std::chrono::milliseconds(job.timeout_ms),
+                            .queue_timeout = s.config.jobs.queue_timeout,
+                            .correlation_id = run->request_id};
+  auto done = [reply = ex.later(), job, run, submitted,
+               io = ex.executor()](std::exception_ptr e) mutable {
+    reply.state().jobs_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
+                        Clock::now() + kSettleBound);
+  };
+  // The completion runs on this thread, after this handler: the handle is
+  // set and the console's book has the job by then.
+  if (job.kind == JobKind::sleep || job.kind == JobKind::call) {
+    run->coroutine = true;
+    async_try_spawn(s.pools.jobs, ex.executor(),
+                    waiting_job(job, run, book, s.shared_from_this(), ex.executor()),
+                    std::move(options), std::move(done), run->handle);
+  } else {
+    auto task = [job, run, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
+      run->started.store(true);
+      if (book != nullptr) book->started();  // `keep` holds the console
+      (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
     };
-    // The completion runs on this thread, after this handler: the handle is
-    // set and the console's book has the job by then.
-    if (job.kind == JobKind::sleep || job.kind == JobKind::call) {
-      run->coroutine = true;
-      async_try_spawn(s.pools.jobs, ex.executor(),
-                      waiting_job(job, run, book, s.shared_from_this(), ex.executor()),
-                      std::move(options), std::move(done), run->handle);
-    } else {
-      auto task = [job, run, book, keep = s.shared_from_this()](const crew::TaskContext& ctx) {
-        run->started.store(true);
-        if (book != nullptr) book->started();  // `keep` holds the console
-        (void)run_job_until(job, Clock::now() + std::chrono::milliseconds(job.ms), ctx.stop_token);
-      };
-      crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
-                                   std::move(done), *run->handle);
-    }
-    if (s.console != nullptr) {
-      s.console->jobs().add(job, run->handle, submitted,
-                            std::shared_ptr<const std::atomic<bool>>(run, &run->started));
-    }
+    crew::asio::async_try_submit(s.pools.jobs, ex.executor(), std::move(task), std::move(options),
+                                 std::move(done), *run->handle);
   }
+  if (s.console != nullptr) {
+    s.console->jobs().add(job, run->handle, submitted,
+                          std::shared_ptr<const std::atomic<bool>>(run, &run->started));
+  }
+}
 
-  // A job whose body is not sent yet (Expect: 100-continue): the pool would
-  // refuse it, so say so before the client sends the body (a slot may free
-  // meanwhile; then the client retries).
-  std::optional<Response> job_expect_body(const State& s) {
-    if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
-      return in_flight_response(s);
-    }
-    if (s.pools.jobs.stats().queued < s.config.jobs.queue) return std::nullopt;
-    Response r = error_response(503, "pool jobs refused the task (full)");
-    r.retry_after = 1;
-    return r;
+// A job whose body is not sent yet (Expect: 100-continue): the pool would
+// refuse it, so say so before the client sends the body (a slot may free
+// meanwhile; then the client retries).
+std::optional<Response> job_expect_body(const State& s) {
+  if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
+    return in_flight_response(s);
   }
+  if (s.pools.jobs.stats().queued < s.config.jobs.queue) return std::nullopt;
+  Response r = error_response(503, "pool jobs refused the task (full)");
+  r.retry_after = 1;
+  return r;
+}
 
 }  // namespace crewd::http
