@@ -32,7 +32,7 @@
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/suspended_tasks.hpp"
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/log.hpp"
