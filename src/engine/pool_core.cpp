@@ -58,7 +58,8 @@ OutcomeCounts WorkerCounters::read() const noexcept {
 }
 
 PoolCore::PoolCore(PoolOptions options)
-    : opts_(resolved(std::move(options))),
+    : forks_at_start_(forks_so_far()),
+      opts_(resolved(std::move(options))),
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
@@ -69,8 +70,7 @@ PoolCore::PoolCore(PoolOptions options)
       time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      rt_(std::make_unique<PoolRuntime>(*this, opts_)),
-      forks_at_start_(forks_so_far()) {
+      rt_(std::make_unique<PoolRuntime>(*this, opts_)) {
   enable_light_fences();
 }
 

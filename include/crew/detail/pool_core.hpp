@@ -413,6 +413,13 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   friend class WorkerRegistry;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
+  // How many forks this process descends from when the pool was created
+  // (inherited_by_fork), and whether ~Pool is done with the core (it may
+  // outlive the Pool: abandoned threads co-own it). Both cold; first, so
+  // that the fields below keep the offsets (and cache lines) they had
+  // while PoolCore was a Runner itself, with a vtable pointer here.
+  const std::uint32_t forks_at_start_;
+  std::atomic<bool> released_{false};
   const PoolOptions opts_;
   // Task-state runs counted and published whose handlers and observers have
   // not yet returned (run_claimed); wait_idle() waits for them too.
@@ -442,11 +449,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;
   InlineRunner inline_{*this};
-  // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
-  std::atomic<bool> released_{false};
-  // How many forks this process descends from when the pool was created
-  // (inherited_by_fork).
-  const std::uint32_t forks_at_start_;
   // Last, so destroyed first, while the queues it pushes to still exist.
   struct OwnedSuspended {
     std::atomic<SuspendedTasks*> p{nullptr};
