@@ -56,6 +56,9 @@ struct Percentiles {
   double mean_ms = 0, p50_ms = 0, p99_ms = 0, p999_ms = 0, max_ms = 0;
 };
 
+// The nearest-rank percentiles of `ns` (sorted in place), in milliseconds.
+Percentiles percentiles(std::vector<std::int64_t>& ns);
+
 // One second of the run. Scheduled counts by scheduled time, sent by send
 // time, the rest by the time the outcome arrived.
 struct Second {

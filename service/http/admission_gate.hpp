@@ -12,7 +12,9 @@
 // I/O thread (/readyz, Connection: close).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -109,6 +111,17 @@ class Gate {
   [[nodiscard]] std::size_t handing_over() const noexcept { return handing_over_.load(); }
   // Meaningful once is_cut().
   [[nodiscard]] std::int64_t receive_by_ns() const noexcept { return receive_by_ns_.load(); }
+  [[nodiscard]] std::chrono::steady_clock::time_point receive_by() const noexcept {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(receive_by_ns()));
+  }
+  // `t`, or receive_by after the cut if that comes first: a request still
+  // arriving then must be complete by receive_by, so that the pools can run
+  // its task within the termination timeout (no client holds the stop past
+  // its deadlines).
+  [[nodiscard]] std::chrono::steady_clock::time_point receive_deadline(
+      std::chrono::steady_clock::time_point t) const noexcept {
+    return is_cut() ? std::min(t, receive_by()) : t;
+  }
 
  private:
   std::atomic<bool> halting_{false};

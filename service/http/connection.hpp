@@ -109,9 +109,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // requests (and need not read the responses until its socket buffer is
   // full) delays the others by this many responses, not by all of them.
   static constexpr std::size_t kPipelineBurst = 2;
-  // `t`, or the stop's receive_by after the cut if that comes first.
-  [[nodiscard]] Clock::time_point receive_deadline(Clock::time_point t) const;
-  [[nodiscard]] Clock::time_point receive_by() const;  // meaningful once cut
   void stop_idle();
   void wait_readable();
   void on_read(const error_code& ec, std::size_t n);

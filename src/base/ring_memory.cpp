@@ -1,4 +1,4 @@
-// The memory of a queue's rings (crew/detail/task_queue.hpp): out of line,
+// The memory of a queue's rings (crew/detail/ring.hpp): out of line,
 // so that the installed headers need no <sys/mman.h>. Rings are made when
 // a pool is constructed, never on a submission.
 #include <sys/mman.h>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/ring.hpp"
 
 namespace crew::detail {
 namespace {

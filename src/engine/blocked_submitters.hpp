@@ -31,7 +31,7 @@
 #include <cstdint>
 
 #include "crew/detail/spin_lock.hpp"
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/queues.hpp"
 #include "event_count.hpp"
 
 namespace crew::detail {

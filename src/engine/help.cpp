@@ -152,29 +152,29 @@ std::string stack_exhausted_message(std::string_view what) {
 NoStackThrowScope::NoStackThrowScope() noexcept { ++t_no_stack_throw; }
 NoStackThrowScope::~NoStackThrowScope() { --t_no_stack_throw; }
 
-bool PoolCore::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
+bool InlineRunner::run_pending() { return help_once(/*own=*/true, /*foreign=*/true); }
 
-bool PoolCore::help_once(bool own, bool foreign) {
-  if (state() == PoolState::paused) return false;
+bool InlineRunner::help_once(bool own, bool foreign) {
+  if (c_.state() == PoolState::paused) return false;
   Cell cell;
-  Worker* w = t_current.core == this ? t_current.worker : nullptr;
+  Worker* w = t_current.core == &c_ ? t_current.worker : nullptr;
   if (w != nullptr) {
-    if (!(own && stack_allows_own_help() && queue_.pop_own(cell, w->pop)) &&
-        !(foreign && stack_allows_help() && queue_.pop_foreign(cell, w->pop))) {
+    if (!(own && stack_allows_own_help() && c_.queue_.pop_own(cell, w->pop)) &&
+        !(foreign && stack_allows_help() && c_.queue_.pop_foreign(cell, w->pop))) {
       return false;
     }
     w->counts.helped.inc();
   } else {
-    if (!foreign || !stack_allows_help() || !queue_.try_pop(cell)) return false;
+    if (!foreign || !stack_allows_help() || !c_.queue_.try_pop(cell)) return false;
     helped_.fetch_add(1, std::memory_order_relaxed);
   }
-  on_slot_freed();
+  c_.on_slot_freed();
   const ForeignNesting nesting;
-  rt_->shutdown.settle_popped_here(cell);
+  c_.rt_->shutdown.settle_popped_here(cell);
   return true;
 }
 
-bool PoolCore::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
+bool InlineRunner::help_until(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
   using Clock = std::chrono::steady_clock;
   Clock::duration nap = std::chrono::microseconds(50);
   while (!s->done()) {
@@ -198,7 +198,7 @@ bool PoolCore::help_until(TaskStateBase* s, std::chrono::steady_clock::time_poin
       // reports it), never started.
       if (s->queue_deadline_passed() && s->expire()) return true;
       if (s->leave_queue(TaskStatus::running)) {
-        disarm_queue_deadline(s);
+        c_.disarm_queue_deadline(s);
         const ForeignNesting nesting;
         run_claimed_here(s, /*drop_ref=*/false);  // the cell still holds its reference
         return true;
@@ -224,7 +224,7 @@ bool is_worker_of(const TaskStateBase* s) noexcept {
 
 int wait_as_worker(TaskStateBase* s, std::chrono::steady_clock::time_point deadline) {
   if (!is_worker_of(s)) return -1;
-  return t_current.core->help_until(s, deadline) ? 1 : 0;
+  return t_current.core->inline_runner().help_until(s, deadline) ? 1 : 0;
 }
 
 }  // namespace crew::detail

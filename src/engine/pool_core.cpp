@@ -1,7 +1,7 @@
 // The parts of PoolCore that are neither the workers (worker.cpp, wake.cpp,
 // run.cpp, help.cpp), the supervisor (supervisor.cpp), shutdown
-// (shutdown.cpp) nor the options (pool_options.cpp): start-up, growth,
-// pause / resize / stop_worker, stats.
+// (shutdown.cpp), the control calls (pool_control.cpp) nor the options
+// (pool_options.cpp): construction, growth, exception reports and logs.
 #include "crew/detail/pool_core.hpp"
 
 #include <pthread.h>
@@ -18,6 +18,7 @@
 
 #include "crew/detail/assert.hpp"
 #include "crew/detail/barrier.hpp"
+#include "crew/detail/suspended_tasks.hpp"
 #include "crew/observer.hpp"
 #include "crew/stacktrace.hpp"
 #include "crew/usable_cpus.hpp"
@@ -57,7 +58,8 @@ OutcomeCounts WorkerCounters::read() const noexcept {
 }
 
 PoolCore::PoolCore(PoolOptions options)
-    : opts_(resolved(std::move(options))),
+    : forks_at_start_(forks_so_far()),
+      opts_(resolved(std::move(options))),
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
@@ -68,28 +70,20 @@ PoolCore::PoolCore(PoolOptions options)
       time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
       max_workers_(opts_.max_workers),
-      rt_(std::make_unique<PoolRuntime>(*this, opts_)),
-      forks_at_start_(forks_so_far()) {
+      rt_(std::make_unique<PoolRuntime>(*this, opts_)) {
   enable_light_fences();
 }
 
 PoolCore::~PoolCore() = default;
 
-void PoolCore::start() {
-  // The supervisor first: the only step that can throw, so a constructor
-  // that fails leaves no worker behind (it would idle forever).
-  rt_->supervisor.start();
-  {
-    WorkerRegistry& registry = rt_->registry;
-    MutexLock lock(registry.mu);
-    set_state(PoolState::running);
-    for (std::size_t i = 0; i < opts_.min_workers; ++i) {
-      live_workers_.fetch_add(1, std::memory_order_relaxed);
-      registry.spawn_locked(false);
-    }
+PoolCore::OwnedSuspended::~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
+
+SuspendedTasks* PoolCore::install_suspended(std::unique_ptr<SuspendedTasks> s) noexcept {
+  SuspendedTasks* expected = nullptr;
+  if (suspended_.p.compare_exchange_strong(expected, s.get(), std::memory_order_acq_rel)) {
+    return s.release();
   }
-  // Last, after the threads: registering cannot throw (RootStop).
-  rt_->supervisor.watch(opts_.stop_token);
+  return expected;
 }
 
 void PoolCore::grow() noexcept {
@@ -123,60 +117,11 @@ bool PoolCore::transition(PoolState from, PoolState to) noexcept {
   return true;
 }
 
-void PoolCore::pause() {
-  if (transition(PoolState::running, PoolState::paused)) {
-    life_.call_attention();
-  }
-}
-
-void PoolCore::resume() {
-  {
-    MutexLock lock(rt_->registry.mu);
-    if (!transition(PoolState::paused, PoolState::running)) return;
-    life_.call_attention();
-  }
-  rt_->registry.changed.notify_all();
-  rt_->wake.wake_all();
-  // Tasks queued while paused may need workers that were never started.
-  grow_for_queued();
-}
-
-void PoolCore::resize(std::size_t max_workers) {
-  max_workers = resolved_resize(max_workers, opts_.min_workers);
-  max_workers_.store(max_workers, std::memory_order_seq_cst);
-  life_.call_attention();
-  rt_->wake.wake_all();
-  if (state() == PoolState::running) grow_for_queued();
-}
-
 // Workers start at submission, one at a time; after a pause, a resize or at
 // the start of a drain, what is queued may need more than were started.
 void PoolCore::grow_for_queued() noexcept {
   const std::size_t queued = queue_.size();
   for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
-}
-
-bool PoolCore::stop_worker(std::uint64_t id, WorkerStop how) {
-  StopTarget target;
-  WorkerRegistry& registry = rt_->registry;
-  {
-    MutexLock lock(registry.mu);
-    Worker* const found = registry.find_locked(id);
-    if (found == nullptr) return false;
-    Worker& w = *found;
-    if (w.exit_requested.exchange(true)) return true;
-    if (how == WorkerStop::hard) {
-      w.run.mu.lock();
-      (void)prepare_stop_locked(w, StopReason::cancelled, target);
-      w.run.mu.unlock();
-    }
-    life_.call_attention();
-  }
-  target.fire();  // user stop callbacks run outside our locks
-  rt_->wake.wake_all();
-  registry.changed.notify_all();  // a paused worker exits too
-  rt_->supervisor.wake();         // keeps min_workers, watches the grace period
-  return true;
 }
 
 bool PoolCore::inherited_by_fork() const noexcept { return forks_at_start_ != forks_so_far(); }
@@ -188,41 +133,6 @@ bool PoolCore::in_own_task() const noexcept {
   }
   return false;
 }
-
-bool PoolCore::wait_idle(std::chrono::steady_clock::time_point deadline) {
-  auto nap = std::chrono::microseconds(50);
-  for (;;) {
-    const PoolStats s = stats();
-    // A task is counted before its handlers and observers run (see
-    // run_claimed): idle once those have run too.
-    if (s.outcomes.total() >= s.submitted && epilogues_.load(std::memory_order_seq_cst) == 0) {
-      return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(nap);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(5));
-  }
-}
-
-PoolStats PoolCore::stats() const {
-  PoolStats s;
-  MutexLock lock(rt_->registry.mu);
-  s.state = state();
-  s.max_workers = max_workers_.load(std::memory_order_relaxed);
-  s.queued = queue_.size();
-  s.blocked_submitters = rt_->blocked.count();
-  // Outcomes first: each one is counted after its submission, so read in
-  // this order every outcome in the snapshot belongs to a counted
-  // submission, and outcomes >= submitted (wait_idle) proves they all ended.
-  rt_->registry.add_stats_locked(s);
-  s.submitted = queue_.pushed() + refused_.load(std::memory_order_relaxed) +
-                ran_inline_.load(std::memory_order_relaxed);
-  s.helped += helped_.load(std::memory_order_relaxed);
-  if (overload_ != nullptr) s.overload = overload_->read();
-  return s;
-}
-
-std::vector<WorkerInfo> PoolCore::workers() const { return rt_->registry.snapshot(); }
 
 namespace {
 

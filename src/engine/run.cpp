@@ -51,10 +51,22 @@ TaskStatus decide(TaskStatus outcome, StopReason stop, std::int64_t deadline, st
 
 }  // namespace
 
-void PoolCore::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
-  const InlineRun here(this);
-  (void)run_claimed(t_current.core == this ? t_current.worker : nullptr, s, /*top_level=*/false,
-                    drop_ref);
+void InlineRunner::run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept {
+  const InlineRun here(&c_);
+  (void)c_.run_claimed(t_current.core == &c_ ? t_current.worker : nullptr, s, /*top_level=*/false,
+                       drop_ref);
+}
+
+void InlineRunner::run_cell_here(Cell& cell) noexcept {
+  const InlineRun here(&c_);
+  try {
+    if (!cell.invoke_and_destroy(static_cast<Runner*>(this))) {
+      c_.count_outcome(TaskStatus::succeeded);
+    }
+  } catch (...) {
+    c_.report_exception(TaskRef{}, std::current_exception());
+    c_.count_outcome(TaskStatus::failed);
+  }
 }
 
 // Runs a task state that is in `running`. `w` is the worker of this pool
@@ -298,8 +310,8 @@ class CallState final : public ResultStateBase<void> {
 
 }  // namespace
 
-void PoolCore::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
-                        void* fn) noexcept {
+void InlineRunner::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns,
+                            LongCall call, void* fn) noexcept {
   CallState* s = nullptr;
   try {
     auto x = std::make_unique<TaskStateBase::Extras>();  // a long task's: its runner link
@@ -307,12 +319,12 @@ void PoolCore::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_
     s = new CallState(call, fn);
     s->adopt_extras(std::move(x));
   } catch (...) {
-    count_here(TaskStatus::failed);
-    report_exception(TaskRef{}, std::current_exception());
+    c_.count_outcome(TaskStatus::failed);
+    c_.report_exception(TaskRef{}, std::current_exception());
     return;
   }
-  s->id = new_task_id();
-  s->owner = this;
+  s->id = c_.new_task_id();
+  s->owner = &c_;
   s->is_long = true;
   s->detached = true;
   if (enqueued_ns != 0) s->clock.set_enqueued(enqueued_ns);
@@ -320,39 +332,39 @@ void PoolCore::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_
   run_claimed_here(s, /*drop_ref=*/true);
 }
 
-void PoolCore::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
-  const InlineRun here(this);
+void InlineRunner::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(&c_);
   const std::int64_t start = now_ns();
-  if (observes(Observer::task_started))
-    rt_->observers.started(rt_->observers.plain_event(false), enqueued_ns, start);
+  if (c_.observes(Observer::task_started))
+    c_.rt_->observers.started(c_.rt_->observers.plain_event(false), enqueued_ns, start);
   TaskStatus outcome = TaskStatus::succeeded;
   try {
     call(fn);
   } catch (...) {
-    report_exception(TaskRef{}, std::current_exception());
+    c_.report_exception(TaskRef{}, std::current_exception());
     outcome = TaskStatus::failed;
   }
-  if (observes(Observer::task_finished)) {
-    rt_->observers.finished(rt_->observers.plain_event(false), outcome, enqueued_ns, start,
-                            now_ns());
+  if (c_.observes(Observer::task_finished)) {
+    c_.rt_->observers.finished(c_.rt_->observers.plain_event(false), outcome, enqueued_ns, start,
+                               now_ns());
   }
-  count_here(outcome);
+  c_.count_outcome(outcome);
 }
 
-void PoolCore::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
-  const InlineRun here(this);
+void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
+  const InlineRun here(&c_);
   const std::int64_t start = now_ns();
-  if (overload_->on_start(start - enqueued_ns, start)) [[unlikely]] {
-    overload_->note_shed();
-    count_here(TaskStatus::shed);
+  if (c_.overload_->on_start(start - enqueued_ns, start)) [[unlikely]] {
+    c_.overload_->note_shed();
+    c_.count_outcome(TaskStatus::shed);
     return;
   }
   try {
     call(fn);
-    count_here(TaskStatus::succeeded);
+    c_.count_outcome(TaskStatus::succeeded);
   } catch (...) {
-    report_exception(TaskRef{}, std::current_exception());
-    count_here(TaskStatus::failed);
+    c_.report_exception(TaskRef{}, std::current_exception());
+    c_.count_outcome(TaskStatus::failed);
   }
 }
 

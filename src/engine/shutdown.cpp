@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "crew/detail/barrier.hpp"
+#include "crew/detail/suspended_tasks.hpp"
 #include "pool_runtime.hpp"
 #include "shutdown_sequence.hpp"
 
@@ -34,11 +35,8 @@ thread_local const PoolCore* t_shutting_down = nullptr;
 
 }  // namespace
 
-// PoolCore's control calls and the submission path's, handed to the sequence.
-ShutdownReport PoolCore::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout) {
-  return rt_->shutdown.run(mode, timeout);
-}
-bool PoolCore::restart() { return rt_->shutdown.restart(); }
+// The submission path's call, handed to the sequence (the control calls'
+// are in pool_control.cpp).
 void PoolCore::on_push_after_close() noexcept { rt_->shutdown.on_push_after_close(); }
 
 ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds timeout) {
@@ -316,9 +314,9 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
     if (dropping) {
       cell.destroy();
       note_dropped(nullptr);
-      core_.count_here(TaskStatus::rejected);
+      core_.count_outcome(TaskStatus::rejected);
     } else {
-      core_.run_cell_here(cell);
+      core_.inline_runner().run_cell_here(cell);
     }
     return;
   }
@@ -331,7 +329,7 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
     // shed: counted and reported
   } else if (s->leave_queue(TaskStatus::running)) {
     core_.disarm_queue_deadline(s);
-    core_.run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
+    core_.inline_runner().run_claimed_here(s, /*drop_ref=*/true);  // the cell's reference
     return;
   } else if (!s->ran()) {
     rt_.observers.settled_in_queue(s);  // decided (and counted) while queued

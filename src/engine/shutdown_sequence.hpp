@@ -41,7 +41,7 @@ class ShutdownSequence {
   ShutdownSequence(const ShutdownSequence&) = delete;
   ShutdownSequence& operator=(const ShutdownSequence&) = delete;
 
-  // PoolCore::shutdown: blocks until the pool is stopped (or the shutdown is
+  // PoolControl::shutdown: blocks until the pool is stopped (or the shutdown is
   // given up: it throws, out of memory). Called from user code that this
   // pool's own shutdown runs on this thread, it returns at once.
   ShutdownReport run(ShutdownMode mode, std::chrono::nanoseconds timeout);

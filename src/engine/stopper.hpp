@@ -7,7 +7,7 @@
 //   hand      the supervisor (its deadline and grace-period scans)
 //   the loop  the stopper thread: takes what was handed, fires it outside
 //             the lock
-//   stop      the thread in PoolCore::stop_supervisor, after the supervisor
+//   stop      the thread in PoolControl::stop_supervisor, after the supervisor
 //             exited: the loop fires what is left, then ends, and is joined
 #pragma once
 

@@ -147,7 +147,7 @@ void Supervisor::loop() noexcept {
     }
     if (root_stop_pending_.exchange(false, std::memory_order_acq_rel)) {
       alarm_.cancel();
-      (void)core_.shutdown(ShutdownMode::hard, std::chrono::nanoseconds(0));
+      (void)core_.runtime().shutdown.run(ShutdownMode::hard, std::chrono::nanoseconds(0));
       continue;
     }
     std::int64_t next = kNever;
@@ -268,10 +268,9 @@ void Supervisor::announce(std::vector<WriteOffNote>& notes,
   }
 }
 
-// PoolCore's calls from the inline submission path and from ~Pool.
+// PoolCore's calls from the inline submission path.
 void PoolCore::arm_queue_deadline(TaskStateBase* s) { rt_->supervisor.arm_queue_deadline(s); }
 void PoolCore::disarm_timer(TaskStateBase* s) noexcept { rt_->supervisor.disarm(s); }
-void PoolCore::stop_supervisor() noexcept { rt_->supervisor.stop(); }
 
 void Supervisor::hand_to_stopper(std::vector<StopTarget>& targets) noexcept {
   stopper_.hand(targets);

@@ -6,7 +6,7 @@
 // books it reads and writes are the WorkerRegistry's, under WorkerRegistry::mu.
 //
 // Who touches what:
-//   thread_, exit_     start(): PoolCore::start; stop(): PoolCore::stop_supervisor
+//   thread_, exit_     start(): PoolControl::start; stop(): PoolControl::stop_supervisor
 //                      (~Pool, after the final shutdown)
 //   alarm_             the supervisor sleeps on it; any thread wakes it
 //                      (wake, need_by: a stop request, a deadline armed)
@@ -53,7 +53,7 @@ struct RootStop {
   PoolCore* core;
   void operator()() const noexcept;
 };
-// Registering it must not be able to throw, or a failed PoolCore::start would
+// Registering it must not be able to throw, or a failed PoolControl::start would
 // leave the threads running.
 static_assert(std::is_nothrow_constructible_v<std::stop_callback<RootStop>, const std::stop_token&,
                                               RootStop>);
@@ -66,7 +66,7 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
   ~Supervisor() = default;
 
-  // Starts the supervisor thread; throws if it cannot start (PoolCore::start's
+  // Starts the supervisor thread; throws if it cannot start (PoolControl::start's
   // only step that can throw, so it comes first).
   void start();
   // Hands a stop of `token` to the supervisor as a hard shutdown (once the

@@ -89,8 +89,8 @@ bool TaskStateBase::shed(OverloadReason why) noexcept {
 }
 
 template <class Settled>
-bool TaskStateBase::park_until(Settled settled,
-                               std::chrono::steady_clock::time_point deadline) const noexcept {
+bool TaskWord::park_until(Settled settled,
+                          std::chrono::steady_clock::time_point deadline) const noexcept {
   for (;;) {
     std::uint64_t cur = word_.load(std::memory_order_acquire);
     if (settled(static_cast<std::uint32_t>(cur))) return true;
@@ -106,7 +106,7 @@ bool TaskStateBase::park_until(Settled settled,
   }
 }
 
-bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
+bool TaskWord::wait_until(std::chrono::steady_clock::time_point deadline) const noexcept {
   // A task that is about to finish costs less to wait for by polling than
   // by parking: a futex wait and the wake it needs are a few microseconds
   // each. Yield while polling, so that a worker sharing this core can run.
@@ -117,13 +117,12 @@ bool TaskStateBase::wait_until(std::chrono::steady_clock::time_point deadline) c
   return park_until([](std::uint32_t w) { return is_final(status_of(w)); }, deadline);
 }
 
-bool TaskStateBase::wait_returned_until(
-    std::chrono::steady_clock::time_point deadline) const noexcept {
+bool TaskWord::wait_returned_until(std::chrono::steady_clock::time_point deadline) const noexcept {
   return park_until([](std::uint32_t w) { return is_final(status_of(w)) && (w & kLiveBit) == 0; },
                     deadline);
 }
 
-void TaskStateBase::wake(std::uint64_t prev) noexcept {
+void TaskWord::wake(std::uint64_t prev) noexcept {
   if ((prev & kWaitersBit) != 0) futex_wake_low(word_, INT32_MAX);
 }
 

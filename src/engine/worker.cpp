@@ -31,7 +31,7 @@ bool apply_policy(WorkerPolicy policy) noexcept {
 
 }  // namespace
 
-void PoolCore::count_here(TaskStatus outcome) noexcept {
+void PoolCore::count_outcome(TaskStatus outcome) noexcept {
   if (t_current.core == this) {
     t_current.worker->counts.add(outcome);
   } else {
@@ -41,7 +41,7 @@ void PoolCore::count_here(TaskStatus outcome) noexcept {
 
 void PoolCore::settled_in_queue(TaskStateBase* s, bool count) noexcept {
   disarm_queue_deadline(s);
-  if (count) count_here(s->raw_status());
+  if (count) count_outcome(s->raw_status());
 }
 
 void PoolCore::expire_unqueued(TaskStateBase* s) noexcept {

@@ -9,6 +9,8 @@
 #include <new>
 #include <string>
 
+#include "crew/detail/pool_control.hpp"
+
 namespace crew {
 
 // ---- Pool ----
@@ -33,7 +35,7 @@ void refuse_self_wait(const detail::PoolCore& core, const char* call) {
 }  // namespace
 
 Pool::Pool(PoolOptions options) : core_(std::make_shared<detail::PoolCore>(std::move(options))) {
-  core_->start();
+  detail::PoolControl(*core_).start();
 }
 
 Pool::~Pool() {
@@ -54,13 +56,14 @@ Pool::~Pool() {
   // cleanly and can run again; after three such failures the process ends.
   for (int attempt = 0;; ++attempt) {
     try {
-      (void)core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
+      (void)detail::PoolControl(*core_).shutdown(core_->options().shutdown_mode,
+                                                 core_->options().shutdown_timeout);
       break;
     } catch (const std::bad_alloc&) {
       if (attempt == 2) std::terminate();
     }
   }
-  core_->stop_supervisor();
+  detail::PoolControl(*core_).stop_supervisor();
   core_->mark_released();
 }
 
@@ -71,23 +74,24 @@ ShutdownReport Pool::shutdown(ShutdownMode mode, std::chrono::nanoseconds timeou
                                            " is not drain, soft or hard");
   }
   refuse_self_wait(*core_, "shutdown()");
-  return core_->shutdown(mode, timeout);
+  return detail::PoolControl(*core_).shutdown(mode, timeout);
 }
 ShutdownReport Pool::shutdown() {
   refuse_self_wait(*core_, "shutdown()");
-  return core_->shutdown(core_->options().shutdown_mode, core_->options().shutdown_timeout);
+  return detail::PoolControl(*core_).shutdown(core_->options().shutdown_mode,
+                                              core_->options().shutdown_timeout);
 }
-bool Pool::restart() { return core_->restart(); }
-void Pool::pause() { core_->pause(); }
-void Pool::resume() { core_->resume(); }
-void Pool::resize(std::size_t max_workers) { core_->resize(max_workers); }
+bool Pool::restart() { return detail::PoolControl(*core_).restart(); }
+void Pool::pause() { detail::PoolControl(*core_).pause(); }
+void Pool::resume() { detail::PoolControl(*core_).resume(); }
+void Pool::resize(std::size_t max_workers) { detail::PoolControl(*core_).resize(max_workers); }
 bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
-  return core_->stop_worker(worker_id, how);
+  return detail::PoolControl(*core_).stop_worker(worker_id, how);
 }
-bool Pool::run_pending_task() { return core_->run_pending(); }
+bool Pool::run_pending_task() { return detail::PoolControl(*core_).run_pending(); }
 PoolState Pool::state() const noexcept { return core_->state(); }
 bool Pool::inherited_by_fork() const noexcept { return core_->inherited_by_fork(); }
-PoolStats Pool::stats() const { return core_->stats(); }
+PoolStats Pool::stats() const { return detail::PoolSnapshot(*core_).stats(); }
 PoolStatsHandle Pool::stats_handle() const { return {core_, core_->options().name}; }
 OverloadHint Pool::overload_hint() const noexcept {
   const detail::OverloadControl* ctl = core_->overload();
@@ -105,19 +109,20 @@ OverloadHint Pool::refuse_if_overloaded() noexcept {
 std::optional<PoolStats> PoolStatsHandle::read() const {
   const std::shared_ptr<const detail::PoolCore> core = core_.lock();
   if (!core || core->released()) return std::nullopt;
-  return core->stats();
+  return detail::PoolSnapshot(*core).stats();
 }
 std::optional<std::vector<WorkerInfo>> PoolStatsHandle::workers() const {
   const std::shared_ptr<const detail::PoolCore> core = core_.lock();
   if (!core || core->released()) return std::nullopt;
-  return core->workers();
+  return detail::PoolSnapshot(*core).workers();
 }
-std::vector<WorkerInfo> Pool::workers() const { return core_->workers(); }
+std::vector<WorkerInfo> Pool::workers() const { return detail::PoolSnapshot(*core_).workers(); }
 const PoolOptions& Pool::options() const noexcept { return core_->options(); }
 std::string_view Pool::name() const noexcept { return core_->options().name; }
 bool Pool::wait_idle(std::chrono::nanoseconds timeout) {
   refuse_self_wait(*core_, "wait_idle()");
-  return core_->wait_idle(detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
+  return detail::PoolControl(*core_).wait_idle(
+      detail::saturating_deadline(std::chrono::steady_clock::now(), timeout));
 }
 
 }  // namespace crew

@@ -1,4 +1,4 @@
-// Tests of the pool's shared queue (crew/detail/task_queue.hpp), one class
+// Tests of the pool's shared queue (crew/detail/queues.hpp), one class
 // at a time: Ring (capacity, power of two or not; wrap-around over many
 // laps; full and room again; only published cells taken; batches; FIFO per
 // producer; many producers and consumers), SpillQueue, Shard (ring and
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "crew/detail/cell.hpp"
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/queues.hpp"
 #include "test_util.hpp"
 
 namespace crew {

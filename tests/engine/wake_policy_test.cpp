@@ -37,7 +37,7 @@ using test::Watchdog;
 
 // A worker whose local queue is empty takes up to 8 cells in a row from a
 // shared ring of 256 slots or more: the first to run, the rest into its
-// local queue (task_queue.hpp, Queues::pop_batch). One worker must still
+// local queue (queues.hpp, Queues::pop_batch). One worker must still
 // run one submitter's tasks in submission order, and each task must count
 // as submitted once, though its cell moved from one queue to another.
 TEST(SharedBatches, OneWorkerRunsOneSubmittersTasksInOrderCountingEachOnce) {

@@ -1,9 +1,9 @@
 // crew/asio.hpp: submissions whose completion is an Asio completion token.
-// Callbacks, std::future and C++20 coroutines (use_awaitable); every way a
-// task can end (value, exception, timed out, cancelled, refused at
-// admission, dropped by a shutdown, expired in the queue) completes exactly
-// once, on the handler's executor, and keeps io_context::run() busy until
-// then.
+// Callbacks and std::future (C++20 coroutines: asio_awaitable_test.cpp);
+// every way a task can end (value, exception, timed out, cancelled,
+// refused at admission, dropped by a shutdown, expired in the queue)
+// completes exactly once, on the handler's executor, and keeps
+// io_context::run() busy until then.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "asio_test_util.hpp"
 #include "replaced_new.hpp"  // operator new: fails one allocation on demand
 #include "test_util.hpp"
 
@@ -70,17 +71,6 @@ struct Outcome {
     return future.get();
   }
 };
-
-// Shuts `pool` down soft while its worker is held: the queued tasks are
-// dropped, then the worker is released so that the shutdown can finish.
-crew::ShutdownReport shut_down_soft_while_held(crew::Pool& pool, WorkerHold& hold) {
-  crew::ShutdownReport report;
-  std::thread stopper([&] { report = pool.shutdown(crew::ShutdownMode::soft, 5s); });
-  std::this_thread::sleep_for(30ms);  // the queue is dropped at once; the shutdown waits
-  hold.release();
-  stopper.join();
-  return report;
-}
 
 crew::Errc code_of(const std::exception_ptr& e) {
   try {
@@ -512,118 +502,5 @@ TEST(CrewAsio, EverySubmissionCompletesExactlyOnceAcrossAShutdownRace) {
   EXPECT_EQ(static_cast<std::uint64_t>(values.load()), s.outcomes.succeeded);
   EXPECT_EQ(static_cast<std::uint64_t>(refused.load() + dropped.load()), s.outcomes.rejected);
 }
-
-#if defined(BOOST_ASIO_HAS_CO_AWAIT)
-
-// Inside a coroutine, TaskOptions are a named variable, not a braced
-// temporary in the co_await expression: GCC 12 miscompiles such a temporary
-// holding a std::string (its destructor frees a pointer into the old stack
-// copy). Documented in docs/api.md.
-net::awaitable<int> sum_of_squares(crew::Pool& pool, int n) {
-  const auto ex = co_await net::this_coro::executor;
-  const crew::TaskOptions opts{.name = "square"};
-  int sum = 0;
-  for (int i = 1; i <= n; ++i) {
-    sum += co_await crew::asio::async_submit(
-        pool, ex, [i] { return i * i; }, opts, net::use_awaitable);
-  }
-  co_return sum;
-}
-
-TEST(CrewAsioCoroutine, CoAwaitReturnsTheValues) {
-  net::io_context ioc;
-  crew::Pool pool({.name = "asio", .max_workers = 2});
-  std::future<int> f = net::co_spawn(ioc, sum_of_squares(pool, 10), net::use_future);
-  ioc.run();
-  ASSERT_EQ(f.wait_for(0s), std::future_status::ready);
-  EXPECT_EQ(f.get(), 385);
-  // A task's completion is posted before the pool records its outcome;
-  // wait_idle() orders the two.
-  EXPECT_TRUE(pool.wait_idle(5s * kSlowdown));
-  EXPECT_EQ(pool.stats().outcomes.succeeded, 10u);
-}
-
-TEST(CrewAsioCoroutine, ErrorsAreThrownFromCoAwait) {
-  net::io_context ioc;
-  crew::Pool pool(
-      {.name = "asio", .max_workers = 1, .queue_capacity = 1, .overflow = crew::Overflow::reject});
-  std::vector<std::string> seen;
-  auto body = [&]() -> net::awaitable<void> {
-    const auto ex = co_await net::this_coro::executor;
-    // The task's own exception.
-    try {
-      co_await crew::asio::async_submit(
-          pool, ex, []() -> int { throw std::runtime_error("task failed"); }, net::use_awaitable);
-    } catch (const std::runtime_error& e) {
-      seen.emplace_back(e.what());
-    }
-    // A long task past its deadline.
-    const crew::TaskOptions slow{.name = "slow", .timeout = 10ms};
-    try {
-      co_await crew::asio::async_submit(
-          pool, ex,
-          [](std::stop_token stop) {
-            while (!stop.stop_requested()) std::this_thread::sleep_for(1ms);
-          },
-          slow, net::use_awaitable);
-    } catch (const crew::Error& e) {
-      seen.emplace_back(e.code() == crew::Errc::timed_out ? "timed_out" : "?");
-    }
-    // Refused: the queue (1) is taken while the worker is held.
-    {
-      WorkerHold hold(pool);
-      try {
-        crew::asio::async_try_submit(
-            pool, ex, [] { return 0; }, [](std::exception_ptr, int) {});
-        co_await crew::asio::async_try_submit(
-            pool, ex, [] { return 0; }, net::use_awaitable);
-      } catch (const crew::Error& e) {
-        seen.emplace_back(std::string(e.code() == crew::Errc::rejected ? "rejected" : "?") + "/" +
-                          (e.admission() == crew::Admission::full ? "full" : "?"));
-      }
-    }
-    (void)pool.wait_idle(5s);
-    // Dropped: queued behind a held worker, then a soft shutdown.
-    WorkerHold hold(pool);
-    std::thread stopper([&pool, &hold] {
-      std::this_thread::sleep_for(20ms);  // the task below is queued by then
-      (void)shut_down_soft_while_held(pool, hold);
-    });
-    try {
-      co_await crew::asio::async_submit(
-          pool, ex, [] { return 0; }, net::use_awaitable);
-    } catch (const crew::Error& e) {
-      seen.emplace_back(e.code() == crew::Errc::shutdown_dropped ? "shutdown_dropped" : "?");
-    }
-    stopper.join();
-  };
-  net::co_spawn(ioc, body(), net::detached);
-  ioc.run();
-  EXPECT_EQ(seen, (std::vector<std::string>{"task failed", "timed_out", "rejected/full",
-                                            "shutdown_dropped"}));
-}
-
-// Many coroutines on a strand-less io_context run by two threads, each
-// awaiting tasks in turn: all complete, each on the io_context's threads.
-TEST(CrewAsioCoroutine, ManyCoroutinesAwaitConcurrently) {
-  net::io_context ioc(2);
-  crew::Pool pool({.name = "asio", .max_workers = 2});
-  std::atomic<int> total{0};
-  constexpr int kCoroutines = 200;
-  for (int c = 0; c < kCoroutines; ++c) {
-    net::co_spawn(
-        ioc,
-        [&pool, &total]() -> net::awaitable<void> { total += co_await sum_of_squares(pool, 5); },
-        net::detached);
-  }
-  std::thread second([&ioc] { ioc.run(); });
-  ioc.run();
-  second.join();
-  EXPECT_EQ(total.load(), kCoroutines * 55);
-}
-
-#else
-TEST(CrewAsioCoroutine, NeedsCoAwait) { GTEST_SKIP() << "this compiler lacks Asio's co_await"; }
-#endif
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -210,6 +211,15 @@ inline PoolOptions fixed_workers(std::string name, std::size_t n) {
 inline void until_stopped(const std::stop_token& stop,
                           std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
   while (!stop.stop_requested()) std::this_thread::sleep_for(poll);
+}
+
+// A cooperative long task: counts `started` down, then returns once its
+// token is stopped (polled every 100 us).
+inline auto cooperative(std::latch& started) {
+  return [&started](std::stop_token stop) {  // NOLINT(performance-unnecessary-value-param)
+    started.count_down();
+    until_stopped(stop, std::chrono::microseconds(100));
+  };
 }
 
 }  // namespace crew::test

@@ -7,7 +7,7 @@
 // finds them on top; other threads steal from the top, oldest first, which
 // for divide-and-conquer is the biggest piece of work. A worker that finds
 // its queue empty also moves a batch of the shared queue's oldest cells
-// into it (push_moved, from Queues::pop_batch in task_queue.hpp), newest
+// into it (push_moved, from Queues::pop_batch in queues.hpp), newest
 // first, so that it pops them oldest first.
 //
 // Who touches what:

@@ -31,8 +31,7 @@
 #include "crew/detail/idle_counts.hpp"
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
-#include "crew/detail/suspended_tasks.hpp"
-#include "crew/detail/task_queue.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/log.hpp"
@@ -44,6 +43,7 @@ namespace crew::detail {
 
 class PoolCore;
 struct PoolRuntime;
+class SuspendedTasks;  // crew/detail/suspended_tasks.hpp (coroutine tasks)
 
 // Whether `m` is one of the three modes (a value cast from an integer may
 // not be).
@@ -241,42 +241,24 @@ struct SharedCounters {
   [[nodiscard]] OutcomeCounts read() const noexcept;
 };
 
-class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Runner {
+// The Runner of the threads that run a pool's tasks outside a worker's top
+// level: a caller_runs submission, a wait that runs queued tasks
+// (run_pending, help_until), a shutdown's sweep. Each run is marked an
+// InlineRun for its length, and its outcome is counted where the calling
+// thread counts (PoolCore::count_outcome). One per pool, a part of
+// PoolCore (PoolCore::inline_runner()); defined in src/engine/run.cpp and
+// src/engine/help.cpp.
+//
+// Who touches what: any thread that runs one of the pool's tasks outside
+// a worker's loop; its own state is the count of tasks that waits on
+// threads other than the pool's workers took from the queue (a worker
+// counts its own).
+class InlineRunner final : public Runner {
  public:
-  // Validates the options (throws Error(invalid_options) naming the field).
-  explicit PoolCore(PoolOptions options);
-  ~PoolCore();
-  PoolCore(const PoolCore&) = delete;
-  PoolCore& operator=(const PoolCore&) = delete;
-
-  // Starts min_workers and the supervisor; the pool is then running.
-  void start();
-  // Stops and joins the supervisor (after the final shutdown).
-  void stop_supervisor() noexcept;
-
-  // The events that make a plain task go through a task's observer path.
-  static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
-                                               Observer::task_finished | Observer::task_rejected;
-
-  // ---- control (src/) ----
-  ShutdownReport shutdown(ShutdownMode mode, std::chrono::nanoseconds timeout);
-  bool restart();
-  void pause();
-  void resume();
-  void resize(std::size_t max_workers);
-  bool stop_worker(std::uint64_t id, WorkerStop how);
-  bool wait_idle(std::chrono::steady_clock::time_point deadline);
-  [[nodiscard]] PoolStats stats() const;
-  [[nodiscard]] std::vector<WorkerInfo> workers() const;
-  [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
-  [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
-  // True on a thread inside one of this pool's tasks (on a worker, or run
-  // inline elsewhere): a wait for the pool's tasks would wait for itself.
-  [[nodiscard]] bool in_own_task() const noexcept;
-  // True in a child of fork() for a pool created before the fork: its
-  // workers and supervisor are threads of the parent, so nothing would run
-  // its tasks or end its shutdown there.
-  [[nodiscard]] bool inherited_by_fork() const noexcept;
+  explicit InlineRunner(PoolCore& core) noexcept : c_(core) {}
+  InlineRunner(const InlineRunner&) = delete;
+  InlineRunner& operator=(const InlineRunner&) = delete;
+  ~InlineRunner() = default;
 
   // Runs (or, while dropping, rejects) one queued cell on this thread. On a
   // worker of this pool: its own local queue first, newest first; then, if
@@ -295,8 +277,56 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // Runs a task state on the calling thread (nested waits, caller_runs).
   // The caller has already moved it from queued to running. `drop_ref`:
   // the caller's reference (the queue cell's) is dropped here, and the
-  // caller must not touch `s` afterwards (see run_claimed).
+  // caller must not touch `s` afterwards (see PoolCore::run_claimed).
   void run_claimed_here(TaskStateBase* s, bool drop_ref) noexcept;
+  // Runs a popped plain cell on this thread (shutdown sweeps); long and
+  // observed cells go through this Runner.
+  void run_cell_here(Cell& cell) noexcept;
+
+  // Runner. run_long wraps the call in a task state (one allocation) and
+  // runs it with run_claimed_here.
+  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
+                void* fn) noexcept override;
+  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
+  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  void count_outcome(TaskStatus outcome) noexcept override;
+
+  // Tasks that run_pending and help_until took on threads that are not the
+  // pool's workers (PoolStats::helped adds the workers' own).
+  [[nodiscard]] std::uint64_t helped() const noexcept {
+    return helped_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  PoolCore& c_;
+  std::atomic<std::uint64_t> helped_{0};
+};
+
+class PoolCore final : public std::enable_shared_from_this<PoolCore> {
+ public:
+  // Validates the options (throws Error(invalid_options) naming the field).
+  explicit PoolCore(PoolOptions options);
+  ~PoolCore();
+  PoolCore(const PoolCore&) = delete;
+  PoolCore& operator=(const PoolCore&) = delete;
+
+  // The events that make a plain task go through a task's observer path.
+  static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
+                                               Observer::task_finished | Observer::task_rejected;
+
+  // The control calls (shutdown, pause, resize, wait_idle, ...) and the
+  // stats are PoolControl's and PoolSnapshot's (crew/detail/pool_control.hpp).
+  [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
+  [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
+  // True on a thread inside one of this pool's tasks (on a worker, or run
+  // inline elsewhere): a wait for the pool's tasks would wait for itself.
+  [[nodiscard]] bool in_own_task() const noexcept;
+  // True in a child of fork() for a pool created before the fork: its
+  // workers and supervisor are threads of the parent, so nothing would run
+  // its tasks or end its shutdown there.
+  [[nodiscard]] bool inherited_by_fork() const noexcept;
+
   // Reports an exception nobody else will see (handler, else the logger).
   void report_exception(const TaskRef& task, std::exception_ptr e) const noexcept;
   // Logs through opts_.logger if `level` passes its threshold.
@@ -304,17 +334,15 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   [[nodiscard]] bool logs(LogLevel level) const noexcept { return level >= log_level_; }
   void log_hook_failure(std::string_view hook, std::uint64_t worker,
                         std::exception_ptr e) const noexcept;
-  // Runner for threads other than a worker's top level. run_long wraps the
-  // call in a task state (one allocation) and runs it with run_claimed_here.
-  void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
-                void* fn) noexcept override;
-  void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
-  void run_counted(CountedCall call, void* fn) noexcept override { call(fn, *this); }
-  void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept override;
+  // The Runner of this pool's tasks on threads other than a worker's top
+  // level.
+  [[nodiscard]] InlineRunner& inline_runner() noexcept { return inline_; }
   // Whether an admitted task state popped at its start is to be shed
   // (CoDel); if so it is shed (counted, its callable told and destroyed).
   bool shed_at_start(TaskStateBase* s) noexcept;
-  void count_outcome(TaskStatus outcome) noexcept override { count_here(outcome); }
+  // Counts an outcome decided on this thread (a worker's own counters, or
+  // the shared ones on any other thread). In src/engine/worker.cpp.
+  void count_outcome(TaskStatus outcome) noexcept;
 
   // ---- the overload controller (crew/overload.hpp) ----
   // Whether a submission from this thread goes through the overload
@@ -366,19 +394,17 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   }
   // Installs `s` unless one is installed; returns the one installed (the
   // pool owns it and destroys it first of its parts).
-  SuspendedTasks* install_suspended(std::unique_ptr<SuspendedTasks> s) noexcept {
-    SuspendedTasks* expected = nullptr;
-    if (suspended_.p.compare_exchange_strong(expected, s.get(), std::memory_order_acq_rel)) {
-      return s.release();
-    }
-    return expected;
-  }
+  // In src/engine/pool_core.cpp.
+  SuspendedTasks* install_suspended(std::unique_ptr<SuspendedTasks> s) noexcept;
 
  private:
   // The engine's shared state (src/engine/pool_runtime.hpp), whose members that
   // need its mutex (the worker books: spawning, write-offs, totals) read
   // and update PoolCore's counters too.
   friend struct PoolRuntime;
+  friend class InlineRunner;
+  friend class PoolControl;
+  friend class PoolSnapshot;
   friend class Supervisor;
   friend class ShutdownSequence;
   friend class Submission;
@@ -387,6 +413,13 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   friend class WorkerRegistry;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
+  // How many forks this process descends from when the pool was created
+  // (inherited_by_fork), and whether ~Pool is done with the core (it may
+  // outlive the Pool: abandoned threads co-own it). Both cold; first, so
+  // that the fields below keep the offsets (and cache lines) they had
+  // while PoolCore was a Runner itself, with a vtable pointer here.
+  const std::uint32_t forks_at_start_;
+  std::atomic<bool> released_{false};
   const PoolOptions opts_;
   // Task-state runs counted and published whose handlers and observers have
   // not yet returned (run_claimed); wait_idle() waits for them too.
@@ -413,21 +446,16 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};     // refused at submission
   std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
-  std::atomic<std::uint64_t> helped_{0};      // taken by run_pending()
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;
-  // Set by ~Pool: the core may outlive it (abandoned threads co-own it).
-  std::atomic<bool> released_{false};
-  // How many forks this process descends from when the pool was created
-  // (inherited_by_fork).
-  const std::uint32_t forks_at_start_;
+  InlineRunner inline_{*this};
   // Last, so destroyed first, while the queues it pushes to still exist.
   struct OwnedSuspended {
     std::atomic<SuspendedTasks*> p{nullptr};
     OwnedSuspended() = default;
     OwnedSuspended(const OwnedSuspended&) = delete;
     OwnedSuspended& operator=(const OwnedSuspended&) = delete;
-    ~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
+    ~OwnedSuspended();  // deletes it (src/engine/pool_core.cpp)
   } suspended_;
 
   // A cell left the queue: blocked submitters may be due for release
@@ -467,18 +495,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
     return cur.next_id++;
   }
 
-  // Runs a popped plain cell on this thread (shutdown sweeps); long and
-  // observed cells go through this pool's Runner side.
-  void run_cell_here(Cell& cell) noexcept {
-    const InlineRun here(this);
-    try {
-      if (!cell.invoke_and_destroy(static_cast<Runner*>(this))) count_here(TaskStatus::succeeded);
-    } catch (...) {
-      report_exception(TaskRef{}, std::current_exception());
-      count_here(TaskStatus::failed);
-    }
-  }
-
   // ---- implementation (src/) ----
 
   // pool_core.cpp
@@ -488,10 +504,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   void grow() noexcept;
   // grow() once per queued task, up to max_workers.
   void grow_for_queued() noexcept;
-  // worker.cpp
-  // Counts an outcome decided on this thread (a worker's own counters, or
-  // the shared ones on any other thread).
-  void count_here(TaskStatus outcome) noexcept;
   // wake.cpp: a push that found no spinner running, handed to the
   // engine's WakePolicy (src/engine/wake_policy.hpp).
   void wake_for_push() noexcept;
@@ -506,5 +518,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore>, public Run
   // finished, the submitter runs or rejects it here).
   void on_push_after_close() noexcept;
 };
+
+inline void InlineRunner::count_outcome(TaskStatus outcome) noexcept { c_.count_outcome(outcome); }
 
 }  // namespace crew::detail

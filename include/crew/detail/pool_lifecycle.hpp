@@ -3,7 +3,7 @@
 // the attention counter that tells workers to look up from the queue.
 //
 // Who touches what:
-//   state_      written by the control calls (PoolCore::start, pause, resume,
+//   state_      written by the control calls (PoolControl::start, pause, resume,
 //               shutdown, restart), each edge checked against
 //               is_legal_transition; read by every submitter (admission),
 //               by workers (pause, stop) and by the supervisor.

@@ -69,7 +69,7 @@ class Submission {
           return Admission::accepted;
         case Route::run_here: {
           const InlineRun here(&c_);
-          f.run_counted(c_);
+          f.run_counted(c_.inline_runner());
           return Admission::accepted;
         }
         case Route::refused:
@@ -86,7 +86,7 @@ class Submission {
           return Admission::accepted;
         case Route::run_here: {
           const InlineRun here(&c_);
-          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
           return Admission::accepted;
         }
         case Route::refused:
@@ -172,7 +172,7 @@ class Submission {
       const Route r = route(fill, level_of(opts), may_block, why);
       if (r == Route::run_here) {
         D local(std::forward<F>(f));
-        c_.run_long(timeout, enqueued, &call_long<D>, &local);
+        c_.inline_runner().run_long(timeout, enqueued, &call_long<D>, &local);
         return Admission::accepted;
       }
       if (c_.observed_ != 0) [[unlikely]]
@@ -196,7 +196,7 @@ class Submission {
       const Route r = route(fill, level, may_block, why);
       if (r == Route::run_here) {
         D local(std::forward<F>(f));
-        c_.run_observed(enqueued, &call_plain<D>, &local);
+        c_.inline_runner().run_observed(enqueued, &call_plain<D>, &local);
         return Admission::accepted;
       }
       note_plain_submission(r, why, /*is_long=*/false);
@@ -207,7 +207,7 @@ class Submission {
     auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
     const Route r = route(fill, level, may_block, why);
     if (r == Route::run_here) {
-      (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+      (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
       return Admission::accepted;
     }
     if (r == Route::refused) tmp.destroy();
@@ -276,7 +276,7 @@ class Submission {
       case Route::queued:
         return Admission::accepted;
       case Route::run_here:
-        (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_));
+        (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
         return Admission::accepted;
       case Route::refused:
         tmp.destroy();  // returns the ticket
@@ -363,7 +363,7 @@ class Submission {
           return Admission::accepted;
         }
         if (s->leave_queue(TaskStatus::running)) {
-          c_.run_claimed_here(s, /*drop_ref=*/true);
+          c_.inline_runner().run_claimed_here(s, /*drop_ref=*/true);
         } else {
           s->release();
         }
@@ -446,10 +446,10 @@ class Submission {
     const InlineRun here(&c_);
     try {
       g();
-      c_.count_here(TaskStatus::succeeded);
+      c_.count_outcome(TaskStatus::succeeded);
     } catch (...) {
       c_.report_exception(TaskRef{}, std::current_exception());
-      c_.count_here(TaskStatus::failed);
+      c_.count_outcome(TaskStatus::failed);
     }
   }
 

@@ -3,23 +3,9 @@
 //
 // Ownership: reference counted. The queue cell holds one reference until the
 // task is popped and settled; each Task handle holds one; the pool's timer
-// heap holds one while a queue deadline is armed.
-//
-// One 64-bit atomic holds both the status and the count, so that a runner
-// can publish the outcome and drop the queue's reference in one
-// read-modify-write (finish_and_release):
-//   bits 0-31   the status word, futex-waitable (the low half on the
-//               little-endian targets crew builds for): bits 0-7
-//               TaskStatus, bits 8-15 the Errc of a non-success outcome,
-//               bit 28 "an outcome decided in the queue is being settled"
-//               (it still reads as queued), bit 29 "written off: its
-//               callable still runs", bit 30 "it went through running",
-//               bit 31 "someone waits"
-//   bits 32-63  the reference count
-// The status leaves `queued` by exactly one compare-exchange (to running,
-// cancelled or rejected) and leaves `running` by exactly one
-// compare-exchange to its outcome: that is what makes every task end in
-// exactly one outcome, even when a worker and the supervisor race.
+// heap holds one while a queue deadline is armed. The status word and the
+// count, with the steps that give every task exactly one outcome, are its
+// base, TaskWord (task_word.hpp).
 #pragma once
 
 #include <algorithm>
@@ -38,6 +24,7 @@
 
 #include "crew/detail/assert.hpp"
 #include "crew/detail/spin_lock.hpp"
+#include "crew/detail/task_word.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "crew/error.hpp"
 #include "crew/task_status.hpp"
@@ -147,15 +134,11 @@ class TaskStateBase;
 // outcome is published. Runs on the deciding thread; it holds a reference.
 void settle_in_queue(TaskStateBase* s, bool count) noexcept;
 
-class TaskStateBase {
+// A task's shared state: the status word (TaskWord, task_word.hpp), its
+// ownership (release, finish_and_release), what the task is (its
+// callable's hooks, id, owner, clock, error, Extras) and its stop.
+class TaskStateBase : public TaskWord {
  public:
-  static constexpr std::uint32_t kStatusMask = 0xffu;
-  // Set with an outcome decided while queued until it is counted and the
-  // callable destroyed (settle_in_queue): the task still reads as queued.
-  static constexpr std::uint32_t kSettlingBit = 1u << 28;
-  static constexpr std::uint32_t kLiveBit = 1u << 29;
-  static constexpr std::uint32_t kRanBit = 1u << 30;
-  static constexpr std::uint32_t kWaitersBit = 1u << 31;
   static constexpr std::size_t kNotInHeap = static_cast<std::size_t>(-1);
   static constexpr auto kNoDeadline = std::chrono::steady_clock::time_point::max();
   // Extras::admission.
@@ -185,12 +168,6 @@ class TaskStateBase {
   // Runs the callable and stores its result; exceptions propagate.
   virtual void run(const TaskContext& ctx) = 0;
 
-  void add_ref() noexcept { word_.fetch_add(kOneRef, std::memory_order_relaxed); }
-  // Before the state is shared with another thread: one more reference
-  // without a locked instruction.
-  void add_ref_unshared() noexcept {
-    word_.store(word_.load(std::memory_order_relaxed) + kOneRef, std::memory_order_relaxed);
-  }
   // A sole holder (count 1) frees without the read-modify-write: nobody
   // else can take a reference to a state only it holds (add_ref on a
   // pointer found in a worker's run slot, the foreign-run set or the timer
@@ -203,28 +180,6 @@ class TaskStateBase {
         refs(word_.fetch_sub(kOneRef, std::memory_order_acq_rel)) == 1) {
       delete this;
     }
-  }
-
-  [[nodiscard]] TaskStatus status() const noexcept {
-    return status_of(static_cast<std::uint32_t>(word_.load(std::memory_order_acquire)));
-  }
-  // The status byte as it is: the outcome claim_in_queue decided, while it
-  // is being settled, too.
-  [[nodiscard]] TaskStatus raw_status() const noexcept {
-    return static_cast<TaskStatus>(word_.load(std::memory_order_acquire) & kStatusMask);
-  }
-  // The status a status word shows (queued while an outcome decided in the
-  // queue is being settled).
-  [[nodiscard]] static TaskStatus status_of(std::uint32_t w) noexcept {
-    return (w & kSettlingBit) != 0 ? TaskStatus::queued : static_cast<TaskStatus>(w & kStatusMask);
-  }
-  [[nodiscard]] Errc reason() const noexcept {
-    return static_cast<Errc>((word_.load(std::memory_order_acquire) >> 8) & 0xffu);
-  }
-  [[nodiscard]] bool done() const noexcept { return is_final(status()); }
-  // True once the task left `queued` for `running` (it ran, or runs now).
-  [[nodiscard]] bool ran() const noexcept {
-    return (word_.load(std::memory_order_acquire) & kRanBit) != 0;
   }
 
   // queued -> running | cancelled | rejected. False if it had already left
@@ -245,22 +200,6 @@ class TaskStateBase {
           (cur & (kRefMask | kWaitersBit)) | encode(TaskStatus::running, why) | kRanBit;
       if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) return true;
     }
-  }
-  // The first step of leave_queue to an outcome: decides it, unseen
-  // (kSettlingBit). The caller then calls settle_in_queue().
-  bool claim_in_queue(TaskStatus to, Errc why) noexcept {
-    CREW_ASSERT(is_final(to), "claim_in_queue to a status that is not an outcome");
-    std::uint64_t cur = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::queued)) return false;
-      CREW_ASSERT(is_legal_transition(TaskStatus::queued, to), "illegal task transition");
-      const std::uint64_t next = (cur & (kRefMask | kWaitersBit)) | encode(to, why) | kSettlingBit;
-      if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) return true;
-    }
-  }
-  // The last step: publishes the outcome and wakes the waiters.
-  void publish_settled() noexcept {
-    wake(word_.fetch_and(~std::uint64_t{kSettlingBit}, std::memory_order_acq_rel));
   }
   // Destroys the callable of a task that will never run (TaskState).
   virtual void discard_callable() noexcept {}
@@ -310,11 +249,6 @@ class TaskStateBase {
     return extras_->admission.exchange(kAdmitted, std::memory_order_acq_rel) == kExpiryDeferred;
   }
 
-  // running -> outcome. False if the outcome was already decided (the task
-  // was abandoned while it ran).
-  bool finish(TaskStatus outcome, Errc why = Errc{}) noexcept {
-    return leave_running(kRanBit | encode(outcome, why));
-  }
   // finish(), then release() of the caller's reference, in one
   // read-modify-write when nobody waits on the word (with a waiter, the
   // wake-up needs the state alive: two steps, as before). The reference is
@@ -336,29 +270,6 @@ class TaskStateBase {
     release();
     return finished;
   }
-  // running -> outcome for a run the pool writes off while its callable
-  // still runs (it ignored its stop for abandon_grace): the outcome is
-  // decided now, and callable_live() stays true until the running thread
-  // calls callable_returned(). False as finish().
-  bool finish_written_off(TaskStatus outcome) noexcept {
-    return leave_running(kRanBit | kLiveBit | encode(outcome, Errc::abandoned));
-  }
-  // Called by the thread that ran a written-off callable, once it returned.
-  void callable_returned() noexcept {
-    wake(word_.fetch_and(~std::uint64_t{kLiveBit}, std::memory_order_acq_rel));
-  }
-  // True while a written-off callable still runs.
-  [[nodiscard]] bool callable_live() const noexcept {
-    return (word_.load(std::memory_order_acquire) & kLiveBit) != 0;
-  }
-
-  // Blocks until the task has an outcome or the deadline passes.
-  bool wait_until(std::chrono::steady_clock::time_point deadline) const noexcept;
-  // Blocks until the task has an outcome and its callable returned (see
-  // finish_written_off), or the deadline passes.
-  bool wait_returned_until(std::chrono::steady_clock::time_point deadline) const noexcept;
-  static constexpr int kSpinPolls = 16;
-
   // Records why the task should stop and, if it runs now, stops its token;
   // unless its callable already returned (detach_runner), when the outcome
   // the runner decided stands. Under the stop lock, so that the two cannot
@@ -445,11 +356,6 @@ class TaskStateBase {
   // 56 bytes after the vtable pointer: the status word first (the runner's
   // and the waiters' line), the one-byte fields together.
  private:
-  // The status word and the reference count (top of file); one reference
-  // (the creator's), queued.
-  mutable std::atomic<std::uint64_t> word_{kOneRef |
-                                           static_cast<std::uint32_t>(TaskStatus::queued)};
-
  public:
   // Set at submission, immutable afterwards.
   std::uint64_t id = 0;
@@ -506,39 +412,10 @@ class TaskStateBase {
   bool has_value_ = false;
 
  private:
-  static constexpr std::uint32_t encode(TaskStatus s, Errc why) noexcept {
-    return static_cast<std::uint32_t>(s) | (static_cast<std::uint32_t>(why) << 8);
-  }
-  static constexpr std::uint64_t kOneRef = std::uint64_t{1} << 32;
-  static constexpr std::uint64_t kRefMask = ~std::uint64_t{0} << 32;
-  static constexpr std::uint32_t refs(std::uint64_t word) noexcept {
-    return static_cast<std::uint32_t>(word >> 32);
-  }
-  // Wakes the word's waiters if `prev` (its value before the change) says
-  // there are any.
-  void wake(std::uint64_t prev) noexcept;
-  // The one compare-exchange out of `running`, to the status word `next`
-  // (the waiters bit is not kept: the waiters are woken).
-  bool leave_running(std::uint32_t next) noexcept {
-    CREW_ASSERT(
-        is_legal_transition(TaskStatus::running, static_cast<TaskStatus>(next & kStatusMask)),
-        "illegal task transition");
-    std::uint64_t cur = word_.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((cur & kStatusMask) != static_cast<std::uint32_t>(TaskStatus::running)) return false;
-      if (word_.compare_exchange_weak(cur, (cur & kRefMask) | next, std::memory_order_acq_rel)) {
-        wake(cur);
-        return true;
-      }
-    }
-  }
   // expire()'s notice to the callable (TaskState forwards it).
   virtual void queue_expired() noexcept {}
   // shed()'s notice to the callable (TaskState forwards it).
   virtual void queue_shed(OverloadReason /*why*/) noexcept {}
-  // Parks on the word until `settled(word)` or the deadline passes.
-  template <class Settled>
-  bool park_until(Settled settled, std::chrono::steady_clock::time_point deadline) const noexcept;
 
   std::atomic<StopReason> stop_reason_{StopReason::none};
   SpinLock stop_mu_;
