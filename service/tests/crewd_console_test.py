@@ -299,7 +299,9 @@ def case_page(binary, shots):
         def jobs_pool():
             return [p for p in crewd.get_json("/api/v1/pools")["pools"]
                     if p["name"] == "jobs"][0]
-        if not check(wait_until(lambda: jobs_pool()["busy"] >= 3, 5), "crewd runs 3 jobs"):
+        # (Sleep jobs are coroutine tasks: running, they wait suspended.)
+        if not check(wait_until(lambda: len(jobs_pool()["suspended_list"]) >= 3, 5),
+                     "crewd runs 3 jobs"):
             print("      pool jobs:", json.dumps(jobs_pool())[:2000], flush=True)
         check(open_console(d, crewd), "the console renders its pools")
         shown = lambda: d.execute_script(

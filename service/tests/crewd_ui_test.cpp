@@ -154,6 +154,24 @@ TEST(SnapshotQuery, DecodesTheFiltersAndIgnoresTheRest) {
   EXPECT_EQ(ui::parse_snapshot_query("/s?name=" + std::string(200, 'x')).filter.name.size(), 64u);
 }
 
+// The worker started in place of a written-off one may report before the
+// write-off is announced (the announcement comes after the pool's locks):
+// either order pairs them.
+TEST(PoolSeries, AWriteOffGetsItsReplacementWhicheverIsHeardFirst) {
+  ui::PoolSeries series;
+  const crew::TaskEvent task{.pool = "jobs", .id = 7, .name = "stuck"};
+  series.on_worker_abandoned("jobs", 1, task);
+  series.on_worker_replaced("jobs", 2);
+  series.on_worker_replaced("jobs", 4);  // before its write-off
+  series.on_worker_abandoned("jobs", 3, task);
+  const std::vector<ui::WriteOff> w = series.write_offs();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].worker, 1u);
+  EXPECT_EQ(w[0].replacement, 2u);
+  EXPECT_EQ(w[1].worker, 3u);
+  EXPECT_EQ(w[1].replacement, 4u);
+}
+
 TEST(PoolSeries, QueueWaitBucketsAreHalfOctavesAndQuantilesTheirUpperBounds) {
   using std::chrono::microseconds;
   EXPECT_EQ(ui::PoolSeries::bucket_of(std::chrono::nanoseconds(500)), 0u);

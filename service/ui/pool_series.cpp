@@ -49,11 +49,19 @@ void PoolSeries::on_task_started(const crew::TaskEvent& /*task*/,
 void PoolSeries::on_worker_abandoned(std::string_view /*pool*/, std::uint64_t worker,
                                      const crew::TaskEvent& task) noexcept {
   try {
+    const auto now = std::chrono::steady_clock::now();
     std::lock_guard lock(mu_);
+    while (!unclaimed_.empty() && now - unclaimed_.front().at > kPairWindow) unclaimed_.pop_front();
+    std::uint64_t replacement = 0;
+    if (!unclaimed_.empty()) {
+      replacement = unclaimed_.front().worker;
+      unclaimed_.pop_front();
+    }
     write_offs_.push_back({.worker = worker,
                            .task_id = task.id,
                            .task_name = std::string(task.name),
-                           .at = std::chrono::steady_clock::now()});
+                           .at = now,
+                           .replacement = replacement});
     while (write_offs_.size() > kWriteOffs) write_offs_.pop_front();
   } catch (...) {  // out of memory: the console misses one write-off
   }
@@ -66,6 +74,11 @@ void PoolSeries::on_worker_replaced(std::string_view /*pool*/, std::uint64_t wor
       w.replacement = worker;
       return;
     }
+  }
+  try {
+    unclaimed_.push_back({worker, std::chrono::steady_clock::now()});
+    while (unclaimed_.size() > kWriteOffs) unclaimed_.pop_front();
+  } catch (...) {  // out of memory: the console misses one replacement
   }
 }
 

@@ -86,6 +86,17 @@ class PoolSeries final : public crew::Observer {
   bool primed_ = false;
   std::deque<SeriesPoint> points_;
   std::deque<WriteOff> write_offs_;
+  // Replacements heard before their write-off: the pool's supervisor
+  // announces a write-off after its locks are released, and the worker
+  // started in its place may report first. Paired with the next write-off
+  // within kPairWindow, then forgotten (a replacement of a worker that
+  // died has no write-off).
+  struct Unclaimed {
+    std::uint64_t worker;
+    std::chrono::steady_clock::time_point at;
+  };
+  static constexpr std::chrono::seconds kPairWindow{5};
+  std::deque<Unclaimed> unclaimed_;
 };
 
 }  // namespace crewd::ui
