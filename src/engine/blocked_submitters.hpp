@@ -30,8 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "crew/detail/spin_lock.hpp"
 #include "crew/detail/queues.hpp"
+#include "crew/detail/spin_lock.hpp"
 #include "event_count.hpp"
 
 namespace crew::detail {
