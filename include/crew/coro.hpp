@@ -489,7 +489,7 @@ struct CallbackAwaiter {
       start(Resume<T>(block));
     } catch (...) {
       if (t->external_failed(gen)) throw;  // not suspended: the co_await throws
-      return true;                         // its Resume ended the wait meanwhile
+      return false;                        // its Resume ended the wait meanwhile: go on
     }
     return t->external_armed(gen);
   }

@@ -64,8 +64,8 @@ void CoroTaskBase::on_stopped() noexcept {
   // them: a callback that cancels an operation outside crew (on_callback)
   // runs before the coroutine can resume and destroy it.
   stop_.stop();
-  // Pairs with the fence after arming (stopped_after_arm): either this
-  // sees the task armed, or the task sees the stop.
+  // Pairs with the fence after arming (finish_arming): either this sees
+  // the task armed, or the task sees the stop.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const std::uint64_t gen = suspension_.armed_gen();
   if (gen != 0 && suspension_.stoppable()) (void)fire(gen, Wake::stop);
@@ -201,18 +201,30 @@ const char* to_string(WaitKind k) noexcept {
 
 bool CoroTaskBase::claim_armed() noexcept {
   const std::uint64_t gen = suspension_.armed_gen();
-  return gen != 0 && suspension_.claim(gen, Wake::stop);
+  return gen != 0 && suspension_.claim(gen, Wake::stop) == Claimed::resume;
 }
 
 bool CoroTaskBase::fire(std::uint64_t gen, Wake why) noexcept {
-  if (!suspension_.claim(gen, why)) return false;
+  // Claimed while settling: the arming thread goes on with the frame.
+  if (suspension_.claim(gen, why) != Claimed::resume) return false;
   post_step(false);
   return true;
 }
 
-bool CoroTaskBase::stopped_after_arm(std::uint64_t gen) noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  return stop_requested() && suspension_.claim(gen, Wake::stop);
+bool CoroTaskBase::finish_arming(std::uint64_t gen, bool stoppable) noexcept {
+  if (stoppable) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (stop_requested()) {
+      // Claimed by this stop or by a waker meanwhile: resume now either way.
+      (void)suspension_.claim(gen, Wake::stop);
+      return false;
+    }
+  }
+  return suspension_.settle(gen);
+}
+
+bool CoroTaskBase::claim_own(std::uint64_t gen) noexcept {
+  return suspension_.claim(gen, Wake::none) != Claimed::no;
 }
 
 void CoroTaskBase::post_step(bool abandon) noexcept {
@@ -241,15 +253,18 @@ bool CoroTaskBase::suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, 
   try {
     hub_->arm_wake(this, gen, at_ns);
   } catch (...) {
-    if (suspension_.claim(gen, Wake::none)) throw;  // not suspended: the co_await throws
-    return true;                                    // a stop claimed it and resumes it
+    if (claim_own(gen)) throw;  // not suspended: the co_await throws
+    return false;               // claimed while settling: go on (woken by a stop)
   }
-  return !stoppable || !stopped_after_arm(gen);
+  return finish_arming(gen, stoppable);
 }
 
 bool CoroTaskBase::suspend_yield(std::coroutine_handle<> h) noexcept {
   const std::uint64_t gen = suspension_.arm(h, WaitKind::yield, true);
-  return fire(gen, Wake::event) || true;  // queued: it is suspended either way
+  // A stop may have claimed it since arm(): then it goes on at once.
+  if (!claim_own(gen)) return false;
+  post_step(false);  // the frame may be resumed elsewhere from here on
+  return true;
 }
 
 std::uint64_t CoroTaskBase::external_begin(std::coroutine_handle<> h) noexcept {
@@ -276,17 +291,19 @@ bool CoroTaskBase::suspend_on(std::coroutine_handle<> h, TaskStateBase* awaited,
     linked_ = true;
     if (!target->waiters_.add(&node_)) {  // it ended meanwhile
       linked_ = false;
-      return !suspension_.claim(gen, Wake::event);
+      // Not suspended: resumed at once (by this event, or a stop meanwhile).
+      (void)suspension_.claim(gen, Wake::event);
+      return false;
     }
   } else {
     try {
       hub_->arm_poll(this, gen, awaited);
     } catch (...) {
-      if (suspension_.claim(gen, Wake::none)) throw;
-      return true;
+      if (claim_own(gen)) throw;
+      return false;  // claimed while settling: go on
     }
   }
-  return !stopped_after_arm(gen);
+  return finish_arming(gen, true);
 }
 
 void CoroTaskBase::unlink_wait() noexcept {
@@ -307,8 +324,10 @@ void CoroTaskBase::end_wait() {
 std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
   // Claimed under the list's lock: a claimed waiter is not resumed by
   // anyone else, so its node stays as it is until its step is queued.
-  WaitNode* claimed =
-      waiters_.close([](WaitNode& n) { return n.waiter->suspension_.claim(n.gen, Wake::event); });
+  WaitNode* claimed = waiters_.close([](WaitNode& n) {
+    // A waiter still settling goes on by itself (its node left the list).
+    return n.waiter->suspension_.claim(n.gen, Wake::event) == Claimed::resume;
+  });
   std::coroutine_handle<> next = std::noop_coroutine();
   // One waiter of this pool goes on here, on a worker of the pool, by
   // symmetric transfer: no queue round trip for a fork-join's join.

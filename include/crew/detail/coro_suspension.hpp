@@ -5,9 +5,16 @@
 // A suspension is armed by the task's own thread (the frame to resume, a
 // new generation number) and claimed once by whoever wakes it first (the
 // event it waits for, or the task's stop): one compare-exchange on the
-// generation word. A claimed suspension is not armed, so nobody else can
-// resume or destroy the frame; the claimer queues the resumption (or
-// resumes it at once, on the thread that ended the awaited task).
+// generation word, which also records why it woke. A claimed suspension is
+// not armed, so nobody else can resume or destroy the frame.
+//
+// Between arm() and settle() the arming thread is still inside
+// await_suspend and reads the task (its stop flag); a claim then does not
+// resume the frame but leaves it to that thread, whose settle() fails and
+// which goes on without suspending. So no other thread resumes (and may
+// end and free) the frame while its own thread still touches it. After a
+// successful settle() the claimer queues the resumption (or resumes it at
+// once, on the thread that ended the awaited task).
 #pragma once
 
 #include <atomic>
@@ -29,6 +36,13 @@ enum class Wake : std::uint8_t { none, event, stop };
 enum class WaitKind : std::uint8_t { none, sleep, task, yield, callback };
 [[nodiscard]] const char* to_string(WaitKind k) noexcept;
 
+// What a claim did.
+enum class Claimed : std::uint8_t {
+  no,        // claimed already, or re-armed since: not this claimer's
+  resume,    // the claimer resumes the frame (queues its step)
+  settling,  // the arming thread goes on with it (its settle() fails)
+};
+
 class Suspension {
  public:
   Suspension() noexcept = default;
@@ -36,29 +50,43 @@ class Suspension {
   Suspension& operator=(const Suspension&) = delete;
 
   // The task's thread, inside await_suspend: arms the next generation for
-  // frame `h` and returns it. `stoppable` false: a stop does not end it.
+  // frame `h` and returns it; the suspension is settling until settle().
+  // `stoppable` false: a stop does not end it.
   std::uint64_t arm(std::coroutine_handle<> h, WaitKind kind, bool stoppable) noexcept {
     resume_at_ = h;
     waiting_on_.store(kind, std::memory_order_relaxed);
     since_ns_.store(now_ns(), std::memory_order_relaxed);
     stoppable_.store(stoppable, std::memory_order_relaxed);  // published by the store below
-    woke_ = Wake::none;
     const std::uint64_t gen = ++gen_;
-    word_.store((gen << 1) | 1, std::memory_order_seq_cst);
+    word_.store((gen << kGenShift) | kArmed | kSettling, std::memory_order_seq_cst);
     return gen;
   }
-  // Any thread: takes generation `gen`, recording why; false if it was
-  // claimed already (or re-armed since).
-  bool claim(std::uint64_t gen, Wake why) noexcept {
-    std::uint64_t expected = (gen << 1) | 1;
-    if (!word_.compare_exchange_strong(expected, gen << 1, std::memory_order_acq_rel)) return false;
-    woke_ = why;  // read by the resumed frame, after the claimer queued it
-    return true;
+  // The task's thread, last in await_suspend: true if the task is now
+  // suspended (the thread must not touch the task again), false if a claim
+  // came while it was settling (go on without suspending; take_wake says
+  // why).
+  bool settle(std::uint64_t gen) noexcept {
+    std::uint64_t expected = (gen << kGenShift) | kArmed | kSettling;
+    return word_.compare_exchange_strong(expected, (gen << kGenShift) | kArmed,
+                                         std::memory_order_acq_rel, std::memory_order_acquire);
   }
-  // The current generation if armed, else 0.
+  // Any thread (the task's own too): takes generation `gen`, recording why.
+  Claimed claim(std::uint64_t gen, Wake why) noexcept {
+    std::uint64_t w = word_.load(std::memory_order_relaxed);
+    while ((w >> kGenShift) == gen && (w & kArmed) != 0) {
+      const std::uint64_t taken =
+          (gen << kGenShift) | (std::uint64_t{static_cast<std::uint8_t>(why)} << kWakeShift);
+      if (word_.compare_exchange_weak(w, taken, std::memory_order_acq_rel,
+                                      std::memory_order_relaxed)) {
+        return (w & kSettling) != 0 ? Claimed::settling : Claimed::resume;
+      }
+    }
+    return Claimed::no;
+  }
+  // The current generation if armed (settling or not), else 0.
   [[nodiscard]] std::uint64_t armed_gen() const noexcept {
     const std::uint64_t w = word_.load(std::memory_order_seq_cst);
-    return (w & 1) != 0 ? w >> 1 : 0;
+    return (w & kArmed) != 0 ? w >> kGenShift : 0;
   }
   [[nodiscard]] bool stoppable() const noexcept {
     return stoppable_.load(std::memory_order_relaxed);
@@ -66,10 +94,19 @@ class Suspension {
   // The frame a claim resumes (the claimer, or the task's thread).
   [[nodiscard]] std::coroutine_handle<> frame() const noexcept { return resume_at_; }
   void clear_frame() noexcept { resume_at_ = nullptr; }
-  // A co_await that does not suspend: why it ends (the task's thread).
-  void set_wake(Wake why) noexcept { woke_ = why; }
-  // In await_resume: why it ended, and reset.
-  Wake take_wake() noexcept { return std::exchange(woke_, Wake::none); }
+  // A co_await that does not suspend: why it ends (the task's thread, not
+  // armed: nobody else writes the word then).
+  void set_wake(Wake why) noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed) & ~kWakeMask;
+    word_.store(w | (std::uint64_t{static_cast<std::uint8_t>(why)} << kWakeShift),
+                std::memory_order_relaxed);
+  }
+  // In await_resume (the task's thread, not armed): why it ended, and reset.
+  Wake take_wake() noexcept {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    word_.store(w & ~kWakeMask, std::memory_order_relaxed);
+    return static_cast<Wake>((w & kWakeMask) >> kWakeShift);
+  }
 
   // For the snapshot, from any thread (approximate while it changes).
   [[nodiscard]] WaitKind waits_on() const noexcept {
@@ -80,11 +117,17 @@ class Suspension {
   }
 
  private:
-  // Bit 0: armed; the rest: the generation.
+  // The word: bit 0 armed, bit 1 settling, bits 2-3 the Wake of the last
+  // claim (or set_wake), the rest the generation.
+  static constexpr std::uint64_t kArmed = 1;
+  static constexpr std::uint64_t kSettling = 2;
+  static constexpr int kWakeShift = 2;
+  static constexpr std::uint64_t kWakeMask = 3U << kWakeShift;
+  static constexpr int kGenShift = 4;
+
   std::atomic<std::uint64_t> word_{0};
   std::uint64_t gen_ = 0;              // the task's thread only
   std::coroutine_handle<> resume_at_;  // written before arming
-  Wake woke_ = Wake::none;             // written by the claimer, or the task's thread
   std::atomic<WaitKind> waiting_on_{WaitKind::none};
   std::atomic<std::int64_t> since_ns_{0};
   std::atomic<bool> stoppable_{true};

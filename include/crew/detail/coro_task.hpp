@@ -126,9 +126,10 @@ class CoroTaskBase {
 
   // ---- awaiters (the task's own thread, inside await_suspend) ----
   // Each returns false when the coroutine must not suspend (resume at once:
-  // stopped already, or nothing to wait for), true when it is suspended;
-  // then the frame may be resumed on another thread before the call
-  // returns, so the awaiter must not touch itself afterwards.
+  // stopped already, nothing to wait for, or woken while settling), true
+  // when it is suspended; then the frame may be resumed on another thread
+  // as soon as the call returns, so the awaiter must not touch itself
+  // afterwards. Until it returns, no other thread resumes the frame.
   // `stoppable` false: a stop does not end this sleep (StopMode::ignore).
   bool suspend_until(std::coroutine_handle<> h, std::int64_t at_ns, bool stoppable = true);
   // `target`: `awaited` as a coroutine task (its end wakes the waiter), or
@@ -138,12 +139,13 @@ class CoroTaskBase {
   // A wait for something outside crew (on_callback): arms the task and
   // returns the generation its waker fires, or 0 if the task is stopped
   // already (do not suspend). After the operation is started:
-  // external_armed(gen) is false if a stop came first (do not suspend); if
-  // starting it threw, external_failed(gen) is true if the task is still
-  // this thread's (rethrow), false if a waker took it (stay suspended).
+  // external_armed(gen) is true if the task is suspended, false if it must
+  // go on at once (a stop, or the operation's completion, came first); if
+  // starting it threw, external_failed(gen) is true if nothing woke it
+  // (rethrow), false if a waker did (go on without suspending).
   std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
-  bool external_armed(std::uint64_t gen) noexcept { return !stopped_after_arm(gen); }
-  bool external_failed(std::uint64_t gen) noexcept { return suspension_.claim(gen, Wake::none); }
+  bool external_armed(std::uint64_t gen) noexcept { return finish_arming(gen, true); }
+  bool external_failed(std::uint64_t gen) noexcept { return claim_own(gen); }
   // In await_resume: why the task was resumed; a stop throws
   // Error(cancelled) or Error(timed_out) (its deadline).
   void end_wait();
@@ -163,10 +165,11 @@ class CoroTaskBase {
 
   // ---- wakers (any thread) ----
   // Claims generation `gen` and queues the resumption; false if it was
-  // claimed already (or re-armed since).
+  // claimed already (or re-armed since), or if the task's thread was still
+  // settling it (that thread goes on with it).
   bool fire(std::uint64_t gen, Wake why) noexcept;
   // Claims the armed generation without resuming (a shutdown that destroys
-  // the frame); true if it did.
+  // the frame); true if it did and the task was suspended (not settling).
   bool claim_armed() noexcept;
   // Queues the step that resumes the claimed frame (or destroys it:
   // `abandon`), or hands it to the hub to retry while the queue is full.
@@ -200,8 +203,12 @@ class CoroTaskBase {
   void settled_unstarted() noexcept;
 
  private:
-  // After arming: a stop that came first is claimed here (true: resume now).
-  bool stopped_after_arm(std::uint64_t gen) noexcept;
+  // Last in await_suspend, after arming generation `gen`: a stop that came
+  // first is claimed here; else the suspension settles. True if the task is
+  // suspended, false if it goes on at once.
+  bool finish_arming(std::uint64_t gen, bool stoppable) noexcept;
+  // Claims generation `gen` on the task's own thread (nothing woke it yet).
+  bool claim_own(std::uint64_t gen) noexcept;
   // Takes this task's node out of its target's list, if it is there.
   void unlink_wait() noexcept;
   // What every end shares after the outcome is published: the waiters
