@@ -284,8 +284,14 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
     }
     // Stop them all: a task not started yet ends rejected unless a drain
     // let it start; the others are stopped and given the grace (a soft
-    // shutdown: its timeout, if that is later).
+    // shutdown: its timeout, if that is later). Parents before their
+    // children: a child stopped (or dropped) first could end, wake a
+    // parent not stopped yet and make it fail on the child's error, where
+    // a stopped parent ends cancelled.
     tasks = snapshot();
+    std::stable_sort(tasks.begin(), tasks.end(), [](const CoroTaskBase* a, const CoroTaskBase* b) {
+      return a->spawn_depth() < b->spawn_depth();
+    });
     for (CoroTaskBase* t : tasks) {
       TaskStateBase& s = t->state();
       if (!escalated && s.claim_in_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {

@@ -12,6 +12,7 @@ namespace crew::detail {
 void CoroStop::link(TaskStateBase& self, CoroStop* parent, TaskStateBase* parent_state) noexcept {
   self_ = &self;
   if (parent == nullptr) return;
+  depth_ = parent->depth_ + 1;  // the parent's, set before it was shared
   bool stop_now = false;
   {
     SpinLockGuard lock(parent->mu_);

@@ -349,13 +349,26 @@ std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
 }
 
 namespace {
-// What a co_await throws when the task is stopped (throw_stopped): the
-// outcome says it already, so a detached task does not report it.
+// What a co_await throws when the task is stopped (throw_stopped), or when
+// what it awaited was ended by the same stop or shutdown (a child stopped
+// with it, dropped or abandoned by the shutdown, a spawn refused by the
+// closing pool): the outcome says it already, so a stopped detached task
+// does not report it.
 bool is_stop_error(const std::exception_ptr& e) noexcept {
   try {
     std::rethrow_exception(e);
   } catch (const Error& err) {
-    return err.code() == Errc::cancelled || err.code() == Errc::timed_out;
+    switch (err.code()) {
+      case Errc::cancelled:
+      case Errc::timed_out:
+      case Errc::shutdown_dropped:
+      case Errc::abandoned:
+        return true;
+      case Errc::rejected:
+        return err.admission() == Admission::closed;
+      default:
+        return false;
+    }
   } catch (...) {
     return false;
   }

@@ -36,6 +36,9 @@ class CoroStop {
   // coroutine task that spawned it, or null. A parent stopped already
   // stops `self` at once (StopReason::cancelled).
   void link(TaskStateBase& self, CoroStop* parent, TaskStateBase* parent_state) noexcept;
+  // How many coroutine tasks spawned it, one from the other (0: spawned
+  // from outside a coroutine task). Set by link(), then never changes.
+  [[nodiscard]] unsigned depth() const noexcept { return depth_; }
   // Leaves the parent's list and lets its state go. Idempotent.
   void unlink() noexcept;
   // The token of the task: stopped once stop() ran (or at once, if made
@@ -54,6 +57,7 @@ class CoroStop {
   bool stopped_ CREW_GUARDED_BY(mu_) = false;
 
   TaskStateBase* self_ = nullptr;
+  unsigned depth_ = 0;
   // As a child: set by link(), cleared by unlink(); the links are guarded
   // by the parent's mu_.
   CoroStop* parent_ = nullptr;

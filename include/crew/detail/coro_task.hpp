@@ -110,6 +110,8 @@ class CoroTaskBase {
   [[nodiscard]] TaskStateBase& state() noexcept { return *self_; }
   [[nodiscard]] PoolCore& core() const noexcept { return *core_; }
   [[nodiscard]] std::stop_token stop_token() noexcept { return stop_.token(); }
+  // 0 for a task spawned from outside a coroutine task, else its parent's + 1.
+  [[nodiscard]] unsigned spawn_depth() const noexcept { return stop_.depth(); }
   // The task's state recorded a stop (Task::cancel, its deadline, a
   // shutdown, its parent's stop).
   [[nodiscard]] bool stop_requested() const noexcept {
