@@ -8,8 +8,9 @@
 # (default 20) in the RelWithDebInfo build (build/), then TSAN_REPEAT times
 # (default 3) under ThreadSanitizer (build-tsan/); a case stops at its first
 # failure (ctest --repeat until-fail), and the script fails if any case did.
-# model_test (random programs, tests/pool/model_test.cpp) is not repeated: it runs
-# once with MODEL_RELEASE_PROGRAMS (default 20000) programs in build/ and
+# The model tests (random programs: tests/pool/model_test.cpp,
+# tests/coro/coro_model_test.cpp) are not repeated: each runs once with
+# MODEL_RELEASE_PROGRAMS (default 20000) programs in build/ and
 # MODEL_TSAN_PROGRAMS (default 2000) under TSan.
 # Builds only the selected binaries. JOBS (default 2) sets -j for both.
 #
@@ -27,7 +28,8 @@ readonly concurrency_tests=(pool_test pool_admission_test pool_workers_test pool
   wake_policy_test ring_test local_queue_test submission_test task_test shutdown_test group_test
   fork_join_test batch_test parallel_for_test func_pool_test sharded_pool_test pool_start_test
   priority_test chaos_test timer_heap_test cpu_pressure_test application_test signals_test metrics_test
-  stream_source_test model_test)
+  stream_source_test coro_test coro_suspension_test model_test coro_model_test)
+readonly model_tests=(model_test coro_model_test)
 
 release_repeat="${RELEASE_REPEAT:-20}"
 tsan_repeat="${TSAN_REPEAT:-3}"
@@ -85,7 +87,10 @@ run_preset() { # preset build-dir repeat model-programs
   fi
   cmake --build "$dir" -j "$jobs" --target "${present[@]}"
   local t0=$SECONDS repeated=() t
-  for t in "${present[@]}"; do [[ "$t" == model_test ]] || repeated+=("$t"); done
+  local models=()
+  for t in "${present[@]}"; do
+    if [[ " ${model_tests[*]} " == *" $t "* ]]; then models+=("$t"); else repeated+=("$t"); fi
+  done
   if ((${#repeated[@]} != 0)); then
     local labels
     labels="^($(
@@ -98,12 +103,12 @@ run_preset() { # preset build-dir repeat model-programs
     ctest --preset "$preset" -j "$jobs" -L "$labels" --repeat "until-fail:$repeat" |
       grep -vE '^ +(Start +[0-9]+:|Test +#[0-9]+: .* Passed)'
   fi
-  if ((${#repeated[@]} != ${#present[@]})); then
+  for t in "${models[@]}"; do
     # Longer than ctest's bound on a test: run directly, RapidCheck's
     # parameters from RC_PARAMS (a failure prints its seed and shrunk program).
-    printf '\n==== stress (%s): model_test, %s programs ====\n' "$preset" "$programs"
-    RC_PARAMS="max_success=$programs${RC_PARAMS:+ $RC_PARAMS}" "$dir/tests/model_test"
-  fi
+    printf '\n==== stress (%s): %s, %s programs ====\n' "$preset" "$t" "$programs"
+    RC_PARAMS="max_success=$programs${RC_PARAMS:+ $RC_PARAMS}" "$dir/tests/$t"
+  done
   echo "stress ($preset): passed in $((SECONDS - t0)) s"
 }
 
