@@ -7,10 +7,13 @@
 // throw), some of them catching what the awaited child throws. The roots
 // get, at random, a cancel() after a delay or a timeout; the pool has 1-3
 // workers and a queue of 2, 8 or 1024 tasks (a full one blocks or runs the
-// task on the caller), and ends with a drain, soft or hard shutdown.
+// task on the caller); meanwhile the program's thread pauses and resumes
+// the pool, resizes it, or waits for it to be idle; it ends with a drain,
+// soft or hard shutdown.
 //
 // The model evaluates each tree as if nothing stopped it: the value a root
 // returns, or that it throws. What is checked:
+// - wait_idle() returns (within 10 s) only once every root has ended;
 // - every root's handle ends once in a final status that never changes;
 //   untouched by a stop (no cancel, no timeout, a drain), exactly the
 //   model's outcome and value; otherwise the model's outcome or the stop's
@@ -321,11 +324,19 @@ struct Root {
   int stop_ms = 0;
 };
 
+// What the program's own thread does to the pool while the roots run.
+enum class ActionKind { pause, resize, wait_idle };
+struct Action {
+  ActionKind kind = ActionKind::wait_idle;
+  int n = 0;  // pause: ms before resume(); resize: max_workers
+};
+
 struct Program {
   std::size_t workers = 2;
   std::size_t queue = 1024;
   bool caller_runs = false;  // Overflow::caller_runs, else block
   std::vector<Root> roots;
+  std::vector<Action> actions;
   ShutdownMode end = ShutdownMode::drain;
 };
 
@@ -344,6 +355,13 @@ std::string describe(const Program& p) {
                                          : "")
        << (r.stop != RootStop::none ? std::to_string(r.stop_ms) + " ms" : "") << '\n';
     show(os, r.tree, 2);
+  }
+  for (const Action& a : p.actions) {
+    os << (a.kind == ActionKind::pause    ? "pause, resume after "
+           : a.kind == ActionKind::resize ? "resize to "
+                                          : "wait_idle")
+       << (a.kind != ActionKind::wait_idle ? std::to_string(a.n) : "")
+       << (a.kind == ActionKind::pause ? " ms" : "") << '\n';
   }
   return os.str();
 }
@@ -400,6 +418,14 @@ void run_program() {
     r.stop_ms = *rc::gen::inRange(0, 8);
     p.roots.push_back(std::move(r));
   }
+  const int actions = *rc::gen::inRange(0, 3);
+  for (int i = 0; i < actions; ++i) {
+    Action a;
+    const int kind = *rc::gen::inRange(0, 3);
+    a.kind = kind == 0 ? ActionKind::pause : kind == 1 ? ActionKind::resize : ActionKind::wait_idle;
+    a.n = a.kind == ActionKind::pause ? *rc::gen::inRange(0, 5) : *rc::gen::inRange(1, 4);
+    p.actions.push_back(a);
+  }
   const int end = *rc::gen::inRange(0, 5);
   p.end = end == 3 ? ShutdownMode::soft : end == 4 ? ShutdownMode::hard : ShutdownMode::drain;
   std::ostringstream log;
@@ -416,6 +442,7 @@ void run_program() {
   PoolStats stats;
   {
     PoolOptions o = test::fixed_workers("model", p.workers);
+    o.min_workers = 1;  // up to p.workers on demand; resize() moves the maximum
     o.queue_capacity = p.queue;
     o.overflow = p.caller_runs ? Overflow::caller_runs : Overflow::block;
     o.abandon_grace = 100ms;
@@ -440,6 +467,26 @@ void run_program() {
       if (p.roots[i].stop != RootStop::cancel) continue;
       std::this_thread::sleep_for(std::chrono::milliseconds(p.roots[i].stop_ms));
       (void)handles[i].cancel();
+    }
+    for (const Action& a : p.actions) {
+      switch (a.kind) {
+        case ActionKind::pause:
+          pool.pause();
+          std::this_thread::sleep_for(std::chrono::milliseconds(a.n));
+          pool.resume();
+          break;
+        case ActionKind::resize:
+          pool.resize(static_cast<std::size_t>(a.n));
+          break;
+        case ActionKind::wait_idle: {
+          // Waits for the suspended coroutine tasks too: once idle, every
+          // root has ended.
+          const bool idle = pool.wait_idle(std::chrono::seconds(10 * test::kSlowdown));
+          MODEL_CHECK(idle);
+          for (const Task<long>& h : handles) MODEL_CHECK(h.ready());
+          break;
+        }
+      }
     }
     // Let the roots run a little before a soft or hard end.
     if (p.end != ShutdownMode::drain) std::this_thread::sleep_for(3ms);
