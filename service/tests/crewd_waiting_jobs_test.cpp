@@ -266,15 +266,22 @@ TEST(CrewdWaitingJobs, TheConsoleListsAndCancelsASuspendedSleepJob) {
   job.emplace_back([port, &answer] {
     answer = post(port, "/api/v1/jobs", R"({"kind":"sleep","ms":9000,"name":"napping"})");
   });
+  // Listed from its start; suspended in its sleep a moment later, and its
+  // deadline known once crewd has recorded the job it spawned.
   Json row;
+  Json seen;
   for (int i = 0; i < 500 * kSlowdown && row.is_null(); ++i) {
     const Json s = Json::parse(get(port, "/api/v1/ui/snapshot").body, nullptr, false);
     for (const Json& r : s.is_object() ? s["running"] : Json::array()) {
-      if (r["name"] == "napping") row = r;
+      if (r["name"] != "napping") continue;
+      seen = r;
+      if (r["waits_on"] == "sleep" && !r["timeout_ms"].is_null()) row = r;
     }
     if (row.is_null()) std::this_thread::sleep_for(5ms);
   }
-  ASSERT_FALSE(row.is_null()) << "the sleep job never showed as running\n" << crewd.log();
+  ASSERT_FALSE(row.is_null()) << "the sleep job never showed as suspended in its sleep; last seen: "
+                              << seen.dump() << "\n"
+                              << crewd.log();
   EXPECT_TRUE(row["worker"].is_null()) << row.dump();
   EXPECT_EQ(row["waits_on"], "sleep") << row.dump();
   EXPECT_EQ(row["state"], "running") << row.dump();
@@ -346,7 +353,7 @@ TEST_P(CrewdWaitingJobsSigterm, EverySuspendedJobIsAnsweredAndCrewdExitsZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CrewdWaitingJobsSigterm, ::testing::Values("drain", "soft"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& mode) { return std::string(mode.param); });
 
 }  // namespace
 }  // namespace crewd::test
