@@ -31,8 +31,8 @@ Cases (--case runs one; ctest registers each as its own test):
              resumes when it is visible again
   redis      with [redis] configured (against a redis-server it starts): the
              connection, and a dead letter with its error
-  queued     with 10,000 queued jobs (behind a stuck one) the snapshot is under 64 KB and 5 ms, and
-             the page says how many rows it left out
+  queued     with 10,000 queued jobs (behind a stuck one) the snapshot is under 64 KB and 5 ms
+             (times the sanitizer slowdown), and the page says how many rows it left out
   request_id a job sent with X-Request-Id <b>req-1</b>"'& shows that id as
              text in the running tasks, then in the recent outcomes
 
@@ -720,7 +720,9 @@ def case_queued(binary, _shots):
         costs.sort()
         fetch.sort()
         check(max(sizes) < 64 * 1024, f"the snapshot is under 64 KB ({max(sizes)} bytes)")
-        check(costs[len(costs) // 2] < 5, f"it takes under 5 ms to build (median {costs[3]:.2f} ms of 7, "
+        # 5 ms in the release build, like every bound times SLOWDOWN elsewhere.
+        check(costs[len(costs) // 2] < 5 * SLOWDOWN,
+              f"it takes under {5 * SLOWDOWN:g} ms to build (median {costs[3]:.2f} ms of 7, "
               f"max {costs[-1]:.2f}; fetched in {fetch[3]:.1f} ms)")
         check(snap["totals"]["queued"] == n and snap["omitted"]["queued"] == n - len(snap["queued"]),
               f"it says it left out {snap['omitted']['queued']} of {n} queued rows")
