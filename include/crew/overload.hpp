@@ -27,7 +27,13 @@
 // submitted by one of the pool's own tasks (fork-join, continuations) is
 // part of admitted work and neither counted nor refused.
 //
-// Off by default; off, a submission pays one predictable branch.
+// Off by default; off, a submission pays one predictable branch. On, a
+// pool that is not overloaded pays little for it: once over 1,024 tasks
+// start per interval, only one task's queue wait in 16 per submitting
+// thread is timed (every task's below that rate and while overloaded), the
+// window is kept per thread and summed once per interval, and the
+// admission count is an over-estimate summed again before any refusal
+// (crew/detail/overload_control.hpp has the bound).
 #pragma once
 
 #include <chrono>

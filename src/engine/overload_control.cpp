@@ -9,10 +9,6 @@
 
 namespace crew::detail {
 
-namespace {
-constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
-}  // namespace
-
 OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
                                  std::size_t workers, std::int64_t now) noexcept
     : target_ns_(o.target.count()),
@@ -26,7 +22,6 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       ceiling_(static_cast<double>(ceiling)),
       limit_(static_cast<std::int64_t>(ceiling)),
       window_end_(now + o.interval.count()),
-      win_min_(kNone),
       limit_exact_(static_cast<double>(ceiling)),
       window_start_(now) {}
 
@@ -55,26 +50,36 @@ void OverloadControl::roll(std::int64_t now) noexcept {
 
 void OverloadControl::roll_locked(std::int64_t now) noexcept {
   std::array<std::uint32_t, kBuckets> counts{};
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < kBuckets; ++i) {
-    counts[i] = hist_[i].exchange(0, std::memory_order_relaxed);
-    total += counts[i];
+  std::uint64_t total = 0;  // timed starts
+  std::int64_t starts = 0;
+  std::int64_t min = kNone;
+  std::int64_t first = 0;
+  for (Stripe& s : stripes_) {
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      const std::uint32_t c = s.hist[i].exchange(0, std::memory_order_relaxed);
+      counts[i] += c;
+      total += c;
+    }
+    starts += s.starts.exchange(0, std::memory_order_relaxed);
+    min = std::min(min, s.min.exchange(kNone, std::memory_order_relaxed));
+    const std::int64_t f = s.first.exchange(0, std::memory_order_relaxed);
+    if (f != 0 && (first == 0 || f < first)) first = f;
   }
-  const std::int64_t min = win_min_.exchange(kNone, std::memory_order_relaxed);
-  const std::int64_t first = win_first_.exchange(0, std::memory_order_relaxed);
   const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
   window_start_ = now;
   window_end_.store(now + interval_ns_, std::memory_order_relaxed);
   const bool hit = limit_hit_.exchange(false, std::memory_order_relaxed);
-  const auto peak = static_cast<double>(
-      peak_.exchange(admitted_.load(std::memory_order_relaxed), std::memory_order_relaxed));
+  const auto peak = static_cast<double>(peak_.exchange(
+      admits_.load(std::memory_order_relaxed) - sum_returns(), std::memory_order_relaxed));
   if (total == 0) {
-    // No task started: the signal says nothing new. The start rate is
-    // unknown (a backlog estimate from it would be stale).
+    // No timed task started: the signal says nothing new. The start rate
+    // is unknown (a backlog estimate from it would be stale), and low:
+    // the next tasks are all timed.
     ns_per_start_.store(0, std::memory_order_relaxed);
+    dense_.store(true, std::memory_order_relaxed);
     return;
   }
-  ns_per_start_.store(std::max<std::int64_t>(elapsed / static_cast<std::int64_t>(total), 1),
+  ns_per_start_.store(std::max<std::int64_t>(elapsed / std::max<std::int64_t>(starts, 1), 1),
                       std::memory_order_relaxed);
   // The percentile: the upper bound of the bucket where it falls.
   const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
@@ -96,7 +101,9 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   // interval (the first after an idle spell, whose own wait would
   // otherwise shed it) are no standing queue.
   const bool busy = first != 0 && now - first >= interval_ns_ / 2;
-  overloaded_.store(busy && min > target_ns_, std::memory_order_relaxed);
+  const bool overloaded = busy && min > target_ns_;
+  overloaded_.store(overloaded, std::memory_order_relaxed);
+  dense_.store(overloaded || starts < kDenseStarts, std::memory_order_relaxed);
   if (!adaptive_) return;
   if (high > target_ns_) {
     // Cut by how far the wait is over the target, from what was in use: a
@@ -124,8 +131,7 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
 OverloadStats OverloadControl::read() const noexcept {
   OverloadStats s;
   s.enabled = true;
-  s.admitted = static_cast<std::size_t>(
-      std::max<std::int64_t>(admitted_.load(std::memory_order_relaxed), 0));
+  s.admitted = static_cast<std::size_t>(std::max<std::int64_t>(admitted(), 0));
   s.limit = static_cast<std::size_t>(limit_.load(std::memory_order_relaxed));
   s.overloaded = overloaded_.load(std::memory_order_relaxed);
   const std::int64_t min = last_min_.load(std::memory_order_relaxed);

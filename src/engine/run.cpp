@@ -278,10 +278,7 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
 
 void Worker::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   PoolCore& c = *run.frame.core;
-  const std::int64_t start = now_ns();
-  OverloadControl& ctl = *c.overload();
-  if (ctl.on_start(start - enqueued_ns, start)) [[unlikely]] {
-    ctl.note_shed();
+  if (c.shed_admitted(enqueued_ns)) [[unlikely]] {
     counts.add(TaskStatus::shed);
     return;  // the cell destroys the callable unrun
   }
@@ -353,9 +350,7 @@ void InlineRunner::run_observed(std::int64_t enqueued_ns, PlainCall call, void* 
 
 void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   const InlineRun here(&c_);
-  const std::int64_t start = now_ns();
-  if (c_.overload_->on_start(start - enqueued_ns, start)) [[unlikely]] {
-    c_.overload_->note_shed();
+  if (c_.shed_admitted(enqueued_ns)) [[unlikely]] {
     c_.count_outcome(TaskStatus::shed);
     return;
   }
@@ -368,11 +363,26 @@ void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* 
   }
 }
 
+bool PoolCore::codel_sheds(std::int64_t enqueued_ns) noexcept {
+  if (enqueued_ns == 0) {  // its wait is not timed
+    overload_->on_untimed_start();
+    return false;
+  }
+  const std::int64_t start = now_ns();
+  return overload_->on_start(start - enqueued_ns, start);
+}
+
+bool PoolCore::shed_admitted(std::int64_t enqueued_ns) noexcept {
+  if (!codel_sheds(enqueued_ns)) [[likely]]
+    return false;
+  overload_->note_shed();
+  return true;
+}
+
 bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
   // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
   if (s->status() != TaskStatus::queued) return false;
-  const std::int64_t start = now_ns();
-  if (!overload_->on_start(start - s->clock.enqueued_ns(), start)) [[likely]]
+  if (!codel_sheds(s->clock.enqueued_ns())) [[likely]]
     return false;
   if (!s->shed(OverloadReason::codel)) return false;  // decided meanwhile (cancelled)
   overload_->note_shed();

@@ -215,6 +215,50 @@ TEST(OverloadDeadline, RefusesWhatTheBacklogCannotStartInTime) {
   EXPECT_EQ(c.ctl.read().admitted, 7u);
 }
 
+// Tickets come back on other threads (the workers) than the one that took
+// them; admit() checks a stale sum of them, but never refuses from it.
+TEST(OverloadCost, ARefusalComesFromAFreshSumOfTheReturnedTickets) {
+  Controlled c(options(), 2, 4);
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none) << round;
+    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+    std::thread returner([&c] {
+      for (int i = 0; i < 4; ++i) c.ctl.release();
+    });
+    returner.join();
+    EXPECT_EQ(c.ctl.read().admitted, 0u);
+  }
+  EXPECT_EQ(c.ctl.read().refused_limit, 100u);
+}
+
+// Above kDenseStarts starts an interval, one admission in kSampleEvery per
+// thread is timed; every one again once the pool is overloaded, or quiet.
+TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOverloaded) {
+  Controlled c;
+  auto timed_of = [&c](int n) {
+    int timed = 0;
+    for (int i = 0; i < n; ++i) timed += c.ctl.time_this() ? 1 : 0;
+    return timed;
+  };
+  EXPECT_EQ(timed_of(100), 100);  // the first interval: every one
+  for (std::int64_t i = 0; i < OverloadControl::kDenseStarts; ++i)
+    c.ctl.record(kMs / 10, c.now + 1);
+  c.now += 100 * kMs;
+  c.ctl.roll(c.now);
+  constexpr int kAdmissions = 16 * static_cast<int>(OverloadControl::kSampleEvery);
+  EXPECT_EQ(timed_of(kAdmissions), 16);
+  // The untimed ones still count as starts: the start rate is of all.
+  for (std::int64_t i = 0; i < OverloadControl::kDenseStarts; ++i) c.ctl.on_untimed_start();
+  c.ctl.record(kMs / 10, c.now + 1);
+  c.now += 100 * kMs;
+  c.ctl.roll(c.now);
+  EXPECT_NEAR(c.ctl.read().start_rate, (OverloadControl::kDenseStarts + 1) * 10.0, 1.0);
+  EXPECT_EQ(timed_of(kAdmissions), 16);
+  c.interval({20, 30});  // few starts, and a standing queue
+  EXPECT_TRUE(c.ctl.read().overloaded);
+  EXPECT_EQ(timed_of(kAdmissions), kAdmissions);
+}
+
 // ---- Through a pool ----
 
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {

@@ -204,7 +204,8 @@ struct ObservedFn {
 };
 
 // The cell content of a plain task admitted by the overload controller
-// (submitted from outside the pool while it is on): its enqueue time, and
+// (submitted from outside the pool while it is on): its enqueue time (0:
+// its wait is not timed), and
 // the admission ticket, returned when the cell is destroyed (run, shed or
 // dropped by a shutdown).
 template <class D>
@@ -212,8 +213,9 @@ struct AdmittedFn {
   OverloadControl* ticket;
   std::int64_t enqueued_ns;
   D fn;
-  AdmittedFn(OverloadControl* t, std::int64_t enqueued, D&& f)
-      : ticket(t), enqueued_ns(enqueued), fn(std::move(f)) {}
+  template <class G>
+  AdmittedFn(OverloadControl* t, std::int64_t enqueued, G&& f)
+      : ticket(t), enqueued_ns(enqueued), fn(std::forward<G>(f)) {}
   AdmittedFn(AdmittedFn&& o) noexcept(std::is_nothrow_move_constructible_v<D>)
       : ticket(std::exchange(o.ticket, nullptr)), enqueued_ns(o.enqueued_ns), fn(std::move(o.fn)) {}
   AdmittedFn(const AdmittedFn&) = delete;
@@ -340,6 +342,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Whether an admitted task state popped at its start is to be shed
   // (CoDel); if so it is shed (counted, its callable told and destroyed).
   bool shed_at_start(TaskStateBase* s) noexcept;
+  // The same for an admitted plain task (AdmittedFn), enqueued at
+  // `enqueued_ns` (0: untimed); counted as shed by the caller.
+  bool shed_admitted(std::int64_t enqueued_ns) noexcept;
   // Counts an outcome decided on this thread (a worker's own counters, or
   // the shared ones on any other thread). In src/engine/worker.cpp.
   void count_outcome(TaskStatus outcome) noexcept;
@@ -411,6 +416,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   friend class WakePolicy;
   friend class WorkerLoop;
   friend class WorkerRegistry;
+
+  // CoDel's answer for an admitted task starting now, enqueued at
+  // `enqueued_ns` (0: untimed, never shed); counts the start either way.
+  bool codel_sheds(std::int64_t enqueued_ns) noexcept;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   // How many forks this process descends from when the pool was created

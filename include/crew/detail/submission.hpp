@@ -250,7 +250,9 @@ class Submission {
 
   // A plain task submitted from outside the pool while the overload
   // controller is on: a ticket first (or a refusal, before anything is
-  // built), then a cell with its enqueue time that owns the ticket.
+  // built), then a cell with its enqueue time (0 when its wait is not
+  // timed) that owns the ticket; built in its slot when it fits, as
+  // post_plain does.
   template <class F>
   Admission post_admitted(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
@@ -259,28 +261,49 @@ class Submission {
       (void)refuse(Admission::closed, why);
       return why;
     }
-    const OverloadReason r = c_.overload_->admit(0);
+    OverloadControl* ctl = c_.overload_.get();
+    const OverloadReason r = ctl->admit(0);
     if (r != OverloadReason::none) {
       (void)refuse(Admission::overloaded, why);
       return why;
     }
-    Cell tmp;
-    try {
-      tmp.emplace(AdmittedFn<D>{c_.overload_.get(), now_ns(), D(std::forward<F>(f))});
-    } catch (...) {
-      c_.overload_->release();
-      throw;
-    }
-    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-    switch (route(fill, level, may_block, why)) {
-      case Route::queued:
-        return Admission::accepted;
-      case Route::run_here:
-        (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
-        return Admission::accepted;
-      case Route::refused:
-        tmp.destroy();  // returns the ticket
-        break;
+    const std::int64_t enqueued = ctl->time_this() ? now_ns() : 0;
+    if constexpr (Cell::fits_inline<AdmittedFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
+      auto fill = [&](Cell& c) noexcept {
+        c.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
+      };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const TicketReturn ticket(ctl);
+          D local(std::forward<F>(f));
+          c_.inline_runner().run_admitted(enqueued, &call_plain<D>, &local);
+          return Admission::accepted;
+        }
+        case Route::refused:
+          ctl->release();
+          return why;
+      }
+    } else {
+      Cell tmp;
+      try {
+        tmp.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
+      } catch (...) {
+        ctl->release();
+        throw;
+      }
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
+          return Admission::accepted;
+        case Route::refused:
+          tmp.destroy();  // returns the ticket
+          break;
+      }
     }
     return why;
   }
@@ -311,9 +334,11 @@ class Submission {
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     const bool ticket = c_.admits_here();
-    // The enqueue time: for task observers, the overload controller, and
-    // a handle that shows its queue wait and run time (time_tasks).
-    if (c_.timed_ || ticket || (c_.time_handles_ && !s->detached)) [[unlikely]]
+    // The enqueue time: for task observers, the overload controller (when
+    // it times this task's wait), and a handle that shows its queue wait
+    // and run time (time_tasks).
+    if (c_.timed_ || (ticket && c_.overload_->time_this()) || (c_.time_handles_ && !s->detached))
+        [[unlikely]]
       s->clock.set_enqueued(now_ns());
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
