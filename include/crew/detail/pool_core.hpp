@@ -372,7 +372,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
   void emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept;
   // A task past its queue deadline that was to run on the submitting
-  // thread (Route::run_here): ends it expired, reports it, and drops the
+  // thread (Route::run_here, also when it waited for room past its
+  // deadline): ends it expired, reports it, and drops the
   // reference its cell would have held.
   void expire_unqueued(TaskStateBase* s) noexcept;
   // ~Pool is done with the core (abandoned threads may still co-own it);
@@ -453,8 +454,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // one wake-up per worker.
   IdleCounts idle_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
-  std::atomic<std::uint64_t> refused_{0};     // refused at submission
-  std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
+  std::atomic<std::uint64_t> refused_{0};  // refused at submission
+  // Accepted and settled on the submitting thread: run there, or expired
+  // while it waited for room (Submission::route_full).
+  std::atomic<std::uint64_t> ran_inline_{0};
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;
   InlineRunner inline_{*this};

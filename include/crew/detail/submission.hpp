@@ -365,11 +365,11 @@ class Submission {
         s->set_overload_reason(r);
         routed = refuse(Admission::overloaded, why);
       } else {
-        routed = route(fill, s->level(), may_block, why);
+        routed = route(fill, s->level(), may_block, why, s->queue_deadline());
         if (routed != Route::queued) c_.overload_->release();
       }
     } else {
-      routed = route(fill, s->level(), may_block, why);
+      routed = route(fill, s->level(), may_block, why, s->queue_deadline());
     }
     switch (routed) {
       case Route::queued:
@@ -381,7 +381,7 @@ class Submission {
         if (deadline && s->end_admission()) [[unlikely]]
           (void)s->expire();
         return Admission::accepted;
-      case Route::run_here:
+      case Route::run_here:  // or its queue deadline passed while it waited for room
         c_.disarm_queue_deadline(s);
         if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
           c_.expire_unqueued(s);  // drops the cell's reference
@@ -417,14 +417,18 @@ class Submission {
     }
   }
 
+  // `give_up`: the task's queue deadline, past which a blocked submission
+  // stops waiting for room: Route::run_here, where the caller finds the
+  // deadline passed and ends the task expired.
   template <class Fill>
-  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
+  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why,
+              std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
     if (c_.life_.closed()) [[unlikely]] {
       return refuse(Admission::closed, why);
     }
     if (try_queue(fill, level)) [[likely]]
       return Route::queued;
-    return route_full(fill_ref(fill), level, may_block, why);
+    return route_full(fill_ref(fill), level, may_block, why, give_up);
   }
 
   // Pushes without blocking, then wakes a worker if none spins (after_push).
@@ -461,10 +465,12 @@ class Submission {
   static FillRef fill_ref(Fill& f) noexcept {
     return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
   }
-  // The shared queue of `level` is full (src/engine/pool_core.cpp): runs
+  // The shared queue of `level` is full (src/engine/submission.cpp): runs
   // the task here (a worker of this pool, or caller_runs), refuses it, or
-  // blocks the caller until the level drains (BlockedSubmitters).
-  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why);
+  // blocks the caller until the level drains (BlockedSubmitters), at most
+  // until `give_up` (then Route::run_here, the deadline passed).
+  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why,
+                   std::chrono::steady_clock::time_point give_up);
 
   template <class G>
   void run_plain_here(G&& g) noexcept {
