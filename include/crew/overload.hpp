@@ -23,6 +23,21 @@
 //   - deadline-aware admission: a task with a queue timeout that the backlog
 //     cannot meet at the last interval's start rate is refused (reason
 //     deadline).
+//   - newest first under a standing queue: while CoDel reports the pool
+//     overloaded or the limit was reached in the current interval,
+//     admitted tasks queue newest first within their priority level (a
+//     stack beside the level's FIFO ring, crew/detail/newest_first.hpp);
+//     workers take the newest, and every other pop the ring's oldest, so
+//     what queued before still drains (or is shed by CoDel). Oldest first
+//     again once the stack is empty;
+//   - priorities as a moving threshold at the limit: a submission of
+//     priority above 0 past the limit displaces the newest task queued
+//     newest first at the lowest lower level that has one, which ends
+//     `shed` (Errc::overloaded, reason priority), and is admitted in its
+//     place. Tasks queued oldest first (before the standing queue) are not
+//     displaced, and a full level's queue is not made room in: the queue
+//     is bounded per level, so a lower level's task holds no room of a
+//     higher one.
 // Only submissions from outside the pool are admitted this way: a task
 // submitted by one of the pool's own tasks (fork-join, continuations) is
 // part of admitted work and neither counted nor refused.
@@ -85,8 +100,10 @@ struct OverloadStats {
   // Refused at admission (also counted in outcomes.rejected), by reason.
   std::uint64_t refused_limit = 0;
   std::uint64_t refused_deadline = 0;
-  // Shed at dequeue (outcomes.shed), by reason.
+  // Shed (outcomes.shed), by reason: at dequeue (codel), or displaced by a
+  // higher priority's submission at the limit (priority).
   std::uint64_t shed_codel = 0;
+  std::uint64_t shed_priority = 0;
 };
 
 // Pool::overload_hint(): what a submission from outside the pool would meet now.

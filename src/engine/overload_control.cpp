@@ -143,6 +143,7 @@ OverloadStats OverloadControl::read() const noexcept {
   s.refused_limit = refused_limit_.load(std::memory_order_relaxed);
   s.refused_deadline = refused_deadline_.load(std::memory_order_relaxed);
   s.shed_codel = shed_codel_.load(std::memory_order_relaxed);
+  s.shed_priority = shed_priority_.load(std::memory_order_relaxed);
   return s;
 }
 

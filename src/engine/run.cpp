@@ -379,6 +379,23 @@ bool PoolCore::shed_admitted(std::int64_t enqueued_ns) noexcept {
   return true;
 }
 
+bool PoolCore::displace_below(std::size_t level) noexcept {
+  Cell cell;
+  if (queue_.take_newest_below(level, cell) == level) return false;
+  // Only admitted tasks queue newest first: a task state with its ticket,
+  // or an AdmittedFn, whose destruction returns it.
+  if (TaskStateBase* s = cell.state()) {
+    const TicketReturn ticket(ticket_of(s));
+    // Decided meanwhile (cancelled, expired): counted by whoever decided.
+    if (s->shed(OverloadReason::priority)) rt_->observers.settled_in_queue(s);
+    s->release();
+  } else {
+    cell.destroy();
+    shared_.add(TaskStatus::shed);
+  }
+  return true;
+}
+
 bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
   // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
   if (s->status() != TaskStatus::queued) return false;

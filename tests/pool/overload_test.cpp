@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "crew/detail/overload_control.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
@@ -259,6 +261,54 @@ TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOver
   EXPECT_EQ(timed_of(kAdmissions), kAdmissions);
 }
 
+// A level's newest-first cells go before its ring's, except every other
+// pop, which takes the ring's oldest (what queued before the standing
+// queue still drains).
+TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOtherPop) {
+  detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
+  std::vector<int> order;
+  auto push = [&](int v, bool newest) {
+    auto fill = [&order, v](detail::Cell& c) noexcept {
+      c.emplace([&order, v] { order.push_back(v); });
+    };
+    return newest ? q.try_push_newest(fill, 0) : q.try_push(fill, 0);
+  };
+  for (int v : {1, 2, 3}) ASSERT_TRUE(push(v, false));
+  for (int v : {11, 12, 13}) ASSERT_TRUE(push(v, true));
+  EXPECT_EQ(q.size(), 6u);
+  EXPECT_EQ(q.pushed(), 6u);
+  detail::PopState st;
+  detail::Cell c;
+  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+  EXPECT_EQ(order, (std::vector<int>{13, 1, 12, 2, 11, 3}));
+  EXPECT_TRUE(q.empty());
+}
+
+// A higher level takes the newest-first cell of the lowest level below it
+// that has one; none below, or none at all: nothing taken.
+TEST(OverloadNewestFirst, ADisplacingLevelTakesTheNewestCellOfTheLowestLevelBelowIt) {
+  detail::Queues q(64, 1, 3, 8, /*newest_first=*/true);
+  std::vector<int> order;
+  auto push = [&](int v, std::size_t level) {
+    auto fill = [&order, v](detail::Cell& c) noexcept {
+      c.emplace([&order, v] { order.push_back(v); });
+    };
+    return q.try_push_newest(fill, level);
+  };
+  detail::Cell c;
+  EXPECT_EQ(q.take_newest_below(2, c), 2u);
+  ASSERT_TRUE(push(1, 1));
+  ASSERT_TRUE(push(2, 1));
+  ASSERT_TRUE(push(3, 2));
+  EXPECT_EQ(q.take_newest_below(1, c), 1u);  // nothing below level 1
+  EXPECT_EQ(q.take_newest_below(2, c), 1u);
+  (void)c.invoke_and_destroy();
+  EXPECT_EQ(order, std::vector<int>{2});
+  EXPECT_EQ(q.level_size(1), 1u);
+  EXPECT_EQ(q.level_size(2), 1u);
+  while (q.try_pop(c)) c.destroy();
+}
+
 // ---- Through a pool ----
 
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
@@ -441,6 +491,97 @@ TEST(PoolOverload, ASoftShutdownReturnsTheTicketsOfWhatItDrops) {
   // A ticket goes back just after its task's outcome is published.
   EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
   EXPECT_EQ(pool.stats().outcomes.rejected, 6u);
+}
+
+// While the controller reports a standing queue (here: the limit was
+// reached, and no interval ends), admitted tasks queue newest first; until
+// then, oldest first.
+TEST(PoolOverload, AStandingQueueGivesTheNewestTaskFirst) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4}));
+  std::mutex mu;
+  std::vector<int> order;
+  auto task = [&](int v) {
+    return [&mu, &order, v] {
+      const std::lock_guard<std::mutex> lock(mu);
+      order.push_back(v);
+    };
+  };
+  {
+    WorkerHold hold(pool);  // one ticket
+    for (int v : {0, 1, 2})
+      ASSERT_EQ(pool.post(task(v)), Admission::accepted);  // the last at the limit
+    EXPECT_EQ(pool.post(task(99)), Admission::overloaded);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  {
+    WorkerHold hold(pool);  // still standing: the limit was reached this interval
+    for (int v : {3, 4, 5}) ASSERT_EQ(pool.post(task(v)), Admission::accepted);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<int>{2, 0, 1, 5, 4, 3}));
+}
+
+// At the limit, a higher priority's submission displaces the newest task a
+// lower level queued newest first: that one ends shed (reason priority)
+// unrun, counted once; the arrival is admitted and runs. With nothing
+// lower to displace, it is refused (reason limit).
+void displaced_by_priority(bool handles) {
+  Watchdog dog;
+  PoolOptions o = overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4});
+  o.priority_levels = 2;
+  auto seen = std::make_shared<ShedCounter>();
+  if (handles) o.observers.push_back(seen);
+  Pool pool(o);
+  std::atomic<int> ran{0};
+  auto low = [&ran] { ran.fetch_add(1); };
+  Task<void> displaced;
+  Task<int> high;
+  {
+    WorkerHold hold(pool);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    if (handles) {
+      displaced = pool.submit(low);  // at the limit: queued newest first
+      ASSERT_EQ(displaced.status(), TaskStatus::queued);
+    } else {
+      ASSERT_EQ(pool.post(low), Admission::accepted);
+    }
+    high = pool.submit([] { return 7; }, {.priority = 1});
+    EXPECT_NE(high.status(), TaskStatus::rejected);
+    EXPECT_EQ(pool.post([] {}, {.priority = 1}), Admission::overloaded);  // nothing lower left
+    EXPECT_EQ(pool.post(low), Admission::overloaded);                     // no lower level
+  }
+  EXPECT_EQ(high.get(), 7);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.shed, 1u);
+  EXPECT_EQ(s.overload.shed_priority, 1u);
+  EXPECT_EQ(s.overload.shed_codel, 0u);
+  EXPECT_EQ(s.overload.refused_limit, 2u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  if (handles) {
+    EXPECT_EQ(displaced.status(), TaskStatus::shed);
+    try {
+      displaced.get();
+      ADD_FAILURE() << "get() of a displaced task must throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::overloaded);
+      EXPECT_EQ(e.overload_reason(), OverloadReason::priority);
+    }
+    EXPECT_EQ(seen->shed.load(), 1);
+  }
+}
+
+TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerTaskState) {
+  displaced_by_priority(/*handles=*/true);
+}
+
+TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerPlainTask) {
+  displaced_by_priority(/*handles=*/false);
 }
 
 }  // namespace

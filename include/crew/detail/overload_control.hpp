@@ -57,7 +57,10 @@ class OverloadControl {
 
   // Takes one admission ticket, or says why not (nothing taken then).
   // `queue_timeout_ns`: the task's queue timeout, 0 for none.
-  OverloadReason admit(std::int64_t queue_timeout_ns) noexcept {
+  // `may_displace`: a refusal at the limit is not counted yet; the caller
+  // either displaces a lower priority's task (admit_displacing) or counts
+  // it (note_refused_early).
+  OverloadReason admit(std::int64_t queue_timeout_ns, bool may_displace = false) noexcept {
     const std::int64_t a = admits_.fetch_add(1, std::memory_order_relaxed) + 1;
     // At least the admitted work: returns since the last sum are not in it.
     std::int64_t n = a - returned_seen_.load(std::memory_order_relaxed);
@@ -70,7 +73,7 @@ class OverloadControl {
         limit_hit_.store(true, std::memory_order_relaxed);
       if (n > limit) {
         admits_.fetch_sub(1, std::memory_order_relaxed);
-        refused_limit_.fetch_add(1, std::memory_order_relaxed);
+        if (!may_displace) refused_limit_.fetch_add(1, std::memory_order_relaxed);
         return OverloadReason::limit;
       }
     }
@@ -86,6 +89,20 @@ class OverloadControl {
   }
   // Returns a ticket: its task ended, or its cell was dropped.
   void release() noexcept { stripe().returned.fetch_add(1, std::memory_order_relaxed); }
+  // Takes the ticket of a task this submission displaced (shed, reason
+  // priority): past the limit, as the displaced one held it.
+  void admit_displacing() noexcept {
+    admits_.fetch_add(1, std::memory_order_relaxed);
+    shed_priority_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // A standing queue: CoDel's overloaded state, or the limit was reached
+  // this interval. Admitted tasks then queue newest first (queues.hpp), and
+  // a higher priority at the limit displaces a lower one's newest task.
+  [[nodiscard]] bool standing() const noexcept {
+    return overloaded_.load(std::memory_order_relaxed) ||
+           limit_hit_.load(std::memory_order_relaxed);
+  }
 
   // Whether the queue wait of a task being admitted by this thread is to
   // be timed (see the overview); an untimed one is never shed by CoDel.
@@ -232,6 +249,7 @@ class OverloadControl {
   std::atomic<std::uint64_t> refused_limit_{0};
   std::atomic<std::uint64_t> refused_deadline_{0};
   std::atomic<std::uint64_t> shed_codel_{0};
+  std::atomic<std::uint64_t> shed_priority_{0};
 };
 
 // Returns an admission ticket when it leaves scope (none for null): for the

@@ -342,6 +342,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Whether an admitted task state popped at its start is to be shed
   // (CoDel); if so it is shed (counted, its callable told and destroyed).
   bool shed_at_start(TaskStateBase* s) noexcept;
+  // Sheds (reason priority) the newest admitted task queued newest first
+  // at a level below `level`, for a submission at `level` past the limit;
+  // its ticket goes back. False if there was none.
+  bool displace_below(std::size_t level) noexcept;
   // The same for an admitted plain task (AdmittedFn), enqueued at
   // `enqueued_ns` (0: untimed); counted as shed by the caller.
   bool shed_admitted(std::int64_t enqueued_ns) noexcept;

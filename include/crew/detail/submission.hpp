@@ -262,8 +262,7 @@ class Submission {
       return why;
     }
     OverloadControl* ctl = c_.overload_.get();
-    const OverloadReason r = ctl->admit(0);
-    if (r != OverloadReason::none) {
+    if (!admit_or_displace(level, 0)) {
       (void)refuse(Admission::overloaded, why);
       return why;
     }
@@ -272,7 +271,7 @@ class Submission {
       auto fill = [&](Cell& c) noexcept {
         c.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
       };
-      switch (route(fill, level, may_block, why)) {
+      switch (route_admitted(fill, level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here: {
@@ -294,7 +293,7 @@ class Submission {
         throw;
       }
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route(fill, level, may_block, why)) {
+      switch (route_admitted(fill, level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here:
@@ -360,12 +359,12 @@ class Submission {
     Admission why = Admission::accepted;
     Route routed;
     if (ticket && !c_.life_.closed()) [[unlikely]] {
-      const OverloadReason r = c_.overload_->admit(s->queue_timeout_left_ns());
-      if (r != OverloadReason::none) {
+      OverloadReason r = OverloadReason::none;
+      if (!admit_or_displace(s->level(), s->queue_timeout_left_ns(), &r)) {
         s->set_overload_reason(r);
         routed = refuse(Admission::overloaded, why);
       } else {
-        routed = route(fill, s->level(), may_block, why, s->queue_deadline());
+        routed = route_admitted(fill, s->level(), may_block, why, s->queue_deadline());
         if (routed != Route::queued) c_.overload_->release();
       }
     } else {
@@ -415,6 +414,41 @@ class Submission {
     } else if (r == Route::refused && c_.observes(Observer::task_rejected)) {
       c_.emit_refused(nullptr, is_long, why);
     }
+  }
+
+  // An admission ticket for a submission at `level` from outside the pool:
+  // past the limit, a level above 0 displaces the newest task a lower
+  // level queued newest first (PoolCore::displace_below) and takes its
+  // ticket. False (and why, in `reason`) if refused.
+  bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
+                         OverloadReason* reason = nullptr) noexcept {
+    OverloadControl& ctl = *c_.overload_;
+    const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
+    if (r == OverloadReason::none) [[likely]]
+      return true;
+    if (r == OverloadReason::limit && level > 0) {
+      if (c_.displace_below(level)) {
+        ctl.admit_displacing();
+        return true;
+      }
+      ctl.note_refused_early();
+    }
+    if (reason != nullptr) *reason = r;
+    return false;
+  }
+
+  // route() for an admitted task: while the controller reports a standing
+  // queue, to its level's newest-first stack when that has room.
+  template <class Fill>
+  Route route_admitted(Fill& fill, std::size_t level, bool may_block, Admission& why,
+                       std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
+    if (c_.overload_->standing() && !c_.life_.closed()) [[unlikely]] {
+      if (c_.queue_.try_push_newest(fill, level)) {
+        c_.after_push();
+        return Route::queued;
+      }
+    }
+    return route(fill, level, may_block, why, give_up);
   }
 
   // `give_up`: the task's queue deadline, past which a blocked submission
