@@ -20,6 +20,8 @@
 //     usable CPUs, at least 2) and a ceiling (queue capacity plus workers).
 //     A submission past the limit is refused at once with
 //     Admission::overloaded (reason limit);
+//   - optionally, the run time of tasks against its own baseline, for pools
+//     with more workers than CPUs (OverloadOptions::run_time_signal);
 //   - deadline-aware admission: a task with a queue timeout that the backlog
 //     cannot meet at the last interval's start rate is refused (reason
 //     deadline).
@@ -80,6 +82,19 @@ struct OverloadOptions {
   // Refuse, at admission, a task whose queue timeout the backlog cannot
   // meet at the current start rate.
   bool deadline_admission = true;
+  // The run-time signal, for pools with more workers than CPUs (64 workers
+  // on one CPU): their excess queue hides in the OS run queue, where tasks
+  // wait while they count as running, so the queue wait stays short while
+  // every task takes longer. When the interval's `percentile` of run times
+  // (of the tasks whose wait is timed) exceeds run_time_factor x a
+  // baseline, the limit is cut as for the queue wait, but from all that was
+  // in use, running included: times factor x baseline / percentile. The
+  // baseline is the interval minimum run time: it falls at once to a lower
+  // one, and rises by 1/16 of the gap an interval only while the signal is
+  // within its bound (a cut interval's minimum is inflated by the cause).
+  // A limit at its floor stays there. Off by default; needs adaptive_limit.
+  bool run_time_signal = false;
+  double run_time_factor = 2.0;  // > 1
 };
 
 // What the controller did and sees (PoolStats::overload; all zero when off).
@@ -104,6 +119,10 @@ struct OverloadStats {
   // higher priority's submission at the limit (priority).
   std::uint64_t shed_codel = 0;
   std::uint64_t shed_priority = 0;
+  // The run-time signal (zero when off): the last interval's percentile
+  // run time and the baseline it is held against.
+  std::chrono::nanoseconds run_high{0};
+  std::chrono::nanoseconds run_baseline{0};
 };
 
 // Pool::overload_hint(): what a submission from outside the pool would meet now.

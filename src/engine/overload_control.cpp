@@ -17,6 +17,8 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       percentile_(o.percentile),
       adaptive_(o.adaptive_limit),
       deadline_admission_(o.deadline_admission),
+      run_signal_(o.run_time_signal && o.adaptive_limit),
+      run_factor_(o.run_time_factor),
       workers_(static_cast<std::int64_t>(workers)),
       floor_(static_cast<double>(floor)),
       ceiling_(static_cast<double>(ceiling)),
@@ -81,19 +83,8 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   }
   ns_per_start_.store(std::max<std::int64_t>(elapsed / std::max<std::int64_t>(starts, 1), 1),
                       std::memory_order_relaxed);
-  // The percentile: the upper bound of the bucket where it falls.
-  const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
-  std::uint64_t seen = 0;
-  std::int64_t high = 0;
-  for (std::size_t i = 0; i < kBuckets; ++i) {
-    seen += counts[i];
-    if (seen >= rank) {
-      high = bucket_upper_ns(i);
-      break;
-    }
-  }
   // A bucket's bound can exceed the minimum: the percentile is at least it.
-  high = std::max(high, min);
+  const std::int64_t high = std::max(percentile_of(counts, total), min);
   last_min_.store(min, std::memory_order_relaxed);
   last_high_.store(high, std::memory_order_relaxed);
   // CoDel: a standing queue, not a burst, when even the shortest wait of a
@@ -105,7 +96,14 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   overloaded_.store(overloaded, std::memory_order_relaxed);
   dense_.store(overloaded || starts < kDenseStarts, std::memory_order_relaxed);
   if (!adaptive_) return;
-  if (high > target_ns_) {
+  const double in_use = std::min(limit_exact_, std::max(peak, floor_));
+  const double run_cut = run_signal_ ? run_time_cut(in_use) : -1;
+  if (run_cut >= 0) {
+    // Tasks ran far longer than their baseline: a hidden queue in the OS
+    // run queue. Cut from all in use, the running part included; never
+    // raised meanwhile.
+    limit_exact_ = std::min(limit_exact_, run_cut);
+  } else if (high > target_ns_) {
     // Cut by how far the wait is over the target, from what was in use: a
     // limit far above the admitted work (the ceiling it starts at) would
     // otherwise take many intervals to come down while the queue grows.
@@ -114,7 +112,6 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     // With no more in use than workers, nothing waited behind them: the
     // waits came from elsewhere (workers being started, a burst within the
     // interval), and a cut would refuse work idle workers could run.
-    const double in_use = std::min(limit_exact_, std::max(peak, floor_));
     const double running = std::min(in_use, static_cast<double>(workers_));
     const double queued = in_use - running;
     if (queued > 0) {
@@ -126,6 +123,44 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   }
   // Rounded, never truncated toward 0 or 1: the floor is at least 2.
   limit_.store(static_cast<std::int64_t>(std::llround(limit_exact_)), std::memory_order_relaxed);
+}
+
+std::int64_t OverloadControl::percentile_of(const std::array<std::uint32_t, kBuckets>& counts,
+                                            std::uint64_t total) const noexcept {
+  const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    seen += counts[i];
+    if (seen >= rank) return bucket_upper_ns(i);
+  }
+  return 0;
+}
+
+double OverloadControl::run_time_cut(double in_use) noexcept {
+  std::array<std::uint32_t, kBuckets> counts{};
+  std::uint64_t total = 0;
+  std::int64_t min = kNone;
+  for (Stripe& s : stripes_) {
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      const std::uint32_t c = s.run_hist[i].exchange(0, std::memory_order_relaxed);
+      counts[i] += c;
+      total += c;
+    }
+    min = std::min(min, s.run_min.exchange(kNone, std::memory_order_relaxed));
+  }
+  if (total == 0) return -1;
+  const std::int64_t high = std::max(percentile_of(counts, total), min);
+  last_run_high_.store(high, std::memory_order_relaxed);
+  const bool first = run_base_ == 0;
+  if (first || min < run_base_) run_base_ = min;
+  const double bound = run_factor_ * static_cast<double>(run_base_);
+  const bool over = !first && static_cast<double>(high) > bound;
+  // Up slowly, and only while within the bound: a cut interval's minimum is
+  // inflated by the very queue the signal sees.
+  if (!over && min > run_base_) run_base_ += std::max<std::int64_t>((min - run_base_) / 16, 1);
+  last_run_base_.store(run_base_, std::memory_order_relaxed);
+  if (!over) return -1;
+  return std::max(floor_, in_use * bound / static_cast<double>(high));
 }
 
 OverloadStats OverloadControl::read() const noexcept {
@@ -144,6 +179,8 @@ OverloadStats OverloadControl::read() const noexcept {
   s.refused_deadline = refused_deadline_.load(std::memory_order_relaxed);
   s.shed_codel = shed_codel_.load(std::memory_order_relaxed);
   s.shed_priority = shed_priority_.load(std::memory_order_relaxed);
+  s.run_high = std::chrono::nanoseconds(last_run_high_.load(std::memory_order_relaxed));
+  s.run_baseline = std::chrono::nanoseconds(last_run_base_.load(std::memory_order_relaxed));
   return s;
 }
 

@@ -156,6 +156,10 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     rt_->supervisor.unregister_foreign(s);
   }
   s->clock.record(start, end);  // before the outcome is published
+  if (overload_ != nullptr && enqueued != 0 && s->overload_ticket() &&
+      overload_->watches_run_time()) [[unlikely]] {
+    overload_->on_end(end - start);
+  }
 
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
@@ -276,12 +280,34 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
   counts.add(outcome);
 }
 
+namespace {
+
+// Times the run of an admitted plain task for the run-time signal, when it
+// is on and the task's wait is timed (OverloadControl::on_end).
+class RunTimer {
+ public:
+  RunTimer(OverloadControl& ctl, std::int64_t enqueued_ns) noexcept
+      : ctl_(ctl), start_(enqueued_ns != 0 && ctl.watches_run_time() ? now_ns() : 0) {}
+  ~RunTimer() {
+    if (start_ != 0) ctl_.on_end(now_ns() - start_);
+  }
+  RunTimer(const RunTimer&) = delete;
+  RunTimer& operator=(const RunTimer&) = delete;
+
+ private:
+  OverloadControl& ctl_;
+  const std::int64_t start_;
+};
+
+}  // namespace
+
 void Worker::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   PoolCore& c = *run.frame.core;
   if (c.shed_admitted(enqueued_ns)) [[unlikely]] {
     counts.add(TaskStatus::shed);
     return;  // the cell destroys the callable unrun
   }
+  const RunTimer timer(*c.overload(), enqueued_ns);
   try {
     call(fn);
     counts.add(TaskStatus::succeeded);
@@ -354,6 +380,7 @@ void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* 
     c_.count_outcome(TaskStatus::shed);
     return;
   }
+  const RunTimer timer(*c_.overload(), enqueued_ns);
   try {
     call(fn);
     c_.count_outcome(TaskStatus::succeeded);

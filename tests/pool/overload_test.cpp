@@ -3,6 +3,8 @@
 // limit, CoDel's shedding (counted once, never run), tickets returned, the
 // options' checks.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "affinity.hpp"
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/queues.hpp"
 #include "crew/observer.hpp"
@@ -309,6 +312,59 @@ TEST(OverloadNewestFirst, ADisplacingLevelTakesTheNewestCellOfTheLowestLevelBelo
   while (q.try_pop(c)) c.destroy();
 }
 
+// A model of 16 workers sharing one CPU, arrivals ramping up: the k tasks
+// in use at once each run k times their own 2 ms, while their queue waits
+// stay short (the queue hides in the OS run queue). Returns the limit
+// after 30 intervals.
+std::size_t limit_on_one_cpu(bool run_time_signal) {
+  OverloadOptions o = options();
+  o.run_time_signal = run_time_signal;
+  Controlled c(o, /*floor=*/2, /*ceiling=*/100, /*workers=*/16);
+  for (int i = 0; i < 30; ++i) {
+    const auto k = static_cast<int>(
+        std::min<std::size_t>({c.ctl.read().limit, 16u, 1u + 2u * static_cast<std::size_t>(i)}));
+    peak_at(c.ctl, k);
+    for (int t = 0; t < k; ++t) {
+      c.ctl.record(kMs / 2, c.now + 1);
+      c.ctl.on_end(k * 2 * kMs);
+    }
+    c.now += 100 * kMs;
+    c.ctl.roll(c.now);
+  }
+  return c.ctl.read().limit;
+}
+
+TEST(OverloadRunTime, BringsTheLimitOfManyWorkersOnOneCpuDownToItsFloor) {
+  EXPECT_LE(limit_on_one_cpu(/*run_time_signal=*/true), 3u);
+  // The queue wait alone sees nothing.
+  EXPECT_EQ(limit_on_one_cpu(/*run_time_signal=*/false), 100u);
+}
+
+// The baseline is the lowest interval minimum; it rises slowly while run
+// times stay within its bound (the tasks became longer), and not at all
+// in an interval the signal cut.
+TEST(OverloadRunTime, TheBaselineFallsAtOnceAndRisesOnlyWithinItsBound) {
+  OverloadOptions o = options();
+  o.run_time_signal = true;
+  Controlled c(o, 2, 100, 16);
+  auto interval = [&c](double run_ms) {
+    c.ctl.record(kMs / 2, c.now + 1);
+    c.ctl.on_end(static_cast<std::int64_t>(run_ms * kMs));
+    c.now += 100 * kMs;
+    c.ctl.roll(c.now);
+  };
+  interval(4);
+  EXPECT_EQ(c.ctl.read().run_baseline, 4ms);
+  interval(2);
+  EXPECT_EQ(c.ctl.read().run_baseline, 2ms);
+  interval(3);  // within 2 x 2 ms: up by a sixteenth of the gap
+  EXPECT_EQ(c.ctl.read().run_baseline, 2ms + 62'500ns);
+  const auto before = c.ctl.read().run_baseline;
+  interval(20);  // over the bound: not raised
+  EXPECT_EQ(c.ctl.read().run_baseline, before);
+  EXPECT_GE(c.ctl.read().run_high, 20ms);
+}
+
 // ---- Through a pool ----
 
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
@@ -334,6 +390,8 @@ TEST(PoolOverload, OptionsAreCheckedAndTheFloorIsAtLeastTwo) {
   EXPECT_EQ(tiny.stats().overload.limit, 2u);  // ceiling 1 + 1 = floor 2
   EXPECT_THROW(Pool({.overload = {.enabled = true, .target = 0ms}}), Error);
   EXPECT_THROW(Pool({.overload = {.enabled = true, .percentile = 0}}), Error);
+  EXPECT_THROW(Pool({.overload = {.enabled = true, .run_time_signal = true, .run_time_factor = 1}}),
+               Error);
   try {
     Pool bad({.overload = {.enabled = true, .min_limit = 1, .max_limit = 1}});
     ADD_FAILURE() << "a ceiling below the floor of 2 must be refused";
@@ -582,6 +640,54 @@ TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerTaskState) {
 
 TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerPlainTask) {
   displaced_by_priority(/*handles=*/false);
+}
+
+// Spins until this thread has used `cpu` of CPU time: work of a fixed
+// size, whose run time grows with the threads sharing its CPU.
+void burn(std::chrono::nanoseconds cpu) {
+  auto used = [] {
+    timespec ts{};
+    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  };
+  const auto end = used() + cpu;
+  while (used() < end) {
+  }
+}
+
+// 16 workers pinned to one CPU (a queue hidden in the OS run queue), tasks
+// of 1 ms of CPU: arrivals trickle in first (tasks run alone: the
+// baseline), then flood. The run-time signal brings the limit down to a
+// few tasks at once; the queue wait alone would keep it at 16 or more
+// (OverloadRunTime.BringsTheLimitOfManyWorkersOnOneCpuDownToItsFloor).
+TEST(PoolOverload, TheRunTimeSignalBringsTheLimitOfSixteenWorkersOnOneCpuNearItsFloor) {
+  Watchdog dog;
+  const int cpu = test::first_cpu();
+  ASSERT_GE(cpu, 0);
+  PoolOptions o = overloaded_pool(
+      16, {.enabled = true, .interval = 20ms, .max_limit = 64, .run_time_signal = true});
+  o.on_worker_start = [cpu](std::uint64_t) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(static_cast<std::size_t>(cpu), &one);
+    EXPECT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  };
+  Pool pool(o);
+  auto task = [] { burn(1ms); };
+  for (int i = 0; i < 100; ++i) {
+    (void)pool.post(task);
+    std::this_thread::sleep_for(3ms);
+  }
+  const auto flood_end = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < flood_end) {
+    (void)pool.post(task);
+    std::this_thread::sleep_for(100us);
+  }
+  const OverloadStats s = pool.stats().overload;
+  EXPECT_LE(s.limit, 5u) << "baseline " << s.run_baseline.count() << " ns, run p90 "
+                         << s.run_high.count() << " ns";
+  EXPECT_GT(s.run_baseline, 0ns);
+  EXPECT_GT(s.refused_limit, 0u);
 }
 
 }  // namespace

@@ -120,6 +120,16 @@ class OverloadControl {
       roll(now);
     return wait_ns > shed_after_ns_ && overloaded_.load(std::memory_order_relaxed);
   }
+  // Whether on_end() wants the run times of timed admitted tasks.
+  [[nodiscard]] bool watches_run_time() const noexcept { return run_signal_; }
+  // A timed admitted task ran for `run_ns` (the run-time signal).
+  void on_end(std::int64_t run_ns) noexcept {
+    Stripe& s = stripe();
+    s.run_hist[bucket_of(run_ns)].fetch_add(1, std::memory_order_relaxed);
+    std::int64_t m = s.run_min.load(std::memory_order_relaxed);
+    while (run_ns < m && !s.run_min.compare_exchange_weak(m, run_ns, std::memory_order_relaxed)) {
+    }
+  }
   // An admitted task whose wait was not timed is about to start: counted
   // for the start rate only.
   void on_untimed_start() noexcept { stripe().starts.fetch_add(1, std::memory_order_relaxed); }
@@ -183,6 +193,9 @@ class OverloadControl {
     std::atomic<std::int64_t> min{kNone};   // the window's shortest timed wait
     std::atomic<std::int64_t> first{0};     // when its first timed task started (0: none yet)
     std::array<std::atomic<std::uint32_t>, kBuckets> hist{};
+    // The run-time signal's window (untouched when it is off).
+    std::atomic<std::int64_t> run_min{kNone};
+    std::array<std::atomic<std::uint32_t>, kBuckets> run_hist{};
   };
   static constexpr std::size_t kStripes = 8;
   Stripe& stripe() noexcept { return stripes_[stripe_index()]; }
@@ -206,6 +219,12 @@ class OverloadControl {
   }
 
   void roll_locked(std::int64_t now) noexcept CREW_REQUIRES(roll_);
+  // The limit the run-time signal allows for `in_use` from this window's
+  // run times, or -1 while they are within its bound; updates the baseline.
+  double run_time_cut(double in_use) noexcept CREW_REQUIRES(roll_);
+  // The upper bound of the bucket where the `percentile_` of `counts` falls.
+  [[nodiscard]] std::int64_t percentile_of(const std::array<std::uint32_t, kBuckets>& counts,
+                                           std::uint64_t total) const noexcept;
   // The wait of a task admitted behind `ahead` others: those beyond the
   // workers, at the last interval's start rate (0 while none is known).
   [[nodiscard]] std::int64_t backlog_wait_ns(std::int64_t ahead) const noexcept {
@@ -221,6 +240,8 @@ class OverloadControl {
   const double percentile_;
   const bool adaptive_;
   const bool deadline_admission_;
+  const bool run_signal_;
+  const double run_factor_;
   const std::int64_t workers_;
   const double floor_;
   const double ceiling_;
@@ -243,6 +264,9 @@ class OverloadControl {
   alignas(kCacheLine) SpinLock roll_;
   double limit_exact_ CREW_GUARDED_BY(roll_);
   std::int64_t window_start_ CREW_GUARDED_BY(roll_);
+  std::int64_t run_base_ CREW_GUARDED_BY(roll_) = 0;  // 0: none yet
+  std::atomic<std::int64_t> last_run_high_{0};
+  std::atomic<std::int64_t> last_run_base_{0};
   std::atomic<std::int64_t> last_min_{0};
   std::atomic<std::int64_t> last_high_{0};
 
