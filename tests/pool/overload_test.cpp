@@ -463,6 +463,17 @@ struct ShedCounter : Observer {
   }
 };
 
+// get() of a shed task throws Errc::overloaded with the reason.
+void expect_shed(Task<void>& t, OverloadReason why) {
+  try {
+    t.get();
+    ADD_FAILURE() << "get() of a shed task must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::overloaded);
+    EXPECT_EQ(e.overload_reason(), why);
+  }
+}
+
 // One worker, held for several intervals while tasks queue, each task
 // then taking longer than the target: the first interval after the hold
 // has only waits over the target, so CoDel sheds the rest of the backlog.
@@ -509,13 +520,7 @@ void shed_backlog(bool handles) {
       // Its wait until it was shed, over twice the target; it never ran.
       EXPECT_GT(t.queue_wait(), 4ms);
       EXPECT_EQ(t.run_time(), 0ns);
-      try {
-        t.get();
-        ADD_FAILURE() << "get() of a shed task must throw";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), Errc::overloaded);
-        EXPECT_EQ(e.overload_reason(), OverloadReason::codel);
-      }
+      expect_shed(t, OverloadReason::codel);
     }
     EXPECT_EQ(static_cast<std::uint64_t>(shed), s.outcomes.shed);
     EXPECT_EQ(seen->shed.load(), shed);               // heard once each
@@ -623,13 +628,7 @@ void displaced_by_priority(bool handles) {
   EXPECT_EQ(s.outcomes.total(), s.submitted);
   if (handles) {
     EXPECT_EQ(displaced.status(), TaskStatus::shed);
-    try {
-      displaced.get();
-      ADD_FAILURE() << "get() of a displaced task must throw";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), Errc::overloaded);
-      EXPECT_EQ(e.overload_reason(), OverloadReason::priority);
-    }
+    expect_shed(displaced, OverloadReason::priority);
     EXPECT_EQ(seen->shed.load(), 1);
   }
 }

@@ -206,6 +206,15 @@ TEST(PoolAdmission, ASubmitterBlockedForRoomStopsWaitingAtItsTasksQueueDeadline)
   EXPECT_EQ(after.outcomes.succeeded, 1u);
 }
 
+// A thread submitting `f` with a queue timeout of a minute to `pool`,
+// once it is blocked for room in the full queue (the caller joins it).
+template <class R, class F>
+std::thread blocked_submitter(Pool& pool, Task<R>& out, F f) {
+  std::thread t([&pool, &out, f] { out = pool.submit(f, {.queue_timeout = 60s}); });
+  EXPECT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  return t;
+}
+
 // A task whose queue deadline is far: its blocked submitter still goes on
 // once there is room, and the task runs.
 TEST(PoolAdmission, ASubmitterBlockedForRoomWithAFarQueueDeadlineGoesOnAtTheLowWaterMark) {
@@ -214,8 +223,7 @@ TEST(PoolAdmission, ASubmitterBlockedForRoomWithAFarQueueDeadlineGoesOnAtTheLowW
   pool.pause();
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
   Task<int> t;
-  std::thread submitter([&] { t = pool.submit([] { return 7; }, {.queue_timeout = 60s}); });
-  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  std::thread submitter = blocked_submitter(pool, t, [] { return 7; });
   pool.resume();
   submitter.join();
   EXPECT_EQ(t.get(), 7);
@@ -230,8 +238,7 @@ TEST(PoolAdmission, AShutdownBeforeTheQueueDeadlineOfABlockedSubmitterRefusesIt)
   pool.pause();
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
   Task<void> refused;
-  std::thread submitter([&] { refused = pool.submit([] {}, {.queue_timeout = 60s}); });
-  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  std::thread submitter = blocked_submitter(pool, refused, [] {});
   (void)pool.shutdown(ShutdownMode::soft, 0s);
   submitter.join();
   EXPECT_EQ(refused.status(), TaskStatus::rejected);
