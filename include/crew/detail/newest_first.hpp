@@ -45,7 +45,10 @@ class NewestFirst {
     }
     fill(slots_[top_]);
     ++top_;
-    size_.store(top_, std::memory_order_release);
+    // seq_cst, as a ring's claim: a worker that announced its sleep and
+    // then finds the queue empty is one this push's wake-up sees
+    // (PoolCore::after_push).
+    size_.store(top_, std::memory_order_seq_cst);
     pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return true;
   }
@@ -61,7 +64,7 @@ class NewestFirst {
     return true;
   }
 
-  [[nodiscard]] std::size_t size() const noexcept { return size_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::size_t size() const noexcept { return size_.load(std::memory_order_seq_cst); }
   // Cells ever pushed (part of the pool's submitted count).
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     return pushed_.load(std::memory_order_relaxed);

@@ -276,7 +276,7 @@ class Queues {
   template <class Fill>
   bool try_push_newest(Fill&& fill, std::size_t level) noexcept {
     if (!newest_[level]->try_push(fill)) return false;
-    standing_cells_.fetch_add(1, std::memory_order_relaxed);
+    standing_cells_.fetch_add(1, std::memory_order_seq_cst);  // see after_push
     return true;
   }
   // Moves the newest cell of the lowest level below `level` that has
