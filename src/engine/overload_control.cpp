@@ -9,6 +9,28 @@
 
 namespace crew::detail {
 
+namespace {
+
+// One signal's window summed up over the stripes (and emptied there).
+struct Drained {
+  std::array<std::uint32_t, OverloadControl::kBuckets> counts{};
+  std::uint64_t total = 0;
+  std::int64_t min = std::numeric_limits<std::int64_t>::max();
+
+  void take(std::array<std::atomic<std::uint32_t>, OverloadControl::kBuckets>& hist,
+            std::atomic<std::int64_t>& shortest) noexcept {
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      const std::uint32_t c = hist[i].exchange(0, std::memory_order_relaxed);
+      counts[i] += c;
+      total += c;
+    }
+    min = std::min(min, shortest.exchange(std::numeric_limits<std::int64_t>::max(),
+                                          std::memory_order_relaxed));
+  }
+};
+
+}  // namespace
+
 OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
                                  std::size_t workers, std::int64_t now) noexcept
     : target_ns_(o.target.count()),
@@ -51,22 +73,18 @@ void OverloadControl::roll(std::int64_t now) noexcept {
 }
 
 void OverloadControl::roll_locked(std::int64_t now) noexcept {
-  std::array<std::uint32_t, kBuckets> counts{};
-  std::uint64_t total = 0;  // timed starts
-  std::int64_t starts = 0;
-  std::int64_t min = kNone;
+  Drained waits;
   std::int64_t first = 0;
   for (Stripe& s : stripes_) {
-    for (std::size_t i = 0; i < kBuckets; ++i) {
-      const std::uint32_t c = s.hist[i].exchange(0, std::memory_order_relaxed);
-      counts[i] += c;
-      total += c;
-    }
-    starts += s.starts.exchange(0, std::memory_order_relaxed);
-    min = std::min(min, s.min.exchange(kNone, std::memory_order_relaxed));
+    waits.take(s.hist, s.min);
     const std::int64_t f = s.first.exchange(0, std::memory_order_relaxed);
     if (f != 0 && (first == 0 || f < first)) first = f;
   }
+  const std::uint64_t total = waits.total;  // timed starts
+  const std::int64_t min = waits.min;
+  // Every start was timed while dense, one in kSampleEvery otherwise.
+  const auto starts = static_cast<std::int64_t>(total) *
+                      (dense_.load(std::memory_order_relaxed) ? 1 : kSampleEvery);
   const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
   window_start_ = now;
   window_end_.store(now + interval_ns_, std::memory_order_relaxed);
@@ -84,7 +102,7 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   ns_per_start_.store(std::max<std::int64_t>(elapsed / std::max<std::int64_t>(starts, 1), 1),
                       std::memory_order_relaxed);
   // A bucket's bound can exceed the minimum: the percentile is at least it.
-  const std::int64_t high = std::max(percentile_of(counts, total), min);
+  const std::int64_t high = std::max(percentile_of(waits.counts, total), min);
   last_min_.store(min, std::memory_order_relaxed);
   last_high_.store(high, std::memory_order_relaxed);
   // CoDel: a standing queue, not a burst, when even the shortest wait of a
@@ -137,19 +155,11 @@ std::int64_t OverloadControl::percentile_of(const std::array<std::uint32_t, kBuc
 }
 
 double OverloadControl::run_time_cut(double in_use) noexcept {
-  std::array<std::uint32_t, kBuckets> counts{};
-  std::uint64_t total = 0;
-  std::int64_t min = kNone;
-  for (Stripe& s : stripes_) {
-    for (std::size_t i = 0; i < kBuckets; ++i) {
-      const std::uint32_t c = s.run_hist[i].exchange(0, std::memory_order_relaxed);
-      counts[i] += c;
-      total += c;
-    }
-    min = std::min(min, s.run_min.exchange(kNone, std::memory_order_relaxed));
-  }
-  if (total == 0) return -1;
-  const std::int64_t high = std::max(percentile_of(counts, total), min);
+  Drained runs;
+  for (Stripe& s : stripes_) runs.take(s.run_hist, s.run_min);
+  if (runs.total == 0) return -1;
+  const std::int64_t min = runs.min;
+  const std::int64_t high = std::max(percentile_of(runs.counts, runs.total), min);
   last_run_high_.store(high, std::memory_order_relaxed);
   const bool first = run_base_ == 0;
   if (first || min < run_base_) run_base_ = min;

@@ -391,10 +391,7 @@ void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* 
 }
 
 bool PoolCore::codel_sheds(std::int64_t enqueued_ns) noexcept {
-  if (enqueued_ns == 0) {  // its wait is not timed
-    overload_->on_untimed_start();
-    return false;
-  }
+  if (enqueued_ns == 0) return false;  // its wait is not timed
   const std::int64_t start = now_ns();
   return overload_->on_start(start - enqueued_ns, start);
 }

@@ -252,12 +252,11 @@ TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOver
   c.ctl.roll(c.now);
   constexpr int kAdmissions = 16 * static_cast<int>(OverloadControl::kSampleEvery);
   EXPECT_EQ(timed_of(kAdmissions), 16);
-  // The untimed ones still count as starts: the start rate is of all.
-  for (std::int64_t i = 0; i < OverloadControl::kDenseStarts; ++i) c.ctl.on_untimed_start();
-  c.ctl.record(kMs / 10, c.now + 1);
+  // The start rate counts the untimed ones: kSampleEvery per timed start.
+  for (int i = 0; i < 100; ++i) c.ctl.record(kMs / 10, c.now + 1);
   c.now += 100 * kMs;
   c.ctl.roll(c.now);
-  EXPECT_NEAR(c.ctl.read().start_rate, (OverloadControl::kDenseStarts + 1) * 10.0, 1.0);
+  EXPECT_NEAR(c.ctl.read().start_rate, 100.0 * OverloadControl::kSampleEvery * 10.0, 1.0);
   EXPECT_EQ(timed_of(kAdmissions), 16);
   c.interval({20, 30});  // few starts, and a standing queue
   EXPECT_TRUE(c.ctl.read().overloaded);

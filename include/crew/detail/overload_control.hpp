@@ -7,8 +7,8 @@
 //   submitters: admit() (the admission count, the limit, the refusal
 //     counters) and time_this() (whether this task's queue wait is timed)
 //   whoever is done with an admitted task: release(), on its own stripe
-//   a thread starting an admitted task: on_start() (timed) or
-//     on_untimed_start(), on its own stripe; the one that finds the interval
+//   a thread starting an admitted task whose wait is timed: on_start(), on
+//     its own stripe (an untimed start touches nothing); the one that finds the interval
 //     over sums the stripes up under roll_ (try-lock: the others go on) and
 //     publishes the limit and the overloaded state
 //   readers (stats, crewd's I/O threads): read(), hint()
@@ -26,8 +26,11 @@
 // pool is overloaded or its start rate is low (under kDenseStarts per
 // interval), else for one task in kSampleEvery per submitting thread: the
 // percentile is then estimated from a sample of at least kDenseStarts /
-// kSampleEvery waits per interval. The window (histogram, minimum, start
-// count) is kept per stripe and summed up once per interval.
+// kSampleEvery waits per interval, and the start rate as kSampleEvery
+// times the timed starts (an untimed start costs nothing; a task admitted
+// timed and started after the switch counts kSampleEvery times). The
+// window (histogram, minimum) is kept per stripe and summed up once per
+// interval.
 #pragma once
 
 #include <algorithm>
@@ -132,7 +135,6 @@ class OverloadControl {
   }
   // An admitted task whose wait was not timed is about to start: counted
   // for the start rate only.
-  void on_untimed_start() noexcept { stripe().starts.fetch_add(1, std::memory_order_relaxed); }
   void note_shed() noexcept { shed_codel_.fetch_add(1, std::memory_order_relaxed); }
   // A caller acted on hint() and refused a submission itself.
   void note_refused_early() noexcept { refused_limit_.fetch_add(1, std::memory_order_relaxed); }
@@ -164,7 +166,6 @@ class OverloadControl {
   // window (the calling thread's stripe of it).
   void record(std::int64_t wait_ns, std::int64_t now) noexcept {
     Stripe& s = stripe();
-    s.starts.fetch_add(1, std::memory_order_relaxed);
     s.hist[bucket_of(wait_ns)].fetch_add(1, std::memory_order_relaxed);
     if (s.first.load(std::memory_order_relaxed) == 0) {
       std::int64_t none = 0;
@@ -189,7 +190,6 @@ class OverloadControl {
   // by roll() and the readers.
   struct alignas(kCacheLine) Stripe {
     std::atomic<std::int64_t> returned{0};  // tickets returned, ever
-    std::atomic<std::int64_t> starts{0};    // admitted tasks started this window
     std::atomic<std::int64_t> min{kNone};   // the window's shortest timed wait
     std::atomic<std::int64_t> first{0};     // when its first timed task started (0: none yet)
     std::array<std::atomic<std::uint32_t>, kBuckets> hist{};
@@ -199,9 +199,12 @@ class OverloadControl {
   };
   static constexpr std::size_t kStripes = 8;
   Stripe& stripe() noexcept { return stripes_[stripe_index()]; }
+  // Constant-initialised, so that a read needs no guard for the first use.
   static std::size_t stripe_index() noexcept {
     static std::atomic<std::size_t> next{0};
-    thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+    thread_local std::size_t index = kStripes;
+    if (index == kStripes) [[unlikely]]
+      index = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
     return index;
   }
   // Sums the returned tickets up and publishes the sum for admit()'s estimate.
