@@ -164,15 +164,23 @@ TEST(PoolAdmission, BlockedSubmittersAreReleasedByShutdown) {
   EXPECT_EQ(pool.post([] {}), Admission::closed);
 }
 
+// A paused one-worker pool whose queue of one is full.
+struct FullPausedPool {
+  FullPausedPool() {
+    pool.pause();
+    EXPECT_EQ(pool.post([] {}), Admission::accepted);
+  }
+  Pool pool{{.max_workers = 1, .queue_capacity = 1}};
+};
+
 // A submitter blocked for room stops waiting at its task's queue deadline,
 // while the queue is still full: the task ends expired without being
 // queued or run, and is counted once, as submitted and as rejected; a
 // post() returns accepted, as for a task that expired in the queue.
 TEST(PoolAdmission, ASubmitterBlockedForRoomStopsWaitingAtItsTasksQueueDeadline) {
   Watchdog dog;
-  Pool pool({.max_workers = 1, .queue_capacity = 1});
-  pool.pause();  // the queue stays full until resume()
-  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  FullPausedPool full;  // the queue stays full until resume()
+  Pool& pool = full.pool;
   std::atomic<int> ran{0};
   std::atomic<int> returned{0};
   Task<void> late;
@@ -219,9 +227,8 @@ std::thread blocked_submitter(Pool& pool, Task<R>& out, F f) {
 // once there is room, and the task runs.
 TEST(PoolAdmission, ASubmitterBlockedForRoomWithAFarQueueDeadlineGoesOnAtTheLowWaterMark) {
   Watchdog dog;
-  Pool pool({.max_workers = 1, .queue_capacity = 1});
-  pool.pause();
-  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  FullPausedPool full;
+  Pool& pool = full.pool;
   Task<int> t;
   std::thread submitter = blocked_submitter(pool, t, [] { return 7; });
   pool.resume();
@@ -234,9 +241,8 @@ TEST(PoolAdmission, ASubmitterBlockedForRoomWithAFarQueueDeadlineGoesOnAtTheLowW
 // task is counted once.
 TEST(PoolAdmission, AShutdownBeforeTheQueueDeadlineOfABlockedSubmitterRefusesIt) {
   Watchdog dog;
-  Pool pool({.max_workers = 1, .queue_capacity = 1});
-  pool.pause();
-  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  FullPausedPool full;
+  Pool& pool = full.pool;
   Task<void> refused;
   std::thread submitter = blocked_submitter(pool, refused, [] {});
   (void)pool.shutdown(ShutdownMode::soft, 0s);
