@@ -104,19 +104,20 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
 
 Admission CoroTaskBase::launch(bool may_block) {
   TaskStateBase& s = state();
+  Submission submission(*core_);
+  if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
   enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+  Admission a = Admission::accepted;
+  bool queued = false;
   if (!hub_->enroll(this, from_coroutine_)) {
     enrolled_.store(false, std::memory_order_relaxed);
     // Refused without a submission: counted as one refused at admission.
-    s.refused_as = Admission::closed;
-    Submission(*core_).count_refusal();
+    a = s.refused_as = Admission::closed;
+    submission.count_refusal();
     if (s.claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(&s, false);
-    return Admission::closed;
-  }
-  Admission a = Admission::accepted;
-  {
+  } else {
     StartCell cell(this);
-    a = Submission(*core_).post_counted(std::move(cell), level_, may_block);
+    a = submission.post_counted(std::move(cell), level_, may_block, &queued);
     if (a != Admission::accepted) s.refused_as = a;
   }  // a refused cell ends the task rejected here
   // Accepted: running from now on (unless its start already made it so),
@@ -125,6 +126,11 @@ Admission CoroTaskBase::launch(bool may_block) {
   // for a queued task state to run itself; a cancel stops it, and the
   // start ends it unstarted (run_start).
   if (a == Admission::accepted) (void)s.leave_queue(TaskStatus::running);
+  // The caller's reference keeps `s` alive however far the task got.
+  if (queued && core_->observes(Observer::task_enqueued)) core_->emit_enqueued(&s, s.is_long);
+  if (a != Admission::accepted && core_->observes(Observer::task_rejected)) {
+    core_->emit_refused(&s, s.is_long, a);
+  }
   return a;
 }
 
@@ -170,6 +176,12 @@ void CoroTaskBase::run_start(Runner& runner) noexcept {
   if (why != Errc{}) {
     abandon(why);
     return;
+  }
+  started_ = true;
+  const std::int64_t enqueued = s.clock.enqueued_ns();
+  if (enqueued != 0) {
+    started_ns_ = now_ns();
+    core_->emit_started(&s, enqueued, started_ns_);
   }
   if (timeout_.count() > 0) {
     try {
@@ -379,13 +391,27 @@ std::coroutine_handle<> CoroTaskBase::finish_root() noexcept {
     why = Errc::timed_out;
   }
   // Reported before it is counted, as the pool does: wait_idle() returns
-  // after the handler ran.
+  // after the handler ran (and the observers).
   if (s.error && s.detached && !(stop != StopReason::none && is_stop_error(s.error))) {
     core_->report_exception(TaskRef{s.id, s.name(), s.correlation_id()}, s.error);
   }
+  clock_end(outcome, why);
   core_->count_outcome(outcome);
   (void)s.finish(outcome, why);
   return ended(true);
+}
+
+void CoroTaskBase::clock_end(TaskStatus outcome, Errc why) noexcept {
+  TaskStateBase& s = state();
+  const std::int64_t enqueued = s.clock.enqueued_ns();
+  const std::int64_t end = enqueued != 0 ? now_ns() : 0;
+  if (!started_) {
+    s.clock.record(end, end);  // it waited in the queue until now
+    core_->emit_unrun(&s, outcome, why);
+    return;
+  }
+  s.clock.record(started_ns_ != 0 ? started_ns_ : end, end);
+  if (enqueued != 0) core_->emit_finished(&s, outcome, enqueued, started_ns_, end);
 }
 
 void CoroTaskBase::abandon(Errc why, bool count) noexcept {
@@ -396,7 +422,12 @@ void CoroTaskBase::abandon(Errc why, bool count) noexcept {
     const StepScope scope(this);
     destroy_root();
   }
-  if (count) core_->count_outcome(TaskStatus::cancelled);
+  // Uncounted: its start was dropped by the pool, which counted and
+  // reported that.
+  if (count) {
+    clock_end(TaskStatus::cancelled, why);
+    core_->count_outcome(TaskStatus::cancelled);
+  }
   (void)s.finish(TaskStatus::cancelled, why);
   (void)ended(false);
 }
