@@ -18,6 +18,10 @@ constexpr std::int64_t kPollFirstNs = 50'000;   // a polled task handle: first l
 constexpr std::int64_t kPollMaxNs = 1'000'000;  // ... doubling up to this
 constexpr std::int64_t kRetryNs = 50'000;       // a step that found the queue full
 constexpr std::int64_t kSpinNs = 30'000;        // the timer yields, not sleeps, this close
+// How long after a timer that a worker sleeps until the timer thread looks
+// at it (SuspendedTasks): that worker fires it unless it was woken for
+// other work meanwhile, and then, at its next idle moment, it fires it.
+constexpr std::int64_t kBackstopNs = 500'000;
 }  // namespace
 
 CoroHub& CoroHub::of(PoolCore& core) {
@@ -31,6 +35,7 @@ CoroHub::~CoroHub() {
     std::lock_guard lock(timer_mu_);
     timer_stop_ = true;
     left.swap(heap_);
+    publish_next();
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
@@ -114,8 +119,28 @@ void CoroHub::push(Entry e) {
     heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
     std::push_heap(heap_.begin(), heap_.end(), Later{});
     earliest = heap_.front().at_ns == e.at_ns;
+    if (earliest) publish_next();
   }
   if (earliest) timer_cv_.notify_one();
+}
+
+void CoroHub::publish_next() noexcept {
+  next_due_ns_.store(heap_.empty() ? 0 : heap_.front().at_ns, std::memory_order_relaxed);
+}
+
+void CoroHub::fire_due(std::int64_t now) noexcept {
+  for (;;) {
+    Entry e;
+    {
+      std::lock_guard lock(timer_mu_);
+      if (heap_.empty() || heap_.front().at_ns > now) return;
+      std::pop_heap(heap_.begin(), heap_.end(), Later{});
+      e = heap_.back();
+      heap_.pop_back();
+      publish_next();
+    }
+    fire(e);
+  }
 }
 
 void CoroHub::arm_wake(CoroTaskBase* t, std::uint64_t gen, std::int64_t at_ns) {
@@ -173,11 +198,14 @@ void CoroHub::timer_loop() noexcept {
     }
     const std::int64_t now = now_ns();
     const std::int64_t next = heap_.front().at_ns;
-    if (next > now) {
-      if (next - now > kSpinNs) {
-        // Sleep until shortly before: a timed futex wait ends tens of
+    // A worker that sleeps until it fires it: a backstop only.
+    const bool watched = timer_watched(next);
+    const std::int64_t at = watched ? saturating_add(next, kBackstopNs) : next;
+    if (at > now) {
+      if (watched || at - now > kSpinNs) {
+        // Unwatched, until shortly before: a timed futex wait ends tens of
         // microseconds late on a busy machine.
-        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(next - kSpinNs)));
+        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(watched ? at : at - kSpinNs)));
       } else {
         lock.unlock();
         std::this_thread::yield();
@@ -190,6 +218,7 @@ void CoroHub::timer_loop() noexcept {
       due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
       heap_.pop_back();
     }
+    publish_next();
     lock.unlock();
     for (Entry& e : due) fire(e);
     due.clear();
@@ -213,10 +242,8 @@ void CoroHub::fire(Entry& e) noexcept {
         e.backoff_ns = std::min(e.backoff_ns * 2, kPollMaxNs);
         e.at_ns = now_ns() + e.backoff_ns;
         try {
-          std::lock_guard lock(timer_mu_);
-          heap_.push_back(e);
-          std::push_heap(heap_.begin(), heap_.end(), Later{});
-          return;  // the references go with the entry
+          push(e);  // tells the timer thread if it is now the earliest
+          return;   // the references go with the entry
         } catch (...) {
           // Out of memory: resumed now, its get() waits for the task on
           // the worker instead.

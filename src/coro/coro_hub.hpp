@@ -13,11 +13,16 @@
 //                       coroutines, one shared count 4%).
 //   timer (timer_mu_)   a task's own thread arms its sleeps and polls; the
 //                       task's start arms its deadline; a thread whose step
-//                       push found the queue full arms a retry; the timer
-//                       thread pops what is due and acts outside the lock
+//                       push found the queue full arms a retry; an idle
+//                       worker (fire_due) and the timer thread pop what is
+//                       due and act outside the lock. While a worker sleeps
+//                       until the earliest timer, the timer thread waits
+//                       kBackstopNs past it, for the case where that worker
+//                       was woken for other work meanwhile.
 // The timer thread starts on the first timer armed and is joined by the
-// destructor. It runs no user code but the stop callbacks of a task whose
-// deadline it fires (std::stop_source::request_stop runs them there).
+// destructor. It (or the idle worker that fires a timer) runs no user code
+// but the stop callbacks of a task whose deadline it fires
+// (std::stop_source::request_stop runs them there).
 #pragma once
 
 #include <array>
@@ -61,6 +66,9 @@ class CoroHub final : public SuspendedTasks {
 
   bool shut_down(ShutdownMode mode, std::chrono::steady_clock::time_point deadline,
                  std::chrono::nanoseconds grace, ShutdownReport& report) noexcept override;
+  // An idle worker's turn at the timers (SuspendedTasks): fires those due
+  // by `now` on it, one at a time, outside the timer lock.
+  void fire_due(std::int64_t now) noexcept override;
 
   // The live tasks and the suspended ones (crew::coroutine_tasks).
   CoroutineTasks report();
@@ -82,6 +90,9 @@ class CoroHub final : public SuspendedTasks {
     bool operator()(const Entry& a, const Entry& b) const noexcept { return a.at_ns > b.at_ns; }
   };
   void push(Entry e);
+  // Under timer_mu_, after any change of the heap: its earliest deadline,
+  // for the workers (SuspendedTasks::next_due_ns).
+  void publish_next() noexcept;
   void timer_loop() noexcept;
   void fire(Entry& e) noexcept;
   // Whether no task is alive, each shard's count read under its lock (a

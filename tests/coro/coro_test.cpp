@@ -88,6 +88,56 @@ TEST(CoroTask, SleepingTasksHoldNoWorker) {
   EXPECT_GE(took, 100ms);
 }
 
+// Notes how late the sleep ended, in microseconds.
+Co<void> late_sleeper(std::chrono::steady_clock::time_point at, std::atomic<std::int64_t>* late) {
+  co_await sleep_until(at);
+  late->store(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - at)
+          .count());
+}
+
+// Idle workers fire the timers they sleep until; the timer thread fires
+// those due while every worker is busy. No sleep ends early, none is lost.
+TEST(CoroTask, SleepsEndOnTimeWhetherTheWorkersAreIdleOrBusy) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  using Clock = std::chrono::steady_clock;
+  constexpr int kIdle = 100;
+  std::vector<std::atomic<std::int64_t>> late(kIdle + 1);
+  for (auto& l : late) l.store(-1);
+  std::vector<Task<void>> tasks;
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < kIdle; ++i) {
+    const auto at = t0 + std::chrono::microseconds(200 * (i % 50) + 37 * i);
+    tasks.push_back(spawn(pool, late_sleeper(at, &late[static_cast<std::size_t>(i)])));
+  }
+  for (Task<void>& t : tasks) t.get();
+  // Both workers busy past the next timer: the timer thread queues its
+  // resumption, which runs once a worker is free.
+  const Clock::time_point at = Clock::now() + 50ms * test::kSlowdown;
+  Task<void> busy = spawn(pool, late_sleeper(at, &late[kIdle]));
+  ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
+  test::Gate gate;
+  std::atomic<int> held{0};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      held.fetch_add(1);
+      gate.wait();
+    }),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(test::eventually([&] { return held.load() == 2; }));
+  std::this_thread::sleep_until(at + 20ms);
+  EXPECT_FALSE(busy.ready());  // its resumption waits for a worker
+  gate.open();
+  busy.get();
+  for (std::size_t i = 0; i < late.size(); ++i) {
+    EXPECT_GE(late[i].load(), 0) << "sleep " << i << " ended early or not at all";
+    EXPECT_LT(late[i].load(), 2'000'000 * test::kSlowdown) << "sleep " << i;
+  }
+  EXPECT_GE(late[kIdle].load(), 20'000);  // it waited for the gate
+}
+
 Co<int> await_handle(Task<int> t) { co_return co_await t + 1; }
 
 TEST(CoroTask, AwaitsAPlainTaskHandle) {
