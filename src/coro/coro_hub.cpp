@@ -74,7 +74,6 @@ bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
   Shard& sh = shards_[i];
   SpinLockGuard lock(sh.mu);
   if (!from_coroutine && closing_.load(std::memory_order_seq_cst)) return false;
-  t->hold();
   t->reg_shard = static_cast<std::uint8_t>(i);
   t->reg_prev = nullptr;
   t->reg_next = sh.head;

@@ -51,7 +51,7 @@ class CoroHub final : public SuspendedTasks {
 
   // A new task: false (refuse it, Admission::closed) while a shutdown runs
   // this hub's part and the task is not spawned from a coroutine task.
-  // Else takes a reference until leave().
+  // Else it holds the reference the task took for it until leave().
   bool enroll(CoroTaskBase* t, bool from_coroutine);
   void leave(CoroTaskBase* t) noexcept;
 

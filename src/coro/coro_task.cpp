@@ -94,6 +94,10 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   core_ = &core;
   level_ = opts.priority;
   hub_ = &CoroHub::of(core);
+  // The hub's reference and the start's (launch() hands them over), taken
+  // while nothing else can see the state: linking to the parent shares it.
+  s.add_ref_unshared();
+  s.add_ref_unshared();
   if (parent != nullptr) {
     stop_.link(s, &parent->stop_, &parent->state());
   } else {
@@ -111,6 +115,8 @@ Admission CoroTaskBase::launch(bool may_block) {
   bool queued = false;
   if (!hub_->enroll(this, from_coroutine_)) {
     enrolled_.store(false, std::memory_order_relaxed);
+    drop();  // the hub's reference
+    drop();  // the start's
     // Refused without a submission: counted as one refused at admission.
     a = s.refused_as = Admission::closed;
     submission.count_refusal();
@@ -154,7 +160,11 @@ void CoroTaskBase::settled_unstarted() noexcept {
 }
 
 void CoroTaskBase::leave_hub() noexcept {
-  if (enrolled_.exchange(false, std::memory_order_acq_rel)) hub_->leave(this);
+  // Only the thread that ends the task gets here (once).
+  if (enrolled_.load(std::memory_order_relaxed)) {
+    enrolled_.store(false, std::memory_order_relaxed);
+    hub_->leave(this);
+  }
 }
 
 void CoroTaskBase::run_start(Runner& runner) noexcept {

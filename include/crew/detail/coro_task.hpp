@@ -128,7 +128,9 @@ class CoroTaskBase {
 
   // ---- spawn (the spawning thread, before the task is shared) ----
   // Name, deadlines, the runner link and the link to `parent` (the spawning
-  // coroutine task, if any: its stop stops this one). Throws bad_alloc.
+  // coroutine task, if any: its stop stops this one), and two references
+  // for launch() to hand to the hub and the start. Throws bad_alloc,
+  // having done nothing of that.
   void setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent);
   // Queues the task's start on its pool; returns the admission. A refused
   // task ends rejected (not counted here: the pool counted the refusal).
@@ -237,7 +239,7 @@ class CoroTaskBase {
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
   // The hub holds it: set before the hub lists it (a shutdown that finds
-  // it there may end it), cleared by whoever makes it leave.
+  // it there may end it), cleared by the one thread that ends the task.
   std::atomic<bool> enrolled_{false};
   std::int64_t queue_deadline_ns_ = 0;  // 0: none
   // Whether the first step ran, and when, if the task is clocked (else
@@ -294,9 +296,10 @@ class ResumeStep {
 };
 
 // The task's start, queued as a counted task (the task's one submission).
+// It adopts the reference setup() took for it.
 class StartCell {
  public:
-  explicit StartCell(CoroTaskBase* t) noexcept : t_(t) { t_->hold(); }
+  explicit StartCell(CoroTaskBase* t) noexcept : t_(t) {}
   StartCell(StartCell&& o) noexcept : t_(std::exchange(o.t_, nullptr)), queued_(true) {}
   StartCell& operator=(StartCell&&) = delete;
   StartCell(const StartCell&) = delete;
