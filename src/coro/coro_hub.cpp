@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "crew/coro.hpp"
@@ -110,6 +111,7 @@ void CoroHub::leave(CoroTaskBase* t) noexcept {
 
 void CoroHub::push(Entry e) {
   bool earliest = false;
+  bool wake = false;
   {
     std::lock_guard lock(timer_mu_);
     if (!timer_.joinable()) {
@@ -119,8 +121,11 @@ void CoroHub::push(Entry e) {
     std::push_heap(heap_.begin(), heap_.end(), Later{});
     earliest = heap_.front().at_ns == e.at_ns;
     if (earliest) publish_next();
+    wake =
+        earliest && timer_wakes_at_ != 0 && saturating_add(e.at_ns, kBackstopNs) < timer_wakes_at_;
+    if (wake) timer_wakes_at_ = 0;  // one notify will do
   }
-  if (earliest) timer_cv_.notify_one();
+  if (wake) timer_cv_.notify_one();
 }
 
 void CoroHub::publish_next() noexcept {
@@ -192,7 +197,9 @@ void CoroHub::timer_loop() noexcept {
   std::unique_lock lock(timer_mu_);
   while (!timer_stop_) {
     if (heap_.empty()) {
+      timer_wakes_at_ = std::numeric_limits<std::int64_t>::max();
       timer_cv_.wait(lock);
+      timer_wakes_at_ = 0;
       continue;
     }
     const std::int64_t now = now_ns();
@@ -204,7 +211,9 @@ void CoroHub::timer_loop() noexcept {
       if (watched || at - now > kSpinNs) {
         // Unwatched, until shortly before: a timed futex wait ends tens of
         // microseconds late on a busy machine.
-        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(watched ? at : at - kSpinNs)));
+        timer_wakes_at_ = watched ? at : at - kSpinNs;
+        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(timer_wakes_at_)));
+        timer_wakes_at_ = 0;
       } else {
         lock.unlock();
         std::this_thread::yield();

@@ -128,7 +128,13 @@ class CoroHub final : public SuspendedTasks {
   std::condition_variable timer_cv_;
   std::vector<Entry> heap_;  // guarded by timer_mu_ (a min-heap by Later)
   bool timer_stop_ = false;  // guarded by timer_mu_
-  std::thread timer_;        // started under timer_mu_
+  // Guarded by timer_mu_: when the waiting timer thread wakes next
+  // (INT64_MAX: no timer; 0: it is awake). An armed timer wakes it only if
+  // that is more than kBackstopNs too late: an idle worker fires it before
+  // (SuspendedTasks), and while every worker is busy its resumption would
+  // wait for one anyway.
+  std::int64_t timer_wakes_at_ = 0;
+  std::thread timer_;  // started under timer_mu_
 };
 
 }  // namespace crew::detail
