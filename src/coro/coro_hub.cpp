@@ -23,7 +23,11 @@ constexpr std::int64_t kSpinNs = 30'000;        // the timer yields, not sleeps,
 // at it (SuspendedTasks): that worker fires it unless it was woken for
 // other work meanwhile, and then, at its next idle moment, it fires it.
 constexpr std::int64_t kBackstopNs = 500'000;
+// The hub whose timer thread this is, if any.
+thread_local const CoroHub* t_timer_hub = nullptr;
 }  // namespace
+
+bool CoroHub::on_timer_thread() const noexcept { return t_timer_hub == this; }
 
 CoroHub& CoroHub::of(PoolCore& core) {
   if (SuspendedTasks* s = core.suspended()) return static_cast<CoroHub&>(*s);
@@ -191,6 +195,7 @@ void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
 
 void CoroHub::timer_loop() noexcept {
   name_thread("crew", "coro-timer");
+  t_timer_hub = this;
   // Wake-ups at the deadline, not up to the default 50 us after it.
   (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   std::vector<Entry> due;

@@ -66,6 +66,8 @@ class CoroHub final : public SuspendedTasks {
 
   bool shut_down(ShutdownMode mode, std::chrono::steady_clock::time_point deadline,
                  std::chrono::nanoseconds grace, ShutdownReport& report) noexcept override;
+  // Whether the calling thread is this hub's timer thread.
+  [[nodiscard]] bool on_timer_thread() const noexcept;
   // An idle worker's turn at the timers (SuspendedTasks): fires those due
   // by `now` on it, one at a time, outside the timer lock.
   void fire_due(std::int64_t now) noexcept override;

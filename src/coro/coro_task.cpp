@@ -3,6 +3,7 @@
 #include "crew/detail/coro_task.hpp"
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "coro_hub.hpp"
@@ -250,6 +251,12 @@ bool CoroTaskBase::claim_own(std::uint64_t gen) noexcept {
 }
 
 void CoroTaskBase::post_step(bool abandon) noexcept {
+  // Off the pool's own threads (a cancel, a callback's Resume), the step
+  // may run, end the task and let the pool go before the push returns:
+  // hold the core until then. (A worker holds it, and the timer thread is
+  // joined before it goes: it must not hold the last reference.)
+  std::shared_ptr<PoolCore> keep;
+  if (!is_worker_of(self_) && !hub_->on_timer_thread()) keep = core_->weak_from_this().lock();
   ResumeStep step(this, abandon);
   if (Submission(*core_).try_push_step(step, level_)) return;
   if (core_->state() >= PoolState::stopping) {

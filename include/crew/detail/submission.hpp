@@ -139,7 +139,9 @@ class Submission {
   // false when the level is full or the pool takes no more tasks (the
   // caller keeps the step). Also during SuspendedTasks::shut_down, which
   // runs before the pool stops taking tasks. A step is no submission (a
-  // coroutine task is one, its StartCell) and counts no outcome.
+  // coroutine task is one, its StartCell) and counts no outcome. The
+  // caller keeps the pool alive until this returns (the step may end its
+  // task, and a wait for that let the pool go, before it does).
   template <class F>
   bool try_push_step(F& f, std::size_t level) noexcept {
     static_assert(Cell::fits_inline<F>, "a step must fit a cell");
