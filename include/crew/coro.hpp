@@ -297,9 +297,11 @@ enum class StopMode : std::uint8_t {
   ignore,     // it sleeps on (a shutdown destroys its frame past the grace)
 };
 
-// co_await sleep_for(d) / sleep_until(t): suspends until then (on the
-// pool's coroutine timer, within about 100 us), or until the task is
-// stopped (throws, see the top). A time already passed does not suspend.
+// co_await sleep_for(d) / sleep_until(t): suspends until then, or until
+// the task is stopped (throws, see the top). An idle worker of the pool
+// sleeps until the earliest timer and resumes it itself (one wake-up);
+// while every worker is busy, the pool's coroutine timer thread queues the
+// resumption at the time. A time already passed does not suspend.
 [[nodiscard]] inline detail::SleepAwaiter sleep_until(
     std::chrono::steady_clock::time_point t, StopMode mode = StopMode::interrupt) noexcept {
   return detail::SleepAwaiter{t.time_since_epoch().count(), mode == StopMode::interrupt};

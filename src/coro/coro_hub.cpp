@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "crew/coro.hpp"
@@ -18,7 +19,15 @@ constexpr std::int64_t kPollFirstNs = 50'000;   // a polled task handle: first l
 constexpr std::int64_t kPollMaxNs = 1'000'000;  // ... doubling up to this
 constexpr std::int64_t kRetryNs = 50'000;       // a step that found the queue full
 constexpr std::int64_t kSpinNs = 30'000;        // the timer yields, not sleeps, this close
+// How long after a timer that a worker sleeps until the timer thread looks
+// at it (SuspendedTasks): that worker fires it unless it was woken for
+// other work meanwhile, and then, at its next idle moment, it fires it.
+constexpr std::int64_t kBackstopNs = 500'000;
+// The hub whose timer thread this is, if any.
+thread_local const CoroHub* t_timer_hub = nullptr;
 }  // namespace
+
+bool CoroHub::on_timer_thread() const noexcept { return t_timer_hub == this; }
 
 CoroHub& CoroHub::of(PoolCore& core) {
   if (SuspendedTasks* s = core.suspended()) return static_cast<CoroHub&>(*s);
@@ -31,6 +40,7 @@ CoroHub::~CoroHub() {
     std::lock_guard lock(timer_mu_);
     timer_stop_ = true;
     left.swap(heap_);
+    publish_next();
   }
   timer_cv_.notify_all();
   if (timer_.joinable()) timer_.join();
@@ -69,7 +79,6 @@ bool CoroHub::enroll(CoroTaskBase* t, bool from_coroutine) {
   Shard& sh = shards_[i];
   SpinLockGuard lock(sh.mu);
   if (!from_coroutine && closing_.load(std::memory_order_seq_cst)) return false;
-  t->hold();
   t->reg_shard = static_cast<std::uint8_t>(i);
   t->reg_prev = nullptr;
   t->reg_next = sh.head;
@@ -106,6 +115,7 @@ void CoroHub::leave(CoroTaskBase* t) noexcept {
 
 void CoroHub::push(Entry e) {
   bool earliest = false;
+  bool wake = false;
   {
     std::lock_guard lock(timer_mu_);
     if (!timer_.joinable()) {
@@ -114,8 +124,31 @@ void CoroHub::push(Entry e) {
     heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
     std::push_heap(heap_.begin(), heap_.end(), Later{});
     earliest = heap_.front().at_ns == e.at_ns;
+    if (earliest) publish_next();
+    wake =
+        earliest && timer_wakes_at_ != 0 && saturating_add(e.at_ns, kBackstopNs) < timer_wakes_at_;
+    if (wake) timer_wakes_at_ = 0;  // one notify will do
   }
-  if (earliest) timer_cv_.notify_one();
+  if (wake) timer_cv_.notify_one();
+}
+
+void CoroHub::publish_next() noexcept {
+  next_due_ns_.store(heap_.empty() ? 0 : heap_.front().at_ns, std::memory_order_relaxed);
+}
+
+void CoroHub::fire_due(std::int64_t now) noexcept {
+  for (;;) {
+    Entry e;
+    {
+      std::lock_guard lock(timer_mu_);
+      if (heap_.empty() || heap_.front().at_ns > now) return;
+      std::pop_heap(heap_.begin(), heap_.end(), Later{});
+      e = heap_.back();
+      heap_.pop_back();
+      publish_next();
+    }
+    fire(e);
+  }
 }
 
 void CoroHub::arm_wake(CoroTaskBase* t, std::uint64_t gen, std::int64_t at_ns) {
@@ -162,22 +195,30 @@ void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
 
 void CoroHub::timer_loop() noexcept {
   name_thread("crew", "coro-timer");
+  t_timer_hub = this;
   // Wake-ups at the deadline, not up to the default 50 us after it.
   (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   std::vector<Entry> due;
   std::unique_lock lock(timer_mu_);
   while (!timer_stop_) {
     if (heap_.empty()) {
+      timer_wakes_at_ = std::numeric_limits<std::int64_t>::max();
       timer_cv_.wait(lock);
+      timer_wakes_at_ = 0;
       continue;
     }
     const std::int64_t now = now_ns();
     const std::int64_t next = heap_.front().at_ns;
-    if (next > now) {
-      if (next - now > kSpinNs) {
-        // Sleep until shortly before: a timed futex wait ends tens of
+    // A worker that sleeps until it fires it: a backstop only.
+    const bool watched = timer_watched(next);
+    const std::int64_t at = watched ? saturating_add(next, kBackstopNs) : next;
+    if (at > now) {
+      if (watched || at - now > kSpinNs) {
+        // Unwatched, until shortly before: a timed futex wait ends tens of
         // microseconds late on a busy machine.
-        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(next - kSpinNs)));
+        timer_wakes_at_ = watched ? at : at - kSpinNs;
+        timer_cv_.wait_until(lock, Clock::time_point(Clock::duration(timer_wakes_at_)));
+        timer_wakes_at_ = 0;
       } else {
         lock.unlock();
         std::this_thread::yield();
@@ -190,6 +231,7 @@ void CoroHub::timer_loop() noexcept {
       due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
       heap_.pop_back();
     }
+    publish_next();
     lock.unlock();
     for (Entry& e : due) fire(e);
     due.clear();
@@ -213,10 +255,8 @@ void CoroHub::fire(Entry& e) noexcept {
         e.backoff_ns = std::min(e.backoff_ns * 2, kPollMaxNs);
         e.at_ns = now_ns() + e.backoff_ns;
         try {
-          std::lock_guard lock(timer_mu_);
-          heap_.push_back(e);
-          std::push_heap(heap_.begin(), heap_.end(), Later{});
-          return;  // the references go with the entry
+          push(e);  // tells the timer thread if it is now the earliest
+          return;   // the references go with the entry
         } catch (...) {
           // Out of memory: resumed now, its get() waits for the task on
           // the worker instead.

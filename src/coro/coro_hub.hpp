@@ -13,11 +13,16 @@
 //                       coroutines, one shared count 4%).
 //   timer (timer_mu_)   a task's own thread arms its sleeps and polls; the
 //                       task's start arms its deadline; a thread whose step
-//                       push found the queue full arms a retry; the timer
-//                       thread pops what is due and acts outside the lock
+//                       push found the queue full arms a retry; an idle
+//                       worker (fire_due) and the timer thread pop what is
+//                       due and act outside the lock. While a worker sleeps
+//                       until the earliest timer, the timer thread waits
+//                       kBackstopNs past it, for the case where that worker
+//                       was woken for other work meanwhile.
 // The timer thread starts on the first timer armed and is joined by the
-// destructor. It runs no user code but the stop callbacks of a task whose
-// deadline it fires (std::stop_source::request_stop runs them there).
+// destructor. It (or the idle worker that fires a timer) runs no user code
+// but the stop callbacks of a task whose deadline it fires
+// (std::stop_source::request_stop runs them there).
 #pragma once
 
 #include <array>
@@ -46,7 +51,7 @@ class CoroHub final : public SuspendedTasks {
 
   // A new task: false (refuse it, Admission::closed) while a shutdown runs
   // this hub's part and the task is not spawned from a coroutine task.
-  // Else takes a reference until leave().
+  // Else it holds the reference the task took for it until leave().
   bool enroll(CoroTaskBase* t, bool from_coroutine);
   void leave(CoroTaskBase* t) noexcept;
 
@@ -61,6 +66,11 @@ class CoroHub final : public SuspendedTasks {
 
   bool shut_down(ShutdownMode mode, std::chrono::steady_clock::time_point deadline,
                  std::chrono::nanoseconds grace, ShutdownReport& report) noexcept override;
+  // Whether the calling thread is this hub's timer thread.
+  [[nodiscard]] bool on_timer_thread() const noexcept;
+  // An idle worker's turn at the timers (SuspendedTasks): fires those due
+  // by `now` on it, one at a time, outside the timer lock.
+  void fire_due(std::int64_t now) noexcept override;
 
   // The live tasks and the suspended ones (crew::coroutine_tasks).
   CoroutineTasks report();
@@ -82,6 +92,9 @@ class CoroHub final : public SuspendedTasks {
     bool operator()(const Entry& a, const Entry& b) const noexcept { return a.at_ns > b.at_ns; }
   };
   void push(Entry e);
+  // Under timer_mu_, after any change of the heap: its earliest deadline,
+  // for the workers (SuspendedTasks::next_due_ns).
+  void publish_next() noexcept;
   void timer_loop() noexcept;
   void fire(Entry& e) noexcept;
   // Whether no task is alive, each shard's count read under its lock (a
@@ -117,7 +130,13 @@ class CoroHub final : public SuspendedTasks {
   std::condition_variable timer_cv_;
   std::vector<Entry> heap_;  // guarded by timer_mu_ (a min-heap by Later)
   bool timer_stop_ = false;  // guarded by timer_mu_
-  std::thread timer_;        // started under timer_mu_
+  // Guarded by timer_mu_: when the waiting timer thread wakes next
+  // (INT64_MAX: no timer; 0: it is awake). An armed timer wakes it only if
+  // that is more than kBackstopNs too late: an idle worker fires it before
+  // (SuspendedTasks), and while every worker is busy its resumption would
+  // wait for one anyway.
+  std::int64_t timer_wakes_at_ = 0;
+  std::thread timer_;  // started under timer_mu_
 };
 
 }  // namespace crew::detail

@@ -3,6 +3,7 @@
 #include "crew/detail/coro_task.hpp"
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "coro_hub.hpp"
@@ -94,6 +95,10 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   core_ = &core;
   level_ = opts.priority;
   hub_ = &CoroHub::of(core);
+  // The hub's reference and the start's (launch() hands them over), taken
+  // while nothing else can see the state: linking to the parent shares it.
+  s.add_ref_unshared();
+  s.add_ref_unshared();
   if (parent != nullptr) {
     stop_.link(s, &parent->stop_, &parent->state());
   } else {
@@ -104,19 +109,22 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
 
 Admission CoroTaskBase::launch(bool may_block) {
   TaskStateBase& s = state();
+  Submission submission(*core_);
+  if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
   enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+  Admission a = Admission::accepted;
+  bool queued = false;
   if (!hub_->enroll(this, from_coroutine_)) {
     enrolled_.store(false, std::memory_order_relaxed);
+    drop();  // the hub's reference
+    drop();  // the start's
     // Refused without a submission: counted as one refused at admission.
-    s.refused_as = Admission::closed;
-    Submission(*core_).count_refusal();
+    a = s.refused_as = Admission::closed;
+    submission.count_refusal();
     if (s.claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(&s, false);
-    return Admission::closed;
-  }
-  Admission a = Admission::accepted;
-  {
+  } else {
     StartCell cell(this);
-    a = Submission(*core_).post_counted(std::move(cell), level_, may_block);
+    a = submission.post_counted(std::move(cell), level_, may_block, &queued);
     if (a != Admission::accepted) s.refused_as = a;
   }  // a refused cell ends the task rejected here
   // Accepted: running from now on (unless its start already made it so),
@@ -125,6 +133,11 @@ Admission CoroTaskBase::launch(bool may_block) {
   // for a queued task state to run itself; a cancel stops it, and the
   // start ends it unstarted (run_start).
   if (a == Admission::accepted) (void)s.leave_queue(TaskStatus::running);
+  // The caller's reference keeps `s` alive however far the task got.
+  if (queued && core_->observes(Observer::task_enqueued)) core_->emit_enqueued(&s, s.is_long);
+  if (a != Admission::accepted && core_->observes(Observer::task_rejected)) {
+    core_->emit_refused(&s, s.is_long, a);
+  }
   return a;
 }
 
@@ -148,7 +161,11 @@ void CoroTaskBase::settled_unstarted() noexcept {
 }
 
 void CoroTaskBase::leave_hub() noexcept {
-  if (enrolled_.exchange(false, std::memory_order_acq_rel)) hub_->leave(this);
+  // Only the thread that ends the task gets here (once).
+  if (enrolled_.load(std::memory_order_relaxed)) {
+    enrolled_.store(false, std::memory_order_relaxed);
+    hub_->leave(this);
+  }
 }
 
 void CoroTaskBase::run_start(Runner& runner) noexcept {
@@ -170,6 +187,12 @@ void CoroTaskBase::run_start(Runner& runner) noexcept {
   if (why != Errc{}) {
     abandon(why);
     return;
+  }
+  started_ = true;
+  const std::int64_t enqueued = s.clock.enqueued_ns();
+  if (enqueued != 0) {
+    started_ns_ = now_ns();
+    core_->emit_started(&s, enqueued, started_ns_);
   }
   if (timeout_.count() > 0) {
     try {
@@ -228,6 +251,12 @@ bool CoroTaskBase::claim_own(std::uint64_t gen) noexcept {
 }
 
 void CoroTaskBase::post_step(bool abandon) noexcept {
+  // Off the pool's own threads (a cancel, a callback's Resume), the step
+  // may run, end the task and let the pool go before the push returns:
+  // hold the core until then. (A worker holds it, and the timer thread is
+  // joined before it goes: it must not hold the last reference.)
+  std::shared_ptr<PoolCore> keep;
+  if (!is_worker_of(self_) && !hub_->on_timer_thread()) keep = core_->weak_from_this().lock();
   ResumeStep step(this, abandon);
   if (Submission(*core_).try_push_step(step, level_)) return;
   if (core_->state() >= PoolState::stopping) {
@@ -392,13 +421,27 @@ std::coroutine_handle<> CoroTaskBase::finish_root() noexcept {
     why = Errc::timed_out;
   }
   // Reported before it is counted, as the pool does: wait_idle() returns
-  // after the handler ran.
+  // after the handler ran (and the observers).
   if (s.error && s.detached && !(stop != StopReason::none && is_stop_error(s.error))) {
     core_->report_exception(TaskRef{s.id, s.name(), s.correlation_id()}, s.error);
   }
+  clock_end(outcome, why);
   core_->count_outcome(outcome);
   (void)s.finish(outcome, why);
   return ended(true);
+}
+
+void CoroTaskBase::clock_end(TaskStatus outcome, Errc why) noexcept {
+  TaskStateBase& s = state();
+  const std::int64_t enqueued = s.clock.enqueued_ns();
+  const std::int64_t end = enqueued != 0 ? now_ns() : 0;
+  if (!started_) {
+    s.clock.record(end, end);  // it waited in the queue until now
+    core_->emit_unrun(&s, outcome, why);
+    return;
+  }
+  s.clock.record(started_ns_ != 0 ? started_ns_ : end, end);
+  if (enqueued != 0) core_->emit_finished(&s, outcome, enqueued, started_ns_, end);
 }
 
 void CoroTaskBase::abandon(Errc why, bool count) noexcept {
@@ -409,7 +452,12 @@ void CoroTaskBase::abandon(Errc why, bool count) noexcept {
     const StepScope scope(this);
     destroy_root();
   }
-  if (count) core_->count_outcome(TaskStatus::cancelled);
+  // Uncounted: its start was dropped by the pool, which counted and
+  // reported that.
+  if (count) {
+    clock_end(TaskStatus::cancelled, why);
+    core_->count_outcome(TaskStatus::cancelled);
+  }
   (void)s.finish(TaskStatus::cancelled, why);
   (void)ended(false);
 }

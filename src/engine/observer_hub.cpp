@@ -125,4 +125,24 @@ void PoolCore::emit_refused(const TaskStateBase* s, bool is_long, Admission why)
                Errc::rejected, why);
 }
 
+void PoolCore::emit_started(const TaskStateBase* s, std::int64_t enqueued_ns,
+                            std::int64_t start_ns) noexcept {
+  if (observes(Observer::task_started)) {
+    rt_->observers.started(rt_->observers.event_of(s), enqueued_ns, start_ns);
+  }
+}
+
+void PoolCore::emit_finished(const TaskStateBase* s, TaskStatus outcome, std::int64_t enqueued_ns,
+                             std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  if (observes(Observer::task_finished)) {
+    rt_->observers.finished(rt_->observers.event_of(s), outcome, enqueued_ns, start_ns, end_ns);
+  }
+}
+
+void PoolCore::emit_unrun(const TaskStateBase* s, TaskStatus outcome, Errc why) noexcept {
+  if (observes(Observer::task_rejected)) {
+    rt_->observers.rejected(rt_->observers.event_of(s), outcome, why, s->refused_as);
+  }
+}
+
 }  // namespace crew::detail

@@ -261,7 +261,9 @@ void ShutdownSequence::drop_queue() {
     core_.on_slot_freed();
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
+      const bool step = cell.is_step();  // its task counts the drop (TaskStep)
       cell.destroy();
+      if (step) continue;
       if (core_.observes(Observer::task_rejected)) {
         rt_.observers.rejected(rt_.observers.plain_event(false), TaskStatus::rejected,
                                Errc::shutdown_dropped, Admission::accepted);
@@ -312,7 +314,9 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
   const bool dropping = core_.life_.dropping();
   if (s == nullptr) {
     if (dropping) {
+      const bool step = cell.is_step();  // its task counts the drop (TaskStep)
       cell.destroy();
+      if (step) return;
       note_dropped(nullptr);
       core_.count_outcome(TaskStatus::rejected);
     } else {

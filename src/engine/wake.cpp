@@ -4,12 +4,14 @@
 // worker's own thread spins and sleeps; any thread wakes.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <thread>
 #include <utility>
 
 #include "cpu_pressure.hpp"
+#include "crew/detail/suspended_tasks.hpp"
 #include "crew/usable_cpus.hpp"
 #include "futex.hpp"
 #include "pool_runtime.hpp"
@@ -35,6 +37,27 @@ int spinner_limit() noexcept {
 void spinners_in_child() noexcept { g_spinners.store(0, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_spinner_fork_handler =
     pthread_atfork(nullptr, nullptr, spinners_in_child);
+
+// The pool's coroutine timers due by `now` (0: read the clock if one is
+// armed), fired on this idle worker (SuspendedTasks::fire_due).
+void fire_due_timers(const PoolCore& c, std::int64_t now = 0) noexcept {
+  SuspendedTasks* timers = c.suspended();
+  if (timers == nullptr) return;
+  const std::int64_t due = timers->next_due_ns();
+  if (due == 0) return;
+  if (now == 0) now = now_ns();
+  if (due <= now) timers->fire_due(now);
+}
+
+// A worker that sleeps until a coroutine timer wakes at it, not up to the
+// default 50 us slack after it. Once per thread.
+void sleep_precisely() noexcept {
+  thread_local bool precise = false;
+  if (!precise) {
+    precise = true;
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  }
+}
 
 }  // namespace
 
@@ -74,6 +97,9 @@ int spinner_slots_taken() noexcept { return g_spinners.load(std::memory_order_re
 bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
   if (!already_spinning) core_.idle_.take_token();
   bool token = true;
+  // With the token held: the resumptions go to this worker's own queue
+  // and wake nobody.
+  fire_due_timers(core_);
   set_worker_state(w, WorkerState::idle);
   w.run.clock_ns = 0;  // the next run waited: read the clock afresh
   const bool may_spin = core_.opts_.spin.count() != 0 && !w.wake.crowded;
@@ -135,6 +161,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
       // was not spent looking, and a spin cut short by it leaves the next
       // task to a wake-up.
       const std::int64_t now = now_ns();
+      fire_due_timers(core_, now);
       if (now - last_look > kLostCpuNs) {
         until = saturating_add(now, window);
       } else if (now >= until) {
@@ -408,9 +435,30 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
       const std::int64_t watch_at = saturating_add(now, kWatchNs);
       wake_at = wake_at == 0 ? watch_at : std::min(wake_at, watch_at);
     }
+    // Until the earliest coroutine timer at the latest: this worker fires
+    // it (SuspendedTasks), on its way through spin_for_work.
+    SuspendedTasks* const timers = core_.suspended();
+    const std::int64_t due = timers != nullptr ? timers->next_due_ns() : 0;
+    const bool timed = due != 0 && (wake_at == 0 || due <= wake_at);
+    if (timed) {
+      wake_at = std::max<std::int64_t>(due - kTimerLeadNs, 1);
+      sleep_precisely();
+      timers->begin_timer_watch(due);
+    }
     futex_wait(w.wake.word, key, time_point_of(wake_at));
     w.wake.on_cpu_since_ns = 0;
+    if (timed) {
+      // Up to the timer on the CPU (unless woken early for something else,
+      // or a waker takes this worker).
+      for (std::int64_t t = now_ns(); t < due && due - t <= 2 * kTimerLeadNs &&
+                                      w.wake.word.load(std::memory_order_acquire) == key;
+           t = now_ns()) {
+        for (int k = 0; k < 8; ++k) cpu_relax();
+      }
+      timers->end_timer_watch();
+    }
     if (w.wake.word.load(std::memory_order_acquire) != key) return handed();
+    if (timed && now_ns() >= due) return leave_for(Slept::woken);
     if (watching) ++looks;
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.

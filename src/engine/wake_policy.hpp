@@ -54,6 +54,10 @@ inline constexpr std::size_t kBurst = 4;
 inline constexpr std::int64_t kBacklogNs = 20'000;
 inline constexpr std::int64_t kWatchNs = 4'000'000;
 inline constexpr int kWatchLooks = 4;
+// A worker that sleeps until a coroutine timer (SuspendedTasks) wakes this
+// long before it and waits out the rest on its CPU: a timed futex wait
+// ends tens of microseconds late on a busy machine.
+inline constexpr std::int64_t kTimerLeadNs = 30'000;
 
 // The process-wide spinning slots (wake.cpp): at most half the usable CPUs'
 // worth of workers, across all pools, spin at once. A worker takes one

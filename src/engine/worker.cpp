@@ -287,9 +287,12 @@ bool WorkerLoop::handle_cell(Cell& cell) {
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(s);
   if (c.life_.dropping()) [[unlikely]] {
+    const bool step = cell.is_step();  // its task counts the drop (TaskStep)
     cell.destroy();
-    w.counts.rejected.inc();
-    c.rt_->shutdown.note_dropped(nullptr);
+    if (!step) {
+      w.counts.rejected.inc();
+      c.rt_->shutdown.note_dropped(nullptr);
+    }
     return true;
   }
   set_worker_state(w, WorkerState::busy);

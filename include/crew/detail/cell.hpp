@@ -29,13 +29,24 @@ concept RunsWithRunner = requires(F& f, void* runner) {
   f.run_with(runner);
 };
 
+// A callable that is one step of a task rather than a task of its own (a
+// coroutine task's resumption, crew/detail/coro_task.hpp) says so with
+// `using step_of_task = void;`. Its run counts no outcome (invoke reports
+// it counted), and the queue's sweeps ask is_step() before they count a
+// dropped cell: its task counts its one outcome, whatever its steps.
+template <class F>
+concept TaskStep = requires {
+  typename F::step_of_task;
+};
+
 // What a cell holds: a plain callable, or an owning reference to a TaskState
 // (tasks with a handle, a name, a deadline or a stop token).
 class Cell {
  public:
-  enum class Op : unsigned char { invoke, relocate, destroy };
+  enum class Op : unsigned char { invoke, relocate, destroy, is_step };
   // invoke: `arg` is the runner; returns true if the runner counted the
-  // outcome. relocate: `arg` is the destination cell.
+  // outcome. relocate: `arg` is the destination cell. is_step: whether
+  // the callable is a TaskStep.
   using OpsFn = bool (*)(Op, Cell* self, void* arg);
 
   Cell() noexcept = default;
@@ -116,6 +127,12 @@ class Cell {
     return ops(Op::invoke, this, runner);
   }
 
+  // Whether the cell holds a step of a task (TaskStep), which counts
+  // neither as a submission nor as an outcome of its own.
+  [[nodiscard]] bool is_step() const noexcept {
+    return ops_ != nullptr && ops_(Op::is_step, const_cast<Cell*>(this), nullptr);
+  }
+
   // Destroys a plain callable without running it.
   void destroy() noexcept {
     if (ops_ != nullptr) ops_(Op::destroy, this, nullptr);
@@ -133,6 +150,10 @@ class Cell {
     if constexpr (RunsWithRunner<D>) {
       f.run_with(runner);
       return true;
+    } else if constexpr (TaskStep<D>) {
+      (void)runner;
+      f();
+      return true;  // its task counts its outcome
     } else {
       (void)runner;
       f();
@@ -160,6 +181,8 @@ class Cell {
       case Op::destroy:
         f->~D();
         break;
+      case Op::is_step:
+        return TaskStep<D>;
     }
     return false;
   }
@@ -185,6 +208,8 @@ class Cell {
           delete f;
         }
         break;
+      case Op::is_step:
+        return TaskStep<D>;
     }
     return false;
   }

@@ -58,7 +58,11 @@ class Suspension {
     since_ns_.store(now_ns(), std::memory_order_relaxed);
     stoppable_.store(stoppable, std::memory_order_relaxed);  // published by the store below
     const std::uint64_t gen = ++gen_;
-    word_.store((gen << kGenShift) | kArmed | kSettling, std::memory_order_seq_cst);
+    // Release, not seq_cst: a stop's Dekker pair is the fence between this
+    // and the task's read of its stop (CoroTaskBase::finish_arming), and
+    // every waker finds the generation through a lock or a read-modify-
+    // write that comes after this store.
+    word_.store((gen << kGenShift) | kArmed | kSettling, std::memory_order_release);
     return gen;
   }
   // The task's thread, last in await_suspend: true if the task is now

@@ -44,8 +44,18 @@
 // Errc::expired). The outcome is counted by the thread that ends the task;
 // a start dropped by a soft or hard shutdown is counted by the pool (as
 // rejected) and the task ends cancelled (Errc::shutdown_dropped) uncounted.
-// A refused task ends rejected, counted as the refusal. Each ResumeStep is
-// a short task of its own in the pool's stats.
+// A refused task ends rejected, counted as the refusal. A ResumeStep is
+// neither a submission nor an outcome (the pool's stats see one task
+// however often it resumes).
+//
+// Times and events: where the pool times its tasks (PoolOptions::
+// time_tasks for a task with a handle, or observers that want timings)
+// the handle's queue_wait() is from the admission to the first start, and
+// run_time() the wall time from the first start to the end, suspensions
+// included. Observers hear of a coroutine task as of a task state: enqueued
+// (admitted to the queue), started (its first step), finished (its end,
+// on the thread of its last step), or rejected (refused, or ended before
+// it started).
 #pragma once
 
 #include <atomic>
@@ -120,7 +130,9 @@ class CoroTaskBase {
 
   // ---- spawn (the spawning thread, before the task is shared) ----
   // Name, deadlines, the runner link and the link to `parent` (the spawning
-  // coroutine task, if any: its stop stops this one). Throws bad_alloc.
+  // coroutine task, if any: its stop stops this one), and two references
+  // for launch() to hand to the hub and the start. Throws bad_alloc,
+  // having done nothing of that.
   void setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent);
   // Queues the task's start on its pool; returns the admission. A refused
   // task ends rejected (not counted here: the pool counted the refusal).
@@ -218,6 +230,9 @@ class CoroTaskBase {
   // not queued but returned, to be resumed on this thread (a worker).
   std::coroutine_handle<> ended(bool transfer) noexcept;
   void leave_hub() noexcept;
+  // Before the outcome is counted: the handle's times (if clocked) and the
+  // observers' event (finished, or rejected for a task that never started).
+  void clock_end(TaskStatus outcome, Errc why) noexcept;
 
   TaskStateBase* const self_;
   PoolCore* core_ = nullptr;
@@ -226,9 +241,13 @@ class CoroTaskBase {
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
   // The hub holds it: set before the hub lists it (a shutdown that finds
-  // it there may end it), cleared by whoever makes it leave.
+  // it there may end it), cleared by the one thread that ends the task.
   std::atomic<bool> enrolled_{false};
   std::int64_t queue_deadline_ns_ = 0;  // 0: none
+  // Whether the first step ran, and when, if the task is clocked (else
+  // 0). Written by that step, read by the thread that ends the task.
+  bool started_ = false;
+  std::int64_t started_ns_ = 0;
   std::chrono::nanoseconds timeout_{0};
   // Attached to the state as its runner for the task's whole life, so that
   // a stop after the end is too late (TaskStateBase::detach_runner). Its
@@ -241,9 +260,12 @@ class CoroTaskBase {
 };
 
 // A step: the resumption (or, for a shutdown, the destruction) of a claimed
-// frame, queued as a short task. Holds a reference to the task.
+// frame, queued as a short task. Holds a reference to the task. Not a task
+// of its own (TaskStep): the pool counts no submission and no outcome for
+// it.
 class ResumeStep {
  public:
+  using step_of_task = void;
   ResumeStep(CoroTaskBase* t, bool abandon) noexcept : t_(t), abandon_(abandon) { t_->hold(); }
   ResumeStep(ResumeStep&& o) noexcept : t_(std::exchange(o.t_, nullptr)), abandon_(o.abandon_) {}
   ResumeStep& operator=(ResumeStep&&) = delete;
@@ -276,9 +298,10 @@ class ResumeStep {
 };
 
 // The task's start, queued as a counted task (the task's one submission).
+// It adopts the reference setup() took for it.
 class StartCell {
  public:
-  explicit StartCell(CoroTaskBase* t) noexcept : t_(t) { t_->hold(); }
+  explicit StartCell(CoroTaskBase* t) noexcept : t_(t) {}
   StartCell(StartCell&& o) noexcept : t_(std::exchange(o.t_, nullptr)), queued_(true) {}
   StartCell& operator=(StartCell&&) = delete;
   StartCell(const StartCell&) = delete;

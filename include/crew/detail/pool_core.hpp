@@ -375,6 +375,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // rest): a task state `s`, or a plain task if null.
   void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
   void emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept;
+  // A coroutine task's own events (src/coro), each only if an observer
+  // wants it: its first step started; it ended after it started; it ended
+  // unstarted with `outcome` and `why`.
+  void emit_started(const TaskStateBase* s, std::int64_t enqueued_ns,
+                    std::int64_t start_ns) noexcept;
+  void emit_finished(const TaskStateBase* s, TaskStatus outcome, std::int64_t enqueued_ns,
+                     std::int64_t start_ns, std::int64_t end_ns) noexcept;
+  void emit_unrun(const TaskStateBase* s, TaskStatus outcome, Errc why) noexcept;
   // A task past its queue deadline that was to run on the submitting
   // thread (Route::run_here, also when it waited for room past its
   // deadline): ends it expired, reports it, and drops the
@@ -462,6 +470,11 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Accepted and settled on the submitting thread: run there, or expired
   // while it waited for room (Submission::route_full).
   std::atomic<std::uint64_t> ran_inline_{0};
+  // Steps of coroutine tasks pushed (Submission::try_push_step): cells
+  // that are not submissions, taken off the pushes in stats(). Counted
+  // after their push, with release: read before the pushes, every step
+  // counted is among them.
+  std::atomic<std::uint64_t> steps_{0};
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;
   InlineRunner inline_{*this};

@@ -56,9 +56,11 @@ class Submission {
 
   // Submits a counted task (see CountedTask) without a task state: no
   // allocation when it fits a cell. For a pool without task observers only
-  // (observers need the task's own events); see counted_ok().
+  // (observers need the task's own events; see counted_ok()), unless the
+  // task tells them itself, as a coroutine task does. `queued`, if given,
+  // is set when the task went to the queue (not run here, not refused).
   template <CountedTask F>
-  Admission post_counted(F&& f, std::size_t level, bool may_block) {
+  Admission post_counted(F&& f, std::size_t level, bool may_block, bool* queued = nullptr) {
     using D = std::decay_t<F>;
     static_assert(std::is_nothrow_move_constructible_v<D>);
     Admission why = Admission::accepted;
@@ -66,6 +68,7 @@ class Submission {
       auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
       switch (route(fill, level, may_block, why)) {
         case Route::queued:
+          if (queued != nullptr) *queued = true;
           return Admission::accepted;
         case Route::run_here: {
           const InlineRun here(&c_);
@@ -83,6 +86,7 @@ class Submission {
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
       switch (route(fill, level, may_block, why)) {
         case Route::queued:
+          if (queued != nullptr) *queued = true;
           return Admission::accepted;
         case Route::run_here: {
           const InlineRun here(&c_);
@@ -134,12 +138,23 @@ class Submission {
   // else the shared one. Never runs it on the caller and never blocks:
   // false when the level is full or the pool takes no more tasks (the
   // caller keeps the step). Also during SuspendedTasks::shut_down, which
-  // runs before the pool stops taking tasks.
+  // runs before the pool stops taking tasks. A step is no submission (a
+  // coroutine task is one, its StartCell) and counts no outcome. The
+  // caller keeps the pool alive until this returns (the step may end its
+  // task, and a wait for that let the pool go, before it does).
   template <class F>
   bool try_push_step(F& f, std::size_t level) noexcept {
     static_assert(Cell::fits_inline<F>, "a step must fit a cell");
+    static_assert(TaskStep<F>, "a step counts no outcome of its own");
     auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
-    return !c_.life_.closed() && try_queue(fill, level);
+    if (c_.life_.closed() || !try_queue(fill, level)) return false;
+    c_.steps_.fetch_add(1, std::memory_order_release);  // not a submission
+    return true;
+  }
+  // Whether the pool reads the clock for task state `s` (its handle's
+  // queue wait and run time, observers' timings), as admit_state does.
+  [[nodiscard]] bool clocks(const TaskStateBase& s) const noexcept {
+    return c_.timed_ || (c_.time_handles_ && !s.detached);
   }
   // A task id of this pool, and a refusal counted as submitted and
   // rejected (a spawn refused before it reached the queue).
