@@ -27,6 +27,7 @@
 #include "config/config.hpp"
 #include "http/routes.hpp"
 #include "http/server.hpp"
+#include "jobs/jobs.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
 #include "metrics/process_metrics.hpp"
@@ -85,14 +86,17 @@ void log_pool_report(spdlog::logger& log, const crew::Pool& pool, const crew::Sh
       d.cancelled, d.timed_out, d.rejected);
 }
 
-// Sleeps until `deadline` or until `stop` is requested.
-crew::OverloadOptions overload_options(const Config::Overload& o) {
+// `max_limit`: the limit's ceiling, 0 for crew's default (queue capacity
+// x priority levels + workers).
+crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t max_limit = 0) {
   return {.enabled = o.enabled,
           .target = o.target,
           .interval = o.interval,
-          .adaptive_limit = o.adaptive_limit};
+          .adaptive_limit = o.adaptive_limit,
+          .max_limit = max_limit};
 }
 
+// Sleeps until `deadline` or until `stop` is requested.
 void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
   std::mutex mu;
   std::condition_variable_any cv;
@@ -151,18 +155,22 @@ int run(const Config& config) {
        .overload = overload_options(config.compute.overload)});
   // jobs.workers threads, all started with the pool: sleep and call jobs
   // wait without one, so the count is for the jobs that compute or block.
-  crew::Pool jobs({.name = "jobs",
-                   .min_workers = config.jobs.workers,
-                   .max_workers = config.jobs.workers,
-                   .queue_capacity = config.jobs.queue,
-                   .overflow = crew::Overflow::reject,
-                   .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
-                   .shutdown_mode = config.shutdown.mode,
-                   .shutdown_timeout = config.shutdown.timeout,
-                   .observers = jobs_observers,
-                   .logger = crew_log,
-                   .overload = overload_options(config.jobs.overload),
-                   .time_tasks = true});  // a job's answer has its queue wait and run time
+  crew::Pool jobs(
+      {.name = "jobs",
+       .min_workers = config.jobs.workers,
+       .max_workers = config.jobs.workers,
+       .queue_capacity = config.jobs.queue,    // per priority level
+       .priority_levels = kJobPriorityLevels,  // X-Priority: low, normal, high
+       .overflow = crew::Overflow::reject,
+       .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
+       .shutdown_mode = config.shutdown.mode,
+       .shutdown_timeout = config.shutdown.timeout,
+       .observers = jobs_observers,
+       .logger = crew_log,
+       // One level's queue plus the workers: the priorities order
+       // the admitted jobs, they do not admit three times as many.
+       .overload = overload_options(config.jobs.overload, config.jobs.queue + config.jobs.workers),
+       .time_tasks = true});  // a job's answer has its queue wait and run time
   // The console's sampler reads the pools: it stops before they are destroyed.
   struct StopConsole {
     ui::Console* console;
