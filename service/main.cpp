@@ -9,7 +9,12 @@
 // owns the lifecycle: the listening socket is its resource (a port in use
 // fails start-up, exit 3), SIGTERM halts it, and the main function below
 // stops serving in the order docs/crewd.md ("Lifecycle") describes.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <crew/application.hpp>
@@ -17,6 +22,8 @@
 #include <crew/usable_cpus.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -96,6 +103,28 @@ crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t ma
           .max_limit = max_limit};
 }
 
+// jobs.worker_nice: the on_worker_start hook of pool jobs, run by each
+// worker on its own thread as it starts. It sets the worker's nice to
+// `steps` above crewd's (`base`, read by main's thread before the pool
+// starts: a worker started later by another thread inherits that thread's
+// nice, so the value is set, not added), at most 19. Raising one's own nice
+// needs no privilege; a refusal is logged once and the worker runs as is.
+std::function<void(std::uint64_t)> lower_worker_priority(
+    unsigned steps, const std::shared_ptr<spdlog::logger>& log) {
+  if (steps == 0) return {};
+  errno = 0;
+  const int base = ::getpriority(PRIO_PROCESS, 0);  // the calling thread's on Linux
+  const int nice = std::min(19, (errno != 0 ? 0 : base) + static_cast<int>(steps));
+  auto warned = std::make_shared<std::atomic<bool>>(false);
+  return [nice, log, warned](std::uint64_t) {
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0 &&
+        !warned->exchange(true)) {
+      log->warn("jobs.worker_nice: cannot set a jobs worker's nice to {}: {}", nice,
+                std::strerror(errno));
+    }
+  };
+}
+
 // Sleeps until `deadline` or until `stop` is requested.
 void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
   std::mutex mu;
@@ -165,6 +194,7 @@ int run(const Config& config) {
        .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
        .shutdown_mode = config.shutdown.mode,
        .shutdown_timeout = config.shutdown.timeout,
+       .on_worker_start = lower_worker_priority(config.jobs.worker_nice, log),
        .observers = jobs_observers,
        .logger = crew_log,
        // One level's queue plus the workers: the priorities order

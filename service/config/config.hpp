@@ -108,6 +108,12 @@ struct Config {
     std::string call_url;
     Millis call_timeout{5000};  // a call without an answer by then: 504
     Millis queue_timeout{5000};
+    // Each jobs worker runs this many nice steps below crewd's own threads
+    // (at most nice 19), so that the I/O threads, which read requests and
+    // answer refusals, win a shared CPU from a worker that computes. 0 by
+    // default: it speeds refusals up but slows the jobs down
+    // (docs/bench/overload.md, "Jobs workers below the I/O threads").
+    unsigned worker_nice = 0;
     JobLimits limits;
     Overload overload;
   } jobs;

@@ -322,6 +322,11 @@ const std::vector<Setting>& settings() {
         "jobs.queue_timeout_ms", "a job not started by then: 503",
         +[](Config& c) -> Millis& { return c.jobs.queue_timeout; }, 1, kDay));
     s.push_back(integer(
+        "jobs.worker_nice",
+        "nice steps each jobs worker runs below crewd's other threads (its I/O threads answer "
+        "first on a shared CPU; 0: the same priority)",
+        +[](Config& c) -> unsigned& { return c.jobs.worker_nice; }, 0, 39));
+    s.push_back(integer(
         "jobs.max_ms", "largest \"ms\" of a job",
         +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_ms; }, 0, kDay));
     s.push_back(integer(

@@ -1,8 +1,13 @@
 // Priorities in crewd: a job request's X-Priority and X-Deadline-Ms, read
-// from its head (docs/crewd.md, "Priority and deadline").
+// from its head (docs/crewd.md, "Priority and deadline"), and the jobs
+// workers' scheduling priority below the I/O threads (jobs.worker_nice).
 // Each test runs its own crewd; every wait is bounded.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -135,6 +140,78 @@ TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
   EXPECT_GE(waited, 90ms);
   EXPECT_LT(waited, 100ms + 400ms * kSlowdown) << "answered at the 1 s job's end, not its deadline";
   expect_clean_stop(crewd);
+}
+
+// Each thread of `pid` as (name, nice), from /proc/PID/task/*/stat.
+std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+  std::vector<std::pair<std::string, int>> out;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::FILE* f = std::fopen((t.path() / "stat").c_str(), "r");
+    if (f == nullptr) continue;  // the thread ended meanwhile
+    char buf[1024];
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const std::string stat(buf, n);
+    const auto open = stat.find('(');
+    const auto close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    // After "(comm) ": state, then fields 4..; nice is field 19.
+    int nice = 0;
+    const std::string rest = stat.substr(close + 2);
+    if (std::sscanf(rest.c_str(),
+                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
+                    &nice) != 1)
+      continue;
+    out.emplace_back(stat.substr(open + 1, close - open - 1), nice);
+  }
+  return out;
+}
+
+// Whether `name` is a jobs worker's ("jobs-3") or an I/O thread's.
+bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
+bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
+
+// jobs.worker_nice: every jobs worker runs that many nice steps above
+// crewd's main and I/O threads (at most 19); 0 leaves them level.
+TEST(CrewdWorkerNice, JobsWorkersRunBelowTheIoThreads) {
+  const int base = ::getpriority(PRIO_PROCESS, 0);  // crewd inherits it
+  for (const unsigned steps : {7u, 0u}) {
+    SCOPED_TRACE("jobs.worker_nice " + std::to_string(steps));
+    Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "3", "--http-io-threads", "2",
+                 "--jobs-worker-nice", std::to_string(steps)});
+    const int port = crewd.wait_port();
+    ASSERT_GT(port, 0) << crewd.log();
+    const int want = std::min(19, base + static_cast<int>(steps));
+    // The workers set it on themselves as they start, and the I/O threads
+    // may start after the port is reported: wait for all five.
+    std::vector<std::pair<std::string, int>> threads;
+    for (int i = 0; i < 1000 * kSlowdown; ++i) {
+      threads = thread_nices(crewd.pid());
+      const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
+        return is_jobs_worker(t.first) && t.second == want;
+      });
+      const auto io = std::count_if(threads.begin(), threads.end(),
+                                    [](const auto& t) { return is_io_thread(t.first); });
+      if (workers == 3 && io == 2) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    int workers = 0;
+    int io = 0;
+    for (const auto& [name, nice] : threads) {
+      if (is_jobs_worker(name)) {
+        ++workers;
+        EXPECT_EQ(nice, want) << name;
+      } else if (is_io_thread(name)) {
+        ++io;
+        EXPECT_EQ(nice, base) << name;
+      }
+    }
+    EXPECT_EQ(workers, 3);
+    EXPECT_EQ(io, 2);
+    expect_clean_stop(crewd);
+  }
 }
 
 }  // namespace
