@@ -20,14 +20,37 @@
 //     usable CPUs, at least 2) and a ceiling (queue capacity plus workers).
 //     A submission past the limit is refused at once with
 //     Admission::overloaded (reason limit);
+//   - optionally, the run time of tasks against its own baseline, for pools
+//     with more workers than CPUs (OverloadOptions::run_time_signal);
 //   - deadline-aware admission: a task with a queue timeout that the backlog
 //     cannot meet at the last interval's start rate is refused (reason
 //     deadline).
+//   - newest first under a standing queue: while CoDel reports the pool
+//     overloaded or the limit was reached in the current interval,
+//     admitted tasks queue newest first within their priority level (a
+//     stack beside the level's FIFO ring, crew/detail/newest_first.hpp);
+//     workers take the newest, and every other pop the ring's oldest, so
+//     what queued before still drains (or is shed by CoDel). Oldest first
+//     again once the stack is empty;
+//   - priorities as a moving threshold at the limit: a submission of
+//     priority above 0 past the limit displaces the newest task queued
+//     newest first at the lowest lower level that has one, which ends
+//     `shed` (Errc::overloaded, reason priority), and is admitted in its
+//     place. Tasks queued oldest first (before the standing queue) are not
+//     displaced, and a full level's queue is not made room in: the queue
+//     is bounded per level, so a lower level's task holds no room of a
+//     higher one.
 // Only submissions from outside the pool are admitted this way: a task
 // submitted by one of the pool's own tasks (fork-join, continuations) is
 // part of admitted work and neither counted nor refused.
 //
-// Off by default; off, a submission pays one predictable branch.
+// Off by default; off, a submission pays one predictable branch. On, a
+// pool that is not overloaded pays little for it: once over 1,024 tasks
+// start per interval, only one task's queue wait in 16 per submitting
+// thread is timed (every task's below that rate and while overloaded), the
+// window is kept per thread and summed once per interval, and the
+// admission count is an over-estimate summed again before any refusal
+// (crew/detail/overload_control.hpp has the bound).
 #pragma once
 
 #include <chrono>
@@ -59,6 +82,19 @@ struct OverloadOptions {
   // Refuse, at admission, a task whose queue timeout the backlog cannot
   // meet at the current start rate.
   bool deadline_admission = true;
+  // The run-time signal, for pools with more workers than CPUs (64 workers
+  // on one CPU): their excess queue hides in the OS run queue, where tasks
+  // wait while they count as running, so the queue wait stays short while
+  // every task takes longer. When the interval's `percentile` of run times
+  // (of the tasks whose wait is timed) exceeds run_time_factor x a
+  // baseline, the limit is cut as for the queue wait, but from all that was
+  // in use, running included: times factor x baseline / percentile. The
+  // baseline is the interval minimum run time: it falls at once to a lower
+  // one, and rises by 1/16 of the gap an interval only while the signal is
+  // within its bound (a cut interval's minimum is inflated by the cause).
+  // A limit at its floor stays there. Off by default; needs adaptive_limit.
+  bool run_time_signal = false;
+  double run_time_factor = 2.0;  // > 1
 };
 
 // What the controller did and sees (PoolStats::overload; all zero when off).
@@ -79,8 +115,14 @@ struct OverloadStats {
   // Refused at admission (also counted in outcomes.rejected), by reason.
   std::uint64_t refused_limit = 0;
   std::uint64_t refused_deadline = 0;
-  // Shed at dequeue (outcomes.shed), by reason.
+  // Shed (outcomes.shed), by reason: at dequeue (codel), or displaced by a
+  // higher priority's submission at the limit (priority).
   std::uint64_t shed_codel = 0;
+  std::uint64_t shed_priority = 0;
+  // The run-time signal (zero when off): the last interval's percentile
+  // run time and the baseline it is held against.
+  std::chrono::nanoseconds run_high{0};
+  std::chrono::nanoseconds run_baseline{0};
 };
 
 // Pool::overload_hint(): what a submission from outside the pool would meet now.

@@ -64,12 +64,15 @@ class BlockedSubmitters {
   // A level's size at or below which its blocked submitters go on.
   [[nodiscard]] std::size_t low_water() const noexcept { return low_water_; }
 
-  // Waits while above_low_water() holds: a short spin (a queue of a few
-  // slots drains in less than a futex round trip), then sleeps until a
-  // release, at most a millisecond at a time. above_low_water() is checked
-  // after announcing each sleep, so a release between the two is not missed.
+  // Waits while above_low_water() holds, until `give_up` at the latest: a
+  // short spin (a queue of a few slots drains in less than a futex round
+  // trip), then sleeps until a release, at most a millisecond at a time.
+  // above_low_water() is checked after announcing each sleep, so a release
+  // between the two is not missed.
   template <class AboveLowWater>
-  void wait(AboveLowWater&& above_low_water) noexcept {
+  void wait(AboveLowWater&& above_low_water,
+            std::chrono::steady_clock::time_point give_up =
+                std::chrono::steady_clock::time_point::max()) noexcept {
     static constexpr int kSpins = 64;
     for (int spins = 0; above_low_water(); ++spins) {
       if (spins < kSpins) {
@@ -82,7 +85,12 @@ class BlockedSubmitters {
         ec_.cancel_wait();
         return;
       }
-      (void)ec_.wait(key, std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= give_up) {
+        ec_.cancel_wait();
+        return;
+      }
+      (void)ec_.wait(key, std::min(give_up, now + std::chrono::milliseconds(1)));
     }
   }
 

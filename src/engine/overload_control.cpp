@@ -9,10 +9,6 @@
 
 namespace crew::detail {
 
-namespace {
-constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
-}  // namespace
-
 OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
                                  std::size_t workers, std::int64_t now) noexcept
     : target_ns_(o.target.count()),
@@ -21,12 +17,13 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       percentile_(o.percentile),
       adaptive_(o.adaptive_limit),
       deadline_admission_(o.deadline_admission),
+      run_signal_(o.run_time_signal && o.adaptive_limit),
+      run_factor_(o.run_time_factor),
       workers_(static_cast<std::int64_t>(workers)),
       floor_(static_cast<double>(floor)),
       ceiling_(static_cast<double>(ceiling)),
       limit_(static_cast<std::int64_t>(ceiling)),
       window_end_(now + o.interval.count()),
-      win_min_(kNone),
       limit_exact_(static_cast<double>(ceiling)),
       window_start_(now) {}
 
@@ -55,40 +52,39 @@ void OverloadControl::roll(std::int64_t now) noexcept {
 
 void OverloadControl::roll_locked(std::int64_t now) noexcept {
   std::array<std::uint32_t, kBuckets> counts{};
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < kBuckets; ++i) {
-    counts[i] = hist_[i].exchange(0, std::memory_order_relaxed);
-    total += counts[i];
+  std::uint64_t total = 0;  // timed starts
+  std::int64_t starts = 0;
+  std::int64_t min = kNone;
+  std::int64_t first = 0;
+  for (Stripe& s : stripes_) {
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      const std::uint32_t c = s.hist[i].exchange(0, std::memory_order_relaxed);
+      counts[i] += c;
+      total += c;
+    }
+    starts += s.starts.exchange(0, std::memory_order_relaxed);
+    min = std::min(min, s.min.exchange(kNone, std::memory_order_relaxed));
+    const std::int64_t f = s.first.exchange(0, std::memory_order_relaxed);
+    if (f != 0 && (first == 0 || f < first)) first = f;
   }
-  const std::int64_t min = win_min_.exchange(kNone, std::memory_order_relaxed);
-  const std::int64_t first = win_first_.exchange(0, std::memory_order_relaxed);
   const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
   window_start_ = now;
   window_end_.store(now + interval_ns_, std::memory_order_relaxed);
   const bool hit = limit_hit_.exchange(false, std::memory_order_relaxed);
-  const auto peak = static_cast<double>(
-      peak_.exchange(admitted_.load(std::memory_order_relaxed), std::memory_order_relaxed));
+  const auto peak = static_cast<double>(peak_.exchange(
+      admits_.load(std::memory_order_relaxed) - sum_returns(), std::memory_order_relaxed));
   if (total == 0) {
-    // No task started: the signal says nothing new. The start rate is
-    // unknown (a backlog estimate from it would be stale).
+    // No timed task started: the signal says nothing new. The start rate
+    // is unknown (a backlog estimate from it would be stale), and low:
+    // the next tasks are all timed.
     ns_per_start_.store(0, std::memory_order_relaxed);
+    dense_.store(true, std::memory_order_relaxed);
     return;
   }
-  ns_per_start_.store(std::max<std::int64_t>(elapsed / static_cast<std::int64_t>(total), 1),
+  ns_per_start_.store(std::max<std::int64_t>(elapsed / std::max<std::int64_t>(starts, 1), 1),
                       std::memory_order_relaxed);
-  // The percentile: the upper bound of the bucket where it falls.
-  const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
-  std::uint64_t seen = 0;
-  std::int64_t high = 0;
-  for (std::size_t i = 0; i < kBuckets; ++i) {
-    seen += counts[i];
-    if (seen >= rank) {
-      high = bucket_upper_ns(i);
-      break;
-    }
-  }
   // A bucket's bound can exceed the minimum: the percentile is at least it.
-  high = std::max(high, min);
+  const std::int64_t high = std::max(percentile_of(counts, total), min);
   last_min_.store(min, std::memory_order_relaxed);
   last_high_.store(high, std::memory_order_relaxed);
   // CoDel: a standing queue, not a burst, when even the shortest wait of a
@@ -96,9 +92,18 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   // interval (the first after an idle spell, whose own wait would
   // otherwise shed it) are no standing queue.
   const bool busy = first != 0 && now - first >= interval_ns_ / 2;
-  overloaded_.store(busy && min > target_ns_, std::memory_order_relaxed);
+  const bool overloaded = busy && min > target_ns_;
+  overloaded_.store(overloaded, std::memory_order_relaxed);
+  dense_.store(overloaded || starts < kDenseStarts, std::memory_order_relaxed);
   if (!adaptive_) return;
-  if (high > target_ns_) {
+  const double in_use = std::min(limit_exact_, std::max(peak, floor_));
+  const double run_cut = run_signal_ ? run_time_cut(in_use) : -1;
+  if (run_cut >= 0) {
+    // Tasks ran far longer than their baseline: a hidden queue in the OS
+    // run queue. Cut from all in use, the running part included; never
+    // raised meanwhile.
+    limit_exact_ = std::min(limit_exact_, run_cut);
+  } else if (high > target_ns_) {
     // Cut by how far the wait is over the target, from what was in use: a
     // limit far above the admitted work (the ceiling it starts at) would
     // otherwise take many intervals to come down while the queue grows.
@@ -107,7 +112,6 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     // With no more in use than workers, nothing waited behind them: the
     // waits came from elsewhere (workers being started, a burst within the
     // interval), and a cut would refuse work idle workers could run.
-    const double in_use = std::min(limit_exact_, std::max(peak, floor_));
     const double running = std::min(in_use, static_cast<double>(workers_));
     const double queued = in_use - running;
     if (queued > 0) {
@@ -121,11 +125,48 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
   limit_.store(static_cast<std::int64_t>(std::llround(limit_exact_)), std::memory_order_relaxed);
 }
 
+std::int64_t OverloadControl::percentile_of(const std::array<std::uint32_t, kBuckets>& counts,
+                                            std::uint64_t total) const noexcept {
+  const auto rank = static_cast<std::uint64_t>(std::ceil(percentile_ * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    seen += counts[i];
+    if (seen >= rank) return bucket_upper_ns(i);
+  }
+  return 0;
+}
+
+double OverloadControl::run_time_cut(double in_use) noexcept {
+  std::array<std::uint32_t, kBuckets> counts{};
+  std::uint64_t total = 0;
+  std::int64_t min = kNone;
+  for (Stripe& s : stripes_) {
+    for (std::size_t i = 0; i < kBuckets; ++i) {
+      const std::uint32_t c = s.run_hist[i].exchange(0, std::memory_order_relaxed);
+      counts[i] += c;
+      total += c;
+    }
+    min = std::min(min, s.run_min.exchange(kNone, std::memory_order_relaxed));
+  }
+  if (total == 0) return -1;
+  const std::int64_t high = std::max(percentile_of(counts, total), min);
+  last_run_high_.store(high, std::memory_order_relaxed);
+  const bool first = run_base_ == 0;
+  if (first || min < run_base_) run_base_ = min;
+  const double bound = run_factor_ * static_cast<double>(run_base_);
+  const bool over = !first && static_cast<double>(high) > bound;
+  // Up slowly, and only while within the bound: a cut interval's minimum is
+  // inflated by the very queue the signal sees.
+  if (!over && min > run_base_) run_base_ += std::max<std::int64_t>((min - run_base_) / 16, 1);
+  last_run_base_.store(run_base_, std::memory_order_relaxed);
+  if (!over) return -1;
+  return std::max(floor_, in_use * bound / static_cast<double>(high));
+}
+
 OverloadStats OverloadControl::read() const noexcept {
   OverloadStats s;
   s.enabled = true;
-  s.admitted = static_cast<std::size_t>(
-      std::max<std::int64_t>(admitted_.load(std::memory_order_relaxed), 0));
+  s.admitted = static_cast<std::size_t>(std::max<std::int64_t>(admitted(), 0));
   s.limit = static_cast<std::size_t>(limit_.load(std::memory_order_relaxed));
   s.overloaded = overloaded_.load(std::memory_order_relaxed);
   const std::int64_t min = last_min_.load(std::memory_order_relaxed);
@@ -137,6 +178,9 @@ OverloadStats OverloadControl::read() const noexcept {
   s.refused_limit = refused_limit_.load(std::memory_order_relaxed);
   s.refused_deadline = refused_deadline_.load(std::memory_order_relaxed);
   s.shed_codel = shed_codel_.load(std::memory_order_relaxed);
+  s.shed_priority = shed_priority_.load(std::memory_order_relaxed);
+  s.run_high = std::chrono::nanoseconds(last_run_high_.load(std::memory_order_relaxed));
+  s.run_baseline = std::chrono::nanoseconds(last_run_base_.load(std::memory_order_relaxed));
   return s;
 }
 

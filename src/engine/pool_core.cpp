@@ -68,7 +68,8 @@ PoolCore::PoolCore(PoolOptions options)
                                              opts_.overload.max_limit, opts_.max_workers, now_ns())
                                        : nullptr),
       time_handles_(opts_.time_tasks),
-      queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging),
+      queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging,
+             /*newest_first=*/opts_.overload.enabled),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)) {
   enable_light_fences();

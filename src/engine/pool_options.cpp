@@ -41,6 +41,7 @@ void resolve_overload(PoolOptions& o) {
   if (v.target.count() <= 0) invalid("overload.target", "must be positive");
   if (v.interval.count() <= 0) invalid("overload.interval", "must be positive");
   if (!(v.percentile > 0 && v.percentile <= 1)) invalid("overload.percentile", "must be in (0, 1]");
+  if (!(v.run_time_factor > 1)) invalid("overload.run_time_factor", "must be above 1");
   constexpr std::size_t kMaxLimit = std::size_t{1} << 40;
   if (v.max_limit == 0) {
     const std::size_t queued = o.queue_capacity == kUnbounded || o.queue_capacity >= kMaxLimit

@@ -156,6 +156,10 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     rt_->supervisor.unregister_foreign(s);
   }
   s->clock.record(start, end);  // before the outcome is published
+  if (overload_ != nullptr && enqueued != 0 && s->overload_ticket() &&
+      overload_->watches_run_time()) [[unlikely]] {
+    overload_->on_end(end - start);
+  }
 
   Errc why{};
   outcome = decide(outcome, stop, deadline, end, why);
@@ -276,15 +280,34 @@ void Worker::run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) no
   counts.add(outcome);
 }
 
+namespace {
+
+// Times the run of an admitted plain task for the run-time signal, when it
+// is on and the task's wait is timed (OverloadControl::on_end).
+class RunTimer {
+ public:
+  RunTimer(OverloadControl& ctl, std::int64_t enqueued_ns) noexcept
+      : ctl_(ctl), start_(enqueued_ns != 0 && ctl.watches_run_time() ? now_ns() : 0) {}
+  ~RunTimer() {
+    if (start_ != 0) ctl_.on_end(now_ns() - start_);
+  }
+  RunTimer(const RunTimer&) = delete;
+  RunTimer& operator=(const RunTimer&) = delete;
+
+ private:
+  OverloadControl& ctl_;
+  const std::int64_t start_;
+};
+
+}  // namespace
+
 void Worker::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   PoolCore& c = *run.frame.core;
-  const std::int64_t start = now_ns();
-  OverloadControl& ctl = *c.overload();
-  if (ctl.on_start(start - enqueued_ns, start)) [[unlikely]] {
-    ctl.note_shed();
+  if (c.shed_admitted(enqueued_ns)) [[unlikely]] {
     counts.add(TaskStatus::shed);
     return;  // the cell destroys the callable unrun
   }
+  const RunTimer timer(*c.overload(), enqueued_ns);
   try {
     call(fn);
     counts.add(TaskStatus::succeeded);
@@ -353,12 +376,11 @@ void InlineRunner::run_observed(std::int64_t enqueued_ns, PlainCall call, void* 
 
 void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   const InlineRun here(&c_);
-  const std::int64_t start = now_ns();
-  if (c_.overload_->on_start(start - enqueued_ns, start)) [[unlikely]] {
-    c_.overload_->note_shed();
+  if (c_.shed_admitted(enqueued_ns)) [[unlikely]] {
     c_.count_outcome(TaskStatus::shed);
     return;
   }
+  const RunTimer timer(*c_.overload(), enqueued_ns);
   try {
     call(fn);
     c_.count_outcome(TaskStatus::succeeded);
@@ -368,11 +390,43 @@ void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* 
   }
 }
 
+bool PoolCore::codel_sheds(std::int64_t enqueued_ns) noexcept {
+  if (enqueued_ns == 0) {  // its wait is not timed
+    overload_->on_untimed_start();
+    return false;
+  }
+  const std::int64_t start = now_ns();
+  return overload_->on_start(start - enqueued_ns, start);
+}
+
+bool PoolCore::shed_admitted(std::int64_t enqueued_ns) noexcept {
+  if (!codel_sheds(enqueued_ns)) [[likely]]
+    return false;
+  overload_->note_shed();
+  return true;
+}
+
+bool PoolCore::displace_below(std::size_t level) noexcept {
+  Cell cell;
+  if (queue_.take_newest_below(level, cell) == level) return false;
+  // Only admitted tasks queue newest first: a task state with its ticket,
+  // or an AdmittedFn, whose destruction returns it.
+  if (TaskStateBase* s = cell.state()) {
+    const TicketReturn ticket(ticket_of(s));
+    // Decided meanwhile (cancelled, expired): counted by whoever decided.
+    if (s->shed(OverloadReason::priority)) rt_->observers.settled_in_queue(s);
+    s->release();
+  } else {
+    cell.destroy();
+    shared_.add(TaskStatus::shed);
+  }
+  return true;
+}
+
 bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
   // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
   if (s->status() != TaskStatus::queued) return false;
-  const std::int64_t start = now_ns();
-  if (!overload_->on_start(start - s->clock.enqueued_ns(), start)) [[likely]]
+  if (!codel_sheds(s->clock.enqueued_ns())) [[likely]]
     return false;
   if (!s->shed(OverloadReason::codel)) return false;  // decided meanwhile (cancelled)
   overload_->note_shed();

@@ -2,6 +2,7 @@
 // of a bad submission, and the slow path of a full queue.
 #include "crew/detail/submission.hpp"
 
+#include <chrono>
 #include <string>
 
 #include "pool_runtime.hpp"
@@ -29,7 +30,8 @@ void Submission::throw_long_correlation_id(const TaskOptions& o) {
 }
 
 Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool may_block,
-                                         Admission& why) {
+                                         Admission& why,
+                                         std::chrono::steady_clock::time_point give_up) {
   // A worker of this pool never waits for room in its own queue: that is
   // the nested-submit deadlock. It runs the task itself instead.
   if (t_current.core == &c_ || c_.opts_.overflow == Overflow::caller_runs) {
@@ -42,7 +44,9 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
     return refuse(Admission::too_many_blocked, why);
   }
   // Wait for the level to drain to its low-water mark rather than for
-  // the first free slot, then push (blocked_submitters.hpp says why).
+  // the first free slot, then push (blocked_submitters.hpp says why); a
+  // task with a queue deadline waits no longer than that.
+  const bool timed = give_up != TaskStateBase::kNoDeadline;
   Route r = Route::refused;
   for (;;) {
     if (c_.life_.closed()) {
@@ -53,10 +57,19 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
       r = Route::queued;
       break;
     }
-    blocked.wait([&] {
-      return c_.queue_.level_size(level) > blocked.low_water() &&
-             !c_.life_.closed(std::memory_order_seq_cst);
-    });
+    if (timed && std::chrono::steady_clock::now() >= give_up) {
+      // Settled on this thread (the caller finds the deadline passed and
+      // ends it expired), as a task run here is.
+      c_.ran_inline_.fetch_add(1, std::memory_order_relaxed);
+      r = Route::run_here;
+      break;
+    }
+    blocked.wait(
+        [&] {
+          return c_.queue_.level_size(level) > blocked.low_water() &&
+                 !c_.life_.closed(std::memory_order_seq_cst);
+        },
+        give_up);
   }
   blocked.leave();
   if (r == Route::queued) c_.after_push();

@@ -168,7 +168,8 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
       MetricType::Gauge);
   auto shed = prom::family("crew_tasks_shed_total",
                            "Tasks the overload controller refused at admission (reason limit or "
-                           "deadline) or shed at dequeue (reason codel).",
+                           "deadline), shed at dequeue (reason codel), or shed for a higher "
+                           "priority's submission (reason priority).",
                            MetricType::Counter);
   auto abandoned = prom::family(
       "crew_tasks_abandoned_total",
@@ -212,7 +213,8 @@ std::vector<prometheus::MetricFamily> PrometheusMetrics::Collect() const {
         overloaded.metric.push_back(q);
         for (const auto& [reason, n] : {std::pair{OverloadReason::limit, o.refused_limit},
                                         std::pair{OverloadReason::deadline, o.refused_deadline},
-                                        std::pair{OverloadReason::codel, o.shed_codel}}) {
+                                        std::pair{OverloadReason::codel, o.shed_codel},
+                                        std::pair{OverloadReason::priority, o.shed_priority}}) {
           auto m = labelled({{"pool", pool}, {"reason", std::string(to_string(reason))}});
           m.counter.value = static_cast<double>(n);
           shed.metric.push_back(std::move(m));

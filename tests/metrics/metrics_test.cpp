@@ -323,6 +323,32 @@ TEST(PrometheusMetrics, GaugesShowWorkersQueueAndBlockedSubmitters) {
   EXPECT_EQ(tasks(after, "gauged", "unnamed", "succeeded"), 4);
 }
 
+// Shed tasks are counted by reason: codel, and priority for a task a
+// higher priority's submission displaced at the limit.
+TEST(PrometheusMetrics, ShedTasksAreCountedByReasonPriorityIncluded) {
+  Watchdog dog;
+  PrometheusMetrics metrics;
+  PoolOptions o = observed(metrics, "shedding",
+                           {.min_workers = 1,
+                            .max_workers = 1,
+                            .priority_levels = 2,
+                            .overload = {.enabled = true, .interval = 60s, .max_limit = 4}});
+  Pool pool(o);
+  metrics.watch(pool);
+  {
+    test::WorkerHold hold(pool);
+    for (int i = 0; i < 3; ++i)
+      ASSERT_EQ(pool.post([] {}), Admission::accepted);                 // the last at the limit
+    ASSERT_EQ(pool.post([] {}, {.priority = 1}), Admission::accepted);  // displaces it
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const auto all = metrics.Collect();
+  EXPECT_EQ(counter(all, "crew_tasks_shed_total", {{"pool", "shedding"}, {"reason", "priority"}}),
+            1);
+  EXPECT_EQ(counter(all, "crew_tasks_shed_total", {{"pool", "shedding"}, {"reason", "codel"}}), 0);
+  EXPECT_EQ(counter(all, "crew_tasks_shed_total", {{"pool", "shedding"}, {"reason", "limit"}}), 0);
+}
+
 // The gauges read at scrape time from the pool's options and its workers:
 // the limits, and a task that keeps running past its deadline.
 TEST(PrometheusMetrics, GaugesShowLimitsAndATaskRunningPastItsDeadline) {

@@ -3,15 +3,20 @@
 // limit, CoDel's shedding (counted once, never run), tickets returned, the
 // options' checks.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "affinity.hpp"
 #include "crew/detail/overload_control.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
@@ -215,6 +220,151 @@ TEST(OverloadDeadline, RefusesWhatTheBacklogCannotStartInTime) {
   EXPECT_EQ(c.ctl.read().admitted, 7u);
 }
 
+// Tickets come back on other threads (the workers) than the one that took
+// them; admit() checks a stale sum of them, but never refuses from it.
+TEST(OverloadCost, ARefusalComesFromAFreshSumOfTheReturnedTickets) {
+  Controlled c(options(), 2, 4);
+  for (int round = 0; round < 100; ++round) {
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none) << round;
+    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+    std::thread returner([&c] {
+      for (int i = 0; i < 4; ++i) c.ctl.release();
+    });
+    returner.join();
+    EXPECT_EQ(c.ctl.read().admitted, 0u);
+  }
+  EXPECT_EQ(c.ctl.read().refused_limit, 100u);
+}
+
+// Above kDenseStarts starts an interval, one admission in kSampleEvery per
+// thread is timed; every one again once the pool is overloaded, or quiet.
+TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOverloaded) {
+  Controlled c;
+  auto timed_of = [&c](int n) {
+    int timed = 0;
+    for (int i = 0; i < n; ++i) timed += c.ctl.time_this() ? 1 : 0;
+    return timed;
+  };
+  EXPECT_EQ(timed_of(100), 100);  // the first interval: every one
+  for (std::int64_t i = 0; i < OverloadControl::kDenseStarts; ++i)
+    c.ctl.record(kMs / 10, c.now + 1);
+  c.now += 100 * kMs;
+  c.ctl.roll(c.now);
+  constexpr int kAdmissions = 16 * static_cast<int>(OverloadControl::kSampleEvery);
+  EXPECT_EQ(timed_of(kAdmissions), 16);
+  // The untimed ones still count as starts: the start rate is of all.
+  for (std::int64_t i = 0; i < OverloadControl::kDenseStarts; ++i) c.ctl.on_untimed_start();
+  c.ctl.record(kMs / 10, c.now + 1);
+  c.now += 100 * kMs;
+  c.ctl.roll(c.now);
+  EXPECT_NEAR(c.ctl.read().start_rate, (OverloadControl::kDenseStarts + 1) * 10.0, 1.0);
+  EXPECT_EQ(timed_of(kAdmissions), 16);
+  c.interval({20, 30});  // few starts, and a standing queue
+  EXPECT_TRUE(c.ctl.read().overloaded);
+  EXPECT_EQ(timed_of(kAdmissions), kAdmissions);
+}
+
+// A level's newest-first cells go before its ring's, except every other
+// pop, which takes the ring's oldest (what queued before the standing
+// queue still drains).
+TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOtherPop) {
+  detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
+  std::vector<int> order;
+  auto push = [&](int v, bool newest) {
+    auto fill = [&order, v](detail::Cell& c) noexcept {
+      c.emplace([&order, v] { order.push_back(v); });
+    };
+    return newest ? q.try_push_newest(fill, 0) : q.try_push(fill, 0);
+  };
+  for (int v : {1, 2, 3}) ASSERT_TRUE(push(v, false));
+  for (int v : {11, 12, 13}) ASSERT_TRUE(push(v, true));
+  EXPECT_EQ(q.size(), 6u);
+  EXPECT_EQ(q.pushed(), 6u);
+  detail::PopState st;
+  detail::Cell c;
+  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+  EXPECT_EQ(order, (std::vector<int>{13, 1, 12, 2, 11, 3}));
+  EXPECT_TRUE(q.empty());
+}
+
+// A higher level takes the newest-first cell of the lowest level below it
+// that has one; none below, or none at all: nothing taken.
+TEST(OverloadNewestFirst, ADisplacingLevelTakesTheNewestCellOfTheLowestLevelBelowIt) {
+  detail::Queues q(64, 1, 3, 8, /*newest_first=*/true);
+  std::vector<int> order;
+  auto push = [&](int v, std::size_t level) {
+    auto fill = [&order, v](detail::Cell& c) noexcept {
+      c.emplace([&order, v] { order.push_back(v); });
+    };
+    return q.try_push_newest(fill, level);
+  };
+  detail::Cell c;
+  EXPECT_EQ(q.take_newest_below(2, c), 2u);
+  ASSERT_TRUE(push(1, 1));
+  ASSERT_TRUE(push(2, 1));
+  ASSERT_TRUE(push(3, 2));
+  EXPECT_EQ(q.take_newest_below(1, c), 1u);  // nothing below level 1
+  EXPECT_EQ(q.take_newest_below(2, c), 1u);
+  (void)c.invoke_and_destroy();
+  EXPECT_EQ(order, std::vector<int>{2});
+  EXPECT_EQ(q.level_size(1), 1u);
+  EXPECT_EQ(q.level_size(2), 1u);
+  while (q.try_pop(c)) c.destroy();
+}
+
+// A model of 16 workers sharing one CPU, arrivals ramping up: the k tasks
+// in use at once each run k times their own 2 ms, while their queue waits
+// stay short (the queue hides in the OS run queue). Returns the limit
+// after 30 intervals.
+std::size_t limit_on_one_cpu(bool run_time_signal) {
+  OverloadOptions o = options();
+  o.run_time_signal = run_time_signal;
+  Controlled c(o, /*floor=*/2, /*ceiling=*/100, /*workers=*/16);
+  for (int i = 0; i < 30; ++i) {
+    const auto k = static_cast<int>(
+        std::min<std::size_t>({c.ctl.read().limit, 16u, 1u + 2u * static_cast<std::size_t>(i)}));
+    peak_at(c.ctl, k);
+    for (int t = 0; t < k; ++t) {
+      c.ctl.record(kMs / 2, c.now + 1);
+      c.ctl.on_end(k * 2 * kMs);
+    }
+    c.now += 100 * kMs;
+    c.ctl.roll(c.now);
+  }
+  return c.ctl.read().limit;
+}
+
+TEST(OverloadRunTime, BringsTheLimitOfManyWorkersOnOneCpuDownToItsFloor) {
+  EXPECT_LE(limit_on_one_cpu(/*run_time_signal=*/true), 3u);
+  // The queue wait alone sees nothing.
+  EXPECT_EQ(limit_on_one_cpu(/*run_time_signal=*/false), 100u);
+}
+
+// The baseline is the lowest interval minimum; it rises slowly while run
+// times stay within its bound (the tasks became longer), and not at all
+// in an interval the signal cut.
+TEST(OverloadRunTime, TheBaselineFallsAtOnceAndRisesOnlyWithinItsBound) {
+  OverloadOptions o = options();
+  o.run_time_signal = true;
+  Controlled c(o, 2, 100, 16);
+  auto interval = [&c](double run_ms) {
+    c.ctl.record(kMs / 2, c.now + 1);
+    c.ctl.on_end(static_cast<std::int64_t>(run_ms * kMs));
+    c.now += 100 * kMs;
+    c.ctl.roll(c.now);
+  };
+  interval(4);
+  EXPECT_EQ(c.ctl.read().run_baseline, 4ms);
+  interval(2);
+  EXPECT_EQ(c.ctl.read().run_baseline, 2ms);
+  interval(3);  // within 2 x 2 ms: up by a sixteenth of the gap
+  EXPECT_EQ(c.ctl.read().run_baseline, 2ms + 62'500ns);
+  const auto before = c.ctl.read().run_baseline;
+  interval(20);  // over the bound: not raised
+  EXPECT_EQ(c.ctl.read().run_baseline, before);
+  EXPECT_GE(c.ctl.read().run_high, 20ms);
+}
+
 // ---- Through a pool ----
 
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
@@ -240,6 +390,8 @@ TEST(PoolOverload, OptionsAreCheckedAndTheFloorIsAtLeastTwo) {
   EXPECT_EQ(tiny.stats().overload.limit, 2u);  // ceiling 1 + 1 = floor 2
   EXPECT_THROW(Pool({.overload = {.enabled = true, .target = 0ms}}), Error);
   EXPECT_THROW(Pool({.overload = {.enabled = true, .percentile = 0}}), Error);
+  EXPECT_THROW(Pool({.overload = {.enabled = true, .run_time_signal = true, .run_time_factor = 1}}),
+               Error);
   try {
     Pool bad({.overload = {.enabled = true, .min_limit = 1, .max_limit = 1}});
     ADD_FAILURE() << "a ceiling below the floor of 2 must be refused";
@@ -397,6 +549,145 @@ TEST(PoolOverload, ASoftShutdownReturnsTheTicketsOfWhatItDrops) {
   // A ticket goes back just after its task's outcome is published.
   EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
   EXPECT_EQ(pool.stats().outcomes.rejected, 6u);
+}
+
+// While the controller reports a standing queue (here: the limit was
+// reached, and no interval ends), admitted tasks queue newest first; until
+// then, oldest first.
+TEST(PoolOverload, AStandingQueueGivesTheNewestTaskFirst) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4}));
+  std::mutex mu;
+  std::vector<int> order;
+  auto task = [&](int v) {
+    return [&mu, &order, v] {
+      const std::lock_guard<std::mutex> lock(mu);
+      order.push_back(v);
+    };
+  };
+  {
+    WorkerHold hold(pool);  // one ticket
+    for (int v : {0, 1, 2})
+      ASSERT_EQ(pool.post(task(v)), Admission::accepted);  // the last at the limit
+    EXPECT_EQ(pool.post(task(99)), Admission::overloaded);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  {
+    WorkerHold hold(pool);  // still standing: the limit was reached this interval
+    for (int v : {3, 4, 5}) ASSERT_EQ(pool.post(task(v)), Admission::accepted);
+  }
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(order, (std::vector<int>{2, 0, 1, 5, 4, 3}));
+}
+
+// At the limit, a higher priority's submission displaces the newest task a
+// lower level queued newest first: that one ends shed (reason priority)
+// unrun, counted once; the arrival is admitted and runs. With nothing
+// lower to displace, it is refused (reason limit).
+void displaced_by_priority(bool handles) {
+  Watchdog dog;
+  PoolOptions o = overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4});
+  o.priority_levels = 2;
+  auto seen = std::make_shared<ShedCounter>();
+  if (handles) o.observers.push_back(seen);
+  Pool pool(o);
+  std::atomic<int> ran{0};
+  auto low = [&ran] { ran.fetch_add(1); };
+  Task<void> displaced;
+  Task<int> high;
+  {
+    WorkerHold hold(pool);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    if (handles) {
+      displaced = pool.submit(low);  // at the limit: queued newest first
+      ASSERT_EQ(displaced.status(), TaskStatus::queued);
+    } else {
+      ASSERT_EQ(pool.post(low), Admission::accepted);
+    }
+    high = pool.submit([] { return 7; }, {.priority = 1});
+    EXPECT_NE(high.status(), TaskStatus::rejected);
+    EXPECT_EQ(pool.post([] {}, {.priority = 1}), Admission::overloaded);  // nothing lower left
+    EXPECT_EQ(pool.post(low), Admission::overloaded);                     // no lower level
+  }
+  EXPECT_EQ(high.get(), 7);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.shed, 1u);
+  EXPECT_EQ(s.overload.shed_priority, 1u);
+  EXPECT_EQ(s.overload.shed_codel, 0u);
+  EXPECT_EQ(s.overload.refused_limit, 2u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  if (handles) {
+    EXPECT_EQ(displaced.status(), TaskStatus::shed);
+    try {
+      displaced.get();
+      ADD_FAILURE() << "get() of a displaced task must throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::overloaded);
+      EXPECT_EQ(e.overload_reason(), OverloadReason::priority);
+    }
+    EXPECT_EQ(seen->shed.load(), 1);
+  }
+}
+
+TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerTaskState) {
+  displaced_by_priority(/*handles=*/true);
+}
+
+TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerPlainTask) {
+  displaced_by_priority(/*handles=*/false);
+}
+
+// Spins until this thread has used `cpu` of CPU time: work of a fixed
+// size, whose run time grows with the threads sharing its CPU.
+void burn(std::chrono::nanoseconds cpu) {
+  auto used = [] {
+    timespec ts{};
+    (void)clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  };
+  const auto end = used() + cpu;
+  while (used() < end) {
+  }
+}
+
+// 16 workers pinned to one CPU (a queue hidden in the OS run queue), tasks
+// of 1 ms of CPU: arrivals trickle in first (tasks run alone: the
+// baseline), then flood. The run-time signal brings the limit down to a
+// few tasks at once; the queue wait alone would keep it at 16 or more
+// (OverloadRunTime.BringsTheLimitOfManyWorkersOnOneCpuDownToItsFloor).
+TEST(PoolOverload, TheRunTimeSignalBringsTheLimitOfSixteenWorkersOnOneCpuNearItsFloor) {
+  Watchdog dog;
+  const int cpu = test::first_cpu();
+  ASSERT_GE(cpu, 0);
+  PoolOptions o = overloaded_pool(
+      16, {.enabled = true, .interval = 20ms, .max_limit = 64, .run_time_signal = true});
+  o.on_worker_start = [cpu](std::uint64_t) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(static_cast<std::size_t>(cpu), &one);
+    EXPECT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  };
+  Pool pool(o);
+  auto task = [] { burn(1ms); };
+  for (int i = 0; i < 100; ++i) {
+    (void)pool.post(task);
+    std::this_thread::sleep_for(3ms);
+  }
+  const auto flood_end = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < flood_end) {
+    (void)pool.post(task);
+    std::this_thread::sleep_for(100us);
+  }
+  const OverloadStats s = pool.stats().overload;
+  EXPECT_LE(s.limit, 5u) << "baseline " << s.run_baseline.count() << " ns, run p90 "
+                         << s.run_high.count() << " ns";
+  EXPECT_GT(s.run_baseline, 0ns);
+  EXPECT_GT(s.refused_limit, 0u);
 }
 
 }  // namespace

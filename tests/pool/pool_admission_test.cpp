@@ -1,6 +1,7 @@
 // Tests of admission: a full queue under each overflow policy, blocked
 // submitters and the low-water mark that releases them, the bound on how
-// many may block, and their release by shutdown.
+// many may block, their release by shutdown, and by their task's queue
+// deadline.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -163,49 +164,74 @@ TEST(PoolAdmission, BlockedSubmittersAreReleasedByShutdown) {
   EXPECT_EQ(pool.post([] {}), Admission::closed);
 }
 
-// A submitter blocked for room holds a task whose queue deadline passes
-// while it waits: the task is not counted as submitted yet, so its expiry
-// waits for the submission (stats never shows an outcome without its
-// submission), and the task, queued once there is room, ends expired
-// without running.
-TEST(PoolAdmission, AQueueDeadlinePassingWhileTheSubmitterWaitsForRoomExpiresOnceQueued) {
+// A submitter blocked for room stops waiting at its task's queue deadline,
+// while the queue is still full: the task ends expired without being
+// queued or run, and is counted once, as submitted and as rejected; a
+// post() returns accepted, as for a task that expired in the queue.
+TEST(PoolAdmission, ASubmitterBlockedForRoomStopsWaitingAtItsTasksQueueDeadline) {
   Watchdog dog;
   Pool pool({.max_workers = 1, .queue_capacity = 1});
-  pool.pause();
+  pool.pause();  // the queue stays full until resume()
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
-  std::atomic<bool> ran{false};
+  std::atomic<int> ran{0};
+  std::atomic<int> returned{0};
   Task<void> late;
-  std::thread submitter([&] { late = pool.submit([&] { ran = true; }, {.queue_timeout = 5ms}); });
-  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
-  std::this_thread::sleep_for(30ms);  // past the queue deadline, still blocked
-  const PoolStats blocked = pool.stats();
-  EXPECT_LE(blocked.outcomes.total(), blocked.submitted);
-  EXPECT_EQ(blocked.outcomes.total(), 0u);
-  pool.resume();
+  Admission posted = Admission::closed;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread submitter([&] {
+    late = pool.submit([&] { ran.fetch_add(1); }, {.queue_timeout = 20ms});
+    returned.fetch_add(1);
+  });
+  std::thread poster([&] {
+    posted = pool.post([&] { ran.fetch_add(1); }, {.queue_timeout = 20ms});
+    returned.fetch_add(1);
+  });
+  EXPECT_TRUE(eventually([&] { return returned.load() == 2; }))
+      << "a submitter still waits for room past its task's queue deadline";
+  pool.resume();  // lets any that still wait go on (a failure above), before the joins
   submitter.join();
+  poster.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 20ms);
+  EXPECT_EQ(posted, Admission::accepted);
   ASSERT_TRUE(late.wait_for(5s));
   EXPECT_EQ(late.status(), TaskStatus::rejected);
   EXPECT_EQ(late.reason(), Errc::expired);
   ASSERT_TRUE(pool.wait_idle(5s));
-  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(ran.load(), 0);
   const PoolStats after = pool.stats();
-  EXPECT_EQ(after.submitted, 2u);
-  EXPECT_EQ(after.outcomes.total(), 2u);
-  EXPECT_EQ(after.outcomes.rejected, 1u);
+  EXPECT_EQ(after.blocked_submitters, 0u);
+  EXPECT_EQ(after.submitted, 3u);
+  EXPECT_EQ(after.outcomes.total(), 3u);
+  EXPECT_EQ(after.outcomes.rejected, 2u);
+  EXPECT_EQ(after.outcomes.succeeded, 1u);
 }
 
-// The same, but the pool closes while the submitter waits: the refusal
-// decides (the handle says rejected, not expired) and the task is counted
-// once.
-TEST(PoolAdmission, AQueueDeadlinePassingWhileTheSubmitterWaitsForRoomLosesToARefusal) {
+// A task whose queue deadline is far: its blocked submitter still goes on
+// once there is room, and the task runs.
+TEST(PoolAdmission, ASubmitterBlockedForRoomWithAFarQueueDeadlineGoesOnAtTheLowWaterMark) {
+  Watchdog dog;
+  Pool pool({.max_workers = 1, .queue_capacity = 1});
+  pool.pause();
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);
+  Task<int> t;
+  std::thread submitter([&] { t = pool.submit([] { return 7; }, {.queue_timeout = 60s}); });
+  ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
+  pool.resume();
+  submitter.join();
+  EXPECT_EQ(t.get(), 7);
+}
+
+// The pool closes while a submitter with a queue deadline waits for room:
+// the refusal decides (the handle says rejected, not expired) and the
+// task is counted once.
+TEST(PoolAdmission, AShutdownBeforeTheQueueDeadlineOfABlockedSubmitterRefusesIt) {
   Watchdog dog;
   Pool pool({.max_workers = 1, .queue_capacity = 1});
   pool.pause();
   ASSERT_EQ(pool.post([] {}), Admission::accepted);
   Task<void> refused;
-  std::thread submitter([&] { refused = pool.submit([] {}, {.queue_timeout = 5ms}); });
+  std::thread submitter([&] { refused = pool.submit([] {}, {.queue_timeout = 60s}); });
   ASSERT_TRUE(eventually([&] { return pool.stats().blocked_submitters == 1; }));
-  std::this_thread::sleep_for(30ms);  // past the queue deadline, still blocked
   (void)pool.shutdown(ShutdownMode::soft, 0s);
   submitter.join();
   EXPECT_EQ(refused.status(), TaskStatus::rejected);

@@ -204,7 +204,8 @@ struct ObservedFn {
 };
 
 // The cell content of a plain task admitted by the overload controller
-// (submitted from outside the pool while it is on): its enqueue time, and
+// (submitted from outside the pool while it is on): its enqueue time (0:
+// its wait is not timed), and
 // the admission ticket, returned when the cell is destroyed (run, shed or
 // dropped by a shutdown).
 template <class D>
@@ -212,8 +213,9 @@ struct AdmittedFn {
   OverloadControl* ticket;
   std::int64_t enqueued_ns;
   D fn;
-  AdmittedFn(OverloadControl* t, std::int64_t enqueued, D&& f)
-      : ticket(t), enqueued_ns(enqueued), fn(std::move(f)) {}
+  template <class G>
+  AdmittedFn(OverloadControl* t, std::int64_t enqueued, G&& f)
+      : ticket(t), enqueued_ns(enqueued), fn(std::forward<G>(f)) {}
   AdmittedFn(AdmittedFn&& o) noexcept(std::is_nothrow_move_constructible_v<D>)
       : ticket(std::exchange(o.ticket, nullptr)), enqueued_ns(o.enqueued_ns), fn(std::move(o.fn)) {}
   AdmittedFn(const AdmittedFn&) = delete;
@@ -340,6 +342,13 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Whether an admitted task state popped at its start is to be shed
   // (CoDel); if so it is shed (counted, its callable told and destroyed).
   bool shed_at_start(TaskStateBase* s) noexcept;
+  // Sheds (reason priority) the newest admitted task queued newest first
+  // at a level below `level`, for a submission at `level` past the limit;
+  // its ticket goes back. False if there was none.
+  bool displace_below(std::size_t level) noexcept;
+  // The same for an admitted plain task (AdmittedFn), enqueued at
+  // `enqueued_ns` (0: untimed); counted as shed by the caller.
+  bool shed_admitted(std::int64_t enqueued_ns) noexcept;
   // Counts an outcome decided on this thread (a worker's own counters, or
   // the shared ones on any other thread). In src/engine/worker.cpp.
   void count_outcome(TaskStatus outcome) noexcept;
@@ -367,7 +376,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
   void emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept;
   // A task past its queue deadline that was to run on the submitting
-  // thread (Route::run_here): ends it expired, reports it, and drops the
+  // thread (Route::run_here, also when it waited for room past its
+  // deadline): ends it expired, reports it, and drops the
   // reference its cell would have held.
   void expire_unqueued(TaskStateBase* s) noexcept;
   // ~Pool is done with the core (abandoned threads may still co-own it);
@@ -412,6 +422,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   friend class WorkerLoop;
   friend class WorkerRegistry;
 
+  // CoDel's answer for an admitted task starting now, enqueued at
+  // `enqueued_ns` (0: untimed, never shed); counts the start either way.
+  bool codel_sheds(std::int64_t enqueued_ns) noexcept;
+
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   // How many forks this process descends from when the pool was created
   // (inherited_by_fork), and whether ~Pool is done with the core (it may
@@ -444,8 +458,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // one wake-up per worker.
   IdleCounts idle_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
-  std::atomic<std::uint64_t> refused_{0};     // refused at submission
-  std::atomic<std::uint64_t> ran_inline_{0};  // accepted and run on the submitting thread
+  std::atomic<std::uint64_t> refused_{0};  // refused at submission
+  // Accepted and settled on the submitting thread: run there, or expired
+  // while it waited for room (Submission::route_full).
+  std::atomic<std::uint64_t> ran_inline_{0};
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;
   InlineRunner inline_{*this};

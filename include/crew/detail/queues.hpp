@@ -14,6 +14,7 @@
 // queue's priority levels to the worker-local queues (local_queue.hpp).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/local_queue.hpp"
+#include "crew/detail/newest_first.hpp"
 #include "crew/detail/ring.hpp"
 #include "crew/detail/spill_queue.hpp"
 
@@ -212,6 +214,8 @@ struct PopState {
   // Cells the last batch pop moved into the local queue (see pop_batch);
   // the consumer reads and clears it (PoolCore::after_batch).
   std::uint32_t moved = 0;
+  // Pops while a level had newest-first cells (see pop_level).
+  std::uint32_t standing = 0;
 };
 
 // The pool's queues: the shared queue, one TaskQueue per priority level (one
@@ -235,14 +239,26 @@ struct PopState {
 // consumers x aging in all); aging counts service, not time, so it needs no
 // clock reads. Pools with priority levels submit every task to the shared
 // queue, local queues are for single-level pools.
+//
+// Newest first: a pool with the overload controller has, per level, a
+// stack (newest_first.hpp) beside the FIFO rings, where admitted tasks go
+// while the controller reports a standing queue (try_push_newest). A
+// level with cells there gives its newest first, except every other pop,
+// which takes the ring's oldest: what queued before the standing queue
+// still drains (CoDel sheds what waited too long), and holds no admission
+// ticket forever. A pool without the controller has no stacks and pays
+// one predictable branch per pop of the shared queue.
 class Queues {
  public:
   static constexpr std::uint32_t kSharedFirst = 61;
 
-  Queues(std::size_t capacity, std::size_t shards, std::size_t levels, std::uint32_t aging)
+  Queues(std::size_t capacity, std::size_t shards, std::size_t levels, std::uint32_t aging,
+         bool newest_first = false)
       : aging_(aging) {
     for (std::size_t i = 0; i < levels; ++i) {
       levels_.push_back(std::make_unique<TaskQueue>(capacity, shards));
+      if (newest_first)
+        newest_.push_back(std::make_unique<NewestFirst>(std::min(capacity, TaskQueue::kMaxRing)));
     }
   }
   Queues(const Queues&) = delete;
@@ -254,6 +270,24 @@ class Queues {
   template <class Fill>
   bool try_push(Fill&& fill, std::size_t level) noexcept {
     return levels_[level]->try_push(fill);
+  }
+  // To the newest-first stack of `level` (a pool with the overload
+  // controller only); false when it is full.
+  template <class Fill>
+  bool try_push_newest(Fill&& fill, std::size_t level) noexcept {
+    if (!newest_[level]->try_push(fill)) return false;
+    standing_cells_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  // Moves the newest cell of the lowest level below `level` that has
+  // newest-first cells into `out`: a cell a higher priority displaces. The
+  // level it came from, or `level` if none had one.
+  std::size_t take_newest_below(std::size_t level, Cell& out) noexcept {
+    if (newest_.empty() || standing_cells_.load(std::memory_order_relaxed) == 0) return level;
+    for (std::size_t l = 0; l < level; ++l) {
+      if (pop_newest(l, out)) return l;
+    }
+    return level;
   }
   // Owner of slot `local` only.
   template <class Fill>
@@ -269,8 +303,11 @@ class Queues {
       // than any in the shared queue.
       if (++st.ticks % kSharedFirst == 0 && mine.moved() == 0 && pop_shared(out, st)) return true;
       if (mine.try_pop(out)) return true;
-      if (levels_.size() == 1) [[likely]]
+      if (levels_.size() == 1) [[likely]] {
+        if (standing()) [[unlikely]]
+          return pop_level(0, out, st) || locals_.try_steal(out, st.hint, st.local);
         return pop_batch(out, st, mine) || locals_.try_steal(out, st.hint, st.local);
+      }
     }
     return pop_shared(out, st) || locals_.try_steal(out, st.hint, st.local);
   }
@@ -291,29 +328,53 @@ class Queues {
   [[nodiscard]] std::size_t size() const noexcept { return shared_size() + locals_.size(); }
   [[nodiscard]] std::size_t shared_size() const noexcept {
     std::size_t n = 0;
-    for (const auto& q : levels_) n += q->size();
+    for (std::size_t l = 0; l < levels_.size(); ++l) n += level_size(l);
     return n;
   }
   [[nodiscard]] bool empty() const noexcept {
-    for (const auto& q : levels_) {
-      if (!q->empty()) return false;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      if (!level_empty(l)) return false;
     }
     return locals_.empty();
   }
   [[nodiscard]] std::size_t level_size(std::size_t level) const noexcept {
-    return levels_[level]->size();
+    return levels_[level]->size() + (newest_.empty() ? 0 : newest_[level]->size());
   }
   [[nodiscard]] std::uint64_t pushed() const noexcept {
     std::uint64_t n = locals_.pushed();
     for (const auto& q : levels_) n += q->pushed();
+    for (const auto& q : newest_) n += q->pushed();
     return n;
   }
 
  private:
   bool pop_shared(Cell& out, PopState& st) noexcept {
-    if (levels_.size() == 1) [[likely]]
+    if (levels_.size() == 1) [[likely]] {
+      if (standing()) [[unlikely]]
+        return pop_level(0, out, st);
       return levels_[0]->try_pop(out, st.hint);
+    }
     return pop_prioritized(out, st);
+  }
+
+  // Whether any level has newest-first cells (never without the controller).
+  [[nodiscard]] bool standing() const noexcept {
+    return !newest_.empty() && standing_cells_.load(std::memory_order_relaxed) != 0;
+  }
+  bool pop_newest(std::size_t level, Cell& out) noexcept {
+    if (!newest_[level]->try_pop(out)) return false;
+    standing_cells_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
+  // One level's pop: its newest-first cell when it has one, except every
+  // other such pop takes the ring's oldest first (see the class comment).
+  bool pop_level(std::size_t level, Cell& out, PopState& st) noexcept {
+    if (!standing() || newest_[level]->size() == 0) return levels_[level]->try_pop(out, st.hint);
+    if (++st.standing % 2 == 0 && levels_[level]->try_pop(out, st.hint)) return true;
+    return pop_newest(level, out) || levels_[level]->try_pop(out, st.hint);
+  }
+  [[nodiscard]] bool level_empty(std::size_t level) const noexcept {
+    return levels_[level]->empty() && (newest_.empty() || newest_[level]->size() == 0);
   }
 
   // A worker whose local queue is empty takes from the shared queue a
@@ -340,7 +401,7 @@ class Queues {
     const std::size_t n = levels_.size();
     std::size_t top = n;
     for (std::size_t l = n; l-- > 0;) {
-      if (!levels_[l]->empty()) {
+      if (!level_empty(l)) {
         top = l;
         break;
       }
@@ -348,16 +409,16 @@ class Queues {
     if (top == n) return false;
     // A waiting lower level whose turn has come (the lowest first).
     for (std::size_t l = 0; l < top; ++l) {
-      if (st.passed_over[l] >= aging_ && levels_[l]->try_pop(out, st.hint)) {
+      if (st.passed_over[l] >= aging_ && pop_level(l, out, st)) {
         st.passed_over[l] = 0;
         return true;
       }
     }
     for (std::size_t l = top + 1; l-- > 0;) {
-      if (levels_[l]->try_pop(out, st.hint)) {
+      if (pop_level(l, out, st)) {
         st.passed_over[l] = 0;
         for (std::size_t lower = 0; lower < l; ++lower) {
-          st.passed_over[lower] = levels_[lower]->empty() ? 0 : st.passed_over[lower] + 1;
+          st.passed_over[lower] = level_empty(lower) ? 0 : st.passed_over[lower] + 1;
         }
         return true;
       }
@@ -370,6 +431,11 @@ class Queues {
   std::vector<std::unique_ptr<TaskQueue>> levels_;
   const std::uint32_t aging_;
   LocalQueues locals_;
+  // Per level, with the overload controller only (else empty).
+  std::vector<std::unique_ptr<NewestFirst>> newest_;
+  // Cells in all of newest_: written by their pushes and pops only, so a
+  // pool that is not overloaded only ever reads it.
+  alignas(kCacheLine) std::atomic<std::size_t> standing_cells_{0};
 };
 
 }  // namespace crew::detail

@@ -250,7 +250,9 @@ class Submission {
 
   // A plain task submitted from outside the pool while the overload
   // controller is on: a ticket first (or a refusal, before anything is
-  // built), then a cell with its enqueue time that owns the ticket.
+  // built), then a cell with its enqueue time (0 when its wait is not
+  // timed) that owns the ticket; built in its slot when it fits, as
+  // post_plain does.
   template <class F>
   Admission post_admitted(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
@@ -259,28 +261,48 @@ class Submission {
       (void)refuse(Admission::closed, why);
       return why;
     }
-    const OverloadReason r = c_.overload_->admit(0);
-    if (r != OverloadReason::none) {
+    OverloadControl* ctl = c_.overload_.get();
+    if (!admit_or_displace(level, 0)) {
       (void)refuse(Admission::overloaded, why);
       return why;
     }
-    Cell tmp;
-    try {
-      tmp.emplace(AdmittedFn<D>{c_.overload_.get(), now_ns(), D(std::forward<F>(f))});
-    } catch (...) {
-      c_.overload_->release();
-      throw;
-    }
-    auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-    switch (route(fill, level, may_block, why)) {
-      case Route::queued:
-        return Admission::accepted;
-      case Route::run_here:
-        (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
-        return Admission::accepted;
-      case Route::refused:
-        tmp.destroy();  // returns the ticket
-        break;
+    const std::int64_t enqueued = ctl->time_this() ? now_ns() : 0;
+    if constexpr (Cell::fits_inline<AdmittedFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
+      auto fill = [&](Cell& c) noexcept {
+        c.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
+      };
+      switch (route_admitted(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here: {
+          const TicketReturn ticket(ctl);
+          D local(std::forward<F>(f));
+          c_.inline_runner().run_admitted(enqueued, &call_plain<D>, &local);
+          return Admission::accepted;
+        }
+        case Route::refused:
+          ctl->release();
+          return why;
+      }
+    } else {
+      Cell tmp;
+      try {
+        tmp.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
+      } catch (...) {
+        ctl->release();
+        throw;
+      }
+      auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
+      switch (route_admitted(fill, level, may_block, why)) {
+        case Route::queued:
+          return Admission::accepted;
+        case Route::run_here:
+          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
+          return Admission::accepted;
+        case Route::refused:
+          tmp.destroy();  // returns the ticket
+          break;
+      }
     }
     return why;
   }
@@ -311,9 +333,11 @@ class Submission {
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     const bool ticket = c_.admits_here();
-    // The enqueue time: for task observers, the overload controller, and
-    // a handle that shows its queue wait and run time (time_tasks).
-    if (c_.timed_ || ticket || (c_.time_handles_ && !s->detached)) [[unlikely]]
+    // The enqueue time: for task observers, the overload controller (when
+    // it times this task's wait), and a handle that shows its queue wait
+    // and run time (time_tasks).
+    if (c_.timed_ || (ticket && c_.overload_->time_this()) || (c_.time_handles_ && !s->detached))
+        [[unlikely]]
       s->clock.set_enqueued(now_ns());
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
@@ -335,16 +359,16 @@ class Submission {
     Admission why = Admission::accepted;
     Route routed;
     if (ticket && !c_.life_.closed()) [[unlikely]] {
-      const OverloadReason r = c_.overload_->admit(s->queue_timeout_left_ns());
-      if (r != OverloadReason::none) {
+      OverloadReason r = OverloadReason::none;
+      if (!admit_or_displace(s->level(), s->queue_timeout_left_ns(), &r)) {
         s->set_overload_reason(r);
         routed = refuse(Admission::overloaded, why);
       } else {
-        routed = route(fill, s->level(), may_block, why);
+        routed = route_admitted(fill, s->level(), may_block, why, s->queue_deadline());
         if (routed != Route::queued) c_.overload_->release();
       }
     } else {
-      routed = route(fill, s->level(), may_block, why);
+      routed = route(fill, s->level(), may_block, why, s->queue_deadline());
     }
     switch (routed) {
       case Route::queued:
@@ -356,7 +380,7 @@ class Submission {
         if (deadline && s->end_admission()) [[unlikely]]
           (void)s->expire();
         return Admission::accepted;
-      case Route::run_here:
+      case Route::run_here:  // or its queue deadline passed while it waited for room
         c_.disarm_queue_deadline(s);
         if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
           c_.expire_unqueued(s);  // drops the cell's reference
@@ -392,14 +416,53 @@ class Submission {
     }
   }
 
+  // An admission ticket for a submission at `level` from outside the pool:
+  // past the limit, a level above 0 displaces the newest task a lower
+  // level queued newest first (PoolCore::displace_below) and takes its
+  // ticket. False (and why, in `reason`) if refused.
+  bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
+                         OverloadReason* reason = nullptr) noexcept {
+    OverloadControl& ctl = *c_.overload_;
+    const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
+    if (r == OverloadReason::none) [[likely]]
+      return true;
+    if (r == OverloadReason::limit && level > 0) {
+      if (c_.displace_below(level)) {
+        ctl.admit_displacing();
+        return true;
+      }
+      ctl.note_refused_early();
+    }
+    if (reason != nullptr) *reason = r;
+    return false;
+  }
+
+  // route() for an admitted task: while the controller reports a standing
+  // queue, to its level's newest-first stack when that has room.
   template <class Fill>
-  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why) {
+  Route route_admitted(Fill& fill, std::size_t level, bool may_block, Admission& why,
+                       std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
+    if (c_.overload_->standing() && !c_.life_.closed()) [[unlikely]] {
+      if (c_.queue_.try_push_newest(fill, level)) {
+        c_.after_push();
+        return Route::queued;
+      }
+    }
+    return route(fill, level, may_block, why, give_up);
+  }
+
+  // `give_up`: the task's queue deadline, past which a blocked submission
+  // stops waiting for room: Route::run_here, where the caller finds the
+  // deadline passed and ends the task expired.
+  template <class Fill>
+  Route route(Fill& fill, std::size_t level, bool may_block, Admission& why,
+              std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
     if (c_.life_.closed()) [[unlikely]] {
       return refuse(Admission::closed, why);
     }
     if (try_queue(fill, level)) [[likely]]
       return Route::queued;
-    return route_full(fill_ref(fill), level, may_block, why);
+    return route_full(fill_ref(fill), level, may_block, why, give_up);
   }
 
   // Pushes without blocking, then wakes a worker if none spins (after_push).
@@ -436,10 +499,12 @@ class Submission {
   static FillRef fill_ref(Fill& f) noexcept {
     return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
   }
-  // The shared queue of `level` is full (src/engine/pool_core.cpp): runs
+  // The shared queue of `level` is full (src/engine/submission.cpp): runs
   // the task here (a worker of this pool, or caller_runs), refuses it, or
-  // blocks the caller until the level drains (BlockedSubmitters).
-  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why);
+  // blocks the caller until the level drains (BlockedSubmitters), at most
+  // until `give_up` (then Route::run_here, the deadline passed).
+  Route route_full(FillRef fill, std::size_t level, bool may_block, Admission& why,
+                   std::chrono::steady_clock::time_point give_up);
 
   template <class G>
   void run_plain_here(G&& g) noexcept {

@@ -27,8 +27,12 @@ class SubmitApi {
   // Fire-and-forget. If the queue is full and the overflow policy is block,
   // waits until the task's priority level has drained to half its capacity
   // or a shutdown starts (never when called from a task of this pool: the
-  // task then runs inline). Returns accepted, or why the task was refused;
-  // a refused task is counted as rejected.
+  // task then runs inline). With a TaskOptions::queue_timeout it waits no
+  // longer than that deadline (within a millisecond): the task then ends
+  // as one that waited that long in the queue would, rejected with
+  // Errc::expired (counted in outcomes.rejected), without being queued,
+  // and the call returns accepted. Returns accepted, or why the task was refused; a
+  // refused task is counted as rejected.
   template <class F>
     requires(is_task_v<std::decay_t<F>>)
   [[nodiscard]] Admission post(F&& f) {

@@ -351,6 +351,9 @@ class TaskStateBase : public TaskWord {
   [[nodiscard]] bool has_queue_deadline() const noexcept {
     return extras_ && extras_->queue_deadline != kNoDeadline;
   }
+  [[nodiscard]] std::chrono::steady_clock::time_point queue_deadline() const noexcept {
+    return extras_ ? extras_->queue_deadline : kNoDeadline;
+  }
 
   // The data members are declared in this order so that they pack into
   // 56 bytes after the vtable pointer: the status word first (the runner's
