@@ -93,14 +93,20 @@ void log_pool_report(spdlog::logger& log, const crew::Pool& pool, const crew::Sh
       d.cancelled, d.timed_out, d.rejected);
 }
 
-// `max_limit`: the limit's ceiling, 0 for crew's default (queue capacity
-// x priority levels + workers).
-crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t max_limit = 0) {
+// For a pool of `workers`; `max_limit`: the limit's ceiling, 0 for crew's
+// default (queue capacity x priority levels + workers).
+crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t workers,
+                                       std::size_t max_limit = 0) {
+  using Signal = Config::Overload::RunTimeSignal;
+  const bool run_time = o.adaptive_limit &&
+                        (o.run_time_signal == Signal::on ||
+                         (o.run_time_signal == Signal::automatic && workers > crew::usable_cpus()));
   return {.enabled = o.enabled,
           .target = o.target,
           .interval = o.interval,
           .adaptive_limit = o.adaptive_limit,
-          .max_limit = max_limit};
+          .max_limit = max_limit,
+          .run_time_signal = run_time};
 }
 
 // jobs.worker_nice: the on_worker_start hook of pool jobs, run by each
@@ -169,38 +175,39 @@ int run(const Config& config) {
 
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
-  crew::Pool compute(
-      {.name = "compute",
-       .max_workers = config.compute.workers != 0 ? config.compute.workers : crew::usable_cpus(),
-       .queue_capacity = config.compute.queue,
-       .overflow = crew::Overflow::reject,
-       .shutdown_mode = config.shutdown.mode,
-       .shutdown_timeout = config.shutdown.timeout,
-       .observers = compute_observers,
-       .logger = crew_log,
-       .spin = config.compute.spin,
-       .spin_when_contended = config.compute.spin_when_contended,
-       .worker_policy = config.compute.worker_policy,
-       .overload = overload_options(config.compute.overload)});
+  const std::size_t compute_workers =
+      config.compute.workers != 0 ? config.compute.workers : crew::usable_cpus();
+  crew::Pool compute({.name = "compute",
+                      .max_workers = compute_workers,
+                      .queue_capacity = config.compute.queue,
+                      .overflow = crew::Overflow::reject,
+                      .shutdown_mode = config.shutdown.mode,
+                      .shutdown_timeout = config.shutdown.timeout,
+                      .observers = compute_observers,
+                      .logger = crew_log,
+                      .spin = config.compute.spin,
+                      .spin_when_contended = config.compute.spin_when_contended,
+                      .worker_policy = config.compute.worker_policy,
+                      .overload = overload_options(config.compute.overload, compute_workers)});
   // jobs.workers threads, all started with the pool: sleep and call jobs
   // wait without one, so the count is for the jobs that compute or block.
-  crew::Pool jobs(
-      {.name = "jobs",
-       .min_workers = config.jobs.workers,
-       .max_workers = config.jobs.workers,
-       .queue_capacity = config.jobs.queue,    // per priority level
-       .priority_levels = kJobPriorityLevels,  // X-Priority: low, normal, high
-       .overflow = crew::Overflow::reject,
-       .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
-       .shutdown_mode = config.shutdown.mode,
-       .shutdown_timeout = config.shutdown.timeout,
-       .on_worker_start = lower_worker_priority(config.jobs.worker_nice, log),
-       .observers = jobs_observers,
-       .logger = crew_log,
-       // One level's queue plus the workers: the priorities order
-       // the admitted jobs, they do not admit three times as many.
-       .overload = overload_options(config.jobs.overload, config.jobs.queue + config.jobs.workers),
-       .time_tasks = true});  // a job's answer has its queue wait and run time
+  crew::Pool jobs({.name = "jobs",
+                   .min_workers = config.jobs.workers,
+                   .max_workers = config.jobs.workers,
+                   .queue_capacity = config.jobs.queue,    // per priority level
+                   .priority_levels = kJobPriorityLevels,  // X-Priority: low, normal, high
+                   .overflow = crew::Overflow::reject,
+                   .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
+                   .shutdown_mode = config.shutdown.mode,
+                   .shutdown_timeout = config.shutdown.timeout,
+                   .on_worker_start = lower_worker_priority(config.jobs.worker_nice, log),
+                   .observers = jobs_observers,
+                   .logger = crew_log,
+                   // One level's queue plus the workers: the priorities order
+                   // the admitted jobs, they do not admit three times as many.
+                   .overload = overload_options(config.jobs.overload, config.jobs.workers,
+                                                config.jobs.queue + config.jobs.workers),
+                   .time_tasks = true});  // a job's answer has its queue wait and run time
   // The console's sampler reads the pools: it stops before they are destroyed.
   struct StopConsole {
     ui::Console* console;

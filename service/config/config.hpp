@@ -72,6 +72,12 @@ struct Config {
     Millis interval{
         100};  // how often the limit moves; how long a standing queue lasts before shedding
     bool adaptive_limit = true;  // false: CoDel's drop alone
+    // The run-time signal (crew::OverloadOptions::run_time_signal): the
+    // limit also follows the tasks' run time, for a pool with more workers
+    // than CPUs, whose queue hides in the OS run queue. automatic: on when
+    // the pool has more workers than usable CPUs. Needs adaptive_limit.
+    enum class RunTimeSignal : std::uint8_t { automatic, on, off };
+    RunTimeSignal run_time_signal = RunTimeSignal::automatic;
   };
 
   // GET /api/v1/factorial/{n}: short tasks.

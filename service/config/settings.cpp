@@ -155,7 +155,7 @@ Setting text(std::string key, std::string help, std::string& (*get)(Config&),
                  }};
 }
 
-// The four overload settings of the pool `Pool` (Config::compute or
+// The overload settings of the pool `Pool` (Config::compute or
 // Config::jobs), named "<pool>.overload*"; `what` names its requests.
 template <auto Pool>
 void push_overload_settings(std::vector<Setting>& s, const std::string& pool,
@@ -179,6 +179,15 @@ void push_overload_settings(std::vector<Setting>& s, const std::string& pool,
       pool + ".overload_adaptive_limit",
       "the adaptive limit of pool " + pool + " (false: CoDel's drop alone)",
       +[](Config& c) -> bool& { return (c.*Pool).overload.adaptive_limit; }));
+  using Signal = Config::Overload::RunTimeSignal;
+  s.push_back(choice<Signal>(
+      pool + ".overload_run_time_signal",
+      "the limit of pool " + pool +
+          " also follows the run time of its tasks, for more workers than CPUs (auto: on when "
+          "the pool has more workers than usable CPUs; needs " +
+          pool + ".overload_adaptive_limit)",
+      +[](Config& c) -> Signal& { return (c.*Pool).overload.run_time_signal; },
+      {{"auto", Signal::automatic}, {"true", Signal::on}, {"false", Signal::off}}));
 }
 
 constexpr Removed kRemoved[] = {

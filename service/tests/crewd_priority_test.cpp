@@ -78,8 +78,8 @@ TEST(CrewdJobHeaders, BadValuesAre400NamingTheHeaderBeforeTheBodyIsSent) {
 }
 
 // One worker busy with a 1 s job, three low jobs queued, then a high
-// one: the high one runs first. Each job spins 100 ms, so the high one
-// ends at least 100 ms before any low one; the ends are compared as the
+// one: the high one runs first. Each job spins 300 ms, so the high one
+// ends at least 300 ms before any low one; the ends are compared as the
 // client's send time plus crewd's total_ms (the arrival to the answer),
 // which is off by the send's delay only. The controller is off so that no
 // job is shed meanwhile.
@@ -97,12 +97,12 @@ TEST(CrewdJobHeaders, AHighPriorityJobRunsBeforeQueuedLowOnes) {
   std::vector<Exchange> low(3);
   for (std::size_t i = 0; i < low.size(); ++i) {
     clients.emplace_back([port, &ex = low[i]] {
-      ex = post_job(port, R"({"kind":"spin","ms":100,"name":"low"})", "X-Priority: low\r\n");
+      ex = post_job(port, R"({"kind":"spin","ms":300,"name":"low"})", "X-Priority: low\r\n");
     });
   }
   ASSERT_TRUE(wait_for_jobs(port, 1, 3)) << crewd.log();
   const Exchange high =
-      post_job(port, R"({"kind":"spin","ms":100,"name":"high"})", "X-Priority: high\r\n");
+      post_job(port, R"({"kind":"spin","ms":300,"name":"high"})", "X-Priority: high\r\n");
   for (auto& t : clients) t.join();
   clients.clear();
   const auto end = [](const Exchange& ex) {
