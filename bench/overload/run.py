@@ -437,9 +437,17 @@ def plot_series(path, raw, workloads, variants, scenarios):
         axes[1][col].set_yscale("log")
         axes[1][col].set_title(f"{w} {sc}: p99 per second (ms)")
         for ax in axes[:, col]:
-            ax.set_xlabel("s")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+            per_second_axis(ax)
+    save_figure(fig, path)
+
+
+def per_second_axis(ax):
+    ax.set_xlabel("s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save_figure(fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     print(f"plot: {path}")
@@ -469,12 +477,8 @@ def plot_limit(path, raw, workloads, variant="controller"):
                     marker=".", label=label)
         ax.set_yscale("log")
         ax.set_title(f"{w}: admission limit of pool jobs ({variant})")
-        ax.set_xlabel("s")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    print(f"plot: {path}")
+        per_second_axis(ax)
+    save_figure(fig, path)
 
 
 def plots(path, results, raw, mus, workloads, variants, loads, scenarios):
@@ -581,6 +585,14 @@ def main():
 
     results, raw = {}, []
     started = time.time()
+
+    def save():  # after every run: an interrupted run can still be retabled
+        with open(os.path.join(args.out, "runs.json"), "w") as f:
+            json.dump({"mu": mus, "rounds": args.rounds, "duration": args.duration,
+                       "minutes": (time.time() - started) / 60, "load_avg_end": os.getloadavg(),
+                       "ramps": {w: r["per_second"] for w, r in ramps.items()},
+                       "runs": raw}, f, indent=1)
+
     for rnd in range(args.rounds):
         for w, label, phases, window in plan:
             for name, _, flags in variants:
@@ -605,17 +617,13 @@ def main():
                             "variant": name, "digest": d,
                             "per_second": summary.get("per_second"),
                             "metrics": summary.get("metrics")})
+                save()
     text = table(results, mus)
     print()
     print(text)
-    load = os.getloadavg()
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "runs.json"), "w") as f:
-        json.dump({"mu": mus, "rounds": args.rounds, "duration": args.duration,
-                   "minutes": (time.time() - started) / 60, "load_avg_end": load,
-                   "ramps": {w: r["per_second"] for w, r in ramps.items()},
-                   "runs": raw}, f, indent=1)
+    save()
     if args.plot:
         plots(args.plot, results, raw, mus, workloads, [v[0] for v in variants], loads, scenarios)
 
