@@ -9,7 +9,12 @@
 // owns the lifecycle: the listening socket is its resource (a port in use
 // fails start-up, exit 3), SIGTERM halts it, and the main function below
 // stops serving in the order docs/crewd.md ("Lifecycle") describes.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <crew/application.hpp>
@@ -17,6 +22,8 @@
 #include <crew/usable_cpus.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -27,6 +34,7 @@
 #include "config/config.hpp"
 #include "http/routes.hpp"
 #include "http/server.hpp"
+#include "jobs/jobs.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
 #include "metrics/process_metrics.hpp"
@@ -85,14 +93,45 @@ void log_pool_report(spdlog::logger& log, const crew::Pool& pool, const crew::Sh
       d.cancelled, d.timed_out, d.rejected);
 }
 
-// Sleeps until `deadline` or until `stop` is requested.
-crew::OverloadOptions overload_options(const Config::Overload& o) {
+// For a pool of `workers`; `max_limit`: the limit's ceiling, 0 for crew's
+// default (queue capacity x priority levels + workers).
+crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t workers,
+                                       std::size_t max_limit = 0) {
+  using Signal = Config::Overload::RunTimeSignal;
+  const bool run_time = o.adaptive_limit &&
+                        (o.run_time_signal == Signal::on ||
+                         (o.run_time_signal == Signal::automatic && workers > crew::usable_cpus()));
   return {.enabled = o.enabled,
           .target = o.target,
           .interval = o.interval,
-          .adaptive_limit = o.adaptive_limit};
+          .adaptive_limit = o.adaptive_limit,
+          .max_limit = max_limit,
+          .run_time_signal = run_time};
 }
 
+// jobs.worker_nice: the on_worker_start hook of pool jobs, run by each
+// worker on its own thread as it starts. It sets the worker's nice to
+// `steps` above crewd's (`base`, read by main's thread before the pool
+// starts: a worker started later by another thread inherits that thread's
+// nice, so the value is set, not added), at most 19. Raising one's own nice
+// needs no privilege; a refusal is logged once and the worker runs as is.
+std::function<void(std::uint64_t)> lower_worker_priority(
+    unsigned steps, const std::shared_ptr<spdlog::logger>& log) {
+  if (steps == 0) return {};
+  errno = 0;
+  const int base = ::getpriority(PRIO_PROCESS, 0);  // the calling thread's on Linux
+  const int nice = std::min(19, (errno != 0 ? 0 : base) + static_cast<int>(steps));
+  auto warned = std::make_shared<std::atomic<bool>>(false);
+  return [nice, log, warned](std::uint64_t) {
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0 &&
+        !warned->exchange(true)) {
+      log->warn("jobs.worker_nice: cannot set a jobs worker's nice to {}: {}", nice,
+                std::strerror(errno));
+    }
+  };
+}
+
+// Sleeps until `deadline` or until `stop` is requested.
 void sleep_until(Clock::time_point deadline, const std::stop_token& stop) {
   std::mutex mu;
   std::condition_variable_any cv;
@@ -136,32 +175,38 @@ int run(const Config& config) {
 
   // Work pools refuse when full (the client gets 503 at once) and stop in
   // the configured mode.
-  crew::Pool compute(
-      {.name = "compute",
-       .max_workers = config.compute.workers != 0 ? config.compute.workers : crew::usable_cpus(),
-       .queue_capacity = config.compute.queue,
-       .overflow = crew::Overflow::reject,
-       .shutdown_mode = config.shutdown.mode,
-       .shutdown_timeout = config.shutdown.timeout,
-       .observers = compute_observers,
-       .logger = crew_log,
-       .spin = config.compute.spin,
-       .spin_when_contended = config.compute.spin_when_contended,
-       .worker_policy = config.compute.worker_policy,
-       .overload = overload_options(config.compute.overload)});
+  const std::size_t compute_workers =
+      config.compute.workers != 0 ? config.compute.workers : crew::usable_cpus();
+  crew::Pool compute({.name = "compute",
+                      .max_workers = compute_workers,
+                      .queue_capacity = config.compute.queue,
+                      .overflow = crew::Overflow::reject,
+                      .shutdown_mode = config.shutdown.mode,
+                      .shutdown_timeout = config.shutdown.timeout,
+                      .observers = compute_observers,
+                      .logger = crew_log,
+                      .spin = config.compute.spin,
+                      .spin_when_contended = config.compute.spin_when_contended,
+                      .worker_policy = config.compute.worker_policy,
+                      .overload = overload_options(config.compute.overload, compute_workers)});
   // jobs.workers threads, all started with the pool: sleep and call jobs
   // wait without one, so the count is for the jobs that compute or block.
   crew::Pool jobs({.name = "jobs",
                    .min_workers = config.jobs.workers,
                    .max_workers = config.jobs.workers,
-                   .queue_capacity = config.jobs.queue,
+                   .queue_capacity = config.jobs.queue,    // per priority level
+                   .priority_levels = kJobPriorityLevels,  // X-Priority: low, normal, high
                    .overflow = crew::Overflow::reject,
                    .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
                    .shutdown_mode = config.shutdown.mode,
                    .shutdown_timeout = config.shutdown.timeout,
+                   .on_worker_start = lower_worker_priority(config.jobs.worker_nice, log),
                    .observers = jobs_observers,
                    .logger = crew_log,
-                   .overload = overload_options(config.jobs.overload),
+                   // One level's queue plus the workers: the priorities order
+                   // the admitted jobs, they do not admit three times as many.
+                   .overload = overload_options(config.jobs.overload, config.jobs.workers,
+                                                config.jobs.queue + config.jobs.workers),
                    .time_tasks = true});  // a job's answer has its queue wait and run time
   // The console's sampler reads the pools: it stops before they are destroyed.
   struct StopConsole {

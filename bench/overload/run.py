@@ -53,16 +53,23 @@ class Workload:
 
 
 JOB_TIMEOUT_MS = 1000
+# W2 and W4's bound on concurrency. Their sleep jobs are coroutine tasks that
+# hold no worker while they sleep, so jobs.workers no longer bounds them;
+# jobs.max_in_flight does (16 / 20 ms = 800/s), refusing the 17th from the
+# request's head (503, reason max_in_flight). The pool's overload controller
+# sees a sleep job only until its first suspension (its ticket goes back when
+# the first step ends), so with these jobs it is this cap that limits.
+WAITING = ["--jobs-workers", "16", "--jobs-max-in-flight", "16"]
 WORKLOADS = {
     w.name: w for w in [
         Workload("W1", "CPU-bound: spin 2 ms, jobs.workers = 1",
                  {"kind": "spin", "ms": 2}, ["--jobs-workers", "1"], 50),
-        Workload("W2", "waiting: sleep 20 ms, jobs.workers = 16",
-                 {"kind": "sleep", "ms": 20}, ["--jobs-workers", "16"], 200),
+        Workload("W2", "waiting: sleep 20 ms, at most 16 in flight (jobs.max_in_flight)",
+                 {"kind": "sleep", "ms": 20}, WAITING, 200),
         Workload("W3", "hidden queue: spin 2 ms, jobs.workers = 64 on one CPU",
                  {"kind": "spin", "ms": 2}, ["--jobs-workers", "64"], 50),
-        Workload("W4", "capacity drops 4x mid-run: sleep 20 ms, then 80 ms, 16 workers",
-                 {"kind": "sleep", "ms": 20}, ["--jobs-workers", "16"], 200,
+        Workload("W4", "capacity drops 4x mid-run: sleep 20 ms, then 80 ms, 16 in flight",
+                 {"kind": "sleep", "ms": 20}, WAITING, 200,
                  job_after_drop={"kind": "sleep", "ms": 80}),
     ]
 }
@@ -97,7 +104,7 @@ VARIANTS = [
 
 # Reasons of a 503 decided at admission (from the request's head or at
 # submission), not after the request waited in the queue.
-ADMISSION_REASONS = {"limit", "deadline", "rejected at submission"}
+ADMISSION_REASONS = {"limit", "deadline", "max_in_flight", "rejected at submission"}
 
 # Scenarios: phases as (multiple of mu, seconds, job index: 0 the
 # workload's job, 1 its job after the drop), and the overload window
@@ -114,6 +121,13 @@ def scenario_phases(name, load, duration):
         half = duration / 2
         return [(load, half, 0), (load, half, 1)], None
     raise ValueError(name)
+
+
+def drop_of(label, phases, mu):
+    """W4's drop: (its second, the capacity after it: a quarter of mu), or None."""
+    if not label.startswith("drop"):
+        return None
+    return phases[0][1], mu / 4
 
 
 def label_phases(label, duration):
@@ -254,7 +268,18 @@ def recovery_s(summary, window, slo_ms):
     return None  # not within the run
 
 
-def digest(summary, seconds, window, slo_ms):
+def drop_recovery_s(summary, drop_at, new_mu):
+    """W4: seconds from the drop until two seconds in a row have goodput of
+    at least 0.9 of the capacity after it (new_mu)."""
+    secs = summary["per_second"]
+    start = int(drop_at)
+    for i in range(start, len(secs) - 1):
+        if all(s["goodput"] >= 0.9 * new_mu for s in secs[i:i + 2]):
+            return i - start
+    return None  # not within the run
+
+
+def digest(summary, seconds, window, slo_ms, drop=None):
     rej = summary["rejection_latency_ms"]
     queue = [m["queue"] for m in summary.get("metrics", []) if m["queue"] is not None]
     limit = [m["limit"] for m in summary.get("metrics", []) if m["limit"] is not None]
@@ -283,9 +308,12 @@ def digest(summary, seconds, window, slo_ms):
         "send_lag_p99_ms": summary["send_lag_ms"]["p99"],
         "queue_max": max(queue) if queue else None,
         "limit_last": limit[-1] if limit else None,
+        "limit_min": min(limit) if limit else None,
         "limit_cv": limit_cv,
         "admission_fraction": at_admission / total_rej if total_rej else None,
         "recovery_s": recovery_s(summary, window, slo_ms),
+        # W4 (drop = (second of the drop, capacity after it)).
+        "drop_recovery_s": drop_recovery_s(summary, *drop) if drop else None,
     }
 
 
@@ -305,7 +333,7 @@ def fmt(v, digits=1):
 def table(results, mus):
     head = ("| workload | scenario | variant | offered/s | goodput/s | goodput/mu | p50 ms "
             "| p99 ms | p99.9 ms | rejected | rejection p99 ms | by reason: count (p99) | queue max "
-            "| limit | limit CV | at admission | recovery s |")
+            "| limit (min) | limit CV | at admission | recovery s |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for key, runs in results.items():
         wname, scen, variant = key
@@ -326,9 +354,9 @@ def table(results, mus):
             f"| {fmt(m['goodput_per_s'], 0)} | {fmt(m['goodput_per_s'] / mus[wname], 2)} "
             f"| {fmt(m['p50_ms'])} | {fmt(m['p99_ms'])} | {fmt(m['p999_ms'])} "
             f"| {fmt(m['rejected'], 0)} | {fmt(m['rejection_p99_ms'], 2)} | {reason_text} "
-            f"| {fmt(m['queue_max'], 0)} | {fmt(m['limit_last'], 0)} "
+            f"| {fmt(m['queue_max'], 0)} | {fmt(m['limit_last'], 0)} ({fmt(m.get('limit_min'), 0)}) "
             f"| {fmt(m.get('limit_cv'), 2)} | {fmt(m.get('admission_fraction'), 2)} "
-            f"| {fmt(m['recovery_s'], 0)} |")
+            f"| {fmt(m['recovery_s'] if m['recovery_s'] is not None else m.get('drop_recovery_s'), 0)} |")
     return "\n".join(lines)
 
 
@@ -409,12 +437,55 @@ def plot_series(path, raw, workloads, variants, scenarios):
         axes[1][col].set_yscale("log")
         axes[1][col].set_title(f"{w} {sc}: p99 per second (ms)")
         for ax in axes[:, col]:
-            ax.set_xlabel("s")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
+            per_second_axis(ax)
+    save_figure(fig, path)
+
+
+def per_second_axis(ax):
+    ax.set_xlabel("s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save_figure(fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     print(f"plot: {path}")
+
+
+def plot_limit(path, raw, workloads, variant="controller"):
+    """The admission limit over time (the once-a-second /metrics samples,
+    median over the rounds) of `variant`'s runs: one panel per workload,
+    a line per scenario."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.6),
+                             squeeze=False)
+    for col, w in enumerate(workloads):
+        ax = axes[0][col]
+        labels = sorted({r["scenario"] for r in raw if r["workload"] == w})
+        for label in labels:
+            series = [[m["limit"] for m in (r.get("metrics") or []) if m["limit"] is not None]
+                      for r in raw if r["workload"] == w and r["scenario"] == label
+                      and r["variant"] == variant]
+            series = [x for x in series if x]
+            if not series:
+                continue
+            n = min(len(x) for x in series)
+            ax.plot(range(1, n + 1), [median([x[i] for x in series]) for i in range(n)],
+                    marker=".", label=label)
+        ax.set_yscale("log")
+        ax.set_title(f"{w}: admission limit of pool jobs ({variant})")
+        per_second_axis(ax)
+    save_figure(fig, path)
+
+
+def plots(path, results, raw, mus, workloads, variants, loads, scenarios):
+    if plot(path, results, mus, [w for w in workloads if w != "W4"], variants, loads):
+        plot_series(path.replace(".png", "-series.png"), raw, workloads, variants, scenarios)
+        if "controller" in variants:
+            plot_limit(path.replace(".png", "-limit.png"), raw, workloads)
 
 
 def retable(args, workloads, variants, loads, scenarios):
@@ -429,7 +500,7 @@ def retable(args, workloads, variants, loads, scenarios):
         summary["metrics"] = r["metrics"] or []
         phases, window = label_phases(r["scenario"], data["duration"])
         d = digest(summary, sum(ph[1] for ph in phases), window,
-                   WORKLOADS[r["workload"]].slo_ms)
+                   WORKLOADS[r["workload"]].slo_ms, drop_of(r["scenario"], phases, mus[r["workload"]]))
         d["load_avg"] = r["digest"].get("load_avg")
         r["digest"] = d
         results.setdefault((r["workload"], r["scenario"], r["variant"]), []).append(d)
@@ -438,9 +509,7 @@ def retable(args, workloads, variants, loads, scenarios):
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
     if args.plot:
-        if plot(args.plot, results, mus, [w for w in workloads if w != "W4"], variants, loads):
-            plot_series(args.plot.replace(".png", "-series.png"), data["runs"], workloads,
-                        variants, scenarios)
+        plots(args.plot, results, data["runs"], mus, workloads, variants, loads, scenarios)
 
 
 def main():
@@ -463,6 +532,10 @@ def main():
                    help="run loadgen without SCHED_FIFO (chrt -f 10)")
     p.add_argument("--limit-metric", default='crew_admission_limit{pool="jobs"}',
                    help="the gauge sampled as the admission limit (absent today)")
+    p.add_argument("--add-variant", action="append", nargs=2, default=[],
+                   metavar=("NAME", "FLAGS"),
+                   help="one more variant: crewd's flags as one string, e.g. --add-variant "
+                        "nice0 '--jobs-worker-nice 0' (name it in --variants too)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="build/bench-overload")
     p.add_argument("--plot", default="")
@@ -478,7 +551,8 @@ def main():
     workloads = args.workloads.split(",")
     loads = [float(x) for x in args.loads.split(",")]
     scenarios = args.scenarios.split(",")
-    variants = [v for v in VARIANTS if v[0] in args.variants.split(",")]
+    added = [(name, "added: " + flags, flags.split()) for name, flags in args.add_variant]
+    variants = [v for v in VARIANTS + added if v[0] in args.variants.split(",")]
     for name, what, flags in variants:
         if flags is None:
             print(f"variant {name} ({what}): not available in this crewd, skipped")
@@ -511,6 +585,14 @@ def main():
 
     results, raw = {}, []
     started = time.time()
+
+    def save():  # after every run: an interrupted run can still be retabled
+        with open(os.path.join(args.out, "runs.json"), "w") as f:
+            json.dump({"mu": mus, "rounds": args.rounds, "duration": args.duration,
+                       "minutes": (time.time() - started) / 60, "load_avg_end": os.getloadavg(),
+                       "ramps": {w: r["per_second"] for w, r in ramps.items()},
+                       "runs": raw}, f, indent=1)
+
     for rnd in range(args.rounds):
         for w, label, phases, window in plan:
             for name, _, flags in variants:
@@ -522,7 +604,8 @@ def main():
                     print(f"{tag}: crewd did not start: {summary['error']}")
                     d = summary
                 else:
-                    d = digest(summary, seconds, window, WORKLOADS[w].slo_ms)
+                    d = digest(summary, seconds, window, WORKLOADS[w].slo_ms,
+                               drop_of(label, phases, mus[w]))
                     d["load_avg"] = load_avg
                     print(f"{tag}: load {load_avg:.1f} offered {d['offered_per_s']:.0f}/s "
                           f"goodput {d['goodput_per_s']:.0f}/s p99 {d['p99_ms']:.1f} ms "
@@ -534,21 +617,15 @@ def main():
                             "variant": name, "digest": d,
                             "per_second": summary.get("per_second"),
                             "metrics": summary.get("metrics")})
+                save()
     text = table(results, mus)
     print()
     print(text)
-    load = os.getloadavg()
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "runs.json"), "w") as f:
-        json.dump({"mu": mus, "rounds": args.rounds, "duration": args.duration,
-                   "minutes": (time.time() - started) / 60, "load_avg_end": load,
-                   "ramps": {w: r["per_second"] for w, r in ramps.items()},
-                   "runs": raw}, f, indent=1)
+    save()
     if args.plot:
-        names = [v[0] for v in variants]
-        if plot(args.plot, results, mus, [w for w in workloads if w != "W4"], names, loads):
-            plot_series(args.plot.replace(".png", "-series.png"), raw, workloads, names, scenarios)
+        plots(args.plot, results, raw, mus, workloads, [v[0] for v in variants], loads, scenarios)
 
 
 if __name__ == "__main__":

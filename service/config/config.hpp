@@ -72,6 +72,12 @@ struct Config {
     Millis interval{
         100};  // how often the limit moves; how long a standing queue lasts before shedding
     bool adaptive_limit = true;  // false: CoDel's drop alone
+    // The run-time signal (crew::OverloadOptions::run_time_signal): the
+    // limit also follows the tasks' run time, for a pool with more workers
+    // than CPUs, whose queue hides in the OS run queue. automatic: on when
+    // the pool has more workers than usable CPUs. Needs adaptive_limit.
+    enum class RunTimeSignal : std::uint8_t { automatic, on, off };
+    RunTimeSignal run_time_signal = RunTimeSignal::automatic;
   };
 
   // GET /api/v1/factorial/{n}: short tasks.
@@ -108,6 +114,12 @@ struct Config {
     std::string call_url;
     Millis call_timeout{5000};  // a call without an answer by then: 504
     Millis queue_timeout{5000};
+    // Each jobs worker runs this many nice steps below crewd's own threads
+    // (at most nice 19), so that the I/O threads, which read requests and
+    // answer refusals, win a shared CPU from a worker that computes. 0 by
+    // default: it speeds refusals up but slows the jobs down
+    // (docs/bench/overload.md, "Jobs workers below the I/O threads").
+    unsigned worker_nice = 0;
     JobLimits limits;
     Overload overload;
   } jobs;

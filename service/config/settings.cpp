@@ -155,7 +155,7 @@ Setting text(std::string key, std::string help, std::string& (*get)(Config&),
                  }};
 }
 
-// The four overload settings of the pool `Pool` (Config::compute or
+// The overload settings of the pool `Pool` (Config::compute or
 // Config::jobs), named "<pool>.overload*"; `what` names its requests.
 template <auto Pool>
 void push_overload_settings(std::vector<Setting>& s, const std::string& pool,
@@ -179,6 +179,15 @@ void push_overload_settings(std::vector<Setting>& s, const std::string& pool,
       pool + ".overload_adaptive_limit",
       "the adaptive limit of pool " + pool + " (false: CoDel's drop alone)",
       +[](Config& c) -> bool& { return (c.*Pool).overload.adaptive_limit; }));
+  using Signal = Config::Overload::RunTimeSignal;
+  s.push_back(choice<Signal>(
+      pool + ".overload_run_time_signal",
+      "the limit of pool " + pool +
+          " also follows the run time of its tasks, for more workers than CPUs (auto: on when "
+          "the pool has more workers than usable CPUs; needs " +
+          pool + ".overload_adaptive_limit)",
+      +[](Config& c) -> Signal& { return (c.*Pool).overload.run_time_signal; },
+      {{"auto", Signal::automatic}, {"true", Signal::on}, {"false", Signal::off}}));
 }
 
 constexpr Removed kRemoved[] = {
@@ -321,6 +330,11 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "jobs.queue_timeout_ms", "a job not started by then: 503",
         +[](Config& c) -> Millis& { return c.jobs.queue_timeout; }, 1, kDay));
+    s.push_back(integer(
+        "jobs.worker_nice",
+        "nice steps each jobs worker runs below crewd's other threads (its I/O threads answer "
+        "first on a shared CPU; 0: the same priority)",
+        +[](Config& c) -> unsigned& { return c.jobs.worker_nice; }, 0, 39));
     s.push_back(integer(
         "jobs.max_ms", "largest \"ms\" of a job",
         +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_ms; }, 0, kDay));

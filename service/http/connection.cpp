@@ -201,6 +201,7 @@ Connection::Step Connection::on_head() {
   const auto now = Clock::now();
   head_at_ = now;
   Request& req = parser_->request();
+  req.head_at = now;
   match_ = match_route(req.method, req.path());
   current_.refused = !s_.gate.on_request(gate_.first_pending, gate_.admitted_open,
                                          gate_.handing_over, match_.work());
@@ -212,7 +213,7 @@ Connection::Step Connection::on_head() {
   // 100 Continue sent: the request costs no parsing and no task.
   const Route* admitting = match_.method_allowed && !current_.refused ? match_.route : nullptr;
   if (admitting != nullptr && admitting->admit_head != nullptr) {
-    head_refusal_ = admitting->admit_head(s_);
+    head_refusal_ = admitting->admit_head(s_, req);
   }
   const bool expect = req.version >= 11;
   if (expect && req.expect_other) {

@@ -10,11 +10,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <crew/asio.hpp>
 #include <crew/coro.hpp>
 #include <crew/error.hpp>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -44,6 +46,15 @@ Response in_flight_response(const State& s) {
                 {"status", 503}});
   r.retry_after = 1;
   return r;
+}
+
+// The 400 of a bad X-Priority or X-Deadline-Ms: the message names the
+// header, and so does "header".
+Response header_error(const ParseError& e) {
+  const std::string_view message = e.message;
+  return json_response(400, Json{{"error", e.message},
+                                 {"header", std::string(message.substr(0, message.find(' ')))},
+                                 {"status", 400}});
 }
 
 // A job's handle, shared by the handler, its completion (both on the
@@ -248,19 +259,49 @@ void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
 
 }  // namespace
 
-std::optional<Response> jobs_admit_head(const State& s) {
+std::optional<Response> jobs_admit_head(const State& s, const Request& req) {
+  const auto headers = parse_job_headers(req.priority, req.deadline_ms, s.config.jobs.limits);
+  if (const auto* e = std::get_if<ParseError>(&headers)) return header_error(*e);
   if (s.jobs_in_flight.load(std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
     return in_flight_response(s);
   }
-  return refuse_if_overloaded(s.pools.jobs);
+  if (auto refused = refuse_if_overloaded(s.pools.jobs)) return refused;
+  // A deadline the queue cannot meet: refused now rather than at it.
+  const auto deadline = std::get<JobHeaders>(headers).deadline_ms;
+  const auto wait = s.pools.jobs.overload_hint().wait_estimate;
+  if (deadline && wait > std::chrono::milliseconds(*deadline)) {
+    return overload_response(s.pools.jobs, crew::OverloadReason::deadline, wait);
+  }
+  return std::nullopt;
 }
 
 void job(Exchange& ex) {
   State& s = ex.state();
-  const auto parsed = parse_job_request(ex.request().body, s.config.jobs.limits);
+  const Request& req = ex.request();
+  const auto parsed = parse_job_request(req.body, s.config.jobs.limits);
   if (const auto* e = std::get_if<ParseError>(&parsed)) {
     ex.respond(error_response(400, e->message));
     return;
+  }
+  const auto head = parse_job_headers(req.priority, req.deadline_ms, s.config.jobs.limits);
+  if (const auto* e = std::get_if<ParseError>(&head)) {  // answered from the head already
+    ex.respond(header_error(*e));
+    return;
+  }
+  const JobHeaders& headers = std::get<JobHeaders>(head);
+  // The queue deadline: jobs.queue_timeout_ms, or the request's own
+  // X-Deadline-Ms from its head's arrival if that comes first.
+  auto queue_timeout =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(s.config.jobs.queue_timeout);
+  if (headers.deadline_ms) {
+    const auto left = req.head_at + std::chrono::milliseconds(*headers.deadline_ms) - Clock::now();
+    if (left <= Clock::duration::zero()) {  // spent reading the body
+      ex.respond(overload_response(s.pools.jobs, crew::OverloadReason::deadline,
+                                   s.pools.jobs.overload_hint().wait_estimate));
+      return;
+    }
+    queue_timeout =
+        std::min(queue_timeout, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
   }
   // A slot of jobs.max_in_flight, given back when the job is answered.
   if (s.jobs_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.config.jobs.max_in_flight) {
@@ -270,12 +311,13 @@ void job(Exchange& ex) {
   }
   const JobRequest job = std::get<JobRequest>(parsed);
   auto run = std::make_shared<JobRun>();
-  run->request_id = ex.request().request_id;
+  run->request_id = req.request_id;
   const auto submitted = Clock::now();
   ui::JobBook* book = s.console != nullptr ? &s.console->jobs() : nullptr;
   crew::TaskOptions options{.name = job.name,
                             .timeout = std::chrono::milliseconds(job.timeout_ms),
-                            .queue_timeout = s.config.jobs.queue_timeout,
+                            .queue_timeout = queue_timeout,
+                            .priority = static_cast<std::uint8_t>(headers.priority),
                             .correlation_id = run->request_id};
   auto done = [reply = ex.later(), job, run, submitted,
                io = ex.executor()](std::exception_ptr e) mutable {

@@ -162,6 +162,10 @@ void RequestParser::on_field_impl(http::field name, boost::beast::string_view na
     request_.sec_fetch_site.assign(value.data(), value.size());
   } else if (name == http::field::unknown && iequals(name_string, "X-Request-Id")) {
     request_.request_id.assign(value.data(), value.size());
+  } else if (name == http::field::unknown && iequals(name_string, "X-Priority")) {
+    request_.priority.emplace(value.data(), value.size());
+  } else if (name == http::field::unknown && iequals(name_string, "X-Deadline-Ms")) {
+    request_.deadline_ms.emplace(value.data(), value.size());
   } else if (name == http::field::expect) {
     if (iequals(value, "100-continue")) {
       request_.expect_continue = true;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <boost/beast/http/basic_parser.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -48,6 +49,13 @@ struct Request {
   // request without it (make_request_id). The tasks of the request carry it
   // (crew::TaskOptions::correlation_id) and the response returns it.
   std::string request_id;
+  // X-Priority and X-Deadline-Ms, the last one sent of each (nullopt:
+  // none); the job route reads them from the head (jobs.hpp, JobHeaders).
+  std::optional<std::string> priority;
+  std::optional<std::string> deadline_ms;
+  // When the head was complete (set by the connection): what a deadline
+  // relative to the request counts from.
+  std::chrono::steady_clock::time_point head_at{};
   std::string body;
 };
 

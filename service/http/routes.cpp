@@ -56,7 +56,7 @@ Response factorial_response(unsigned n, std::uint64_t value) {
   return r;
 }
 
-std::optional<Response> compute_admit_head(const State& s) {
+std::optional<Response> compute_admit_head(const State& s, const Request&) {
   return refuse_if_overloaded(s.pools.compute);
 }
 

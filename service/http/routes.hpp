@@ -89,10 +89,11 @@ struct Route {
   std::optional<Response> (*expect_body)(const State&) = nullptr;
   // For a route that hands work to a pool: called on the I/O thread as soon
   // as the request's head is in, before its body is read or 100 Continue
-  // sent. A response refuses the request (an overloaded pool): it is sent
+  // sent, with the head's fields. A response refuses the request (an
+  // overloaded pool, a bad header the route reads from the head): it is sent
   // once the body is in, unparsed, and the connection stays open (with
   // Expect: 100-continue it is sent at once and the connection closes).
-  std::optional<Response> (*admit_head)(const State&) = nullptr;
+  std::optional<Response> (*admit_head)(const State&, const Request&) = nullptr;
 };
 
 // The table, in the order of the metric labels.

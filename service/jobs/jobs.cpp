@@ -59,6 +59,54 @@ std::string_view to_string(JobKind kind) noexcept {
   return "?";
 }
 
+std::string_view to_string(JobPriority p) noexcept {
+  switch (p) {
+    case JobPriority::low:
+      return "low";
+    case JobPriority::normal:
+      return "normal";
+    case JobPriority::high:
+      return "high";
+  }
+  return "?";
+}
+
+std::variant<JobHeaders, ParseError> parse_job_headers(
+    const std::optional<std::string>& priority, const std::optional<std::string>& deadline_ms,
+    const JobLimits& limits) {
+  JobHeaders out;
+  if (priority) {
+    const auto is = [&](std::string_view name) {
+      return priority->size() == name.size() &&
+             std::equal(name.begin(), name.end(), priority->begin(), [](char a, char b) {
+               return a == (b >= 'A' && b <= 'Z' ? static_cast<char>(b - 'A' + 'a') : b);
+             });
+    };
+    if (is("low") || *priority == "0") {
+      out.priority = JobPriority::low;
+    } else if (is("normal") || *priority == "1") {
+      out.priority = JobPriority::normal;
+    } else if (is("high") || *priority == "2") {
+      out.priority = JobPriority::high;
+    } else {
+      return ParseError{"X-Priority must be high, normal or low, or a level in 0.." +
+                        std::to_string(kJobPriorityLevels - 1)};
+    }
+  }
+  if (deadline_ms) {
+    std::uint32_t v = 0;
+    const char* end = deadline_ms->data() + deadline_ms->size();
+    const auto [at, ec] = std::from_chars(deadline_ms->data(), end, v);
+    // The whole value: from_chars alone would take a prefix ("5ms"); for an
+    // unsigned type it takes no sign.
+    if (ec != std::errc{} || at != end || v < 1 || v > limits.max_timeout_ms) {
+      return ParseError{range_message("X-Deadline-Ms", 1, limits.max_timeout_ms)};
+    }
+    out.deadline_ms = v;
+  }
+  return out;
+}
+
 std::variant<unsigned, ParseError> parse_factorial_n(std::string_view segment) {
   const auto bad = [] {
     return ParseError{range_message("n", 0, kMaxFactorialN) + " (larger ones overflow uint64)"};

@@ -8,6 +8,7 @@
 // in an exception or undefined behaviour.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -79,6 +80,32 @@ struct JobRequest {
 // default).
 [[nodiscard]] std::variant<JobRequest, ParseError> parse_job_request(std::string_view body,
                                                                      const JobLimits& limits);
+
+// A job's priority: the level of the jobs pool it is queued at
+// (crew::TaskOptions::priority; the pool has kJobPriorityLevels). Higher
+// levels start first; a waiting lower level is still served after
+// crew::PoolOptions::priority_aging tasks from above it.
+enum class JobPriority : std::uint8_t { low = 0, normal = 1, high = 2 };
+inline constexpr std::size_t kJobPriorityLevels = 3;
+
+[[nodiscard]] std::string_view to_string(JobPriority p) noexcept;
+
+// What a job request says in its head, read before its body:
+//   X-Priority: high | normal | low (any case), or the level 0..2
+//   X-Deadline-Ms: 1..limits.max_timeout_ms, the milliseconds from the
+//     head's arrival within which the job must start (its queue deadline)
+struct JobHeaders {
+  JobPriority priority = JobPriority::normal;
+  std::optional<std::uint32_t> deadline_ms;  // none: jobs.queue_timeout_ms alone
+
+  friend bool operator==(const JobHeaders&, const JobHeaders&) = default;
+};
+
+// The two fields' values as sent (nullopt: absent). A ParseError names the
+// header and what it must be; it never echoes the value.
+[[nodiscard]] std::variant<JobHeaders, ParseError> parse_job_headers(
+    const std::optional<std::string>& priority, const std::optional<std::string>& deadline_ms,
+    const JobLimits& limits);
 
 // An http:// URL without user info, query or fragment: what jobs.call_url
 // holds. The host is an IPv4 address or a name (resolved when crewd starts),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <variant>
@@ -125,6 +126,45 @@ TEST(CrewdJobRequest, StuckKindOnlyWhenAllowed) {
   ASSERT_NE(j, nullptr);
   EXPECT_EQ(j->kind, JobKind::stuck);
   EXPECT_EQ(to_string(j->kind), "stuck");
+}
+
+using OptText = std::optional<std::string>;
+
+JobHeaders headers(OptText priority, OptText deadline) {
+  const auto r = parse_job_headers(priority, deadline, kLimits);
+  if (const auto* e = std::get_if<ParseError>(&r)) ADD_FAILURE() << e->message;
+  const auto* h = std::get_if<JobHeaders>(&r);
+  return h == nullptr ? JobHeaders{} : *h;
+}
+
+std::string header_error(OptText priority, OptText deadline) {
+  const auto r = parse_job_headers(priority, deadline, kLimits);
+  const auto* e = std::get_if<ParseError>(&r);
+  return e == nullptr ? "<parsed>" : e->message;
+}
+
+TEST(CrewdJobHeaders, TakesPriorityNamesOrLevelsAndADeadline) {
+  EXPECT_EQ(headers(std::nullopt, std::nullopt), (JobHeaders{JobPriority::normal, std::nullopt}));
+  EXPECT_EQ(headers("high", std::nullopt).priority, JobPriority::high);
+  EXPECT_EQ(headers("Low", std::nullopt).priority, JobPriority::low);
+  EXPECT_EQ(headers("NORMAL", std::nullopt).priority, JobPriority::normal);
+  EXPECT_EQ(headers("0", std::nullopt).priority, JobPriority::low);
+  EXPECT_EQ(headers("2", std::nullopt).priority, JobPriority::high);
+  EXPECT_EQ(headers(std::nullopt, "1").deadline_ms, 1u);
+  EXPECT_EQ(headers("1", "60000"), (JobHeaders{JobPriority::normal, 60'000u}));
+  EXPECT_EQ(headers(std::nullopt, "0250").deadline_ms, 250u);
+  EXPECT_EQ(to_string(JobPriority::high), "high");
+}
+
+TEST(CrewdJobHeaders, RefusesBadValuesNamingTheHeader) {
+  const std::string priority = "X-Priority must be high, normal or low, or a level in 0..2";
+  for (const char* bad : {"", "3", "urgent", "hi", "high ", "02", "-1", "1.0"}) {
+    EXPECT_EQ(header_error(std::string(bad), std::nullopt), priority) << bad;
+  }
+  const std::string deadline = "X-Deadline-Ms must be an integer in 1..60000";
+  for (const char* bad : {"", "0", "-5", "+5", "5ms", "1.5", "60001", "99999999999", " 5"}) {
+    EXPECT_EQ(header_error(std::nullopt, std::string(bad)), deadline) << bad;
+  }
 }
 
 // A stuck job sleeps through a stop request; sleep and spin end at once.

@@ -1,0 +1,220 @@
+// Priorities in crewd: a job request's X-Priority and X-Deadline-Ms, read
+// from its head (docs/crewd.md, "Priority and deadline"), and the jobs
+// workers' scheduling priority below the I/O threads (jobs.worker_nice).
+// Each test runs its own crewd; every wait is bounded.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "crewd_harness.hpp"
+#include "crewd_suite.hpp"
+
+namespace crewd::test {
+namespace {
+
+using Json = nlohmann::json;
+
+Json json_of(const Exchange& ex) { return Json::parse(ex.body, nullptr, false); }
+
+Exchange post_job(int port, const std::string& body, const std::string& headers) {
+  return send_request(port, request_text("POST", "/api/v1/jobs", body, headers));
+}
+
+// Polls GET /api/v1/pools until pool jobs has `busy` workers and `queued`
+// jobs in its queue, for at most 5 s (scaled).
+bool wait_for_jobs(int port, int busy, int queued) {
+  for (int i = 0; i < 2500 * kSlowdown; ++i) {
+    const Json j = json_of(get(port, "/api/v1/pools"));
+    if (j.is_object() && j["pools"][1]["busy"] == busy && j["pools"][1]["queued"] == queued)
+      return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+TEST(CrewdJobHeaders, BadValuesAre400NamingTheHeaderBeforeTheBodyIsSent) {
+  Crewd crewd({"--listen", "127.0.0.1:0"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const std::string body = R"({"kind":"sleep","ms":1})";
+  for (const auto& [header, value] :
+       std::vector<std::pair<std::string, std::string>>{{"X-Priority", "urgent"},
+                                                        {"X-Priority", "3"},
+                                                        {"X-Priority", ""},
+                                                        {"X-Deadline-Ms", "0"},
+                                                        {"X-Deadline-Ms", "-5"},
+                                                        {"X-Deadline-Ms", "5ms"},
+                                                        {"X-Deadline-Ms", "60001"}}) {
+    SCOPED_TRACE(header + ": " + value);
+    const Exchange ex = post_job(port, body, header + ": " + value + "\r\n");
+    ASSERT_EQ(ex.status, 400) << ex.body;
+    const Json j = json_of(ex);
+    EXPECT_EQ(j["header"], header);
+    EXPECT_EQ(j["error"].get<std::string>().rfind(header + " must be", 0), 0u) << ex.body;
+  }
+  // With Expect: 100-continue the 400 comes instead of 100 Continue: the
+  // client never sends its body.
+  const Exchange asked =
+      send_request(port,
+                   "POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nX-Priority: top\r\nExpect: "
+                   "100-continue\r\nContent-Length: 24\r\n\r\n");
+  EXPECT_EQ(asked.status, 400) << asked.body;
+  EXPECT_EQ(json_of(asked)["header"], "X-Priority");
+  // Good values, in any case, and the level numbers.
+  for (const std::string h : {"X-Priority: HIGH\r\n", "X-Priority: low\r\n", "X-Priority: 1\r\n",
+                              "X-Deadline-Ms: 1000\r\nX-Priority: Normal\r\n"}) {
+    const Exchange ok = post_job(port, body, h);
+    EXPECT_EQ(ok.status, 200) << h << ok.body;
+  }
+  expect_clean_stop(crewd);
+}
+
+// One worker busy with a 1 s job, three low jobs queued, then a high
+// one: the high one runs first. Each job spins 300 ms, so the high one
+// ends at least 300 ms before any low one; the ends are compared as the
+// client's send time plus crewd's total_ms (the arrival to the answer),
+// which is off by the send's delay only. The controller is off so that no
+// job is shed meanwhile.
+TEST(CrewdJobHeaders, AHighPriorityJobRunsBeforeQueuedLowOnes) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-overload", "false"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::thread> clients;
+  const JoinAll join_all{clients};
+  clients.emplace_back([port] {
+    const Exchange ex = post_job(port, R"({"kind":"spin","ms":1000,"name":"blocker"})", "");
+    EXPECT_EQ(ex.status, 200) << ex.body;
+  });
+  ASSERT_TRUE(wait_for_jobs(port, 1, 0)) << crewd.log();
+  std::vector<Exchange> low(3);
+  for (std::size_t i = 0; i < low.size(); ++i) {
+    clients.emplace_back([port, &ex = low[i]] {
+      ex = post_job(port, R"({"kind":"spin","ms":300,"name":"low"})", "X-Priority: low\r\n");
+    });
+  }
+  ASSERT_TRUE(wait_for_jobs(port, 1, 3)) << crewd.log();
+  const Exchange high =
+      post_job(port, R"({"kind":"spin","ms":300,"name":"high"})", "X-Priority: high\r\n");
+  for (auto& t : clients) t.join();
+  clients.clear();
+  const auto end = [](const Exchange& ex) {
+    return ex.sent +
+           std::chrono::duration_cast<Clock::duration>(
+               std::chrono::duration<double, std::milli>(json_of(ex)["total_ms"].get<double>()));
+  };
+  ASSERT_EQ(high.status, 200) << high.body;
+  for (const Exchange& ex : low) {
+    ASSERT_EQ(ex.status, 200) << ex.body;
+    EXPECT_LT(end(high), end(ex)) << ex.body << high.body;
+  }
+  expect_clean_stop(crewd);
+}
+
+// X-Deadline-Ms is the job's queue deadline when it comes before
+// jobs.queue_timeout_ms: behind a 3 s job on the one worker, a job with a
+// 100 ms deadline is answered 503 at that deadline, long before the 3 s
+// (the bound leaves 1.4 s for a loaded machine).
+TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
+  Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "1", "--jobs-overload", "false"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::thread> blocker;
+  const JoinAll join{blocker};
+  blocker.emplace_back([port] {
+    const Exchange ex = post_job(port, R"({"kind":"spin","ms":3000})", "");
+    EXPECT_EQ(ex.status, 200) << ex.body;
+  });
+  ASSERT_TRUE(wait_for_jobs(port, 1, 0)) << crewd.log();
+  const Exchange late = post_job(port, R"({"kind":"spin","ms":1})", "X-Deadline-Ms: 100\r\n");
+  blocker[0].join();
+  ASSERT_EQ(late.status, 503) << late.body;
+  EXPECT_EQ(json_of(late)["reason"], "expired in the queue") << late.body;
+  const auto waited = late.ended - late.sent;
+  EXPECT_GE(waited, 90ms);
+  EXPECT_LT(waited, 100ms + 1400ms * kSlowdown)
+      << "answered at the 3 s job's end, not its deadline";
+  expect_clean_stop(crewd);
+}
+
+// Each thread of `pid` as (name, nice), from /proc/PID/task/*/stat.
+std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+  std::vector<std::pair<std::string, int>> out;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::FILE* f = std::fopen((t.path() / "stat").c_str(), "r");
+    if (f == nullptr) continue;  // the thread ended meanwhile
+    char buf[1024];
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const std::string stat(buf, n);
+    const auto open = stat.find('(');
+    const auto close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    // After "(comm) ": state, then fields 4..; nice is field 19.
+    int nice = 0;
+    const std::string rest = stat.substr(close + 2);
+    if (std::sscanf(rest.c_str(),
+                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
+                    &nice) != 1)
+      continue;
+    out.emplace_back(stat.substr(open + 1, close - open - 1), nice);
+  }
+  return out;
+}
+
+// Whether `name` is a jobs worker's ("jobs-3") or an I/O thread's.
+bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
+bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
+
+// jobs.worker_nice: every jobs worker runs that many nice steps above
+// crewd's main and I/O threads (at most 19); 0 leaves them level.
+TEST(CrewdWorkerNice, JobsWorkersRunBelowTheIoThreads) {
+  const int base = ::getpriority(PRIO_PROCESS, 0);  // crewd inherits it
+  for (const unsigned steps : {7u, 0u}) {
+    SCOPED_TRACE("jobs.worker_nice " + std::to_string(steps));
+    Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "3", "--http-io-threads", "2",
+                 "--jobs-worker-nice", std::to_string(steps)});
+    const int port = crewd.wait_port();
+    ASSERT_GT(port, 0) << crewd.log();
+    const int want = std::min(19, base + static_cast<int>(steps));
+    // The workers set it on themselves as they start, and the I/O threads
+    // may start after the port is reported: wait for all five.
+    std::vector<std::pair<std::string, int>> threads;
+    for (int i = 0; i < 1000 * kSlowdown; ++i) {
+      threads = thread_nices(crewd.pid());
+      const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
+        return is_jobs_worker(t.first) && t.second == want;
+      });
+      const auto io = std::count_if(threads.begin(), threads.end(),
+                                    [](const auto& t) { return is_io_thread(t.first); });
+      if (workers == 3 && io == 2) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    int workers = 0;
+    int io = 0;
+    for (const auto& [name, nice] : threads) {
+      if (is_jobs_worker(name)) {
+        ++workers;
+        EXPECT_EQ(nice, want) << name;
+      } else if (is_io_thread(name)) {
+        ++io;
+        EXPECT_EQ(nice, base) << name;
+      }
+    }
+    EXPECT_EQ(workers, 3);
+    EXPECT_EQ(io, 2);
+    expect_clean_stop(crewd);
+  }
+}
+
+}  // namespace
+}  // namespace crewd::test
