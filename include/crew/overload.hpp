@@ -10,7 +10,9 @@
 //   - CoDel at dequeue: while the minimum of the last interval exceeded
 //     `target` (a standing queue, not a burst), a task that waited over
 //     twice the target ends `shed` (Errc::overloaded, reason codel) without
-//     running;
+//     running, unless no more work is admitted than the pool has workers
+//     (then nothing is queued behind it: it waited for a start, on a busy
+//     machine or for a worker being started, and shedding it frees nothing);
 //   - an adaptive limit on admitted work (queued plus running): when the
 //     percentile is above the target, cut to the interval's peak of
 //     admitted work with its queued part (beyond max_workers) times

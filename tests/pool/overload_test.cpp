@@ -100,11 +100,27 @@ TEST(OverloadCodel, OverloadedOnlyWhileAWholeIntervalWaitedOverTheTarget) {
   // A standing queue: even the shortest wait was over the 5 ms target.
   c.interval({6, 40, 40});
   EXPECT_TRUE(c.ctl.read().overloaded);
+  // Three admitted on one worker: two queued behind the one starting.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
   EXPECT_TRUE(c.ctl.on_start(11 * kMs, c.now + 1));  // over 2 x target: shed
   EXPECT_FALSE(c.ctl.on_start(9 * kMs, c.now + 2));  // under it: runs
   // It drains: one interval whose minimum is within the target ends it.
   c.interval({1, 2});
   EXPECT_FALSE(c.ctl.read().overloaded);
+}
+
+// CoDel's backlog guard: a task that waited long while no more work was
+// admitted than the pool has workers waited for a start (a busy machine,
+// a worker being started), not behind a queue; shedding it frees nothing.
+TEST(OverloadCodel, NothingIsShedWhileNoMoreIsAdmittedThanTheWorkers) {
+  Controlled c(options(), 2, 100, /*workers=*/2);
+  c.interval({6, 40, 40});
+  ASSERT_TRUE(c.ctl.read().overloaded);
+  ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  EXPECT_FALSE(c.ctl.on_start(11 * kMs, c.now + 1));  // 2 admitted, 2 workers
+  ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  EXPECT_TRUE(c.ctl.on_start(11 * kMs, c.now + 2));  // 3 admitted: one queued
 }
 
 // Admits `n` at once, then returns the tickets: a peak of n in the interval.

@@ -121,7 +121,11 @@ class OverloadControl {
     record(wait_ns, now);
     if (now >= window_end_.load(std::memory_order_relaxed)) [[unlikely]]
       roll(now);
-    return wait_ns > shed_after_ns_ && overloaded_.load(std::memory_order_relaxed);
+    if (wait_ns <= shed_after_ns_ || !overloaded_.load(std::memory_order_relaxed)) return false;
+    // CoDel's backlog guard: with no more admitted work than workers there
+    // is no queue to shed from, only a late start (a busy machine's
+    // scheduling delay, a worker being started): run it.
+    return admitted() > workers_;
   }
   // Whether on_end() wants the run times of timed admitted tasks.
   [[nodiscard]] bool watches_run_time() const noexcept { return run_signal_; }
