@@ -77,8 +77,9 @@ TEST(CrewdJobHeaders, BadValuesAre400NamingTheHeaderBeforeTheBodyIsSent) {
   expect_clean_stop(crewd);
 }
 
-// One worker busy with a 1 s job, three low jobs queued, then a high
-// one: the high one runs first. Each job spins 300 ms, so the high one
+// One worker busy with a 3 s job (long enough for the three low jobs and
+// the high one to arrive on a loaded machine), three low jobs queued,
+// then a high one: the high one runs first. Each job spins 300 ms, so the high one
 // ends at least 300 ms before any low one; the ends are compared as the
 // client's send time plus crewd's total_ms (the arrival to the answer),
 // which is off by the send's delay only. The controller is off so that no
@@ -90,7 +91,7 @@ TEST(CrewdJobHeaders, AHighPriorityJobRunsBeforeQueuedLowOnes) {
   std::vector<std::thread> clients;
   const JoinAll join_all{clients};
   clients.emplace_back([port] {
-    const Exchange ex = post_job(port, R"({"kind":"spin","ms":1000,"name":"blocker"})", "");
+    const Exchange ex = post_job(port, R"({"kind":"spin","ms":3000,"name":"blocker"})", "");
     EXPECT_EQ(ex.status, 200) << ex.body;
   });
   ASSERT_TRUE(wait_for_jobs(port, 1, 0)) << crewd.log();
