@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <crew/asio.hpp>
 #include <crew/coro.hpp>
 #include <crew/error.hpp>
@@ -236,24 +237,35 @@ crew::Co<void> waiting_job(JobRequest job, std::shared_ptr<JobRun> run, ui::JobB
 // crew::asio delivers a job's completion from the task's run, just before
 // the pool records the run's times and publishes its outcome (a few
 // microseconds later, unless the worker is preempted meanwhile). The answer
-// carries those times, so it waits for them by going round the I/O thread's
-// loop, never blocking it; past kSettleBound (a worker descheduled that
-// long) it answers with what the handle shows.
-constexpr auto kSettleBound = std::chrono::milliseconds(200);
+// carries those times, so it waits for them without blocking the I/O
+// thread: round its loop kSpinRounds times, then on a timer every
+// kSettlePoll (a preempted worker on a loaded machine: the loop does not
+// spin against it); past kSettleBound it answers with what the handle shows.
+constexpr int kSpinRounds = 16;
+constexpr auto kSettlePoll = std::chrono::milliseconds(1);
+constexpr auto kSettleBound = std::chrono::seconds(2);
 
 void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
                          const JobRequest& job, std::shared_ptr<JobRun> run,
                          Clock::time_point submitted, std::exception_ptr e,
-                         Clock::time_point give_up) {
+                         Clock::time_point give_up, int round = 0) {
   const crew::Task<void>& handle = *run->handle;
   if (!handle.valid() || handle.ready() || Clock::now() >= give_up) {
     reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
     return;
   }
-  boost::asio::post(io, [reply = std::move(reply), io, job, run = std::move(run), submitted,
-                         e = std::move(e), give_up]() mutable {
-    answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e),
-                        give_up);
+  auto again = [reply = std::move(reply), io, job, run = std::move(run), submitted,
+                e = std::move(e), give_up, round]() mutable {
+    answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e), give_up,
+                        round + 1);
+  };
+  if (round < kSpinRounds) {
+    boost::asio::post(io, std::move(again));
+    return;
+  }
+  auto timer = std::make_shared<boost::asio::steady_timer>(io, kSettlePoll);
+  timer->async_wait([timer, again = std::move(again)](const boost::system::error_code&) mutable {
+    again();  // also when cancelled (the I/O loop stopping): answers at once or gives up
   });
 }
 
