@@ -31,11 +31,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -45,6 +43,7 @@
 #include "crew/coro.hpp"
 #include "crew/pool.hpp"
 #include "frame_guard.hpp"
+#include "random_programs.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -366,28 +365,6 @@ std::string describe(const Program& p) {
   return os.str();
 }
 
-const char* name_of(TaskStatus s) {
-  switch (s) {
-    case TaskStatus::queued:
-      return "queued";
-    case TaskStatus::running:
-      return "running";
-    case TaskStatus::succeeded:
-      return "succeeded";
-    case TaskStatus::failed:
-      return "failed";
-    case TaskStatus::cancelled:
-      return "cancelled";
-    case TaskStatus::timed_out:
-      return "timed_out";
-    case TaskStatus::rejected:
-      return "rejected";
-    case TaskStatus::shed:
-      return "shed";
-  }
-  return "?";
-}
-
 // A failing check of a program: RapidCheck reports the smallest program it
 // shrank to and the last run's description; a failure that does not happen
 // on every run (a race) is printed here too, the first time, whole.
@@ -506,7 +483,7 @@ void run_program() {
     Task<long>& h = handles[i];
     const Eval& want = expected[i];
     const TaskStatus st = h.status();
-    log << "root " << i << ": " << name_of(st) << ", model "
+    log << "root " << i << ": " << to_string(st) << ", model "
         << (want.throws ? "throws" : std::to_string(want.value)) << '\n';
     MODEL_CHECK(h.ready());
     const RootStop stop = p.roots[i].stop;
@@ -533,29 +510,11 @@ void run_program() {
 constexpr int kPrograms = test::kSlowdown == 1 ? 300 : 100;
 
 TEST(CoroModel, RandomProgramsKeepEveryPromise) {
-  rc::detail::TestParams p = rc::detail::configuration().testParams;
-  const char* env = std::getenv("RC_PARAMS");
-  if (env == nullptr || std::string(env).find("max_success") == std::string::npos) {
-    p.maxSuccess = kPrograms;
-  }
-  // Each program sleeps at most a few tens of ms; this bounds generation,
-  // shrinking a failure, and a program that hangs.
-  Watchdog dog(std::chrono::seconds(120 + p.maxSuccess / 2));
-  rc::detail::TestMetadata meta;
-  meta.id = "CoroModel/RandomProgramsKeepEveryPromise";
-  meta.description = "random coroutine programs";
-  const auto t0 = std::chrono::steady_clock::now();
-  const rc::detail::TestResult result = rc::detail::checkTestable([] { run_program(); }, meta, p);
-  std::ostringstream os;
-  rc::detail::printResultMessage(result, os);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
-  if (result.template is<rc::detail::SuccessResult>()) {
-    std::cout << os.str() << " in " << ms << " ms\n";
-  } else {
-    ADD_FAILURE() << os.str();
-  }
+  // Each program sleeps at most a few tens of ms; the watchdog bounds
+  // generation, shrinking a failure, and a program that hangs.
+  test::check_random_programs("CoroModel/RandomProgramsKeepEveryPromise",
+                              test::random_program_params(kPrograms), std::chrono::seconds(120),
+                              [] { run_program(); });
 }
 
 }  // namespace

@@ -10,13 +10,9 @@
 #include <rapidcheck.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <iostream>
-#include <sstream>
-#include <string>
 
 #include "pool_model.hpp"
+#include "random_programs.hpp"
 #include "test_util.hpp"
 
 namespace crew::test::model {
@@ -28,36 +24,12 @@ constexpr int kPrograms = kSlowdown == 1 ? 1000 : 500;
 // Commands per program at most (RapidCheck's size grows to this).
 constexpr int kMaxSize = 30;
 
-// The parameters: RC_PARAMS' where given, kPrograms and kMaxSize otherwise.
-rc::detail::TestParams params() {
-  rc::detail::TestParams p = rc::detail::configuration().testParams;
-  const char* env = std::getenv("RC_PARAMS");
-  const std::string given = env == nullptr ? "" : env;
-  if (given.find("max_success") == std::string::npos) p.maxSuccess = kPrograms;
-  if (given.find("max_size") == std::string::npos) p.maxSize = kMaxSize;
-  return p;
-}
-
 TEST(PoolModel, RandomProgramsKeepEveryContract) {
-  // Each blocking call of a program is bounded by kBound; this bounds the
-  // rest (generation, shrinking a failure) so that ctest never hangs.
-  const rc::detail::TestParams p = params();
-  Watchdog dog(std::chrono::seconds(60 + p.maxSuccess / 5));
-  rc::detail::TestMetadata meta;
-  meta.id = "PoolModel/RandomProgramsKeepEveryContract";
-  meta.description = "random programs";
-  const auto t0 = std::chrono::steady_clock::now();
-  const rc::detail::TestResult result = rc::detail::checkTestable([] { run_program(); }, meta, p);
-  std::ostringstream os;
-  rc::detail::printResultMessage(result, os);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
-  if (result.template is<rc::detail::SuccessResult>()) {
-    std::cout << os.str() << " in " << ms << " ms\n";
-  } else {
-    ADD_FAILURE() << os.str();
-  }
+  // Each blocking call of a program is bounded by kBound; the watchdog
+  // bounds the rest (generation, shrinking a failure).
+  check_random_programs("PoolModel/RandomProgramsKeepEveryContract",
+                        random_program_params(kPrograms, kMaxSize), std::chrono::seconds(60),
+                        [] { run_program(); });
 }
 
 }  // namespace
