@@ -1,4 +1,5 @@
 // Uses crew through its installed headers and package config.
+#include <crew/coro.hpp>
 #include <crew/pool.hpp>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,13 @@ static_assert(std::is_same_v<crew::detail::Core, crew::detail::PoolCore>,
 #include <boost/asio/io_context.hpp>
 #include <crew/asio.hpp>
 #endif
+
+namespace {
+crew::Co<int> doubled(int v) {
+  co_await crew::yield();
+  co_return 2 * v;
+}
+}  // namespace
 
 int main() {
 #ifdef CONSUMER_WITH_METRICS
@@ -54,6 +62,13 @@ int main() {
   }
   std::puts("consumer: asio ok");
 #endif
+  // A coroutine task, through the installed coroutine headers.
+  const int twice = crew::spawn(pool, doubled(21)).get();
+  if (twice != 42) {
+    std::fprintf(stderr, "consumer: coroutine gave %d\n", twice);
+    return 1;
+  }
+  std::puts("consumer: coroutine ok");
   std::puts("consumer: ok");
   return 0;
 }
