@@ -77,7 +77,7 @@ struct Config {
     // than CPUs, whose queue hides in the OS run queue. automatic: on when
     // the pool has more workers than usable CPUs. Needs adaptive_limit.
     enum class RunTimeSignal : std::uint8_t { automatic, on, off };
-    RunTimeSignal run_time_signal = RunTimeSignal::automatic;
+    RunTimeSignal run_time_signal = RunTimeSignal::off;  // opt-in: see docs/crewd.md
   };
 
   // GET /api/v1/factorial/{n}: short tasks.

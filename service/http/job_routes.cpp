@@ -234,7 +234,7 @@ crew::Co<void> waiting_job(JobRequest job, std::shared_ptr<JobRun> run, ui::JobB
   }
 }
 
-// crew::asio delivers a job's completion from the task's run, just before
+// crew::asio delivers a thread job's completion from the task's run, just before
 // the pool records the run's times and publishes its outcome (a few
 // microseconds later, unless the worker is preempted meanwhile). The answer
 // carries those times, so it waits for them without blocking the I/O
@@ -250,7 +250,9 @@ void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
                          Clock::time_point submitted, std::exception_ptr e,
                          Clock::time_point give_up, int round = 0) {
   const crew::Task<void>& handle = *run->handle;
-  if (!handle.valid() || handle.ready() || Clock::now() >= give_up) {
+  // A coroutine job is timed by crewd itself (job_outcome), and one that
+  // expired in the queue is settled only when its start comes up: no wait.
+  if (run->coroutine || !handle.valid() || handle.ready() || Clock::now() >= give_up) {
     reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
     return;
   }
