@@ -90,6 +90,18 @@ Eval eval(const Node& n) {
     e.detached_throws += k.detached_throws;
     e.when_all_failed = e.when_all_failed || k.when_all_failed;
   };
+  // An awaited result: its value, kCaught if it threw and the step
+  // catches, else the node throws (false: stop here).
+  auto take = [&](bool threw, long value, bool catch_errors) {
+    if (!threw) {
+      e.value += value;
+    } else if (catch_errors) {
+      e.value += kCaught;
+    } else {
+      e.throws = true;
+    }
+    return !e.throws;
+  };
   for (const Step& s : n.steps) {
     switch (s.kind) {
       case StepKind::sleep:
@@ -99,25 +111,11 @@ Eval eval(const Node& n) {
       case StepKind::task_child: {
         const Eval k = eval(s.kids[0]);
         merge(k);
-        if (!k.throws) {
-          e.value += k.value;
-        } else if (s.catch_errors) {
-          e.value += kCaught;
-        } else {
-          e.throws = true;
-          return e;
-        }
+        if (!take(k.throws, k.value, s.catch_errors)) return e;
         break;
       }
       case StepKind::plain:
-        if (s.plain_value >= 0) {
-          e.value += s.plain_value;
-        } else if (s.catch_errors) {
-          e.value += kCaught;
-        } else {
-          e.throws = true;
-          return e;
-        }
+        if (!take(s.plain_value < 0, s.plain_value, s.catch_errors)) return e;
         break;
       case StepKind::when_all: {
         bool failed = false;
@@ -129,14 +127,7 @@ Eval eval(const Node& n) {
           sum += k.value;
         }
         if (failed) e.when_all_failed = true;
-        if (!failed) {
-          e.value += sum;
-        } else if (s.catch_errors) {
-          e.value += kCaught;
-        } else {
-          e.throws = true;
-          return e;
-        }
+        if (!take(failed, sum, s.catch_errors)) return e;
         break;
       }
       case StepKind::detached: {
