@@ -69,8 +69,10 @@ struct JobRun {
   std::atomic<bool> started{false};
   std::string request_id;   // X-Request-Id, the task's correlation id
   DownstreamAnswer answer;  // a call job's
-  // A coroutine job's first step and the end of its frame, crewd's clock
-  // (the pool does not time coroutine tasks): its queue wait and run time.
+  // A coroutine job's first step and the end of its frame, crewd's clock:
+  // its queue wait and run time. Its answer leaves from the frame's end,
+  // before the pool records the task's end on the handle, and is not held
+  // back for it (answer_when_settled) as a thread job's is.
   bool coroutine = false;
   std::atomic<Clock::rep> started_at{0};
   std::atomic<Clock::rep> ended_at{0};
