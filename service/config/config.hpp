@@ -153,6 +153,8 @@ struct Config {
     Millis retry_backoff{100};  // before the second attempt; doubles for each further one
     std::size_t in_flight = 0;  // jobs taken and not yet finished; 0: jobs.workers
     std::size_t batch = 64;     // entries per XREADGROUP at most (COUNT)
+    // The jobs pool's level of stream jobs (X-Priority's 0 low .. 2 high).
+    std::uint32_t priority = 0;
     // An entry over either is dead-lettered unrun (StreamSourceOptions).
     std::size_t max_entry_bytes = std::size_t{1} << 20;
     std::size_t max_entry_fields = 1024;

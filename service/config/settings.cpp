@@ -407,6 +407,10 @@ const std::vector<Setting>& settings() {
         "redis.batch", "entries taken per XREADGROUP at most (COUNT)",
         +[](Config& c) -> std::size_t& { return c.redis.batch; }, 1, 10'000));
     s.push_back(integer(
+        "redis.priority",
+        "the jobs pool's priority level of stream jobs: 0 (low) .. 2 (high), as X-Priority",
+        +[](Config& c) -> std::uint32_t& { return c.redis.priority; }, 0, 2));
+    s.push_back(integer(
         "redis.max_entry_bytes",
         "an entry with more bytes of fields is dead-lettered unrun (not copied, not retried)",
         +[](Config& c) -> std::size_t& { return c.redis.max_entry_bytes; }, 1, 512 << 20));
