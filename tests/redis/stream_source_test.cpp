@@ -29,6 +29,24 @@ using test::eventually;
 using test::Gate;
 using test::RedisServer;
 using test::Watchdog;
+using test::WorkerHold;
+
+// The order in which tasks on the pool's workers noted themselves.
+class Order {
+ public:
+  void note(std::string what) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    seen_.push_back(std::move(what));
+  }
+  [[nodiscard]] std::vector<std::string> seen() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> seen_;
+};
 
 std::vector<std::string> enqueue(RedisServer& redis, int n, const std::string& kind = "ok") {
   std::vector<std::string> ids;
@@ -482,34 +500,22 @@ TEST(StreamSource, AJobShedFromTheQueueIsSubmittedAgainAndRunsOnce) {
   po.priority_levels = 2;
   po.overload = {.enabled = true, .interval = 60s, .max_limit = 2};
   Pool pool(po);
-  Gate gate;
-  std::atomic<bool> held{false};
-  ASSERT_EQ(pool.post([&] {
-    held = true;
-    gate.wait();
-  }),
-            Admission::accepted);
-  ASSERT_TRUE(eventually([&] { return held.load(); }));
-  std::mutex mu;
-  std::vector<std::string> order;
-  auto note = [&](std::string what) {
-    const std::lock_guard<std::mutex> lock(mu);
-    order.push_back(std::move(what));
-  };
+  WorkerHold hold(pool);
+  Order order;
   auto opts = options_for(redis, "a");
   opts.claim_idle = 60s;  // a job left pending would not come back within the test
   StreamSource source(pool, opts, [&](const Job& job, std::stop_token stop) {
-    note("stream");
+    order.note("stream");
     return echo(job, stop);
   });
   source.start();
   // The stream job takes the limit's last ticket and queues newest first.
   ASSERT_TRUE(eventually([&] { return pool.stats().queued == 1; }));
-  ASSERT_EQ(pool.post([&] { note("level 1"); }, {.priority = 1}), Admission::accepted);
+  ASSERT_EQ(pool.post([&] { order.note("level 1"); }, {.priority = 1}), Admission::accepted);
   EXPECT_EQ(pool.stats().overload.shed_priority, 1u);
   EXPECT_TRUE(eventually([&] { return source.stats().refused == 1; }));
   EXPECT_EQ(source.stats().in_flight, 1u) << "held while it waits to be submitted again";
-  gate.open();
+  hold.release();
   ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
   ASSERT_TRUE(source.wait_idle(10s));
   const Outcome o = read_stream(redis, "crew:results").at(0);
@@ -517,8 +523,7 @@ TEST(StreamSource, AJobShedFromTheQueueIsSubmittedAgainAndRunsOnce) {
   EXPECT_EQ(o.attempt, 1);
   EXPECT_EQ(pending(redis), 0);
   EXPECT_EQ(source.stats().left_pending, 0u);
-  const std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<std::string>{"level 1", "stream"}));
+  EXPECT_EQ(order.seen(), (std::vector<std::string>{"level 1", "stream"}));
 }
 
 // StreamSourceOptions::priority is the level its jobs queue at: with the one
@@ -531,34 +536,21 @@ TEST(StreamSource, JobsQueueAtTheConfiguredPriority) {
   PoolOptions po = test::fixed_workers("levels", 1);
   po.priority_levels = 2;
   Pool pool(po);
-  Gate gate;
-  std::atomic<bool> held{false};
-  ASSERT_EQ(pool.post([&] {
-    held = true;
-    gate.wait();
-  }),
-            Admission::accepted);
-  ASSERT_TRUE(eventually([&] { return held.load(); }));
-  std::mutex mu;
-  std::vector<std::string> order;
-  auto note = [&](std::string what) {
-    const std::lock_guard<std::mutex> lock(mu);
-    order.push_back(std::move(what));
-  };
-  ASSERT_EQ(pool.post([&] { note("level 0"); }), Admission::accepted);
+  WorkerHold hold(pool);
+  Order order;
+  ASSERT_EQ(pool.post([&] { order.note("level 0"); }), Admission::accepted);
   auto opts = options_for(redis, "a");
   opts.priority = 1;
   StreamSource source(pool, opts, [&](const Job& job, std::stop_token stop) {
-    note("stream");
+    order.note("stream");
     return echo(job, stop);
   });
   source.start();
   ASSERT_TRUE(eventually([&] { return pool.stats().queued == 2; }));
-  gate.open();
+  hold.release();
   ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
   ASSERT_TRUE(pool.wait_idle(10s));
-  const std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<std::string>{"stream", "level 0"}));
+  EXPECT_EQ(order.seen(), (std::vector<std::string>{"stream", "level 0"}));
 }
 
 TEST(StreamSource, InvalidOptionsAreRejectedWithTheFieldName) {
