@@ -120,6 +120,14 @@ struct Config {
     // default: it speeds refusals up but slows the jobs down
     // (docs/bench/overload.md, "Jobs workers below the I/O threads").
     unsigned worker_nice = 0;
+    // How Linux schedules the jobs workers: normal (SCHED_OTHER, as crewd's
+    // other threads), batch (crew::WorkerPolicy::batch, SCHED_BATCH) or idle
+    // (SCHED_IDLE, set by each worker on itself as it starts: any other
+    // thread of crewd that wakes preempts it at once). Needs no privilege.
+    // normal by default (docs/bench/overload.md, "W1 again, and the jobs
+    // workers' scheduling policy").
+    enum class WorkerPolicy : std::uint8_t { normal, batch, idle };
+    WorkerPolicy worker_policy = WorkerPolicy::normal;
     JobLimits limits;
     Overload overload;
   } jobs;

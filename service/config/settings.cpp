@@ -335,6 +335,13 @@ const std::vector<Setting>& settings() {
         "nice steps each jobs worker runs below crewd's other threads (its I/O threads answer "
         "first on a shared CPU; 0: the same priority)",
         +[](Config& c) -> unsigned& { return c.jobs.worker_nice; }, 0, 39));
+    using Policy = Config::Jobs::WorkerPolicy;
+    s.push_back(choice<Policy>(
+        "jobs.worker_policy",
+        "scheduling of jobs workers: normal, batch (SCHED_BATCH, as compute.worker_policy) or "
+        "idle (SCHED_IDLE: crewd's I/O threads preempt a jobs worker when they wake)",
+        +[](Config& c) -> Policy& { return c.jobs.worker_policy; },
+        {{"normal", Policy::normal}, {"batch", Policy::batch}, {"idle", Policy::idle}}));
     s.push_back(integer(
         "jobs.max_ms", "largest \"ms\" of a job",
         +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_ms; }, 0, kDay));

@@ -1,8 +1,10 @@
 // Priorities in crewd: a job request's X-Priority and X-Deadline-Ms, read
 // from its head (docs/crewd.md, "Priority and deadline"), and the jobs
-// workers' scheduling priority below the I/O threads (jobs.worker_nice).
+// workers' scheduling priority below the I/O threads (jobs.worker_nice,
+// jobs.worker_policy).
 // Each test runs its own crewd; every wait is bounded.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -176,44 +178,84 @@ std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
 bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
 bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
 
+// Each thread of `pid` by name, with its scheduling policy (SCHED_*).
+std::vector<std::pair<std::string, int>> thread_policies(pid_t pid) {
+  std::vector<std::pair<std::string, int>> out;
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::FILE* f = std::fopen((t.path() / "comm").c_str(), "r");
+    if (f == nullptr) continue;  // the thread ended meanwhile
+    char buf[64] = {};
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const int policy = ::sched_getscheduler(std::stoi(t.path().filename().string()));
+    if (policy < 0) continue;
+    out.emplace_back(std::string(buf, n > 0 && buf[n - 1] == '\n' ? n - 1 : n), policy);
+  }
+  return out;
+}
+
+// A crewd with 3 jobs workers and 2 I/O threads, started with `flags`:
+// each jobs worker's value (as `threads_of` reads them) is `worker`, each
+// I/O thread's `io`. The workers set theirs on themselves as they start,
+// and the I/O threads may start after the port is reported: it waits
+// (bounded) for all five.
+void expect_thread_values(const std::vector<std::string>& flags,
+                          std::vector<std::pair<std::string, int>> (*threads_of)(pid_t), int worker,
+                          int io_value) {
+  std::vector<std::string> args = {"--listen", "127.0.0.1:0",       "--jobs-workers",
+                                   "3",        "--http-io-threads", "2"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  Crewd crewd(args);
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::pair<std::string, int>> threads;
+  for (int i = 0; i < 1000 * kSlowdown; ++i) {
+    threads = threads_of(crewd.pid());
+    const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
+      return is_jobs_worker(t.first) && t.second == worker;
+    });
+    const auto io = std::count_if(threads.begin(), threads.end(),
+                                  [](const auto& t) { return is_io_thread(t.first); });
+    if (workers == 3 && io == 2) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  int workers = 0;
+  int io = 0;
+  for (const auto& [name, value] : threads) {
+    if (is_jobs_worker(name)) {
+      ++workers;
+      EXPECT_EQ(value, worker) << name;
+    } else if (is_io_thread(name)) {
+      ++io;
+      EXPECT_EQ(value, io_value) << name;
+    }
+  }
+  EXPECT_EQ(workers, 3);
+  EXPECT_EQ(io, 2);
+  expect_clean_stop(crewd);
+}
+
 // jobs.worker_nice: every jobs worker runs that many nice steps above
 // crewd's main and I/O threads (at most 19); 0 leaves them level.
 TEST(CrewdWorkerNice, JobsWorkersRunBelowTheIoThreads) {
   const int base = ::getpriority(PRIO_PROCESS, 0);  // crewd inherits it
   for (const unsigned steps : {7u, 0u}) {
     SCOPED_TRACE("jobs.worker_nice " + std::to_string(steps));
-    Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "3", "--http-io-threads", "2",
-                 "--jobs-worker-nice", std::to_string(steps)});
-    const int port = crewd.wait_port();
-    ASSERT_GT(port, 0) << crewd.log();
-    const int want = std::min(19, base + static_cast<int>(steps));
-    // The workers set it on themselves as they start, and the I/O threads
-    // may start after the port is reported: wait for all five.
-    std::vector<std::pair<std::string, int>> threads;
-    for (int i = 0; i < 1000 * kSlowdown; ++i) {
-      threads = thread_nices(crewd.pid());
-      const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
-        return is_jobs_worker(t.first) && t.second == want;
-      });
-      const auto io = std::count_if(threads.begin(), threads.end(),
-                                    [](const auto& t) { return is_io_thread(t.first); });
-      if (workers == 3 && io == 2) break;
-      std::this_thread::sleep_for(5ms);
-    }
-    int workers = 0;
-    int io = 0;
-    for (const auto& [name, nice] : threads) {
-      if (is_jobs_worker(name)) {
-        ++workers;
-        EXPECT_EQ(nice, want) << name;
-      } else if (is_io_thread(name)) {
-        ++io;
-        EXPECT_EQ(nice, base) << name;
-      }
-    }
-    EXPECT_EQ(workers, 3);
-    EXPECT_EQ(io, 2);
-    expect_clean_stop(crewd);
+    expect_thread_values({"--jobs-worker-nice", std::to_string(steps)}, thread_nices,
+                         std::min(19, base + static_cast<int>(steps)), base);
+  }
+}
+
+// jobs.worker_policy: every jobs worker runs with that policy, the I/O
+// threads with SCHED_OTHER (batch is crew's PoolOptions::worker_policy, idle
+// crewd's own start hook).
+TEST(CrewdWorkerPolicy, JobsWorkersSetItAndTheIoThreadsDoNot) {
+  for (const auto& [name, want] : std::vector<std::pair<std::string, int>>{
+           {"idle", SCHED_IDLE}, {"batch", SCHED_BATCH}, {"normal", SCHED_OTHER}}) {
+    SCOPED_TRACE("jobs.worker_policy " + name);
+    expect_thread_values({"--jobs-worker-policy", name}, thread_policies, want, SCHED_OTHER);
   }
 }
 
