@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -147,8 +148,12 @@ TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
   expect_clean_stop(crewd);
 }
 
-// Each thread of `pid` as (name, nice), from /proc/PID/task/*/stat.
-std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+// Each thread of `pid` as (name, value): `value_of(tid, fields)` reads the
+// value from the thread's id and the fields of its /proc/PID/task/TID/stat
+// after "(comm) "; a thread that ended meanwhile, or whose value it cannot
+// read (nullopt), is left out.
+template <class ValueOf>
+std::vector<std::pair<std::string, int>> thread_values(pid_t pid, ValueOf value_of) {
   std::vector<std::pair<std::string, int>> out;
   std::error_code ec;
   for (const auto& t :
@@ -162,39 +167,38 @@ std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
     const auto open = stat.find('(');
     const auto close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos) continue;
-    // After "(comm) ": state, then fields 4..; nice is field 19.
-    int nice = 0;
-    const std::string rest = stat.substr(close + 2);
-    if (std::sscanf(rest.c_str(),
-                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
-                    &nice) != 1)
-      continue;
-    out.emplace_back(stat.substr(open + 1, close - open - 1), nice);
+    const std::optional<int> value = value_of(
+        static_cast<pid_t>(std::stoi(t.path().filename().string())), stat.substr(close + 2));
+    if (value) out.emplace_back(stat.substr(open + 1, close - open - 1), *value);
   }
   return out;
+}
+
+// Each thread of `pid` as (name, nice).
+std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+  return thread_values(pid, [](pid_t, const std::string& fields) -> std::optional<int> {
+    // state, then fields 4..; nice is field 19.
+    int nice = 0;
+    if (std::sscanf(fields.c_str(),
+                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
+                    &nice) != 1)
+      return std::nullopt;
+    return nice;
+  });
+}
+
+// Each thread of `pid` as (name, scheduling policy: SCHED_*).
+std::vector<std::pair<std::string, int>> thread_policies(pid_t pid) {
+  return thread_values(pid, [](pid_t tid, const std::string&) -> std::optional<int> {
+    const int policy = ::sched_getscheduler(tid);
+    if (policy < 0) return std::nullopt;
+    return policy;
+  });
 }
 
 // Whether `name` is a jobs worker's ("jobs-3") or an I/O thread's.
 bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
 bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
-
-// Each thread of `pid` by name, with its scheduling policy (SCHED_*).
-std::vector<std::pair<std::string, int>> thread_policies(pid_t pid) {
-  std::vector<std::pair<std::string, int>> out;
-  std::error_code ec;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::FILE* f = std::fopen((t.path() / "comm").c_str(), "r");
-    if (f == nullptr) continue;  // the thread ended meanwhile
-    char buf[64] = {};
-    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    const int policy = ::sched_getscheduler(std::stoi(t.path().filename().string()));
-    if (policy < 0) continue;
-    out.emplace_back(std::string(buf, n > 0 && buf[n - 1] == '\n' ? n - 1 : n), policy);
-  }
-  return out;
-}
 
 // A crewd with 3 jobs workers and 2 I/O threads, started with `flags`:
 // each jobs worker's value (as `threads_of` reads them) is `worker`, each
