@@ -38,10 +38,14 @@
 //     priority above 0 past the limit displaces the newest task queued
 //     newest first at the lowest lower level that has one, which ends
 //     `shed` (Errc::overloaded, reason priority), and is admitted in its
-//     place. Tasks queued oldest first (before the standing queue) are not
-//     displaced, and a full level's queue is not made room in: the queue
-//     is bounded per level, so a lower level's task holds no room of a
-//     higher one.
+//     place. Tasks queued oldest first (before the standing queue, or with
+//     the stack full) are not displaced: the FIFO rings give a slot to the
+//     consumer that claims the head, so taking from the tail would cost
+//     every pop a second claim; shards keep no order to find the newest
+//     by; and the rings also hold the pool's own, unticketed submissions
+//     (docs/api.md has the detail). CoDel sheds those older tasks instead.
+//     A full level's queue is not made room in: the queue is bounded per
+//     level, so a lower level's task holds no room of a higher one.
 // Only submissions from outside the pool are admitted this way: a task
 // submitted by one of the pool's own tasks (fork-join, continuations) is
 // part of admitted work and neither counted nor refused.
