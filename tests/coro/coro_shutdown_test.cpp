@@ -133,6 +133,69 @@ TEST_F(CoroShutdown, SoftEndsCoroutineTasksThatHaveNotStartedUnrun) {
   EXPECT_EQ(s.outcomes.total(), s.submitted);
 }
 
+// Spawns `name` (a sleeper of `d`, with a child of its own that sleeps as
+// long) and ends without awaiting it: the spawned tasks outlive their
+// parents, two generations deep.
+Co<void> sleeper_with_child(Pool* pool, std::chrono::milliseconds d, std::atomic<int>* started,
+                            StopMode mode) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper(d, started, mode), {.name = "grandchild"});
+  started->fetch_add(1);
+  co_await sleep_for(d, mode);
+}
+Co<void> spawns_and_ends(Pool* pool, std::chrono::milliseconds d, std::atomic<int>* started,
+                         StopMode mode) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper_with_child(pool, d, started, mode), {.name = "child"});
+  co_return;
+}
+
+TEST_F(CoroShutdown, DrainWaitsForTasksWhoseParentsEnded) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  Task<void> root =
+      spawn(pool, spawns_and_ends(&pool, 300ms * test::kSlowdown, &started, StopMode::interrupt));
+  root.get();
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  EXPECT_EQ(coroutine_tasks(pool).live, 2u);
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 10s);
+  EXPECT_FALSE(r.escalated);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  EXPECT_EQ(r.during.succeeded, 2u);  // the child and the grandchild, slept out
+}
+
+TEST_F(CoroShutdown, SoftStopsAndListsTasksWhoseParentsEnded) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  Task<void> root = spawn(pool, spawns_and_ends(&pool, 60s, &started, StopMode::interrupt));
+  root.get();
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
+  EXPECT_TRUE(listed(r.cancelled, "child"));
+  EXPECT_TRUE(listed(r.cancelled, "grandchild"));
+  EXPECT_EQ(r.cancelled.size(), 2u);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, HardDestroysIgnoringChildrenOfAnEndedParentPastTheGrace) {
+  Watchdog dog;
+  PoolOptions o = fixed_workers("co", 2);
+  o.abandon_grace = 50ms;
+  Pool pool(o);
+  std::atomic<int> started{0};
+  Task<void> root = spawn(pool, spawns_and_ends(&pool, 60s, &started, StopMode::ignore));
+  root.get();
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_TRUE(listed(r.abandoned, "child"));
+  EXPECT_TRUE(listed(r.abandoned, "grandchild"));
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
 TEST_F(CoroShutdown, ASpawnOnAStoppedPoolIsRejectedClosed) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));

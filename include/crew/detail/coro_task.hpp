@@ -199,6 +199,13 @@ class CoroTaskBase {
   // The current suspension (armed_gen, waits_on, since_ns: any thread).
   [[nodiscard]] const Suspension& suspension() const noexcept { return suspension_; }
 
+  // The coroutine tasks spawned from this one and not ended (the registry's
+  // walk, CoroHub): f(CoroTaskBase&) for each, under a spin lock.
+  template <class F>
+  void for_each_child(F f) {
+    stop_.for_each_child(f);
+  }
+
   // ---- the hub's registry (under its mutex) ----
   CoroTaskBase* reg_prev = nullptr;
   CoroTaskBase* reg_next = nullptr;
@@ -241,8 +248,16 @@ class CoroTaskBase {
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
   // The hub holds it: set before the hub lists it (a shutdown that finds
-  // it there may end it), cleared by the one thread that ends the task.
+  // it there may end it), or by the parent that hands it to the hub
+  // (CoroStop::hand_off, under the parent's stop lock, which the task's
+  // unlink takes before it reads this); cleared by the one thread that
+  // ends the task.
   std::atomic<bool> enrolled_{false};
+  // Listed in its parent's children instead of the hub (spawned from a
+  // coroutine task that was not stopped): the registry's reference is
+  // dropped at the end unless the parent handed it to the hub. Set by
+  // setup before the task is shared.
+  bool in_parent_ = false;
   std::int64_t queue_deadline_ns_ = 0;  // 0: none
   // Whether the first step ran, and when, if the task is clocked (else
   // 0). Written by that step, read by the thread that ends the task.
