@@ -42,22 +42,6 @@ void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
   const StepScope scope(t);
   h.resume();  // the task may have ended: only the step's reference keeps it
 }
-
-// What a stopped co_await throws. One string built in place: 10,000
-// cancelled tasks throw 10,000 of these.
-[[noreturn]] void throw_stopped(const TaskStateBase& s) {
-  const bool timed_out = s.stop_reason() == StopReason::timed_out;
-  std::string what = "coroutine task ";
-  if (!s.name().empty()) {
-    what += '\'';
-    what += s.name();
-    what += "' ";
-  }
-  what += '#';
-  what += std::to_string(s.id);
-  what += timed_out ? ": timed_out" : ": cancelled";
-  throw Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
-}
 }  // namespace
 
 void CoroTaskBase::on_stopped() noexcept {
@@ -347,12 +331,28 @@ void CoroTaskBase::unlink_wait() noexcept {
   linked_ = false;
 }
 
-void CoroTaskBase::end_wait() {
+bool CoroTaskBase::end_wait() noexcept {
   const Wake why = suspension_.take_wake();
   // Woken by the end of its target, the task's node left the list then.
   if (why == Wake::event) linked_ = false;
   unlink_wait();
-  if (why == Wake::stop) throw_stopped(state());
+  return why == Wake::stop;
+}
+
+// One string built in place: 10,000 cancelled tasks throw 10,000 of these.
+Error CoroTaskBase::stop_error() const {
+  const TaskStateBase& s = *self_;
+  const bool timed_out = s.stop_reason() == StopReason::timed_out;
+  std::string what = "coroutine task ";
+  if (!s.name().empty()) {
+    what += '\'';
+    what += s.name();
+    what += "' ";
+  }
+  what += '#';
+  what += std::to_string(s.id);
+  what += timed_out ? ": timed_out" : ": cancelled";
+  return Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
 }
 
 std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
