@@ -52,15 +52,15 @@ class CoroStop {
   // Leaves the parent's list (unless the parent took it out, hand_off) and
   // lets the parent's state go. Idempotent.
   void unlink() noexcept;
-  // The task ends (its thread; nothing links to it any more): each child
-  // still linked is taken out of the list and given to `enroll` (called
-  // under this stop's lock, with the child's task), which lists it in the
-  // registry.
   // Whether a child is linked (the owner's thread, at its end: no child
   // links any more, so a false answer stays false).
   [[nodiscard]] bool has_children() const noexcept {
     return children_.load(std::memory_order_acquire) != nullptr;
   }
+  // The task ends (its thread; nothing links to it any more): each child
+  // still linked is taken out of the list and given to `enroll` (called
+  // under this stop's lock, with the child's task), which lists it in the
+  // registry.
   template <class Enroll>
   void hand_off(Enroll enroll) noexcept {
     SpinLockGuard lock(mu_);
