@@ -91,11 +91,15 @@ TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
   EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
-TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
-  Watchdog dog;
+PoolOptions short_grace() {
   PoolOptions o = fixed_workers("co", 2);
   o.abandon_grace = 50ms;
-  Pool pool(o);
+  return o;
+}
+
+TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
+  Watchdog dog;
+  Pool pool(short_grace());
   std::atomic<int> started{0};
   Task<void> t = spawn(pool, sleeper(60s, &started, StopMode::ignore), {.name = "stubborn"});
   ASSERT_TRUE(test::eventually([&] { return started.load() == 1; }));
@@ -149,15 +153,18 @@ Co<void> spawns_and_ends(Pool* pool, std::chrono::milliseconds d, std::atomic<in
   Task<void> child = spawn(*pool, sleeper_with_child(pool, d, started, mode), {.name = "child"});
   co_return;
 }
+// Runs spawns_and_ends to its end; true once its child and grandchild run.
+bool parent_ended(Pool& pool, std::chrono::milliseconds d, std::atomic<int>& started,
+                  StopMode mode) {
+  spawn(pool, spawns_and_ends(&pool, d, &started, mode)).get();
+  return test::eventually([&] { return started.load() == 2; });
+}
 
 TEST_F(CoroShutdown, DrainWaitsForTasksWhoseParentsEnded) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
   std::atomic<int> started{0};
-  Task<void> root =
-      spawn(pool, spawns_and_ends(&pool, 300ms * test::kSlowdown, &started, StopMode::interrupt));
-  root.get();
-  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  ASSERT_TRUE(parent_ended(pool, 300ms * test::kSlowdown, started, StopMode::interrupt));
   EXPECT_EQ(coroutine_tasks(pool).live, 2u);
   const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 10s);
   EXPECT_FALSE(r.escalated);
@@ -169,9 +176,7 @@ TEST_F(CoroShutdown, SoftStopsAndListsTasksWhoseParentsEnded) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
   std::atomic<int> started{0};
-  Task<void> root = spawn(pool, spawns_and_ends(&pool, 60s, &started, StopMode::interrupt));
-  root.get();
-  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  ASSERT_TRUE(parent_ended(pool, 60s, started, StopMode::interrupt));
   const auto t0 = std::chrono::steady_clock::now();
   const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
@@ -183,13 +188,9 @@ TEST_F(CoroShutdown, SoftStopsAndListsTasksWhoseParentsEnded) {
 
 TEST_F(CoroShutdown, HardDestroysIgnoringChildrenOfAnEndedParentPastTheGrace) {
   Watchdog dog;
-  PoolOptions o = fixed_workers("co", 2);
-  o.abandon_grace = 50ms;
-  Pool pool(o);
+  Pool pool(short_grace());
   std::atomic<int> started{0};
-  Task<void> root = spawn(pool, spawns_and_ends(&pool, 60s, &started, StopMode::ignore));
-  root.get();
-  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  ASSERT_TRUE(parent_ended(pool, 60s, started, StopMode::ignore));
   const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
   EXPECT_TRUE(listed(r.abandoned, "child"));
   EXPECT_TRUE(listed(r.abandoned, "grandchild"));
