@@ -9,8 +9,10 @@
 //
 // Its life:
 //   spawn    the state is made, enrolled in its pool's CoroHub (one reference
-//            until it ends) and a StartCell is queued as a counted task: the
-//            pool's admission decides (block, reject, caller_runs).
+//            until it ends; spawned from a coroutine task of the same pool,
+//            listed in that task's children instead, crew/detail/
+//            coro_stop.hpp) and a StartCell is queued as a counted task:
+//            the pool's admission decides (block, reject, caller_runs).
 //   steps    the StartCell, then one ResumeStep per resumption: short tasks
 //            of the pool at the task's priority. Each runs the coroutine on
 //            the worker until it suspends or ends.
