@@ -197,6 +197,36 @@ TEST_F(CoroShutdown, HardDestroysIgnoringChildrenOfAnEndedParentPastTheGrace) {
   EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
+// Spawns a sleeping child and ends at once: its end hands the child to
+// the pool's registry.
+Co<void> leaves_a_child(Pool* pool, std::atomic<int>* spawned, std::atomic<int>* started) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper(60s, started, StopMode::interrupt), {.name = "c"});
+  spawned->fetch_add(1);
+  co_return;
+}
+
+TEST_F(CoroShutdown, SoftFindsEveryChildWhileParentsHandThemOff) {
+  Watchdog dog;
+  constexpr int kParents = 200;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> spawned{0};
+  std::atomic<int> started{0};
+  for (int i = 0; i < kParents; ++i) {
+    (void)spawn_detached(pool, leaves_a_child(&pool, &spawned, &started));
+  }
+  // Every child exists; some parents are still ending, handing theirs off
+  // while the shutdown walks the registry.
+  ASSERT_TRUE(test::eventually([&] { return spawned.load() == kParents; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  const auto children = [](const std::vector<TaskRef>& refs) {
+    return std::count_if(refs.begin(), refs.end(), [](const TaskRef& t) { return t.name == "c"; });
+  };
+  // Stopped while suspended, or ended unstarted: each listed once.
+  EXPECT_EQ(children(r.cancelled) + children(r.rejected), kParents);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
 TEST_F(CoroShutdown, ASpawnOnAStoppedPoolIsRejectedClosed) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));
