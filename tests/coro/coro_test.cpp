@@ -574,6 +574,39 @@ TEST(CoroTask, TheSnapshotListsSuspendedTasksWithWhatTheyWaitFor) {
   EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
 }
 
+// Three generations, each awaiting the next: the leaf sleeps.
+Co<void> nested_sleep(Pool* pool, int depth, std::atomic<bool>* slept) {
+  if (depth == 0) {
+    slept->store(true);
+    co_await sleep_for(60s);
+    co_return;
+  }
+  Task<void> child =
+      spawn(*pool, nested_sleep(pool, depth - 1, slept), {.name = "g" + std::to_string(depth - 1)});
+  co_await child;
+}
+
+TEST(CoroTask, TheSnapshotListsTheChildrenOfRunningTasks) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<bool> slept{false};
+  Task<void> root = spawn(pool, nested_sleep(&pool, 2, &slept), {.name = "g2"});
+  ASSERT_TRUE(test::eventually([&] { return slept.load(); }));
+  ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 3; }));
+  const CoroutineTasks snap = coroutine_tasks(pool);
+  EXPECT_EQ(snap.live, 3u);
+  std::vector<std::string> seen;
+  for (const SuspendedCoroutine& c : snap.suspended) {
+    seen.push_back(c.task.name + ":" + std::string(c.waits_on));
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::string>{"g0:sleep", "g1:task", "g2:task"}));
+  (void)root.cancel();  // reaches the grandchild through the child
+  root.wait();
+  EXPECT_EQ(root.status(), TaskStatus::cancelled);
+  EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
+}
+
 Co<std::size_t> first_of(std::vector<Task<int>>* tasks) { co_return co_await when_any(*tasks); }
 
 TEST(CoroTask, WhenAnyReturnsTheIndexOfATaskThatEnded) {
