@@ -31,9 +31,11 @@
 //     overloaded or the limit was reached in the current interval,
 //     admitted tasks queue newest first within their priority level (a
 //     stack beside the level's FIFO ring, crew/detail/newest_first.hpp);
-//     workers take the newest, and every other pop the ring's oldest, so
-//     what queued before still drains (or is shed by CoDel). Oldest first
-//     again once the stack is empty;
+//     workers take the newest, and every other pop the level's oldest
+//     (the ring's, or with the ring empty the stack's bottom), so what
+//     queued before, and the bottom of a stack that never empties, still
+//     come up (to run, or to be shed by CoDel). Oldest first again once
+//     the stack is empty;
 //   - priorities as a moving threshold at the limit: a submission of
 //     priority above 0 past the limit displaces the newest task queued
 //     newest first at the lowest lower level that has one, which ends
