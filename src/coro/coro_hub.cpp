@@ -119,6 +119,7 @@ void CoroHub::push(Entry e) {
   {
     std::lock_guard lock(timer_mu_);
     if (!timer_.joinable()) {
+      due_.reserve(kDueBatch);  // may throw, as may the thread
       timer_ = std::thread([this] { timer_loop(); });
     }
     heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
@@ -198,7 +199,6 @@ void CoroHub::timer_loop() noexcept {
   t_timer_hub = this;
   // Wake-ups at the deadline, not up to the default 50 us after it.
   (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  std::vector<Entry> due;
   std::unique_lock lock(timer_mu_);
   while (!timer_stop_) {
     if (heap_.empty()) {
@@ -226,15 +226,17 @@ void CoroHub::timer_loop() noexcept {
       }
       continue;
     }
-    while (!heap_.empty() && heap_.front().at_ns <= now) {
+    // At most the reserved capacity (never a reallocation here): what is
+    // left due is taken in the next round, at once.
+    while (!heap_.empty() && heap_.front().at_ns <= now && due_.size() < due_.capacity()) {
       std::pop_heap(heap_.begin(), heap_.end(), Later{});
-      due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
+      due_.push_back(heap_.back());
       heap_.pop_back();
     }
     publish_next();
     lock.unlock();
-    for (Entry& e : due) fire(e);
-    due.clear();
+    for (Entry& e : due_) fire(e);
+    due_.clear();
     lock.lock();
   }
 }

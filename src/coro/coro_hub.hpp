@@ -152,6 +152,11 @@ class CoroHub final : public SuspendedTasks {
   // (SuspendedTasks), and while every worker is busy its resumption would
   // wait for one anyway.
   std::int64_t timer_wakes_at_ = 0;
+  // The timer thread's own: the due entries it fires after letting go of
+  // timer_mu_, at most kDueBatch a round. Reserved before the thread
+  // starts, so that its noexcept loop never allocates.
+  static constexpr std::size_t kDueBatch = 256;
+  std::vector<Entry> due_;
   std::thread timer_;  // started under timer_mu_
 };
 

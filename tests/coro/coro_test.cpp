@@ -88,6 +88,41 @@ TEST(CoroTask, SleepingTasksHoldNoWorker) {
   EXPECT_GE(took, 100ms);
 }
 
+// More sleeps due at once than the timer thread takes in one round (it
+// fires them in batches of its reserved capacity while every worker is
+// busy): every one of them ends, none early.
+TEST(CoroTask, MoreSleepsDueAtOnceThanOneTimerRoundTakesAllEnd) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  constexpr int kSleeps = 1000;
+  std::atomic<int> done{0};
+  const auto at = std::chrono::steady_clock::now() + 200ms * test::kSlowdown;
+  auto sleep_to = [](std::chrono::steady_clock::time_point t, std::atomic<int>* n) -> Co<void> {
+    co_await sleep_until(t);
+    EXPECT_GE(std::chrono::steady_clock::now(), t);
+    n->fetch_add(1);
+  };
+  std::vector<Task<void>> tasks;
+  for (int i = 0; i < kSleeps; ++i) tasks.push_back(spawn(pool, sleep_to(at, &done)));
+  ASSERT_TRUE(test::eventually(
+      [&] { return coroutine_tasks(pool).suspended.size() == std::size_t{kSleeps}; }));
+  test::Gate gate;
+  std::atomic<int> held{0};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      held.fetch_add(1);
+      gate.wait();
+    }),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(test::eventually([&] { return held.load() == 2; }));
+  std::this_thread::sleep_until(at + 20ms);
+  EXPECT_EQ(done.load(), 0);  // their resumptions wait for a worker
+  gate.open();
+  for (Task<void>& t : tasks) t.get();
+  EXPECT_EQ(done.load(), kSleeps);
+}
+
 // Notes how late the sleep ended, in microseconds.
 Co<void> late_sleeper(std::chrono::steady_clock::time_point at, std::atomic<std::int64_t>* late) {
   co_await sleep_until(at);
