@@ -106,19 +106,10 @@ TEST(CoroTask, MoreSleepsDueAtOnceThanOneTimerRoundTakesAllEnd) {
   for (int i = 0; i < kSleeps; ++i) tasks.push_back(spawn(pool, sleep_to(at, &done)));
   ASSERT_TRUE(test::eventually(
       [&] { return coroutine_tasks(pool).suspended.size() == std::size_t{kSleeps}; }));
-  test::Gate gate;
-  std::atomic<int> held{0};
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(pool.post([&] {
-      held.fetch_add(1);
-      gate.wait();
-    }),
-              Admission::accepted);
-  }
-  ASSERT_TRUE(test::eventually([&] { return held.load() == 2; }));
+  test::WorkerHold hold(pool, 2);
   std::this_thread::sleep_until(at + 20ms);
   EXPECT_EQ(done.load(), 0);  // their resumptions wait for a worker
-  gate.open();
+  hold.release();
   for (Task<void>& t : tasks) t.get();
   EXPECT_EQ(done.load(), kSleeps);
 }
@@ -152,19 +143,10 @@ TEST(CoroTask, SleepsEndOnTimeWhetherTheWorkersAreIdleOrBusy) {
   const Clock::time_point at = Clock::now() + 50ms * test::kSlowdown;
   Task<void> busy = spawn(pool, late_sleeper(at, &late[kIdle]));
   ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
-  test::Gate gate;
-  std::atomic<int> held{0};
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(pool.post([&] {
-      held.fetch_add(1);
-      gate.wait();
-    }),
-              Admission::accepted);
-  }
-  ASSERT_TRUE(test::eventually([&] { return held.load() == 2; }));
+  test::WorkerHold hold(pool, 2);
   std::this_thread::sleep_until(at + 20ms);
   EXPECT_FALSE(busy.ready());  // its resumption waits for a worker
-  gate.open();
+  hold.release();
   busy.get();
   for (std::size_t i = 0; i < late.size(); ++i) {
     EXPECT_GE(late[i].load(), 0) << "sleep " << i << " ended early or not at all";
