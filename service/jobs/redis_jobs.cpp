@@ -73,11 +73,13 @@ std::string_view text_of(const redisReply* r) {
   return r == nullptr || r->str == nullptr ? std::string_view{} : std::string_view(r->str, r->len);
 }
 
+// "host:port" as host and port; an address without a colon (none
+// configured: redis.address is empty when Redis is off) as itself and 0.
 std::pair<std::string, int> split_address(const std::string& address) {
   const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, 0};
   int port = 0;
-  const char* digits = address.data() + colon + 1;
-  std::from_chars(digits, address.data() + address.size(), port);
+  std::from_chars(address.data() + colon + 1, address.data() + address.size(), port);
   return {address.substr(0, colon), port};
 }
 
