@@ -281,6 +281,18 @@ TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOver
   EXPECT_EQ(timed_of(kAdmissions), kAdmissions);
 }
 
+// A fill that queues a task noting `v` in `order` when it runs.
+auto noting(std::vector<int>& order, int v) {
+  return [&order, v](detail::Cell& c) noexcept { c.emplace([&order, v] { order.push_back(v); }); };
+}
+
+// Runs every cell `q` gives one worker's pops, in the order they come.
+void drain(detail::Queues& q) {
+  detail::PopState st;
+  detail::Cell c;
+  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+}
+
 // A level's newest-first cells go before its ring's, except every other
 // pop, which takes the ring's oldest (what queued before the standing
 // queue still drains).
@@ -288,18 +300,13 @@ TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOther
   detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
   std::vector<int> order;
   auto push = [&](int v, bool newest) {
-    auto fill = [&order, v](detail::Cell& c) noexcept {
-      c.emplace([&order, v] { order.push_back(v); });
-    };
-    return newest ? q.try_push_newest(fill, 0) : q.try_push(fill, 0);
+    return newest ? q.try_push_newest(noting(order, v), 0) : q.try_push(noting(order, v), 0);
   };
   for (int v : {1, 2, 3}) ASSERT_TRUE(push(v, false));
   for (int v : {11, 12, 13}) ASSERT_TRUE(push(v, true));
   EXPECT_EQ(q.size(), 6u);
   EXPECT_EQ(q.pushed(), 6u);
-  detail::PopState st;
-  detail::Cell c;
-  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+  drain(q);
   EXPECT_EQ(order, (std::vector<int>{13, 1, 12, 2, 11, 3}));
   EXPECT_TRUE(q.empty());
 }
@@ -309,14 +316,8 @@ TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOther
 TEST(OverloadNewestFirst, WithTheRingEmptyEveryOtherPopTakesTheStacksOldest) {
   detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
   std::vector<int> order;
-  for (int v : {11, 12, 13, 14, 15, 16}) {
-    ASSERT_TRUE(q.try_push_newest(
-        [&order, v](detail::Cell& c) noexcept { c.emplace([&order, v] { order.push_back(v); }); },
-        0));
-  }
-  detail::PopState st;
-  detail::Cell c;
-  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+  for (int v : {11, 12, 13, 14, 15, 16}) ASSERT_TRUE(q.try_push_newest(noting(order, v), 0));
+  drain(q);
   EXPECT_EQ(order, (std::vector<int>{16, 11, 15, 12, 14, 13}));
   EXPECT_TRUE(q.empty());
 }
@@ -326,10 +327,7 @@ TEST(OverloadNewestFirst, WithTheRingEmptyEveryOtherPopTakesTheStacksOldest) {
 TEST(OverloadNewestFirst, TheStackWrapsAroundItsSlots) {
   detail::NewestFirst stack(4);
   std::vector<int> order;
-  auto push = [&](int v) {
-    return stack.try_push(
-        [&order, v](detail::Cell& c) noexcept { c.emplace([&order, v] { order.push_back(v); }); });
-  };
+  auto push = [&](int v) { return stack.try_push(noting(order, v)); };
   auto run = [](detail::Cell& c) { (void)c.invoke_and_destroy(); };
   for (int v : {1, 2, 3, 4}) ASSERT_TRUE(push(v));
   EXPECT_FALSE(push(5));  // full
@@ -357,12 +355,7 @@ TEST(OverloadNewestFirst, TheStackWrapsAroundItsSlots) {
 TEST(OverloadNewestFirst, ADisplacingLevelTakesTheNewestCellOfTheLowestLevelBelowIt) {
   detail::Queues q(64, 1, 3, 8, /*newest_first=*/true);
   std::vector<int> order;
-  auto push = [&](int v, std::size_t level) {
-    auto fill = [&order, v](detail::Cell& c) noexcept {
-      c.emplace([&order, v] { order.push_back(v); });
-    };
-    return q.try_push_newest(fill, level);
-  };
+  auto push = [&](int v, std::size_t level) { return q.try_push_newest(noting(order, v), level); };
   detail::Cell c;
   EXPECT_EQ(q.take_newest_below(2, c), 2u);
   ASSERT_TRUE(push(1, 1));
