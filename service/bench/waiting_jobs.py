@@ -14,6 +14,15 @@ Three figures, each against a fresh crewd on a free loopback port:
             one is answered, for --duration seconds: jobs answered per second
             (the figure: 1,000/s sustained), their statuses, and crewd's peak
             RSS (VmHWM; the figure: under 100 MiB).
+  call-open call jobs as above, from the C++ open-loop generator
+            (bench/loadgen, --loadgen): Poisson arrivals at 1,000 jobs/s for
+            --duration seconds, once with jobs.max_in_flight = 1000 and once
+            with 1100 (--open-caps). Per cap: jobs answered 200 per second,
+            the 503s (max_in_flight), the latency p50/p99 from the send, and
+            crewd's peak RSS. The closed loop above never offers more than
+            1,000 jobs at a time; an open loop shows what the cap does to
+            arrivals that do not wait for each other (docs/bench/
+            crewd-waiting-jobs.md, "Calls at the cap").
   sigterm-drain, sigterm-soft
             N suspended sleep jobs (default 5,000), then SIGTERM with
             shutdown.timeout_ms 5000 and shutdown.termination_timeout_ms 10000:
@@ -23,8 +32,9 @@ Three figures, each against a fresh crewd on a free loopback port:
             and outcome, and the jobs pool's report line.
 
   python3 service/bench/waiting_jobs.py [--crewd build/service/crewd]
-      [--figure sleep|call|sigterm-drain|sigterm-soft|all] [--rounds 3] [--sleep-jobs 10000]
-      [--duration 10] [--sigterm-jobs 5000]
+      [--figure sleep|call|call-open|sigterm-drain|sigterm-soft|all] [--rounds 3]
+      [--sleep-jobs 10000] [--duration 10] [--sigterm-jobs 5000]
+      [--loadgen build/bench/loadgen/loadgen] [--open-caps 1000,1100]
 
 Each round runs the figures in turn (interleaved over rounds: the machine is
 shared), and the medians are printed as a Markdown table. Needs only
@@ -246,6 +256,44 @@ def figure_call(binary, duration, conns=1000):
     return {"rate": rate, "rss_mib": rss}
 
 
+def figure_call_open(binary, loadgen, duration, cap, rate=1000):
+    port = free_port()
+    ds = subprocess.Popen([sys.executable, "-c", DOWNSTREAM, str(port), "1.0"],
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        ds.stdout.readline()
+        crewd = Crewd(binary, "--jobs-max-in-flight", str(cap), "--jobs-call-url",
+                      f"http://127.0.0.1:{port}/slow", "--http-keep-alive-max", "100000")
+        summary = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"call-open-{os.getpid()}.json")
+        subprocess.run([loadgen, "--url", f"http://127.0.0.1:{crewd.port}/api/v1/jobs",
+                        "--body", json.dumps({"kind": "call"}),
+                        "--header", "Content-Type: application/json",
+                        "--rate", str(rate), "--duration", str(duration),
+                        "--slo-ms", "1500", "--timeout-ms", "5000",
+                        "--connections", str(cap + 100), "--max-connections", "4096",
+                        "--json", summary, "--quiet"],
+                       check=True, timeout=duration + 60)
+        with open(summary) as f:
+            d = json.load(f)
+        os.unlink(summary)
+        rss = crewd.rss_peak_mib()
+        code = crewd.stop()
+    finally:
+        ds.kill()
+        ds.wait()
+    # Per second from the 2nd on (the first second's answers are still due).
+    steady = [p for p in d["per_second"] if 2 <= p["t"] < duration]
+    ok_rate = statistics.mean(p["ok"] for p in steady) if steady else 0.0
+    refused = sum(n for k, n in d["status"].items() if k == "503")
+    lat = d["latency_2xx_ms"]
+    print(f"  call-open (max_in_flight {cap}): {ok_rate:.0f} jobs/s answered 200 (steady part) "
+          f"of {d['achieved_rate']:.0f}/s sent; statuses {d['status']}; 200s p50 "
+          f"{lat['p50']:.1f} ms p99 {lat['p99']:.1f} ms; RSS peak {rss:.1f} MiB; exit {code}",
+          flush=True)
+    return {"rate": ok_rate, "sent_rate": d["achieved_rate"], "refused": refused,
+            "answered": d["answered"], "p50": lat["p50"], "p99": lat["p99"], "rss_mib": rss}
+
+
 def figure_sigterm(binary, n, mode):
     """drain: jobs of 2 s, all end within the drain (200). soft: jobs of 60 s,
     all stopped at once (503 cancelled). shutdown.timeout_ms 5000,
@@ -292,17 +340,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--crewd", default="build/service/crewd")
     ap.add_argument("--figure", default="all",
-                    choices=["sleep", "call", "sigterm-drain", "sigterm-soft", "all"])
+                    choices=["sleep", "call", "call-open", "sigterm-drain", "sigterm-soft",
+                             "all"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sleep-jobs", type=int, default=10000)
     ap.add_argument("--duration", type=float, default=10)
     ap.add_argument("--sigterm-jobs", type=int, default=5000)
+    ap.add_argument("--loadgen", default="build/bench/loadgen/loadgen")
+    ap.add_argument("--open-caps", default="1000,1100",
+                    help="jobs.max_in_flight values of the call-open figure")
     a = ap.parse_args()
+    caps = [int(c) for c in a.open_caps.split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    figures = (["sleep", "call", "sigterm-drain", "sigterm-soft"] if a.figure == "all"
-               else [a.figure])
-    results = {f: [] for f in figures}
+    figures = (["sleep", "call", "call-open", "sigterm-drain", "sigterm-soft"]
+               if a.figure == "all" else [a.figure])
+    results = {f: [] for f in figures if f != "call-open"}  # call-open: one per cap
     for r in range(a.rounds):
         print(f"round {r + 1} (load {os.getloadavg()[0]:.2f})", flush=True)
         for f in figures:
@@ -310,6 +363,10 @@ def main():
                 results[f].append(figure_sleep(a.crewd, a.sleep_jobs))
             elif f == "call":
                 results[f].append(figure_call(a.crewd, a.duration))
+            elif f == "call-open":
+                for cap in caps:
+                    results.setdefault(f"call-open-{cap}", []).append(
+                        figure_call_open(a.crewd, a.loadgen, a.duration, cap))
             else:
                 results[f].append(figure_sigterm(a.crewd, a.sigterm_jobs, f.split("-")[1]))
     med = lambda f, k: statistics.median(x[k] for x in results[f])  # noqa: E731
@@ -322,6 +379,14 @@ def main():
     if "call" in results:
         print(f"| call jobs, 1 s downstream, jobs.max_in_flight = 1000 | "
               f"{med('call', 'rate'):.0f} jobs/s; RSS peak {med('call', 'rss_mib'):.1f} MiB |")
+    for cap in caps:
+        f = f"call-open-{cap}"
+        if f in results:
+            print(f"| call jobs, 1 s downstream, open loop at 1,000/s, jobs.max_in_flight = {cap} | "
+                  f"{med(f, 'rate'):.0f} jobs/s answered 200 of {med(f, 'sent_rate'):.0f}/s sent, "
+                  f"{med(f, 'refused'):.0f} refused of {med(f, 'answered'):.0f}; p50 "
+                  f"{med(f, 'p50'):.1f} ms, p99 {med(f, 'p99'):.1f} ms; RSS peak "
+                  f"{med(f, 'rss_mib'):.1f} MiB |")
     for mode in ("drain", "soft"):
         f = "sigterm-" + mode
         if f in results:
