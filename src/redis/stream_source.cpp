@@ -29,6 +29,7 @@
 #include "crew/detail/mutex.hpp"
 #include "crew/error.hpp"
 #include "crew/pool.hpp"
+#include "overload_backoff.hpp"
 #include "redis_conn.hpp"
 #include "stream_reading.hpp"
 
@@ -91,10 +92,9 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   std::vector<Retry> retries CREW_GUARDED_BY(mu);
   bool stopping CREW_GUARDED_BY(mu) = false;
   // The overload backoff (see the header): nothing is read or submitted
-  // before paused_until; the next refusal after it doubles last_backoff.
-  Clock::time_point paused_until CREW_GUARDED_BY(mu){};
-  Clock::duration last_backoff CREW_GUARDED_BY(mu){};
-  std::minstd_rand jitter CREW_GUARDED_BY(mu){std::random_device{}()};
+  // while it is paused.
+  detail::OverloadBackoff backoff CREW_GUARDED_BY(mu){
+      opts.overload_backoff_min, opts.overload_backoff_max, std::random_device{}()};
 
   std::atomic<bool> stopped{false};  // mirrors `stopping` for lock-free checks
   // Each connection's health; the source is connected when both are.
@@ -189,9 +189,10 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   // and none are while the overload backoff lasts.
   std::size_t free_room(std::stop_token& stop) {
     detail::MutexLock lock(mu);
-    if (const auto now = Clock::now(); now < paused_until) {
+    if (const auto now = Clock::now(); backoff.paused(now)) {
       if (!stopping && !stop.stop_requested()) {
-        cv.wait_until(lock.native(), std::min<Clock::time_point>(paused_until, now + opts.block));
+        cv.wait_until(lock.native(),
+                      std::min<Clock::time_point>(backoff.until(), now + opts.block));
       }
       return 0;
     }
@@ -301,7 +302,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     {
       detail::MutexLock lock(mu);
       const auto now = Clock::now();
-      if (now < paused_until) return;
+      if (backoff.paused(now)) return;
       for (auto it = retries.begin(); it != retries.end();) {
         if (it->due <= now) {
           due.push_back(std::move(*it));
@@ -343,8 +344,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     {
       detail::MutexLock lock(mu);
       held.insert(job.id);
-      if (Clock::now() < paused_until) {
-        retries.push_back({paused_until, std::move(job), std::move(oversize)});
+      if (backoff.paused(Clock::now())) {
+        retries.push_back({backoff.until(), std::move(job), std::move(oversize)});
         return;
       }
     }
@@ -362,7 +363,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
         {.name = std::move(name), .timeout = opts.job_timeout, .priority = opts.priority});
     if (admission == Admission::accepted) {
       detail::MutexLock lock(mu);
-      last_backoff = Clock::duration::zero();  // admission succeeds again: no more doubling
+      backoff.admitted();
     }
   }
 
@@ -378,8 +379,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
           std::chrono::duration_cast<Clock::duration>(pool.overload_hint().wait_estimate);
       detail::MutexLock lock(mu);
       if (!stopping) {
-        back_off(estimate);
-        retries.push_back({paused_until, std::move(job), std::move(oversize)});
+        backoff.refused(Clock::now(), estimate);
+        retries.push_back({backoff.until(), std::move(job), std::move(oversize)});
         n_refused.fetch_add(1);
         cv.notify_all();
         return;
@@ -387,17 +388,6 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     }
     n_pending.fetch_add(1);
     release(job.id);
-  }
-
-  // Starts a backoff unless one lasts: the pool's wait estimate or twice the
-  // last backoff, within the options' bounds, less up to a quarter at random.
-  void back_off(Clock::duration estimate) CREW_REQUIRES(mu) {
-    const auto now = Clock::now();
-    if (now < paused_until) return;
-    const Clock::duration lo = opts.overload_backoff_min, hi = opts.overload_backoff_max;
-    last_backoff = std::clamp(std::max(last_backoff * 2, estimate), lo, hi);
-    std::uniform_int_distribution<Clock::rep> quarter(0, last_backoff.count() / 4);
-    paused_until = now + last_backoff - Clock::duration(quarter(jitter));
   }
 
   // An entry over the size limits: its outcome without running it.
