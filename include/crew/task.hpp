@@ -164,10 +164,10 @@ class [[nodiscard]] Task {
   // another on the same worker takes that one's end as its start). Exact
   // below 67 ms, within 2^-26 of the value above.
   [[nodiscard]] std::chrono::nanoseconds queue_wait() const noexcept {
-    return state_ ? state_->clock.queue_wait() : std::chrono::nanoseconds{0};
+    return state_ && state_->done() ? state_->clock.queue_wait() : std::chrono::nanoseconds{0};
   }
   [[nodiscard]] std::chrono::nanoseconds run_time() const noexcept {
-    return state_ ? state_->clock.run_time() : std::chrono::nanoseconds{0};
+    return state_ && state_->done() ? state_->clock.run_time() : std::chrono::nanoseconds{0};
   }
 
   // Blocks until the task has an outcome. Called from a worker of the same

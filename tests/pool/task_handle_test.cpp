@@ -370,6 +370,29 @@ TEST(TaskTimes, OnlyAPoolThatTimesItsTasksShowsThem) {
   EXPECT_GE(t.run_time(), 20ms);
 }
 
+// The overload controller times the queue waits it samples (every task
+// while a pool starts few), but keeps them to itself: a handle shows its
+// durations only where the pool was asked for them.
+TEST(TaskTimes, TheOverloadControllersSamplesDoNotShowOnTheHandle) {
+  Watchdog dog;
+  const auto sleeper = [] { std::this_thread::sleep_for(20ms); };
+  PoolOptions o{.max_workers = 1};
+  o.overload.enabled = true;
+  {
+    Pool pool(o);
+    auto t = pool.submit(sleeper);
+    EXPECT_NE(t.state()->clock.enqueued_ns(), 0);  // sampled
+    t.get();
+    EXPECT_EQ(t.run_time(), 0ns);
+    EXPECT_EQ(t.queue_wait(), 0ns);
+  }
+  o.time_tasks = true;
+  Pool timed(o);
+  auto t = timed.submit(sleeper);
+  t.get();
+  EXPECT_GE(t.run_time(), 20ms);
+}
+
 // The word holds two durations of 31 bits: exact below 2^26 ns, then 26
 // significant bits, saturating at (2^26 - 1) << 31 ns.
 TEST(TaskTimes, TheClockWordKeepsBothDurationsToTwentySixBits) {
@@ -394,6 +417,13 @@ TEST(TaskTimes, TheClockWordKeepsBothDurationsToTwentySixBits) {
   detail::TaskClock unclocked;
   unclocked.record(10, 20);  // never enqueued with a time: nothing recorded
   EXPECT_EQ(unclocked.run_time(), 0ns);
+  detail::TaskClock unshown;  // timed for the overload controller alone
+  unshown.set_enqueued(1000, /*shown=*/false);
+  EXPECT_EQ(unshown.enqueued_ns(), 1000);
+  unshown.record(2000, 5000);
+  EXPECT_EQ(unshown.enqueued_ns(), 0);
+  EXPECT_EQ(unshown.queue_wait(), 0ns);
+  EXPECT_EQ(unshown.run_time(), 0ns);
 }
 
 // ---- the caller's correlation id ----

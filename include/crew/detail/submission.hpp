@@ -348,12 +348,12 @@ class Submission {
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block) {
     const bool ticket = c_.admits_here();
-    // The enqueue time: for task observers, the overload controller (when
-    // it times this task's wait), and a handle that shows its queue wait
-    // and run time (time_tasks).
-    if (c_.timed_ || (ticket && c_.overload_->time_this()) || (c_.time_handles_ && !s->detached))
-        [[unlikely]]
-      s->clock.set_enqueued(now_ns());
+    // The enqueue time: for task observers and a handle that shows its
+    // queue wait and run time (time_tasks), or for the overload controller
+    // alone (when it times this task's wait; the handle shows nothing).
+    const bool shown = c_.timed_ || (c_.time_handles_ && !s->detached);
+    if (shown || (ticket && c_.overload_->time_this())) [[unlikely]]
+      s->clock.set_enqueued(now_ns(), shown);
     // The cell's reference. A queue deadline is armed first: arming may
     // throw (out of memory), and then the caller's reference alone frees
     // the state; once armed, the state is shared with the supervisor,

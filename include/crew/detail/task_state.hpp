@@ -78,32 +78,41 @@ struct RunFrame {
 // 2^26 ns (67 ms), within 2^-26 of itself above, saturating at 4.5 years.
 // The submitter writes the enqueue time before the task is shared; the
 // thread that decides the outcome writes the durations before it publishes
-// it; the handle reads them after. Relaxed atomics: a handle may look
-// before the outcome (it then reads 0, never a torn word).
+// it; the handle reads them once the outcome is published (Task::
+// queue_wait). Relaxed atomics, never a torn word.
 class TaskClock {
  public:
-  void set_enqueued(std::int64_t ns) noexcept {
-    word_.store(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+  // `shown`: the handle shows the durations (PoolOptions::time_tasks, or
+  // observers that want timings). Else the time is for the overload
+  // controller's queue-wait sample alone, and the durations stay 0.
+  void set_enqueued(std::int64_t ns, bool shown = true) noexcept {
+    word_.store(static_cast<std::uint64_t>(ns) | (shown ? kShown : 0), std::memory_order_relaxed);
   }
   // The enqueue time; 0 if the task was not clocked or has ended.
   [[nodiscard]] std::int64_t enqueued_ns() const noexcept {
     const std::uint64_t w = word_.load(std::memory_order_relaxed);
-    return (w & kEnded) != 0 ? 0 : static_cast<std::int64_t>(w);
+    return (w & kEnded) != 0 ? 0 : static_cast<std::int64_t>(w & ~kShown);
   }
   // The task left the queue at `start` and ended at `end` (equal for one
   // that never ran); nothing for a task that was not clocked.
   void record(std::int64_t start, std::int64_t end) noexcept {
-    const std::int64_t enqueued = enqueued_ns();
-    if (enqueued == 0) return;
-    word_.store(kEnded | (pack(start - enqueued) << kFieldBits) | pack(end - start),
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    if (w == 0 || (w & kEnded) != 0) return;
+    const auto enqueued = static_cast<std::int64_t>(w & ~kShown);
+    word_.store((w & kShown) == 0
+                    ? kEnded
+                    : kEnded | (pack(start - enqueued) << kFieldBits) | pack(end - start),
                 std::memory_order_relaxed);
   }
-  // 0 until record().
+  // 0 until record(), and for a task whose durations are not shown.
   [[nodiscard]] std::chrono::nanoseconds queue_wait() const noexcept { return unpack(kFieldBits); }
   [[nodiscard]] std::chrono::nanoseconds run_time() const noexcept { return unpack(0); }
 
  private:
   static constexpr std::uint64_t kEnded = std::uint64_t{1} << 63;
+  // Set with the enqueue time (bit 62: steady_clock nanoseconds stay below
+  // it for 146 years of uptime); the durations use bits 0-61.
+  static constexpr std::uint64_t kShown = std::uint64_t{1} << 62;
   static constexpr unsigned kFieldBits = 31;
   static constexpr unsigned kMantissaBits = 26;
   static constexpr std::uint64_t kFieldMask = (std::uint64_t{1} << kFieldBits) - 1;
