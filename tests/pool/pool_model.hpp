@@ -1,8 +1,11 @@
 // tests/pool/pool_model.hpp: a model of crew's contracts and the commands of the
 // random programs that tests/pool/model_test.cpp checks against it (RapidCheck's
-// stateful testing), also replayed by hand in tests/model_regression_test.cpp.
+// stateful testing).
 //
-// A program builds a pool and runs a sequence of commands on it: post,
+// A program builds a pool (1-3 workers, 3 priority levels; in half of
+// the programs the overload controller on with a 1 ms target, in a
+// quarter a start rate of 1,000/s, in half the tasks timed) and runs a
+// sequence of commands on it: post (alone or a burst of them),
 // submit, cancel and get of a handle, group submit / wait / cancel,
 // run_batch, pause, resume, resize, stop_worker, wait_idle, shutdown and
 // restart. Its tasks return, throw, sleep, spin, wait for their stop token,
@@ -15,6 +18,11 @@
 //   returned; such a wait finds it not running and its captures destroyed;
 // - a handle's status is final once, never changes, and fits what the
 //   callable did (a task that never started is cancelled or rejected, ...);
+// - a handle's durations are 0 until its outcome, and always in a pool that
+//   does not time its tasks; a task that never ran has no run time;
+// - a submission is refused `closed` exactly when the pool is stopped, and
+//   `overloaded` only with the controller on; a task is shed only unrun,
+//   and only with the controller on;
 // - outcomes.total() <= submitted always; equal, and within the model's
 //   count of submissions, once the pool is quiescent; never below the
 //   tasks whose end the program has already seen;
@@ -46,18 +54,40 @@ namespace crew::test::model {
 
 using Command = rc::state::Command<Model, Sut>;
 
+// Posts a task of `spec`: accepted, or refused `closed` exactly when the
+// pool is stopped, or `overloaded` by the controller.
+inline void post_one(const Model& m, Sut& sut, const Spec& spec) {
+  const auto r = sut.ctx->add(Owner::post, spec, -1);
+  Pool& p = *sut.pool;
+  const Admission a = with_body(
+      sut.ctx, nullptr, r, [&](auto&& body) { return p.post(std::move(body), options_of(*r)); });
+  r->admission.store(static_cast<int>(a));
+  RC_ASSERT(a == (m.stopped ? Admission::closed : Admission::accepted) ||
+            (a == Admission::overloaded && m.overload && !m.stopped));
+}
+
 struct Post final : Command {
   Spec spec = *gen_spec();
   void run(const Model& m, Sut& sut) const override {
-    const auto r = sut.ctx->add(Owner::post, spec, -1);
-    Pool& p = *sut.pool;
-    const Admission a = with_body(
-        sut.ctx, nullptr, r, [&](auto&& body) { return p.post(std::move(body), options_of(*r)); });
-    r->admission.store(static_cast<int>(a));
-    RC_ASSERT(a == (m.stopped ? Admission::closed : Admission::accepted));
+    post_one(m, sut, spec);
     sut.check(m);
   }
   void show(std::ostream& os) const override { os << "post " << spec; }
+};
+
+// Several posts back to back, with no check between them: what reaches an
+// admission limit, a standing queue and a priority's displacement.
+struct Burst final : Command {
+  std::vector<Spec> specs = *rc::gen::container<std::vector<Spec>>(
+      static_cast<std::size_t>(*rc::gen::inRange(2, 7)), gen_spec());
+  void run(const Model& m, Sut& sut) const override {
+    for (const Spec& spec : specs) post_one(m, sut, spec);
+    sut.check(m);
+  }
+  void show(std::ostream& os) const override {
+    os << "burst of posts";
+    for (const Spec& s : specs) os << " " << s;
+  }
 };
 
 struct Submit final : Command {
@@ -69,9 +99,19 @@ struct Submit final : Command {
     Task<void> h = with_body(sut.ctx, nullptr, r, [&](auto&& body) {
       return p.submit(std::move(body), options_of(*r));
     });
-    const bool refused = h.status() == TaskStatus::rejected && h.reason() == Errc::rejected;
-    r->admission.store(static_cast<int>(refused ? Admission::closed : Admission::accepted));
-    RC_ASSERT(refused == m.stopped);
+    Admission a = Admission::accepted;
+    if (h.status() == TaskStatus::rejected && h.reason() == Errc::rejected) {
+      try {
+        h.get();  // refused: ready, so get() throws at once, and says why
+      } catch (const Error& e) {
+        a = e.admission();
+      }
+      RC_ASSERT(a != Admission::accepted);
+    }
+    r->admission.store(static_cast<int>(a));
+    RC_ASSERT((a == Admission::closed) == m.stopped);
+    RC_ASSERT(a == Admission::accepted || a == Admission::closed ||
+              (a == Admission::overloaded && m.overload));
     r->pool_id.store(h.id());
     sut.handles->push_back(std::move(h));
     sut.handle_recs.push_back(r);
@@ -145,7 +185,9 @@ struct GroupSubmit final : Command {
     const Admission a = with_body(
         sut.ctx, grp, r, [&](auto&& body) { return grp->submit(std::move(body), options_of(*r)); });
     r->admission.store(static_cast<int>(a));
-    RC_ASSERT(a == (m.stopped || sut.group_cancelled[k] ? Admission::closed : Admission::accepted));
+    const bool closed = m.stopped || sut.group_cancelled[k];
+    RC_ASSERT(a == (closed ? Admission::closed : Admission::accepted) ||
+              (a == Admission::overloaded && m.overload && !closed));
     sut.check(m);
   }
   void show(std::ostream& os) const override { os << "group " << g << " submit " << spec; }
@@ -361,6 +403,11 @@ inline void Sut::finish(const Model& m) {
   for (std::size_t i = 0; i < handle_recs.size(); ++i) get(static_cast<int>(i));
   check(m);
   check_quiescent(*this);
+  // What the overload controller did, shown as RapidCheck's distribution.
+  const OverloadStats ov = pool->stats().overload;
+  RC_CLASSIFY(ov.refused_limit + ov.refused_deadline != 0, "the controller refused tasks");
+  RC_CLASSIFY(ov.shed_codel != 0, "CoDel shed tasks");
+  RC_CLASSIFY(ov.shed_priority != 0, "a higher priority displaced tasks");
   blocking("~Group", [this] { groups.clear(); });
   blocking("~Pool", [this] { pool.reset(); });
   handles->clear();
@@ -380,7 +427,7 @@ inline void Sut::finish(const Model& m) {
 // The commands a program is made of; a command listed twice comes twice as
 // often.
 inline auto gen_command() {
-  return rc::state::gen::execOneOfWithArgs<Post, Submit, Submit, Cancel, Get, Get, NewGroup,
+  return rc::state::gen::execOneOfWithArgs<Post, Burst, Submit, Submit, Cancel, Get, Get, NewGroup,
                                            GroupSubmit, GroupSubmit, GroupSubmit, GroupWait,
                                            GroupCancel, Batch, Pause, Resume, Resize, StopWorker,
                                            WaitIdle, Shutdown, Restart, Release>();
@@ -391,9 +438,19 @@ inline auto gen_command() {
 inline void run_program() {
   Model m;
   m.workers = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
+  m.overload = *rc::gen::arbitrary<bool>();
+  // A small ceiling on the adaptive limit, so that short programs reach it.
+  if (m.overload) m.overload_limit = *rc::gen::element<std::size_t>(0, 2, 2, 3);
+  // In a quarter of the programs the workers start at most 1,000 tasks a
+  // second, 1-3 at once.
+  if (*rc::gen::element(false, false, false, true)) {
+    m.start_rate = 1000;
+    m.start_burst = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
+  }
+  m.time_tasks = *rc::gen::arbitrary<bool>();
   const auto cmds = *rc::state::gen::commands(m, gen_command());
   try {
-    Sut sut(m.workers);
+    Sut sut(m);
     std::ostringstream shown;
     rc::show(cmds, shown);
     sut.program = shown.str();
@@ -410,7 +467,11 @@ inline void run_program() {
         (!shown_first.exchange(true) || std::getenv("CREW_MODEL_LOG") != nullptr)) {
       std::ostringstream os;
       rc::show(cmds, os);
-      std::fprintf(stderr, "model: %zu workers, program:\n%s\nfailed: %s\n\n", m.workers,
+      std::fprintf(stderr,
+                   "model: %zu workers%s (limit at most %zu), start rate %g (burst %zu), "
+                   "%s, program:\n%s\nfailed: %s\n\n",
+                   m.workers, m.overload ? ", overload controller on" : "", m.overload_limit,
+                   m.start_rate, m.start_burst, m.time_tasks ? "timed" : "untimed",
                    os.str().c_str(), r.description.c_str());
     }
     throw;

@@ -21,6 +21,15 @@ namespace crew::test::model {
 
 struct Model {
   std::size_t workers = 1;  // min_workers; max_workers starts there
+  // The pool runs the overload controller (PoolOptions::overload) with a
+  // target and an interval short enough for a program's tasks to reach
+  // them: a submission may then be refused `overloaded`, and an accepted
+  // task shed unrun.
+  bool overload = false;
+  std::size_t overload_limit = 0;  // OverloadOptions::max_limit (0: its default)
+  double start_rate = 0;           // PoolOptions::max_start_rate (0: none)
+  std::size_t start_burst = 0;     // PoolOptions::start_burst
+  bool time_tasks = false;         // PoolOptions::time_tasks
   bool paused = false;
   bool stopped = false;
   int handles = 0;
@@ -29,7 +38,7 @@ struct Model {
 
 class Sut {
  public:
-  explicit Sut(std::size_t workers);
+  explicit Sut(const Model& m);
   ~Sut();
   Sut(const Sut&) = delete;
   Sut& operator=(const Sut&) = delete;
@@ -63,7 +72,9 @@ class Sut {
   std::vector<std::shared_ptr<Rec>> handle_recs;
   std::vector<TaskStatus> seen;  // per handle: the final status once seen
   bool wedged = false;
-  std::string program;  // the commands, shown
+  bool overload = false;  // Model::overload
+  bool timed = false;     // Model::time_tasks
+  std::string program;    // the commands, shown
 
  private:
   void wedge();
@@ -79,6 +90,7 @@ inline std::string fits(const Rec& r, TaskStatus status, Errc reason) {
   const bool ok = [&] {
     switch (status) {
       case TaskStatus::rejected:
+      case TaskStatus::shed:
         return started == 0;
       case TaskStatus::cancelled:
         return started == 0 || r.spec.is_long || reason == Errc::abandoned;
@@ -98,9 +110,36 @@ inline std::string fits(const Rec& r, TaskStatus status, Errc reason) {
          std::to_string(r.finished.load()) + ", threw " + std::to_string(r.threw.load()) + "\n";
 }
 
-inline Sut::Sut(std::size_t workers) {
-  PoolOptions o = fixed_workers("model", workers);
+// A handle's durations (Task::queue_wait, run_time): 0 in a pool that does
+// not time its tasks and until the outcome; a task that never ran has no
+// run time.
+inline std::string times_fit(const Rec& r, const Task<void>& h, bool timed) {
+  const auto wait = h.queue_wait();
+  const auto ran = h.run_time();
+  const bool zero_run = !timed || !h.ready() || r.started.load() == 0;
+  const bool zero_wait = !timed || !h.ready();
+  if ((zero_run && ran.count() != 0) || (zero_wait && wait.count() != 0) || wait.count() < 0 ||
+      ran.count() < 0) {
+    return r.label() + ": queue_wait " + std::to_string(wait.count()) + " ns, run_time " +
+           std::to_string(ran.count()) + " ns (" + (timed ? "timed" : "untimed") + " pool, " +
+           status_name(h.status()) + ", started " + std::to_string(r.started.load()) + "x)\n";
+  }
+  return "";
+}
+
+inline Sut::Sut(const Model& m) : overload(m.overload), timed(m.time_tasks) {
+  PoolOptions o = fixed_workers("model", m.workers);
   o.abandon_grace = kAbandonGrace;
+  o.priority_levels = kPriorityLevels;
+  o.max_start_rate = m.start_rate;
+  o.start_burst = m.start_burst;
+  o.time_tasks = m.time_tasks;
+  if (overload) {
+    o.overload.enabled = true;
+    o.overload.target = 1ms;
+    o.overload.interval = 10ms;
+    o.overload.max_limit = m.overload_limit;
+  }
   o.on_exception = [](const TaskRef&, std::exception_ptr) {};
   o.logger = std::make_shared<QuietLogger>();
   pool = std::make_unique<Pool>(std::move(o));
@@ -173,10 +212,11 @@ inline void Sut::expect_no_violation() {
   RC_FAIL(all);
 }
 
-inline void Sut::check(const Model&) {
+inline void Sut::check(const Model& m) {
   expect_no_violation();
   const PoolStats st = pool->stats();
   RC_ASSERT(st.outcomes.total() <= st.submitted);
+  if (!m.overload) RC_ASSERT(st.outcomes.shed == 0u);
   // Handles: a final status never changes and fits what the callable did.
   for (std::size_t i = 0; i < handle_recs.size(); ++i) {
     const Task<void>& h = (*handles)[i];
@@ -187,6 +227,7 @@ inline void Sut::check(const Model&) {
       seen[i] = s;
       note(fits(*handle_recs[i], s, h.reason()));
     }
+    note(times_fit(*handle_recs[i], h, timed));
   }
   // Every task whose end the program saw is counted by the pool (but group
   // submissions that were refused may have been refused by the group).
@@ -273,13 +314,13 @@ inline void Sut::group_wait(int g) {
   os << "group " << g << " after wait(): submitted " << st.submitted << " pending " << st.pending
      << " succeeded " << st.outcomes.succeeded << " failed " << st.outcomes.failed << " cancelled "
      << st.outcomes.cancelled << " timed_out " << st.outcomes.timed_out << " rejected "
-     << st.outcomes.rejected << "; the model: " << n << " submitted, " << never
-     << " never started, " << ok << " returned (" << short_ok << " short), " << threw << " threw ("
-     << short_threw << " short)";
+     << st.outcomes.rejected << " shed " << st.outcomes.shed << "; the model: " << n
+     << " submitted, " << never << " never started, " << ok << " returned (" << short_ok
+     << " short), " << threw << " threw (" << short_threw << " short)";
   if (st.pending != 0 || st.submitted != n || st.outcomes.total() != n ||
       st.outcomes.failed < short_threw || st.outcomes.failed > threw ||
       st.outcomes.succeeded < short_ok || st.outcomes.succeeded > ok ||
-      st.outcomes.cancelled + st.outcomes.rejected < never) {
+      st.outcomes.cancelled + st.outcomes.rejected + st.outcomes.shed < never) {
     RC_FAIL(os.str());
   }
   expect_no_violation();
@@ -411,9 +452,10 @@ inline void Sut::shutdown(ShutdownMode mode, std::chrono::milliseconds timeout) 
     }
     if (!r->accepted() || r->settled || r->started.load() != 0) continue;
     // A subtask's parent may have ended it (its wait runs it, or it was
-    // refused) before the shutdown.
+    // refused) before the shutdown; the overload controller may have shed
+    // any task.
     const bool unsure =
-        r->spec.queue_timeout_ms != 0 || r->owner == Owner::child_handle ||
+        overload || r->spec.queue_timeout_ms != 0 || r->owner == Owner::child_handle ||
         (r->owner == Owner::group && group_cancelled[static_cast<std::size_t>(r->group)]);
     if (unsure) {
       ++may;

@@ -46,6 +46,9 @@ using namespace std::chrono_literals;
 inline constexpr auto kStubbornFor = 100ms;
 inline constexpr auto kCoopFor = 20ms;
 inline constexpr auto kAbandonGrace = 30ms;
+// The pool's priority levels (PoolOptions::priority_levels); a task's
+// TaskOptions::priority is one of them.
+inline constexpr std::size_t kPriorityLevels = 3;
 // Every blocking call of a program returns within this, or the program fails.
 inline constexpr auto kBound = std::chrono::milliseconds(3000) * kSlowdown;
 // A shutdown that has a timeout, or is hard, returns within timeout +
@@ -107,6 +110,7 @@ struct Spec {
   int queue_timeout_ms = 0;  // 0: none
   Act child = Act::ret;      // what a child does (ret, raise or sleep)
   bool child_named = false;
+  int priority = 0;  // 0 .. kPriorityLevels - 1
 };
 
 inline std::ostream& operator<<(std::ostream& os, const Spec& s) {
@@ -115,6 +119,7 @@ inline std::ostream& operator<<(std::ostream& os, const Spec& s) {
   os << (s.is_long ? " long" : " short") << (s.named ? " named" : "");
   if (s.timeout_ms != 0) os << " timeout=" << s.timeout_ms << "ms";
   if (s.queue_timeout_ms != 0) os << " queue_timeout=" << s.queue_timeout_ms << "ms";
+  if (s.priority != 0) os << " priority=" << s.priority;
   if (has_child(s.act)) {
     os << " child=" << to_cstr(s.child) << (s.child_named ? " named" : "");
   }
@@ -135,6 +140,7 @@ inline rc::Gen<Spec> gen_spec(bool simple = false) {
     s.amount = *rc::gen::inRange(1, 4);
     if (s.is_long) s.timeout_ms = *rc::gen::element(0, 0, 5);
     s.queue_timeout_ms = *rc::gen::element(0, 0, 0, 3);
+    s.priority = *rc::gen::element(0, 0, 1, 2);
     if (has_child(s.act)) {
       s.child = *rc::gen::element(Act::ret, Act::raise, Act::sleep);
       s.child_named = *rc::gen::arbitrary<bool>();
@@ -261,6 +267,7 @@ inline TaskOptions options_of(const Rec& r) {
   o.name = r.name;
   o.timeout = std::chrono::milliseconds(r.spec.timeout_ms);
   o.queue_timeout = std::chrono::milliseconds(r.spec.queue_timeout_ms);
+  o.priority = static_cast<std::uint8_t>(r.spec.priority);
   return o;
 }
 
