@@ -50,7 +50,11 @@
 //     level, so a lower level's task holds no room of a higher one.
 // Only submissions from outside the pool are admitted this way: a task
 // submitted by one of the pool's own tasks (fork-join, continuations) is
-// part of admitted work and neither counted nor refused.
+// part of admitted work and neither counted nor refused. An admitted task
+// counts until it is done with (run, shed, dropped), or until it is written
+// off (abandon_grace): the pool then replaces its worker, and the thread it
+// leaves behind no longer holds a place under the limit, however long its
+// callable runs on.
 //
 // Off by default; off, a submission pays one predictable branch. On, a
 // pool that is not overloaded pays little for it: once over 1,024 tasks

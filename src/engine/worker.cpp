@@ -311,8 +311,9 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
   PoolCore& c = core_;
   Worker& w = w_;
   // The admission ticket goes back when the task is done with (run, shed
-  // or settled); read now, since the run may free `s`.
-  const TicketReturn ticket(c.ticket_of(s));
+  // or settled), or when its run is written off; read now, since the run
+  // may free `s`.
+  TicketReturn ticket(c.ticket_of(s));
   if (c.life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     c.rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
@@ -330,7 +331,10 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
     c.disarm_queue_deadline(s);
     set_worker_state(w, WorkerState::busy);
     w.run.seq.store(w.run.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return c.run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's reference
+    const bool kept = c.run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's
+    // reference. Written off (not kept): the write-off returned the ticket.
+    if (!kept) ticket.disarm();
+    return kept;
   }
   s->release();
   return true;

@@ -69,7 +69,11 @@ WorkerRegistry::Left WorkerRegistry::leave_locked(const std::shared_ptr<Worker>&
 // The run's thread clears its run slot under w.run.mu before it decides an
 // outcome, so a run found there is always this call's to decide: cancelled,
 // or timed_out if its deadline stopped it. The worker is marked, so that
-// the run's own end does not count it again.
+// the run's own end does not count it again, nor return the task's
+// admission ticket, which goes back here: the pool replaces the worker, and
+// a thread it wrote off is no longer admitted work (a task that never
+// returns would hold its ticket for good, and enough of them would hold the
+// limit).
 void WorkerRegistry::write_off_run_locked(Worker& w, ShutdownReport* report,
                                           std::vector<WriteOffNote>& notes) noexcept {
   CREW_ASSERT(notes.size() < notes.capacity(), "no room reserved for the note");
@@ -83,6 +87,7 @@ void WorkerRegistry::write_off_run_locked(Worker& w, ShutdownReport* report,
   core_.shared_.add(note.outcome);
   note.ended_ns = now_ns();
   if (s != nullptr) {
+    if (OverloadControl* ctl = core_.ticket_of(s)) ctl->release();
     note.enqueued_ns = s->clock.enqueued_ns();
     s->clock.record(note.started_ns, note.ended_ns);  // before the outcome is published
     const bool decided = s->finish_written_off(note.outcome);

@@ -246,8 +246,9 @@ inline void Sut::check(const Model& m) {
   expect_no_violation();
 }
 
-// The pool is quiescent: every submission has an outcome, and the pool
-// counted as many as the model made.
+// The pool is quiescent: every submission has an outcome, the pool
+// counted as many as the model made, and the overload controller holds no
+// admission ticket.
 inline void check_quiescent(Sut& sut) {
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
@@ -265,6 +266,12 @@ inline void check_quiescent(Sut& sut) {
   if (st.submitted < lo || st.submitted > hi) {
     RC_FAIL("stats().submitted is " + std::to_string(st.submitted) + "; the program made " +
             std::to_string(lo) + ".." + std::to_string(hi) + " submissions");
+  }
+  // A ticket goes back just after its task's outcome is published.
+  if (!eventually([&sut] { return sut.pool->stats().overload.admitted == 0; },
+                  std::chrono::duration_cast<std::chrono::milliseconds>(kBound))) {
+    RC_FAIL("quiescent, but the overload controller counts " +
+            std::to_string(sut.pool->stats().overload.admitted) + " tasks admitted");
   }
 }
 

@@ -294,6 +294,8 @@ class TicketReturn {
   TicketReturn(const TicketReturn&) = delete;
   TicketReturn& operator=(const TicketReturn&) = delete;
   [[nodiscard]] bool held() const noexcept { return ctl_ != nullptr; }
+  // Someone else returned it (a write-off of the run).
+  void disarm() noexcept { ctl_ = nullptr; }
 
  private:
   OverloadControl* ctl_;
