@@ -54,7 +54,8 @@
 // counts until it is done with (run, shed, dropped), or until it is written
 // off (abandon_grace): the pool then replaces its worker, and the thread it
 // leaves behind no longer holds a place under the limit, however long its
-// callable runs on.
+// callable runs on. Coroutine tasks (crew/coro.hpp) are not admitted by
+// the controller: a spawn is neither counted nor refused, nor shed.
 //
 // Off by default; off, a submission pays one predictable branch. On, a
 // pool that is not overloaded pays little for it: once over 1,024 tasks

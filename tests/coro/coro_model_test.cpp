@@ -7,9 +7,11 @@
 // throw), some of them catching what the awaited child throws. The roots
 // get, at random, a cancel() after a delay or a timeout; the pool has 1-3
 // workers and a queue of 2, 8 or 1024 tasks (a full one blocks or runs the
-// task on the caller); meanwhile the program's thread pauses and resumes
-// the pool, resizes it, or waits for it to be idle; it ends with a drain,
-// soft or hard shutdown.
+// task on the caller), in half of the programs the overload controller
+// on (a 1 ms target, its limit at most 2 or 3), in half timed tasks
+// (time_tasks); meanwhile the program's thread pauses and resumes the pool,
+// resizes it, or waits for it to be idle; it ends with a drain, soft or
+// hard shutdown.
 //
 // The model evaluates each tree as if nothing stopped it: the value a root
 // returns, or that it throws. What is checked:
@@ -18,6 +20,12 @@
 //   untouched by a stop (no cancel, no timeout, a drain), exactly the
 //   model's outcome and value; otherwise the model's outcome or the stop's
 //   (cancelled, timed_out), and a success always carries the model's value;
+//   with the controller on, a root may also be refused (rejected,
+//   Admission::overloaded) or shed, never having run; without it, never
+//   (today the controller admits no coroutine task: RapidCheck's
+//   classification shows that branch unreached);
+// - a root's handle shows a queue wait and a run time only in a timed pool;
+// - after the shutdown the controller counts nothing admitted;
 // - after the shutdown, stats() counts one outcome per submission
 //   (coroutine tasks, their children and plain tasks alike);
 // - no frame outlives the pool (a FrameGuard in every frame);
@@ -29,6 +37,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -324,7 +333,9 @@ struct Action {
 struct Program {
   std::size_t workers = 2;
   std::size_t queue = 1024;
-  bool caller_runs = false;  // Overflow::caller_runs, else block
+  bool caller_runs = false;        // Overflow::caller_runs, else block
+  std::size_t overload_limit = 0;  // the controller on, its limit at most this; 0: off
+  bool timed = false;              // PoolOptions::time_tasks
   std::vector<Root> roots;
   std::vector<Action> actions;
   ShutdownMode end = ShutdownMode::drain;
@@ -333,7 +344,10 @@ struct Program {
 std::string describe(const Program& p) {
   std::ostringstream os;
   os << "workers " << p.workers << ", queue " << p.queue
-     << (p.caller_runs ? " (caller_runs)" : " (block)") << ", shutdown "
+     << (p.caller_runs ? " (caller_runs)" : " (block)");
+  if (p.overload_limit != 0)
+    os << ", overload controller (limit at most " << p.overload_limit << ")";
+  os << (p.timed ? ", timed" : "") << ", shutdown "
      << (p.end == ShutdownMode::drain  ? "drain"
          : p.end == ShutdownMode::soft ? "soft"
                                        : "hard")
@@ -376,8 +390,11 @@ void run_program() {
   p.workers = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
   p.queue = *rc::gen::element<std::size_t>(2, 8, 1024);
   p.caller_runs = *rc::gen::arbitrary<bool>();
+  if (*rc::gen::arbitrary<bool>()) p.overload_limit = *rc::gen::element<std::size_t>(2, 3);
+  p.timed = *rc::gen::arbitrary<bool>();
   int next_id = 1;
-  const int roots = *rc::gen::inRange(1, 4);
+  // With the controller on, up to 5 roots: more than its limit at once.
+  const int roots = *rc::gen::inRange(1, p.overload_limit != 0 ? 6 : 4);
   for (int i = 0; i < roots; ++i) {
     Root r;
     r.tree = gen_node(3, next_id);
@@ -414,6 +431,12 @@ void run_program() {
     o.queue_capacity = p.queue;
     o.overflow = p.caller_runs ? Overflow::caller_runs : Overflow::block;
     o.abandon_grace = 100ms;
+    o.time_tasks = p.timed;
+    if (p.overload_limit != 0) {
+      o.overload = {.enabled = true, .target = 1ms, .interval = 10ms};
+      // At most the default ceiling (the queue plus the workers).
+      o.overload.max_limit = std::min(p.overload_limit, p.queue + p.workers);
+    }
     o.on_exception = [&handled, &reported](const TaskRef&, std::exception_ptr e) {
       handled.fetch_add(1);
       try {
@@ -461,6 +484,8 @@ void run_program() {
     const ShutdownReport report = pool.shutdown(p.end, 0ns);
     MODEL_CHECK(report.final_state == PoolState::stopped);
     stats = pool.stats();
+    // A ticket goes back just after its task's outcome is published.
+    MODEL_CHECK(test::eventually([&pool] { return pool.stats().overload.admitted == 0; }));
   }
   log << "frames alive " << FrameGuard::alive() << ", submitted " << stats.submitted
       << ", outcomes " << stats.outcomes.total() << ", handled " << handled.load() << '\n';
@@ -470,6 +495,7 @@ void run_program() {
 
   bool any_stop = p.end != ShutdownMode::drain;
   int detached_throws = 0;
+  bool refused_or_shed = false;
   for (std::size_t i = 0; i < handles.size(); ++i) {
     Task<long>& h = handles[i];
     const Eval& want = expected[i];
@@ -484,10 +510,24 @@ void run_program() {
     const bool stopped_outcome = (stop == RootStop::cancel && st == TaskStatus::cancelled) ||
                                  (stop == RootStop::timeout && st == TaskStatus::timed_out) ||
                                  (p.end != ShutdownMode::drain && st == TaskStatus::cancelled);
-    MODEL_CHECK(st == model || stopped_outcome);
+    // The controller refuses a root at its spawn, or sheds it unrun.
+    bool overloaded = st == TaskStatus::shed && h.reason() == Errc::overloaded;
+    if (st == TaskStatus::rejected && h.reason() == Errc::rejected) {
+      try {
+        (void)h.get();
+      } catch (const Error& e) {
+        overloaded = e.admission() == Admission::overloaded;
+      }
+    }
+    MODEL_CHECK(!overloaded || p.overload_limit != 0);
+    any_stop = any_stop || overloaded;  // its detached children never came
+    refused_or_shed = refused_or_shed || overloaded;
+    MODEL_CHECK(st == model || stopped_outcome || overloaded);
+    if (!p.timed) MODEL_CHECK(h.queue_wait() == 0ns && h.run_time() == 0ns);
     if (st == TaskStatus::succeeded) MODEL_CHECK(h.get() == want.value);
     MODEL_CHECK(h.status() == st);  // final: it never changes
   }
+  RC_CLASSIFY(refused_or_shed, "the controller refused or shed a root");
   // A when_all that failed cancels its other children, and with them the
   // detached tasks they would have spawned.
   bool when_all_failed = false;
