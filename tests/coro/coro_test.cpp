@@ -139,8 +139,10 @@ TEST(CoroTask, SleepsEndOnTimeWhetherTheWorkersAreIdleOrBusy) {
   }
   for (Task<void>& t : tasks) t.get();
   // Both workers busy past the next timer: the timer thread queues its
-  // resumption, which runs once a worker is free.
-  const Clock::time_point at = Clock::now() + 50ms * test::kSlowdown;
+  // resumption, which runs once a worker is free. The sleep leaves room for
+  // the suspension to be seen and both workers to be held before it ends
+  // (with 50 ms a loaded machine missed that once).
+  const Clock::time_point at = Clock::now() + 200ms * test::kSlowdown;
   Task<void> busy = spawn(pool, late_sleeper(at, &late[kIdle]));
   ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
   test::WorkerHold hold(pool, 2);
