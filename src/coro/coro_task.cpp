@@ -239,6 +239,8 @@ bool CoroTaskBase::claim_own(std::uint64_t gen) noexcept {
   return suspension_.claim(gen, Wake::none) != Claimed::no;
 }
 
+void CoroTaskBase::step_taken() noexcept { Submission(*core_).step_taken(); }
+
 void CoroTaskBase::post_step(bool abandon) noexcept {
   // Off the pool's own threads (a cancel, a callback's Resume), the step
   // may run, end the task and let the pool go before the push returns:

@@ -106,7 +106,8 @@ PoolStats PoolSnapshot::stats() const {
   // this order every outcome in the snapshot belongs to a counted
   // submission, and outcomes >= submitted (wait_idle) proves they all ended.
   c_.rt_->registry.add_stats_locked(s);
-  // Coroutine steps before the pushes: each step read here is among them.
+  // Coroutine steps taken before the pushes: each one read here is among
+  // them (a step still queued counts as pending work).
   const std::uint64_t steps = c_.steps_.load(std::memory_order_acquire);
   s.submitted = c_.queue_.pushed() + c_.refused_.load(std::memory_order_relaxed) +
                 c_.ran_inline_.load(std::memory_order_relaxed) - steps;

@@ -202,6 +202,8 @@ class CoroTaskBase {
   // A reference to the task (its state's count).
   void hold() noexcept { self_->add_ref(); }
   void drop() noexcept { self_->release(); }
+  // One of its steps was taken off the pool's queue (ResumeStep; stats()).
+  void step_taken() noexcept;
 
   // The current suspension (armed_gen, waits_on, since_ns: any thread).
   [[nodiscard]] const Suspension& suspension() const noexcept { return suspension_; }
@@ -300,12 +302,14 @@ class ResumeStep {
   }
   ~ResumeStep() {
     if (t_ != nullptr) {  // dropped unrun by a shutdown
+      t_->step_taken();
       t_->abandon(Errc::shutdown_dropped);
       t_->drop();
     }
   }
   void operator()() noexcept {
     CoroTaskBase* t = std::exchange(t_, nullptr);
+    t->step_taken();
     if (abandon_) {
       t->abandon(Errc::abandoned);
     } else {

@@ -470,10 +470,15 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Accepted and settled on the submitting thread: run there, or expired
   // while it waited for room (Submission::route_full).
   std::atomic<std::uint64_t> ran_inline_{0};
-  // Steps of coroutine tasks pushed (Submission::try_push_step): cells
-  // that are not submissions, taken off the pushes in stats(). Counted
-  // after their push, with release: read before the pushes, every step
-  // counted is among them.
+  // Steps of coroutine tasks taken off the queues (run, or dropped by a
+  // shutdown; Submission::step_taken): cells that are not submissions,
+  // taken off the pushes in stats(). Counted when taken, with release,
+  // before the step's effects (its task's end): read before the pushes,
+  // every step counted is among them, and a step still queued counts as
+  // pending work. Counted at its push instead, a step pushed by a thread
+  // that is no worker (a deadline's stop, a cancel) could run and end its
+  // task before its pusher counted it, and stats() after a drain showed
+  // one submission more than outcomes.
   std::atomic<std::uint64_t> steps_{0};
   SharedCounters shared_;
   std::unique_ptr<PoolRuntime> rt_;

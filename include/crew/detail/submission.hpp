@@ -139,7 +139,8 @@ class Submission {
   // false when the level is full or the pool takes no more tasks (the
   // caller keeps the step). Also during SuspendedTasks::shut_down, which
   // runs before the pool stops taking tasks. A step is no submission (a
-  // coroutine task is one, its StartCell) and counts no outcome. The
+  // coroutine task is one, its StartCell) and counts no outcome: the step
+  // calls step_taken() when it is taken off the queue. The
   // caller keeps the pool alive until this returns (the step may end its
   // task, and a wait for that let the pool go, before it does).
   template <class F>
@@ -147,10 +148,11 @@ class Submission {
     static_assert(Cell::fits_inline<F>, "a step must fit a cell");
     static_assert(TaskStep<F>, "a step counts no outcome of its own");
     auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
-    if (c_.life_.closed() || !try_queue(fill, level)) return false;
-    c_.steps_.fetch_add(1, std::memory_order_release);  // not a submission
-    return true;
+    return !c_.life_.closed() && try_queue(fill, level);
   }
+  // A step pushed by try_push_step was taken off the queue: about to run,
+  // or dropped unrun. Before its effects (PoolCore::steps_).
+  void step_taken() noexcept { c_.steps_.fetch_add(1, std::memory_order_release); }
   // Whether the pool reads the clock for task state `s` (its handle's
   // queue wait and run time, observers' timings), as admit_state does.
   [[nodiscard]] bool clocks(const TaskStateBase& s) const noexcept {
