@@ -58,12 +58,14 @@
 // the controller: a spawn is neither counted nor refused, nor shed.
 //
 // Off by default; off, a submission pays one predictable branch. On, a
-// pool that is not overloaded pays little for it: once over 1,024 tasks
-// start per interval, only one task's queue wait in 16 per submitting
+// pool that is not overloaded pays little for it: once over 4,096 tasks
+// start per interval, only one task's queue wait in 64 per submitting
 // thread is timed (every task's below that rate and while overloaded), the
-// window is kept per thread and summed once per interval, and the
-// admission count is an over-estimate summed again before any refusal
-// (crew/detail/overload_control.hpp has the bound).
+// window is kept per thread and summed once per interval, and far from
+// the limit a thread takes its admission tickets in batches and counts
+// them, and the ones it returns, in a ledger of its own; a refusal always
+// comes from a fresh sum of what is admitted
+// (crew/detail/overload_control.hpp has the bounds).
 #pragma once
 
 #include <chrono>

@@ -29,6 +29,16 @@ struct Drained {
   }
 };
 
+// Controllers' ids and threads' tokens: never reused, never 0.
+std::atomic<std::uint64_t> g_next_controller{1};
+std::atomic<std::uint64_t> g_next_thread{1};
+
+std::uint64_t thread_token() noexcept {
+  static thread_local std::uint64_t token = 0;
+  if (token == 0) token = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
+
 }  // namespace
 
 OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
@@ -46,6 +56,7 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       ceiling_(static_cast<double>(ceiling)),
       limit_(static_cast<std::int64_t>(ceiling)),
       window_end_(now + o.interval.count()),
+      id_(g_next_controller.fetch_add(1, std::memory_order_relaxed)),
       limit_exact_(static_cast<double>(ceiling)),
       window_start_(now) {}
 
@@ -66,6 +77,106 @@ std::int64_t OverloadControl::bucket_upper_ns(std::size_t bucket) noexcept {
   return static_cast<std::int64_t>(next_us) * 1000;
 }
 
+OverloadReason OverloadControl::admit_counted(std::int64_t queue_timeout_ns,
+                                              bool may_displace) noexcept {
+  const std::int64_t a = admits_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // At least the admitted work: returns since the last sum are not in
+  // it, nor is the credit threads hold.
+  std::int64_t n = a - returned_seen_.load(std::memory_order_relaxed);
+  const std::int64_t limit = limit_.load(std::memory_order_relaxed);
+  if (n >= limit || a % kResum == 0) [[unlikely]] {
+    // Near the limit: no thread takes credit until the next interval, and
+    // what they hold is given back at their next admission.
+    if (n >= limit) stop_credit();
+    n = a - sum_unheld();
+  }
+  if (n > peak_.load(std::memory_order_relaxed)) peak_.store(n, std::memory_order_relaxed);
+  if (n >= limit) [[unlikely]] {
+    if (!limit_hit_.load(std::memory_order_relaxed))
+      limit_hit_.store(true, std::memory_order_relaxed);
+    if (n > limit) {
+      admits_.fetch_sub(1, std::memory_order_relaxed);
+      if (!may_displace) refused_limit_.fetch_add(1, std::memory_order_relaxed);
+      return OverloadReason::limit;
+    }
+  }
+  if (queue_timeout_ns != 0 && deadline_admission_ && backlog_wait_ns(n - 1) > queue_timeout_ns)
+      [[unlikely]] {
+    if (backlog_wait_ns(a - sum_unheld() - 1) > queue_timeout_ns) {
+      admits_.fetch_sub(1, std::memory_order_relaxed);
+      refused_deadline_.fetch_add(1, std::memory_order_relaxed);
+      return OverloadReason::deadline;
+    }
+  }
+  return OverloadReason::none;
+}
+
+OverloadControl::Ledger* OverloadControl::bind_ledger() noexcept {
+  const std::uint64_t me = thread_token();
+  Ledger* found = nullptr;
+  for (std::size_t i = 0; i < kLedgers && found == nullptr; ++i) {
+    if (owners_[i].load(std::memory_order_relaxed) == me) found = &ledgers_[i];
+  }
+  for (std::size_t i = 0; i < kLedgers && found == nullptr; ++i) {
+    std::uint64_t none = 0;
+    // Acquire: what the ledger's last owner wrote (leave() releases it).
+    if (owners_[i].load(std::memory_order_relaxed) == 0 &&
+        owners_[i].compare_exchange_strong(none, me, std::memory_order_acquire)) {
+      owned_.fetch_add(1, std::memory_order_relaxed);
+      found = &ledgers_[i];
+    }
+  }
+  ledger_cache() = {.controller = id_, .ledger = found};
+  return found;
+}
+
+void OverloadControl::leave() noexcept {
+  const std::uint64_t me = thread_token();
+  for (std::size_t i = 0; i < kLedgers; ++i) {
+    if (owners_[i].load(std::memory_order_relaxed) != me) continue;
+    Ledger& l = ledgers_[i];
+    // Given back before the ledger is: no reader then counts it twice (an
+    // over-estimate at worst, between the two writes).
+    if (const std::int64_t left = l.credit.load(std::memory_order_relaxed); left > 0) {
+      l.credit.store(0, std::memory_order_relaxed);
+      admits_.fetch_sub(left, std::memory_order_relaxed);
+    }
+    owners_[i].store(0, std::memory_order_release);
+    owned_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (ledger_cache().controller == id_) ledger_cache() = {};
+}
+
+bool OverloadControl::take_credit(Ledger& l, std::int64_t left) noexcept {
+  if (left > 0) {
+    // Taken in an earlier interval (under another limit, with another
+    // peak), or the limit was neared since: given back. Credit before
+    // admits_: a reader in between over-estimates.
+    l.credit.store(0, std::memory_order_relaxed);
+    admits_.fetch_sub(left, std::memory_order_relaxed);
+  }
+  const std::int64_t epoch = credit_epoch_.load(std::memory_order_relaxed);
+  if ((epoch & 1) != 0) return false;
+  const std::int64_t limit = limit_.load(std::memory_order_relaxed);
+  const Sums s = sum_ledgers();
+  returned_seen_.store(s.returned, std::memory_order_relaxed);
+  const std::int64_t a = admits_.load(std::memory_order_relaxed);
+  // The room left, with every thread's credit counted as admitted: each
+  // thread takes at most a 2 x threads-th of it, so that together they
+  // hold under half of it, and admitted work stays under the limit while
+  // admissions come from credit.
+  const std::int64_t threads = std::max<std::int64_t>(owned_.load(std::memory_order_relaxed), 1);
+  const std::int64_t k = std::min(kCredit, (limit - (a - s.returned)) / (2 * threads));
+  if (k < 2) return false;
+  admits_.fetch_add(k, std::memory_order_relaxed);
+  l.epoch = epoch;
+  l.credit.store(k - 1, std::memory_order_relaxed);      // after admits_: see leave()
+  const std::int64_t n = a - s.returned - s.credit + 1;  // with this ticket
+  l.top = n + k - 1;
+  if (n > peak_.load(std::memory_order_relaxed)) peak_.store(n, std::memory_order_relaxed);
+  return true;
+}
+
 void OverloadControl::roll(std::int64_t now) noexcept {
   if (!roll_.try_lock()) return;
   if (now >= window_end_.load(std::memory_order_relaxed)) roll_locked(now);
@@ -75,22 +186,29 @@ void OverloadControl::roll(std::int64_t now) noexcept {
 void OverloadControl::roll_locked(std::int64_t now) noexcept {
   Drained waits;
   std::int64_t first = 0;
+  std::int64_t dense = 0;
   for (Stripe& s : stripes_) {
     waits.take(s.hist, s.min);
     const std::int64_t f = s.first.exchange(0, std::memory_order_relaxed);
     if (f != 0 && (first == 0 || f < first)) first = f;
+    dense += s.dense.exchange(0, std::memory_order_relaxed);
   }
   const std::uint64_t total = waits.total;  // timed starts
   const std::int64_t min = waits.min;
-  // Every start was timed while dense, one in kSampleEvery otherwise.
-  const auto starts = static_cast<std::int64_t>(total) *
-                      (dense_.load(std::memory_order_relaxed) ? 1 : kSampleEvery);
+  // Every start was timed while dense_, one in kSampleEvery after it.
+  const auto timed = static_cast<std::int64_t>(total);
+  const std::int64_t starts = std::min(dense, timed) + std::max<std::int64_t>(timed - dense, 0) *
+                                                           static_cast<std::int64_t>(kSampleEvery);
   const std::int64_t elapsed = std::max<std::int64_t>(now - window_start_, 1);
   window_start_ = now;
   window_end_.store(now + interval_ns_, std::memory_order_relaxed);
   const bool hit = limit_hit_.exchange(false, std::memory_order_relaxed);
-  const auto peak = static_cast<double>(peak_.exchange(
-      admits_.load(std::memory_order_relaxed) - sum_returns(), std::memory_order_relaxed));
+  const auto peak = static_cast<double>(peak_.exchange(admitted(), std::memory_order_relaxed));
+  // A new interval: credit taken before it is given back at its holder's
+  // next admission (the limit may change below), and may be taken again.
+  std::int64_t e = credit_epoch_.load(std::memory_order_relaxed);
+  while (!credit_epoch_.compare_exchange_weak(e, (e | 1) + 1, std::memory_order_relaxed)) {
+  }
   if (total == 0) {
     // No timed task started: the signal says nothing new. The start rate
     // is unknown (a backlog estimate from it would be stale), and low:

@@ -130,6 +130,8 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
     }
     if (spinning) (void)c.idle_.give_token();
   }
+  // Its ticket ledger goes to the thread that next needs one.
+  if (c.overload() != nullptr) c.overload()->leave();
   loop.exited(w, how, /*died=*/!started);
   // A worker stopped or retired between tasks leaves while tasks may be
   // queued that submitters did not start a worker for (it still counted as

@@ -240,6 +240,48 @@ TEST(OverloadCost, ARefusalComesFromAFreshSumOfTheReturnedTickets) {
   EXPECT_EQ(c.ctl.read().refused_limit, 100u);
 }
 
+// Far from the limit a thread takes its tickets in batches (credit); a
+// refusal still counts only what was admitted: another thread's unspent
+// credit is not, and is given back once the limit is reached.
+TEST(OverloadCost, CreditAnotherThreadHoldsIsNotCountedAsAdmitted) {
+  Watchdog dog;
+  Controlled c;                                     // limit 100
+  ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);  // and credit for more
+  int admitted_there = 0;
+  std::thread other([&c, &admitted_there] {
+    while (admitted_there < 1000 && c.ctl.admit(0) == OverloadReason::none) ++admitted_there;
+  });
+  other.join();
+  EXPECT_EQ(admitted_there, 99);
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);  // its credit was given back
+  EXPECT_EQ(c.ctl.read().admitted, 100u);
+  EXPECT_EQ(c.ctl.read().refused_limit, 2u);
+  for (int i = 0; i < 100; ++i) c.ctl.release();
+  EXPECT_EQ(c.ctl.read().admitted, 0u);
+}
+
+// More threads than ledgers: the rest count one by one in shared counters,
+// and ledgers of threads gone (credit and all) still count exactly.
+TEST(OverloadCost, TicketsAreCountedExactlyWithMoreThreadsThanLedgers) {
+  Watchdog dog;
+  Controlled c;  // limit 100
+  for (std::size_t t = 0; t < OverloadControl::kLedgers + 4; ++t) {
+    std::thread([&c] {
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+      for (int i = 0; i < 3; ++i) c.ctl.release();
+    }).join();
+    EXPECT_EQ(c.ctl.read().admitted, 0u) << t;
+  }
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none) << i;
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+  // A thread leaving gives its ledger back, with the credit in it.
+  std::thread([&c] {
+    c.ctl.release();
+    c.ctl.leave();
+  }).join();
+  EXPECT_EQ(c.ctl.read().admitted, 99u);
+}
+
 // Above kDenseStarts starts an interval, one admission in kSampleEvery per
 // thread is timed; every one again once the pool is overloaded, or quiet.
 TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOverloaded) {

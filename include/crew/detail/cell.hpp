@@ -7,7 +7,9 @@
 // A cell runs either a plain `void()` callable, or a callable with a member
 // `run_with(void* runner)` (a long task posted without a task state, see
 // pool_core.hpp's LongFn): it is given the runner passed to invoke_and_destroy,
-// which supplies its stop token and watches its deadline.
+// which supplies its stop token and watches its deadline. A `run_with` that
+// returns bool says whether the runner counted the outcome (false: it ran
+// as a plain callable would, and its caller counts it).
 #pragma once
 
 #include <cstddef>
@@ -148,8 +150,12 @@ class Cell {
   template <class D>
   static bool call(D& f, void* runner) {
     if constexpr (RunsWithRunner<D>) {
-      f.run_with(runner);
-      return true;
+      if constexpr (std::is_same_v<decltype(f.run_with(runner)), bool>) {
+        return f.run_with(runner);
+      } else {
+        f.run_with(runner);
+        return true;
+      }
     } else if constexpr (TaskStep<D>) {
       (void)runner;
       f();

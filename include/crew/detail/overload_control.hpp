@@ -5,32 +5,55 @@
 //
 // Who touches what (docs: crew/overload.hpp):
 //   submitters: admit() (the admission count, the limit, the refusal
-//     counters) and time_this() (whether this task's queue wait is timed)
-//   whoever is done with an admitted task: release(), on its own stripe
+//     counters; the credit in their own ledger) and time_this() (whether
+//     this task's queue wait is timed)
+//   whoever is done with an admitted task: release(), in its own ledger
 //   a thread starting an admitted task whose wait is timed: on_start(), on
 //     its own stripe (an untimed start touches nothing); the one that finds the interval
 //     over sums the stripes up under roll_ (try-lock: the others go on) and
 //     publishes the limit and the overloaded state
 //   readers (stats, crewd's I/O threads): read(), hint()
 //
-// What the controller costs a pool that is not overloaded: the admission
-// count is split in two, admissions (one atomic, written by submitters)
-// and returns (one counter per stripe, written by the threads that end
-// tasks), so workers never write a line the submitters write. admit()
-// checks admissions minus the returns last summed up, an over-estimate of
-// the admitted work by the tickets returned since, and sums the returns
-// again whenever that estimate reaches the limit, or a deadline admission
-// would refuse, and every kResum admissions: a refusal always comes from
-// a fresh sum, never from the stale part. The queue wait of a task is
+// What the controller costs a pool that is not overloaded. Tickets are
+// counted in admits_ (taken, ever) and per thread in a ledger of its own
+// (kLedgers of them, bound on a thread's first use; a worker gives its
+// ledger back when it exits): the tickets it returned, and its credit,
+// tickets taken from admits_ as a batch and not given yet. A ledger has
+// one writer, so neither side takes a locked read-modify-write per task:
+//   - far from the limit, a submitter takes up to kCredit tickets at once,
+//     at most 1 / (2 x threads with a ledger) of the room left under the
+//     limit (credit counted as admitted), and spends them one per admit();
+//   - admitted work is admits_ minus the returns and the credit of every
+//     ledger (and the returns of threads without one); a refusal always
+//     comes from that sum taken fresh, so credit another thread holds is
+//     never refused against;
+//   - credit is good in the interval it was taken in: a new interval (the
+//     limit may change), and the first admission that finds the limit
+//     near, end it; its holder gives it back at its next admission. Until
+//     then, admitted work may pass the limit by the credit others hold
+//     (at most half the room left when it was taken, and only in the
+//     moment between the limit being neared and their next admission);
+//   - the interval's peak of admitted work (the cut of the limit starts
+//     from it) counts, while admissions come from credit, what was admitted
+//     when the batch was taken plus the batch spent since, returns not
+//     deducted: it may run over the true peak by up to a batch.
+// Admissions near the limit, with a queue timeout (the backlog estimate
+// needs the count), or from threads without a ledger are counted one by
+// one: admit() checks admits_ minus the returns last summed up, an
+// over-estimate of the admitted work, and sums the ledgers up again
+// whenever that estimate reaches the limit, or a deadline admission would
+// refuse, and every kResum admissions. The queue wait of a task is
 // timed (two clock reads, a histogram bucket) for every task while the
 // pool is overloaded or its start rate is low (under kDenseStarts per
-// interval), else for one task in kSampleEvery per submitting thread: the
+// interval; one thread starting that many switches to sampling at once,
+// not at the interval's end), else for one task in kSampleEvery per
+// submitting thread: the
 // percentile is then estimated from a sample of at least kDenseStarts /
 // kSampleEvery waits per interval, and the start rate as kSampleEvery
-// times the timed starts (an untimed start costs nothing; a task admitted
-// timed and started after the switch counts kSampleEvery times). The
-// window (histogram, minimum) is kept per stripe and summed up once per
-// interval.
+// times the timed starts (an untimed start costs nothing, and runs as a
+// plain task does; a task admitted timed and started after the switch
+// counts kSampleEvery times). The window (histogram, minimum) is kept per
+// stripe and summed up once per interval.
 #pragma once
 
 #include <algorithm>
@@ -63,35 +86,39 @@ class OverloadControl {
   // `may_displace`: a refusal at the limit is not counted yet; the caller
   // either displaces a lower priority's task (admit_displacing) or counts
   // it (note_refused_early).
-  OverloadReason admit(std::int64_t queue_timeout_ns, bool may_displace = false) noexcept {
-    const std::int64_t a = admits_.fetch_add(1, std::memory_order_relaxed) + 1;
-    // At least the admitted work: returns since the last sum are not in it.
-    std::int64_t n = a - returned_seen_.load(std::memory_order_relaxed);
-    const std::int64_t limit = limit_.load(std::memory_order_relaxed);
-    if (n >= limit || a % kResum == 0) [[unlikely]]
-      n = a - sum_returns();
-    if (n > peak_.load(std::memory_order_relaxed)) peak_.store(n, std::memory_order_relaxed);
-    if (n >= limit) [[unlikely]] {
-      if (!limit_hit_.load(std::memory_order_relaxed))
-        limit_hit_.store(true, std::memory_order_relaxed);
-      if (n > limit) {
-        admits_.fetch_sub(1, std::memory_order_relaxed);
-        if (!may_displace) refused_limit_.fetch_add(1, std::memory_order_relaxed);
-        return OverloadReason::limit;
+  [[gnu::always_inline]] OverloadReason admit(std::int64_t queue_timeout_ns,
+                                              bool may_displace = false) noexcept {
+    // Far from the limit, a ticket from this thread's credit: no shared
+    // write. A task with a queue timeout needs the backlog: counted exactly.
+    if (queue_timeout_ns == 0) [[likely]] {
+      if (Ledger* l = ledger()) [[likely]] {
+        const std::int64_t c = l->credit.load(std::memory_order_relaxed);
+        if (c > 0 && l->epoch == credit_epoch_.load(std::memory_order_relaxed)) [[likely]] {
+          l->credit.store(c - 1, std::memory_order_relaxed);
+          // At most the admitted work: what was admitted when the credit
+          // was taken, and all of it spent since (returns not deducted).
+          const std::int64_t n = l->top - (c - 1);
+          if (n > peak_.load(std::memory_order_relaxed)) peak_.store(n, std::memory_order_relaxed);
+          return OverloadReason::none;
+        }
+        if (take_credit(*l, c)) return OverloadReason::none;
       }
     }
-    if (queue_timeout_ns != 0 && deadline_admission_ && backlog_wait_ns(n - 1) > queue_timeout_ns)
-        [[unlikely]] {
-      if (backlog_wait_ns(a - sum_returns() - 1) > queue_timeout_ns) {
-        admits_.fetch_sub(1, std::memory_order_relaxed);
-        refused_deadline_.fetch_add(1, std::memory_order_relaxed);
-        return OverloadReason::deadline;
-      }
-    }
-    return OverloadReason::none;
+    return admit_counted(queue_timeout_ns, may_displace);
   }
   // Returns a ticket: its task ended, or its cell was dropped.
-  void release() noexcept { stripe().returned.fetch_add(1, std::memory_order_relaxed); }
+  [[gnu::always_inline]] void release() noexcept {
+    if (Ledger* l = ledger()) [[likely]] {
+      // This thread is the ledger's one writer: no read-modify-write.
+      l->returned.store(l->returned.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    } else {
+      shared_returned_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // A thread that took tickets or returned some leaves the controller for
+  // good (a worker of the pool exiting): its ledger, and the credit in it,
+  // go back for another thread.
+  void leave() noexcept;
   // Takes the ticket of a task this submission displaced (shed, reason
   // priority): past the limit, as the displaced one held it.
   void admit_displacing() noexcept {
@@ -102,14 +129,14 @@ class OverloadControl {
   // A standing queue: CoDel's overloaded state, or the limit was reached
   // this interval. Admitted tasks then queue newest first (queues.hpp), and
   // a higher priority at the limit displaces a lower one's newest task.
-  [[nodiscard]] bool standing() const noexcept {
+  [[nodiscard, gnu::always_inline]] bool standing() const noexcept {
     return overloaded_.load(std::memory_order_relaxed) ||
            limit_hit_.load(std::memory_order_relaxed);
   }
 
   // Whether the queue wait of a task being admitted by this thread is to
   // be timed (see the overview); an untimed one is never shed by CoDel.
-  [[nodiscard]] bool time_this() noexcept {
+  [[nodiscard, gnu::always_inline]] bool time_this() noexcept {
     static thread_local std::uint32_t admitted_here = 0;
     return dense_.load(std::memory_order_relaxed) || ++admitted_here % kSampleEvery == 1;
   }
@@ -178,14 +205,29 @@ class OverloadControl {
     std::int64_t m = s.min.load(std::memory_order_relaxed);
     while (wait_ns < m && !s.min.compare_exchange_weak(m, wait_ns, std::memory_order_relaxed)) {
     }
+    // Timing every task: once one thread alone started kDenseStarts in this
+    // interval, one in kSampleEvery is enough (not while overloaded) from
+    // now on, not only from the next interval (a new pool's first one).
+    if (dense_.load(std::memory_order_relaxed)) {
+      if (s.dense.fetch_add(1, std::memory_order_relaxed) + 1 >= kDenseStarts &&
+          !overloaded_.load(std::memory_order_relaxed)) [[unlikely]]
+        dense_.store(false, std::memory_order_relaxed);
+    }
   }
 
   // Sampling: every task is timed below this many starts per interval...
-  static constexpr std::int64_t kDenseStarts = 1024;
+  static constexpr std::int64_t kDenseStarts = 4096;
   // ...and above it one in this many per submitting thread.
-  static constexpr std::uint32_t kSampleEvery = 16;
-  // admit() sums the returned tickets up at least every kResum admissions.
+  static constexpr std::uint32_t kSampleEvery = 64;
+  // admit() sums the returned tickets up at least every kResum admissions
+  // it counts one by one.
   static constexpr std::int64_t kResum = 64;
+  // Tickets a thread takes at once, at most: far from the limit, admit()
+  // spends them one by one from the thread's ledger (see the overview).
+  static constexpr std::int64_t kCredit = 256;
+  // Threads with a ledger of their own, at most; the others count tickets
+  // one by one in shared counters.
+  static constexpr std::size_t kLedgers = 16;
 
  private:
   static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
@@ -193,9 +235,9 @@ class OverloadControl {
   // more than kStripes): written by the threads that map to it, summed up
   // by roll() and the readers.
   struct alignas(kCacheLine) Stripe {
-    std::atomic<std::int64_t> returned{0};  // tickets returned, ever
-    std::atomic<std::int64_t> min{kNone};   // the window's shortest timed wait
-    std::atomic<std::int64_t> first{0};     // when its first timed task started (0: none yet)
+    std::atomic<std::int64_t> min{kNone};  // the window's shortest timed wait
+    std::atomic<std::int64_t> first{0};    // when its first timed task started (0: none yet)
+    std::atomic<std::int64_t> dense{0};    // of the timed starts, those while dense_
     std::array<std::atomic<std::uint32_t>, kBuckets> hist{};
     // The run-time signal's window (untouched when it is off).
     std::atomic<std::int64_t> run_min{kNone};
@@ -211,18 +253,69 @@ class OverloadControl {
       index = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
     return index;
   }
-  // Sums the returned tickets up and publishes the sum for admit()'s estimate.
-  std::int64_t sum_returns() noexcept {
-    std::int64_t r = 0;
-    for (const Stripe& s : stripes_) r += s.returned.load(std::memory_order_relaxed);
-    returned_seen_.store(r, std::memory_order_relaxed);
-    return r;
+  // One thread's tickets: written by its owner alone (plain loads and
+  // stores), read by the sums.
+  struct alignas(kCacheLine) Ledger {
+    std::atomic<std::int64_t> credit{0};    // taken from admits_, not yet given
+    std::atomic<std::int64_t> returned{0};  // tickets returned, ever
+    std::int64_t epoch = -1;                // credit_epoch_ when the credit was taken
+    std::int64_t top = 0;                   // admitted work once all of it is spent
+  };
+  // The calling thread's ledger, or null when every one has an owner.
+  [[gnu::always_inline]] Ledger* ledger() noexcept {
+    const LedgerCache& t = ledger_cache();
+    if (t.controller == id_) [[likely]]
+      return t.ledger;
+    return bind_ledger();
+  }
+  // Which ledger the calling thread last used, and of which controller
+  // (by id_, never reused: a destroyed controller's entry matches no other).
+  struct LedgerCache {
+    std::uint64_t controller = 0;
+    Ledger* ledger = nullptr;
+  };
+  static LedgerCache& ledger_cache() noexcept {
+    static thread_local LedgerCache cache;
+    return cache;
+  }
+  Ledger* bind_ledger() noexcept;
+  // Takes a batch of credit into `l` (first giving back the `left` it held
+  // from an earlier interval, or from before the limit was neared), and
+  // one ticket of it. False near the limit: admit() then counts this
+  // ticket one by one.
+  bool take_credit(Ledger& l, std::int64_t left) noexcept;
+  // admit() for a ticket counted one by one in admits_.
+  OverloadReason admit_counted(std::int64_t queue_timeout_ns, bool may_displace) noexcept;
+  // Near the limit: no thread spends or takes credit until the next interval.
+  void stop_credit() noexcept {
+    if ((credit_epoch_.load(std::memory_order_relaxed) & 1) == 0)
+      credit_epoch_.fetch_or(1, std::memory_order_relaxed);
+  }
+  struct Sums {
+    std::int64_t returned = 0;  // tickets returned, ever
+    std::int64_t credit = 0;    // tickets taken as credit and not given yet
+  };
+  Sums sum_ledgers() const noexcept {
+    Sums s{.returned = shared_returned_.load(std::memory_order_relaxed)};
+    for (const Ledger& l : ledgers_) {
+      s.returned += l.returned.load(std::memory_order_relaxed);
+      s.credit += l.credit.load(std::memory_order_relaxed);
+    }
+    return s;
+  }
+  // The tickets taken that no admitted task holds (returned, or credit),
+  // summed up now; publishes the returned part for admit()'s estimate
+  // (credit is spent without a shared write: a stale sum of it would
+  // under-estimate).
+  std::int64_t sum_unheld() noexcept {
+    const Sums s = sum_ledgers();
+    returned_seen_.store(s.returned, std::memory_order_relaxed);
+    return s.returned + s.credit;
   }
   // Admitted tasks not yet ended, now (a racy snapshot).
   [[nodiscard]] std::int64_t admitted() const noexcept {
-    std::int64_t r = 0;
-    for (const Stripe& s : stripes_) r += s.returned.load(std::memory_order_relaxed);
-    return admits_.load(std::memory_order_relaxed) - r;
+    const Sums s = sum_ledgers();
+    return admits_.load(std::memory_order_relaxed) - s.returned - s.credit;
   }
 
   void roll_locked(std::int64_t now) noexcept CREW_REQUIRES(roll_);
@@ -258,14 +351,25 @@ class OverloadControl {
   std::atomic<bool> dense_{true};               // time every task (see time_this)
   std::atomic<std::int64_t> ns_per_start_{0};   // 0: no start in the last interval
   std::atomic<std::int64_t> returned_seen_{0};  // the returns at a recent sum
+  // Credit is good within the interval it was taken in (even: the roll()
+  // count x 2), and not at all once odd (stop_credit).
+  std::atomic<std::int64_t> credit_epoch_{0};
+  const std::uint64_t id_;  // this controller's, for ledger_cache()
 
   // Written by every submission from outside the pool.
   alignas(kCacheLine) std::atomic<std::int64_t> admits_{0};  // tickets taken, ever
   std::atomic<bool> limit_hit_{false};                       // the limit was reached this interval
   std::atomic<std::int64_t> peak_{0};  // the most admitted at once this interval
 
-  // Returns and the window, by thread.
+  // The window, by thread.
   std::array<Stripe, kStripes> stripes_{};
+  // Tickets, by thread: owners_[i] is the token of ledgers_[i]'s thread (0:
+  // none), owned_ how many have one.
+  std::array<Ledger, kLedgers> ledgers_{};
+  alignas(kCacheLine) std::array<std::atomic<std::uint64_t>, kLedgers> owners_{};
+  std::atomic<std::int64_t> owned_{0};
+  // Tickets returned by threads without a ledger.
+  alignas(kCacheLine) std::atomic<std::int64_t> shared_returned_{0};
 
   // Summed up by roll() under roll_.
   alignas(kCacheLine) SpinLock roll_;

@@ -224,8 +224,15 @@ struct AdmittedFn {
   ~AdmittedFn() {
     if (ticket != nullptr) ticket->release();
   }
-  void run_with(void* runner) {
+  // An untimed one is neither shed nor timed: it runs as a plain task
+  // does (its caller counts it, false), without the runner's call.
+  bool run_with(void* runner) {
+    if (enqueued_ns == 0) [[likely]] {
+      fn();
+      return false;
+    }
     static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
+    return true;
   }
 };
 

@@ -314,7 +314,7 @@ class Submission {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here:
-          (void)tmp.invoke_and_destroy(static_cast<Runner*>(&c_.inline_runner()));
+          c_.inline_runner().run_cell_here(tmp);  // counts it if the cell did not
           return Admission::accepted;
         case Route::refused:
           tmp.destroy();  // returns the ticket
