@@ -18,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using detail::OverloadControl;
+using test::Watchdog;
 
 constexpr std::int64_t kMs = 1'000'000;
 
