@@ -33,7 +33,7 @@ void PoolControl::start() {
 
 void PoolControl::pause() {
   if (c_.transition(PoolState::running, PoolState::paused)) {
-    c_.life_.call_attention();
+    c_.life_->call_attention();
   }
 }
 
@@ -41,7 +41,7 @@ void PoolControl::resume() {
   {
     MutexLock lock(c_.rt_->registry.mu);
     if (!c_.transition(PoolState::paused, PoolState::running)) return;
-    c_.life_.call_attention();
+    c_.life_->call_attention();
   }
   c_.rt_->registry.changed.notify_all();
   c_.rt_->wake.wake_all();
@@ -52,7 +52,7 @@ void PoolControl::resume() {
 void PoolControl::resize(std::size_t max_workers) {
   max_workers = resolved_resize(max_workers, c_.opts_.min_workers);
   c_.max_workers_.store(max_workers, std::memory_order_seq_cst);
-  c_.life_.call_attention();
+  c_.life_->call_attention();
   c_.rt_->wake.wake_all();
   if (c_.state() == PoolState::running) c_.grow_for_queued();
 }
@@ -71,7 +71,7 @@ bool PoolControl::stop_worker(std::uint64_t id, WorkerStop how) {
       (void)prepare_stop_locked(w, StopReason::cancelled, target);
       w.run.mu.unlock();
     }
-    c_.life_.call_attention();
+    c_.life_->call_attention();
   }
   target.fire();  // user stop callbacks run outside our locks
   c_.rt_->wake.wake_all();
@@ -100,7 +100,7 @@ PoolStats PoolSnapshot::stats() const {
   MutexLock lock(c_.rt_->registry.mu);
   s.state = c_.state();
   s.max_workers = c_.max_workers_.load(std::memory_order_relaxed);
-  s.queued = c_.queue_.size();
+  s.queued = c_.queue_->size();
   s.blocked_submitters = c_.rt_->blocked.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
@@ -108,7 +108,7 @@ PoolStats PoolSnapshot::stats() const {
   c_.rt_->registry.add_stats_locked(s);
   // Coroutine steps before the pushes: each step read here is among them.
   const std::uint64_t steps = c_.steps_.load(std::memory_order_acquire);
-  s.submitted = c_.queue_.pushed() + c_.refused_.load(std::memory_order_relaxed) +
+  s.submitted = c_.queue_->pushed() + c_.refused_.load(std::memory_order_relaxed) +
                 c_.ran_inline_.load(std::memory_order_relaxed) - steps;
   s.helped += c_.inline_.helped();
   if (c_.overload_ != nullptr) s.overload = c_.overload_->read();

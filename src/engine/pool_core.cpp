@@ -36,6 +36,11 @@ void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
 std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
 
+// The events that make a plain task go through a task's observer path
+// (PoolCore::observes_tasks).
+constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
+                                      Observer::task_finished | Observer::task_rejected;
+
 }  // namespace
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
@@ -63,6 +68,7 @@ PoolCore::PoolCore(PoolOptions options)
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
+      task_observed_((observed_ & kTaskEvents) != 0),
       overload_(opts_.overload.enabled ? std::make_unique<OverloadControl>(
                                              opts_.overload, opts_.overload.min_limit,
                                              opts_.overload.max_limit, opts_.max_workers, now_ns())
@@ -76,6 +82,10 @@ PoolCore::PoolCore(PoolOptions options)
 }
 
 PoolCore::~PoolCore() = default;
+
+void release_ticket(OverloadControl* ctl) noexcept { ctl->release(); }
+
+PoolState PoolCore::state() const noexcept { return life_->state(); }
 
 PoolCore::OwnedSuspended::~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
 
@@ -93,14 +103,14 @@ void PoolCore::grow() noexcept {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
-      idle_.hand_token();
+      idle_->hand_token();
       WorkerRegistry& registry = rt_->registry;
       MutexLock lock(registry.mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter
         // sweeps what it queued (on_push_after_close), and a worker started
         // now could outlive the pool's last join.
-        (void)idle_.give_token();
+        (void)idle_->give_token();
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
@@ -110,10 +120,10 @@ void PoolCore::grow() noexcept {
   }
 }
 
-void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_.set(to), to); }
+void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_->set(to), to); }
 
 bool PoolCore::transition(PoolState from, PoolState to) noexcept {
-  if (!life_.transition(from, to)) return false;
+  if (!life_->transition(from, to)) return false;
   rt_->observers.pool_state(from, to);
   return true;
 }
@@ -121,7 +131,7 @@ bool PoolCore::transition(PoolState from, PoolState to) noexcept {
 // Workers start at submission, one at a time; after a pause, a resize or at
 // the start of a drain, what is queued may need more than were started.
 void PoolCore::grow_for_queued() noexcept {
-  const std::size_t queued = queue_.size();
+  const std::size_t queued = queue_->size();
   for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
 }
 

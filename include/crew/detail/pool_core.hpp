@@ -1,11 +1,14 @@
 // crew/detail/pool_core.hpp: detail::PoolCore, the part of a pool that the
 // inline submission path (detail::Submission, submission.hpp) needs: the
-// options, the queues, the pool's lifecycle, the idle counts, the id and
-// refusal counters, and after_push. Every slower step (a full queue, a
-// wake-up, a sweep after close, an event, the workers, the supervisor,
-// shutdown) is an out-of-line call into the engine
-// (src/engine/pool_runtime.hpp: PoolRuntime and its units, reached
-// through a std::unique_ptr). docs/design/architecture.md maps the units.
+// options, the id and refusal counters, and the Runner a task run on the
+// caller goes through. The queues, the pool's lifecycle and its idle counts
+// are held in place (InPlace) without their headers: the push itself, and
+// after_push, are out of line in the engine (src/engine/submission.cpp).
+// Every slower step (a full queue, a wake-up, a sweep after close, an
+// event, the workers, the supervisor, shutdown) is an out-of-line call
+// into the engine too (src/engine/pool_runtime.hpp: PoolRuntime and its
+// units, reached through a std::unique_ptr). docs/design/architecture.md
+// maps the units.
 //
 // Who touches what on the hot path:
 //   submitter: queue_ tail and slot; reads life_ (the pool's state) and
@@ -21,27 +24,65 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "crew/detail/cache_line.hpp"
 #include "crew/detail/cell.hpp"
-#include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
-#include "crew/detail/idle_counts.hpp"
-#include "crew/detail/overload_control.hpp"
-#include "crew/detail/pool_lifecycle.hpp"
-#include "crew/detail/queues.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
-#include "crew/log.hpp"
-#include "crew/observer.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/task.hpp"
+
+namespace crew {
+enum class LogLevel : std::uint8_t;  // crew/log.hpp
+struct LogContext;                   // crew/log.hpp
+}  // namespace crew
 
 namespace crew::detail {
 
 class PoolCore;
+// The engine's parts that PoolCore holds but the inline submission path
+// never touches: the queues (crew/detail/queues.hpp, reached through
+// Submission's out-of-line push), the pool's lifecycle and idle counts
+// (read by the push's after_push) and the overload controller
+// (crew/detail/overload_control.hpp).
+class Queues;
+class OverloadControl;
+class PoolLifecycle;  // crew/detail/pool_lifecycle.hpp
+class IdleCounts;     // crew/detail/idle_counts.hpp
+// Returns an admission ticket to `ctl` (OverloadControl::release).
+void release_ticket(OverloadControl* ctl) noexcept;
+
+// A member of type T, complete only where it is used: storage of T's size
+// and alignment in the object, so that reaching it costs no pointer (as a
+// std::unique_ptr would), while the header declaring the object need not
+// include T's. Constructed, used and destroyed only where T is complete
+// (the engine); Size and Align are checked there.
+template <class T, std::size_t Size, std::size_t Align>
+class InPlace {
+ public:
+  template <class... Args>
+  explicit InPlace(Args&&... args) {
+    static_assert(sizeof(T) <= Size && alignof(T) <= Align, "InPlace: raise Size or Align");
+    ::new (static_cast<void*>(mem_)) T(std::forward<Args>(args)...);
+  }
+  ~InPlace() { get().~T(); }
+  InPlace(const InPlace&) = delete;
+  InPlace& operator=(const InPlace&) = delete;
+
+  T& get() noexcept { return *std::launder(reinterpret_cast<T*>(mem_)); }
+  const T& get() const noexcept { return *std::launder(reinterpret_cast<const T*>(mem_)); }
+  T* operator->() noexcept { return &get(); }
+  const T* operator->() const noexcept { return &get(); }
+
+ private:
+  alignas(Align) unsigned char mem_[Size];
+};
+
 struct PoolRuntime;
 class SuspendedTasks;  // crew/detail/suspended_tasks.hpp (coroutine tasks)
 
@@ -222,11 +263,27 @@ struct AdmittedFn {
   AdmittedFn& operator=(const AdmittedFn&) = delete;
   AdmittedFn& operator=(AdmittedFn&&) = delete;
   ~AdmittedFn() {
-    if (ticket != nullptr) ticket->release();
+    if (ticket != nullptr) release_ticket(ticket);
   }
   void run_with(void* runner) {
     static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
   }
+};
+
+// Returns an admission ticket when it leaves scope (none for null): for the
+// thread that popped an admitted task state and is done with it.
+class TicketReturn {
+ public:
+  explicit TicketReturn(OverloadControl* ctl) noexcept : ctl_(ctl) {}
+  ~TicketReturn() {
+    if (ctl_ != nullptr) release_ticket(ctl_);
+  }
+  TicketReturn(const TicketReturn&) = delete;
+  TicketReturn& operator=(const TicketReturn&) = delete;
+  [[nodiscard]] bool held() const noexcept { return ctl_ != nullptr; }
+
+ private:
+  OverloadControl* ctl_;
 };
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
@@ -313,13 +370,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   PoolCore(const PoolCore&) = delete;
   PoolCore& operator=(const PoolCore&) = delete;
 
-  // The events that make a plain task go through a task's observer path.
-  static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
-                                               Observer::task_finished | Observer::task_rejected;
-
   // The control calls (shutdown, pause, resize, wait_idle, ...) and the
   // stats are PoolControl's and PoolSnapshot's (crew/detail/pool_control.hpp).
-  [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
+  [[nodiscard]] PoolState state() const noexcept;
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
   // True on a thread inside one of this pool's tasks (on a worker, or run
   // inline elsewhere): a wait for the pool's tasks would wait for itself.
@@ -371,6 +424,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
     return (observed_ & events) != 0;
   }
+  // Whether some observer wants a task's own events (enqueued, started,
+  // finished, rejected): a plain task then goes through the observer path.
+  [[nodiscard]] bool observes_tasks() const noexcept { return task_observed_; }
   // The submission path's events (src/engine/observer_hub.cpp has the
   // rest): a task state `s`, or a plain task if null.
   void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
@@ -451,20 +507,23 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::uint32_t observed_;
   const bool timed_;
+  const bool task_observed_;  // observes_tasks()
   // The overload controller (crew/overload.hpp); null when off.
   const std::unique_ptr<OverloadControl> overload_;
   const bool time_handles_;  // opts_.time_tasks
-  Queues queue_;
+  // The queues (crew/detail/queues.hpp), in place; the sizes are checked
+  // where the engine constructs them.
+  InPlace<Queues, 4544, 64> queue_;
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.
-  PoolLifecycle life_;
+  InPlace<PoolLifecycle, 64, 64> life_;
   std::atomic<std::size_t> max_workers_;
   std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
   // Spinning tokens and sleeper counts (the sleepers themselves are in
   // the engine's WakePolicy). A submitter wakes a sleeper only when nobody
   // holds a token; the woken worker starts out with one, so one burst costs
   // one wake-up per worker.
-  IdleCounts idle_;
+  InPlace<IdleCounts, 128, 64> idle_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};  // refused at submission
   // Accepted and settled on the submitting thread: run there, or expired
@@ -496,20 +555,8 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // spinning token is enough there, running or not (and fork-join pushes,
   // tens of nanoseconds apart, skip the heartbeat's clock read); a task in
   // the shared queue is left only to a spinner that is running.
-  void after_push(bool own_queue = false) noexcept {
-    // A shared-queue push claimed its slot with a seq_cst read-modify-write,
-    // so these loads see any worker that went to sleep before it (it
-    // re-checks the claimed size after announcing itself), and any shutdown
-    // that began before it. A local push is ordered against a shutdown by
-    // its light_fence and the shutdown's heavy_fence (barrier.hpp).
-    const PoolState st = life_.state(std::memory_order_seq_cst);
-    if (st != PoolState::running) [[unlikely]] {
-      if (st >= PoolState::stopping) on_push_after_close();
-      return;
-    }
-    if (own_queue ? idle_.spinning() != 0 : idle_.spinner_running()) return;
-    wake_for_push();
-  }
+  // (Inline in src/engine/pool_runtime.hpp, for the push and the engine.)
+  void after_push(bool own_queue = false) noexcept;
 
   // Unique per pool; a worker takes them from a block it reserved, so that
   // tasks forked on different workers do not contend on one counter.
