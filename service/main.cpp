@@ -9,6 +9,7 @@
 // owns the lifecycle: the listening socket is its resource (a port in use
 // fails start-up, exit 3), SIGTERM halts it, and the main function below
 // stops serving in the order docs/crewd.md ("Lifecycle") describes.
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -109,21 +110,29 @@ crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t wo
           .run_time_signal = run_time};
 }
 
-// jobs.worker_nice: the on_worker_start hook of pool jobs, run by each
-// worker on its own thread as it starts. It sets the worker's nice to
-// `steps` above crewd's (`base`, read by main's thread before the pool
-// starts: a worker started later by another thread inherits that thread's
-// nice, so the value is set, not added), at most 19. Raising one's own nice
-// needs no privilege; a refusal is logged once and the worker runs as is.
+// jobs.worker_nice and jobs.worker_policy idle: the on_worker_start hook of
+// pool jobs, run by each worker on its own thread as it starts (batch is
+// crew's own PoolOptions::worker_policy; crew has no idle policy). It sets
+// SCHED_IDLE if asked, then the worker's nice to `steps` above crewd's
+// (`base`, read by main's thread before the pool starts: a worker started
+// later by another thread inherits that thread's nice, so the value is set,
+// not added), at most 19. Lowering one's own priority needs no privilege; a
+// refusal is logged once and the worker runs as is.
 std::function<void(std::uint64_t)> lower_worker_priority(
-    unsigned steps, const std::shared_ptr<spdlog::logger>& log) {
-  if (steps == 0) return {};
+    unsigned steps, Config::Jobs::WorkerPolicy policy, const std::shared_ptr<spdlog::logger>& log) {
+  const bool idle = policy == Config::Jobs::WorkerPolicy::idle;
+  if (steps == 0 && !idle) return {};
   errno = 0;
   const int base = ::getpriority(PRIO_PROCESS, 0);  // the calling thread's on Linux
   const int nice = std::min(19, (errno != 0 ? 0 : base) + static_cast<int>(steps));
   auto warned = std::make_shared<std::atomic<bool>>(false);
-  return [nice, log, warned](std::uint64_t) {
-    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0 &&
+  return [steps, nice, idle, log, warned](std::uint64_t) {
+    const sched_param none{};
+    if (idle && ::sched_setscheduler(0, SCHED_IDLE, &none) != 0 && !warned->exchange(true)) {
+      log->warn("jobs.worker_policy: cannot set SCHED_IDLE on a jobs worker: {}",
+                std::strerror(errno));
+    }
+    if (steps != 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0 &&
         !warned->exchange(true)) {
       log->warn("jobs.worker_nice: cannot set a jobs worker's nice to {}: {}", nice,
                 std::strerror(errno));
@@ -200,9 +209,13 @@ int run(const Config& config) {
                    .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
                    .shutdown_mode = config.shutdown.mode,
                    .shutdown_timeout = config.shutdown.timeout,
-                   .on_worker_start = lower_worker_priority(config.jobs.worker_nice, log),
+                   .on_worker_start = lower_worker_priority(config.jobs.worker_nice,
+                                                            config.jobs.worker_policy, log),
                    .observers = jobs_observers,
                    .logger = crew_log,
+                   .worker_policy = config.jobs.worker_policy == Config::Jobs::WorkerPolicy::batch
+                                        ? crew::WorkerPolicy::batch
+                                        : crew::WorkerPolicy::normal,
                    // One level's queue plus the workers: the priorities order
                    // the admitted jobs, they do not admit three times as many.
                    .overload = overload_options(config.jobs.overload, config.jobs.workers,

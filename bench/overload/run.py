@@ -105,7 +105,7 @@ VARIANTS = [
 
 # Reasons of a 503 decided at admission (from the request's head or at
 # submission), not after the request waited in the queue.
-ADMISSION_REASONS = {"limit", "deadline", "max_in_flight", "rejected at submission"}
+ADMISSION_REASONS = {"limit", "deadline", "rate", "max_in_flight", "full", "closed", "too_many_blocked"}
 
 # Scenarios: phases as (multiple of mu, seconds, job index: 0 the
 # workload's job, 1 its job after the drop), and the overload window

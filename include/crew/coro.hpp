@@ -225,7 +225,7 @@ struct TaskAwaiter {
     return self->suspend_on(h, st, target);
   }
   T await_resume() {
-    if (self != nullptr) self->end_wait();
+    if (self != nullptr && self->end_wait()) throw self->stop_error();
     return task.get();
   }
 };
@@ -240,7 +240,9 @@ struct SleepAwaiter {
     self = h.promise().task;
     return self->suspend_until(h, at_ns, stoppable);
   }
-  void await_resume() { self->end_wait(); }
+  void await_resume() {
+    if (self->end_wait()) throw self->stop_error();
+  }
 };
 
 struct YieldAwaiter {
@@ -251,7 +253,9 @@ struct YieldAwaiter {
     self = h.promise().task;
     return self->suspend_yield(h);
   }
-  void await_resume() { self->end_wait(); }
+  void await_resume() {
+    if (self->end_wait()) throw self->stop_error();
+  }
 };
 
 }  // namespace detail
@@ -500,7 +504,7 @@ struct CallbackAwaiter {
       CallbackBlock<T>*& b;
       ~Release() { std::exchange(b, nullptr)->release(); }
     } release{block};
-    self->end_wait();  // throws if the task was stopped
+    if (self->end_wait()) throw self->stop_error();
     if (!block->value) {
       throw Error(Errc::cancelled, "crew::on_callback: the callback was destroyed uncalled");
     }

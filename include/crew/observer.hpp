@@ -54,7 +54,12 @@ class Observer {
   // Read once, when the pool is constructed.
   [[nodiscard]] virtual std::uint32_t events() const noexcept { return all_events; }
 
-  // A task entered the queue (on the submitting thread).
+  // A task entered the queue (on the submitting thread, after the push:
+  // until then the submission may still be refused, and a refusal is
+  // reported as on_task_rejected instead). A worker may take the task in
+  // between, so on_task_started and even on_task_finished of the same task
+  // can come first, on another thread: a gauge kept as "enqueued minus
+  // started" can dip below zero for that long.
   virtual void on_task_enqueued(const TaskEvent& /*task*/) noexcept {}
   // A task started; queue_wait is the time since it was enqueued.
   virtual void on_task_started(const TaskEvent& /*task*/,

@@ -31,17 +31,23 @@
 //     overloaded or the limit was reached in the current interval,
 //     admitted tasks queue newest first within their priority level (a
 //     stack beside the level's FIFO ring, crew/detail/newest_first.hpp);
-//     workers take the newest, and every other pop the ring's oldest, so
-//     what queued before still drains (or is shed by CoDel). Oldest first
-//     again once the stack is empty;
+//     workers take the newest, and every other pop the level's oldest
+//     (the ring's, or with the ring empty the stack's bottom), so what
+//     queued before, and the bottom of a stack that never empties, still
+//     come up (to run, or to be shed by CoDel). Oldest first again once
+//     the stack is empty;
 //   - priorities as a moving threshold at the limit: a submission of
 //     priority above 0 past the limit displaces the newest task queued
 //     newest first at the lowest lower level that has one, which ends
 //     `shed` (Errc::overloaded, reason priority), and is admitted in its
-//     place. Tasks queued oldest first (before the standing queue) are not
-//     displaced, and a full level's queue is not made room in: the queue
-//     is bounded per level, so a lower level's task holds no room of a
-//     higher one.
+//     place. Tasks queued oldest first (before the standing queue, or with
+//     the stack full) are not displaced: the FIFO rings give a slot to the
+//     consumer that claims the head, so taking from the tail would cost
+//     every pop a second claim; shards keep no order to find the newest
+//     by; and the rings also hold the pool's own, unticketed submissions
+//     (docs/api.md has the detail). CoDel sheds those older tasks instead.
+//     A full level's queue is not made room in: the queue is bounded per
+//     level, so a lower level's task holds no room of a higher one.
 // Only submissions from outside the pool are admitted this way: a task
 // submitted by one of the pool's own tasks (fork-join, continuations) is
 // part of admitted work and neither counted nor refused.

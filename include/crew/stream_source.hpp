@@ -29,6 +29,19 @@
 // pending for another consumer to claim. Nothing is acknowledged that did
 // not complete.
 //
+// Overload: when the pool refuses a job (Admission::overloaded, full or
+// too_many_blocked) or its overload controller sheds one unrun (reason
+// codel or priority), the entry stays held here, unacknowledged and in this
+// consumer's pending list, and the reader backs off: it takes no new entry
+// and submits none again until the backoff has passed, then submits the
+// entries it holds first. Each backoff is the pool's queue-wait estimate
+// (Pool::overload_hint) or the previous backoff doubled from
+// overload_backoff_min, whichever is longer, at most overload_backoff_max,
+// less up to a quarter of it at random (so that instances refused together
+// do not come back together). A refusal during a backoff does not lengthen
+// it; an accepted submission ends the doubling. A job refused because the
+// pool is stopping is left pending as on stop().
+//
 // Connection loss is survived: both connections reconnect with exponential
 // backoff; connected() is false meanwhile and stats().reconnects counts the
 // reconnections.
@@ -83,6 +96,15 @@ struct StreamSourceOptions {
   std::chrono::milliseconds command_timeout{2'000};
   // Execution deadline of each job (TaskOptions::timeout); 0: the pool's.
   std::chrono::milliseconds job_timeout{0};
+  // The pool's priority level of every job (TaskOptions::priority; below
+  // PoolOptions::priority_levels). The lowest by default: a stream entry
+  // waits in Redis at no cost and is submitted again when refused, while a
+  // caller waiting on the same pool (an HTTP request) cannot.
+  std::uint8_t priority = 0;
+  // The backoff after the pool refused or shed a job (see the top): from
+  // min, doubling, up to max; both > 0.
+  std::chrono::milliseconds overload_backoff_min{10};
+  std::chrono::milliseconds overload_backoff_max{1'000};
   // An entry larger than this (its field names and values, in bytes) or
   // with more fields is not run: it goes to the dead-letter stream at once
   // (its attempt as delivered: 1, or Redis' delivery count for a claimed
@@ -125,7 +147,8 @@ struct StreamSourceStats {
   std::uint64_t retried = 0;        // failed attempts retried here
   std::uint64_t dead_lettered = 0;  // oversized entries included
   std::uint64_t oversized = 0;      // entries over max_entry_bytes / max_entry_fields
-  std::uint64_t left_pending = 0;   // stopped or refused before completing
+  std::uint64_t left_pending = 0;   // stopped before completing
+  std::uint64_t refused = 0;        // refused or shed by the pool, submitted again later
   std::uint64_t reconnects = 0;
   std::size_t in_flight = 0;
 };

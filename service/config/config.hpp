@@ -120,6 +120,14 @@ struct Config {
     // default: it speeds refusals up but slows the jobs down
     // (docs/bench/overload.md, "Jobs workers below the I/O threads").
     unsigned worker_nice = 0;
+    // How Linux schedules the jobs workers: normal (SCHED_OTHER, as crewd's
+    // other threads), batch (crew::WorkerPolicy::batch, SCHED_BATCH) or idle
+    // (SCHED_IDLE, set by each worker on itself as it starts: any other
+    // thread of crewd that wakes preempts it at once). Needs no privilege.
+    // normal by default (docs/bench/overload.md, "W1 again, and the jobs
+    // workers' scheduling policy").
+    enum class WorkerPolicy : std::uint8_t { normal, batch, idle };
+    WorkerPolicy worker_policy = WorkerPolicy::normal;
     JobLimits limits;
     Overload overload;
   } jobs;
@@ -153,6 +161,8 @@ struct Config {
     Millis retry_backoff{100};  // before the second attempt; doubles for each further one
     std::size_t in_flight = 0;  // jobs taken and not yet finished; 0: jobs.workers
     std::size_t batch = 64;     // entries per XREADGROUP at most (COUNT)
+    // The jobs pool's level of stream jobs (X-Priority's 0 low .. 2 high).
+    std::uint32_t priority = 0;
     // An entry over either is dead-lettered unrun (StreamSourceOptions).
     std::size_t max_entry_bytes = std::size_t{1} << 20;
     std::size_t max_entry_fields = 1024;

@@ -335,6 +335,13 @@ const std::vector<Setting>& settings() {
         "nice steps each jobs worker runs below crewd's other threads (its I/O threads answer "
         "first on a shared CPU; 0: the same priority)",
         +[](Config& c) -> unsigned& { return c.jobs.worker_nice; }, 0, 39));
+    using Policy = Config::Jobs::WorkerPolicy;
+    s.push_back(choice<Policy>(
+        "jobs.worker_policy",
+        "scheduling of jobs workers: normal, batch (SCHED_BATCH, as compute.worker_policy) or "
+        "idle (SCHED_IDLE: crewd's I/O threads preempt a jobs worker when they wake)",
+        +[](Config& c) -> Policy& { return c.jobs.worker_policy; },
+        {{"normal", Policy::normal}, {"batch", Policy::batch}, {"idle", Policy::idle}}));
     s.push_back(integer(
         "jobs.max_ms", "largest \"ms\" of a job",
         +[](Config& c) -> std::uint32_t& { return c.jobs.limits.max_ms; }, 0, kDay));
@@ -406,6 +413,10 @@ const std::vector<Setting>& settings() {
     s.push_back(integer(
         "redis.batch", "entries taken per XREADGROUP at most (COUNT)",
         +[](Config& c) -> std::size_t& { return c.redis.batch; }, 1, 10'000));
+    s.push_back(integer(
+        "redis.priority",
+        "the jobs pool's priority level of stream jobs: 0 (low) .. 2 (high), as X-Priority",
+        +[](Config& c) -> std::uint32_t& { return c.redis.priority; }, 0, 2));
     s.push_back(integer(
         "redis.max_entry_bytes",
         "an entry with more bytes of fields is dead-lettered unrun (not copied, not retried)",

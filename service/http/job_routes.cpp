@@ -69,8 +69,10 @@ struct JobRun {
   std::atomic<bool> started{false};
   std::string request_id;   // X-Request-Id, the task's correlation id
   DownstreamAnswer answer;  // a call job's
-  // A coroutine job's first step and the end of its frame, crewd's clock
-  // (the pool does not time coroutine tasks): its queue wait and run time.
+  // A coroutine job's first step and the end of its frame, crewd's clock:
+  // its queue wait and run time. Its answer leaves from the frame's end,
+  // before the pool records the task's end on the handle, and is not held
+  // back for it (answer_when_settled) as a thread job's is.
   bool coroutine = false;
   std::atomic<Clock::rep> started_at{0};
   std::atomic<Clock::rep> ended_at{0};
@@ -105,7 +107,7 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
   std::string outcome = "succeeded";
   int code = 200;
   std::string message;
-  std::optional<crew::Errc> reason;
+  std::string reason;  // the body's `reason` (reason_of)
   crew::OverloadReason overload = crew::OverloadReason::none;
   bool retry_after = false;
   std::string downstream_reason;  // a call job's downstream gave no answer
@@ -113,7 +115,7 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
     try {
       std::rethrow_exception(e);
     } catch (const crew::Error& err) {
-      reason = err.code();
+      reason = reason_of(err);
       overload = err.overload_reason();
       switch (err.code()) {
         case crew::Errc::timed_out:
@@ -143,7 +145,7 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
           break;
         case crew::Errc::shutdown_dropped:
           if (console_cancel) {
-            reason = crew::Errc::cancelled;
+            reason = "cancelled";
             outcome = "cancelled";
             code = 503;
             message = "the job was cancelled from the console before it started";
@@ -182,14 +184,11 @@ Response job_outcome(const State& s, const JobRequest& job, const JobRun& run,
   body["total_ms"] = millis(Clock::now() - submitted);
   if (code != 200) {
     body["error"] = message;
-    body["reason"] = reason                       ? std::string(crew::to_string(*reason))
+    body["reason"] = !reason.empty()              ? reason
                      : !downstream_reason.empty() ? downstream_reason
                                                   : "failed";
     body["status"] = code;
-    if (overload != crew::OverloadReason::none) {
-      body["pool"] = "jobs";
-      body["reason"] = std::string(crew::to_string(overload));
-    }
+    if (overload != crew::OverloadReason::none) body["pool"] = "jobs";
   }
   if (s.console != nullptr) {
     ui::JobOutcome o{.task_id = handle.id(),

@@ -34,13 +34,47 @@ int overload_retry_after(std::chrono::nanoseconds wait_estimate) {
   return static_cast<int>(std::min<std::int64_t>(secs, 3600));
 }
 
+std::string reason_of(const crew::Error& e) {
+  if (e.overload_reason() != crew::OverloadReason::none) {
+    return std::string(crew::to_string(e.overload_reason()));
+  }
+  switch (e.code()) {
+    case crew::Errc::rejected:
+      return std::string(crew::to_string(e.admission()));
+    case crew::Errc::invalid_options:
+      return "invalid_options";
+    case crew::Errc::shutdown_dropped:
+      return "shutdown_dropped";
+    case crew::Errc::expired:
+      return "expired";
+    case crew::Errc::cancelled:
+      return "cancelled";
+    case crew::Errc::timed_out:
+      return "timed_out";
+    case crew::Errc::abandoned:
+      return "abandoned";
+    case crew::Errc::empty_handle:
+      return "empty_handle";
+    case crew::Errc::would_deadlock:
+      return "would_deadlock";
+    case crew::Errc::stack_exhausted:
+      return "stack_exhausted";
+    case crew::Errc::overloaded:
+      return "overloaded";
+  }
+  return "failed";
+}
+
 // The 503 of a request `pool` refused or shed for `reason`.
 Response overload_response(const crew::Pool& pool, crew::OverloadReason reason,
                            std::chrono::nanoseconds wait_estimate) {
   const std::string why(crew::to_string(reason));
   Response r = json_response(
       503, Json{{"error", "pool " + std::string(pool.name()) + " is overloaded (" + why + ")"},
-                {"outcome", reason == crew::OverloadReason::codel ? "shed" : "rejected"},
+                {"outcome",
+                 reason == crew::OverloadReason::codel || reason == crew::OverloadReason::priority
+                     ? "shed"
+                     : "rejected"},
                 {"pool", pool.name()},
                 {"reason", why},
                 {"status", 503}});

@@ -20,6 +20,14 @@ using Json = nlohmann::ordered_json;
 [[nodiscard]] std::string dump(const Json& j);
 [[nodiscard]] Response json_response(int status, const Json& body);
 
+// The `reason` of a 503/504 body for a task that ended with `e`: a
+// snake_case token (docs/crewd.md lists them all), never crew::to_string's
+// text, which goes to `error`. The overload controller's reason (limit,
+// codel, priority, deadline, rate) when it refused or shed the task; the
+// admission (closed, full, too_many_blocked) for another refusal; else the
+// error's name (expired, shutdown_dropped, cancelled, timed_out, ...).
+[[nodiscard]] std::string reason_of(const crew::Error& e);
+
 // Retry-After of an overloaded pool's 503 (seconds).
 [[nodiscard]] int overload_retry_after(std::chrono::nanoseconds wait_estimate);
 // The 503 of a request `pool` refused or shed for `reason`.

@@ -73,11 +73,13 @@ std::string_view text_of(const redisReply* r) {
   return r == nullptr || r->str == nullptr ? std::string_view{} : std::string_view(r->str, r->len);
 }
 
+// "host:port" as host and port; an address without a colon (none
+// configured: redis.address is empty when Redis is off) as itself and 0.
 std::pair<std::string, int> split_address(const std::string& address) {
   const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return {address, 0};
   int port = 0;
-  const char* digits = address.data() + colon + 1;
-  std::from_chars(digits, address.data() + address.size(), port);
+  std::from_chars(address.data() + colon + 1, address.data() + address.size(), port);
   return {address.substr(0, colon), port};
 }
 
@@ -113,6 +115,9 @@ std::variant<JobRequest, ParseError> parse_job_fields(
   return parse_job_request(doc.dump(-1, ' ', false, Json::error_handler_t::replace), limits);
 }
 
+// redis.priority's range (settings.cpp) is the jobs pool's levels.
+static_assert(kJobPriorityLevels == 3);
+
 crew::StreamSourceOptions stream_source_options(const Config& config) {
   const auto [host, port] = split_address(config.redis.address);
   const Config::Redis& r = config.redis;
@@ -132,6 +137,7 @@ crew::StreamSourceOptions stream_source_options(const Config& config) {
           // Each job enforces its own timeout_ms (run_entry); the pool's
           // deadline is only the outer bound.
           .job_timeout = std::chrono::milliseconds(config.jobs.limits.max_timeout_ms) + 1s,
+          .priority = static_cast<std::uint8_t>(r.priority),
           .max_entry_bytes = r.max_entry_bytes,
           .max_entry_fields = r.max_entry_fields};
 }
@@ -292,7 +298,7 @@ std::vector<prometheus::MetricFamily> RedisJobs::Collect() const {
                   metric(d(s.claimed), MetricType::Counter, {{"how", "claimed"}})}});
   out.push_back({"crewd_redis_jobs_total",
                  "Stream jobs settled here: succeeded, dead_lettered (after the last attempt), "
-                 "left_pending (stopped or refused before completing)",
+                 "left_pending (stopped before completing)",
                  MetricType::Counter,
                  {metric(d(s.succeeded), MetricType::Counter, {{"outcome", "succeeded"}}),
                   metric(d(s.dead_lettered), MetricType::Counter, {{"outcome", "dead_lettered"}}),
@@ -301,6 +307,11 @@ std::vector<prometheus::MetricFamily> RedisJobs::Collect() const {
                  "Failed attempts of stream jobs retried here",
                  MetricType::Counter,
                  {metric(d(s.retried), MetricType::Counter)}});
+  out.push_back({"crewd_redis_job_refusals_total",
+                 "Stream jobs the jobs pool refused or shed, held and submitted again after a "
+                 "backoff",
+                 MetricType::Counter,
+                 {metric(d(s.refused), MetricType::Counter)}});
   out.push_back({"crewd_redis_jobs_in_flight",
                  "Stream jobs taken and not yet settled",
                  MetricType::Gauge,

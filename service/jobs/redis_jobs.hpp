@@ -16,6 +16,8 @@
 //   crewd_redis_jobs_total{outcome}    "succeeded", "dead_lettered",
 //                                      "left_pending" (stopped unfinished)
 //   crewd_redis_job_retries_total      failed attempts retried here
+//   crewd_redis_job_refusals_total     jobs the pool refused or shed, held
+//                                      and submitted again after a backoff
 //   crewd_redis_jobs_in_flight         taken and not yet settled
 //   crewd_redis_stream_lag{stream,group}      entries not yet delivered to
 //   crewd_redis_stream_pending{stream,group}  the group; delivered, not

@@ -7,10 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
+#include "http/responses.hpp"
 
 namespace crewd::test {
 namespace {
@@ -502,6 +504,34 @@ TEST(CrewdHttpOverload, AJobPastTheLimitIs503FromItsHeadAndTheConnectionStaysOpe
   for (auto& t : holders) t.join();
 }
 
+// Every `reason` a job's 503/504 body can carry for a task's crew::Error is
+// a snake_case token, the one docs/crewd.md lists ("Reasons").
+TEST(CrewdHttpReasons, AreTheDocumentedTokens) {
+  using crew::Admission;
+  using crew::Errc;
+  using crew::Error;
+  using crew::OverloadReason;
+  const std::vector<std::pair<Error, std::string>> cases = {
+      {Error(Errc::expired, "x"), "expired"},
+      {Error(Errc::shutdown_dropped, "x"), "shutdown_dropped"},
+      {Error(Errc::cancelled, "x"), "cancelled"},
+      {Error(Errc::timed_out, "x"), "timed_out"},
+      {Error(Errc::abandoned, "x"), "abandoned"},
+      {Error(Errc::stack_exhausted, "x"), "stack_exhausted"},
+      {Error(Errc::rejected, "x", Admission::full), "full"},
+      {Error(Errc::rejected, "x", Admission::closed), "closed"},
+      {Error(Errc::rejected, "x", Admission::too_many_blocked), "too_many_blocked"},
+      {Error(Errc::rejected, "x", Admission::overloaded, OverloadReason::limit), "limit"},
+      {Error(Errc::rejected, "x", Admission::overloaded, OverloadReason::deadline), "deadline"},
+      {Error(Errc::rejected, "x", Admission::overloaded, OverloadReason::rate), "rate"},
+      {Error(Errc::overloaded, "x", Admission::accepted, OverloadReason::codel), "codel"},
+      {Error(Errc::overloaded, "x", Admission::accepted, OverloadReason::priority), "priority"},
+  };
+  for (const auto& [error, token] : cases) {
+    EXPECT_EQ(http::reason_of(error), token) << crew::to_string(error.code());
+  }
+}
+
 // Its own crewd: one job worker, busy with a long job that holds it. The
 // next job's queue deadline answers it at that deadline, not when the
 // worker is free again: a thread job (the pool's supervisor expires it) and
@@ -534,7 +564,7 @@ TEST_P(CrewdHttpQueueDeadline, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
   EXPECT_EQ(ex.status, 503) << ex.body;
   const Json j = json_of(ex);
   EXPECT_EQ(j["outcome"], "rejected");
-  EXPECT_EQ(j["reason"], "expired in the queue");
+  EXPECT_EQ(j["reason"], "expired");
   EXPECT_GE(j["queue_wait_ms"].get<double>(), 450) << ex.body;
   EXPECT_FALSE(j.contains("run_ms")) << ex.body;
   // Well before the first job ends (3 s), even under a sanitizer.

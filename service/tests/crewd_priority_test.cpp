@@ -1,14 +1,17 @@
 // Priorities in crewd: a job request's X-Priority and X-Deadline-Ms, read
 // from its head (docs/crewd.md, "Priority and deadline"), and the jobs
-// workers' scheduling priority below the I/O threads (jobs.worker_nice).
+// workers' scheduling priority below the I/O threads (jobs.worker_nice,
+// jobs.worker_policy).
 // Each test runs its own crewd; every wait is bounded.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -137,7 +140,7 @@ TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
   const Exchange late = post_job(port, R"({"kind":"spin","ms":1})", "X-Deadline-Ms: 100\r\n");
   blocker[0].join();
   ASSERT_EQ(late.status, 503) << late.body;
-  EXPECT_EQ(json_of(late)["reason"], "expired in the queue") << late.body;
+  EXPECT_EQ(json_of(late)["reason"], "expired") << late.body;
   const auto waited = late.ended - late.sent;
   EXPECT_GE(waited, 90ms);
   EXPECT_LT(waited, 100ms + 1400ms * kSlowdown)
@@ -145,8 +148,12 @@ TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
   expect_clean_stop(crewd);
 }
 
-// Each thread of `pid` as (name, nice), from /proc/PID/task/*/stat.
-std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+// Each thread of `pid` as (name, value): `value_of(tid, fields)` reads the
+// value from the thread's id and the fields of its /proc/PID/task/TID/stat
+// after "(comm) "; a thread that ended meanwhile, or whose value it cannot
+// read (nullopt), is left out.
+template <class ValueOf>
+std::vector<std::pair<std::string, int>> thread_values(pid_t pid, ValueOf value_of) {
   std::vector<std::pair<std::string, int>> out;
   std::error_code ec;
   for (const auto& t :
@@ -160,21 +167,79 @@ std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
     const auto open = stat.find('(');
     const auto close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos) continue;
-    // After "(comm) ": state, then fields 4..; nice is field 19.
-    int nice = 0;
-    const std::string rest = stat.substr(close + 2);
-    if (std::sscanf(rest.c_str(),
-                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
-                    &nice) != 1)
-      continue;
-    out.emplace_back(stat.substr(open + 1, close - open - 1), nice);
+    const std::optional<int> value = value_of(
+        static_cast<pid_t>(std::stoi(t.path().filename().string())), stat.substr(close + 2));
+    if (value) out.emplace_back(stat.substr(open + 1, close - open - 1), *value);
   }
   return out;
+}
+
+// Each thread of `pid` as (name, nice).
+std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
+  return thread_values(pid, [](pid_t, const std::string& fields) -> std::optional<int> {
+    // state, then fields 4..; nice is field 19.
+    int nice = 0;
+    if (std::sscanf(fields.c_str(),
+                    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
+                    &nice) != 1)
+      return std::nullopt;
+    return nice;
+  });
+}
+
+// Each thread of `pid` as (name, scheduling policy: SCHED_*).
+std::vector<std::pair<std::string, int>> thread_policies(pid_t pid) {
+  return thread_values(pid, [](pid_t tid, const std::string&) -> std::optional<int> {
+    const int policy = ::sched_getscheduler(tid);
+    if (policy < 0) return std::nullopt;
+    return policy;
+  });
 }
 
 // Whether `name` is a jobs worker's ("jobs-3") or an I/O thread's.
 bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
 bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
+
+// A crewd with 3 jobs workers and 2 I/O threads, started with `flags`:
+// each jobs worker's value (as `threads_of` reads them) is `worker`, each
+// I/O thread's `io`. The workers set theirs on themselves as they start,
+// and the I/O threads may start after the port is reported: it waits
+// (bounded) for all five.
+void expect_thread_values(const std::vector<std::string>& flags,
+                          std::vector<std::pair<std::string, int>> (*threads_of)(pid_t), int worker,
+                          int io_value) {
+  std::vector<std::string> args = {"--listen", "127.0.0.1:0",       "--jobs-workers",
+                                   "3",        "--http-io-threads", "2"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  Crewd crewd(args);
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  std::vector<std::pair<std::string, int>> threads;
+  for (int i = 0; i < 1000 * kSlowdown; ++i) {
+    threads = threads_of(crewd.pid());
+    const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
+      return is_jobs_worker(t.first) && t.second == worker;
+    });
+    const auto io = std::count_if(threads.begin(), threads.end(),
+                                  [](const auto& t) { return is_io_thread(t.first); });
+    if (workers == 3 && io == 2) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  int workers = 0;
+  int io = 0;
+  for (const auto& [name, value] : threads) {
+    if (is_jobs_worker(name)) {
+      ++workers;
+      EXPECT_EQ(value, worker) << name;
+    } else if (is_io_thread(name)) {
+      ++io;
+      EXPECT_EQ(value, io_value) << name;
+    }
+  }
+  EXPECT_EQ(workers, 3);
+  EXPECT_EQ(io, 2);
+  expect_clean_stop(crewd);
+}
 
 // jobs.worker_nice: every jobs worker runs that many nice steps above
 // crewd's main and I/O threads (at most 19); 0 leaves them level.
@@ -182,38 +247,19 @@ TEST(CrewdWorkerNice, JobsWorkersRunBelowTheIoThreads) {
   const int base = ::getpriority(PRIO_PROCESS, 0);  // crewd inherits it
   for (const unsigned steps : {7u, 0u}) {
     SCOPED_TRACE("jobs.worker_nice " + std::to_string(steps));
-    Crewd crewd({"--listen", "127.0.0.1:0", "--jobs-workers", "3", "--http-io-threads", "2",
-                 "--jobs-worker-nice", std::to_string(steps)});
-    const int port = crewd.wait_port();
-    ASSERT_GT(port, 0) << crewd.log();
-    const int want = std::min(19, base + static_cast<int>(steps));
-    // The workers set it on themselves as they start, and the I/O threads
-    // may start after the port is reported: wait for all five.
-    std::vector<std::pair<std::string, int>> threads;
-    for (int i = 0; i < 1000 * kSlowdown; ++i) {
-      threads = thread_nices(crewd.pid());
-      const auto workers = std::count_if(threads.begin(), threads.end(), [&](const auto& t) {
-        return is_jobs_worker(t.first) && t.second == want;
-      });
-      const auto io = std::count_if(threads.begin(), threads.end(),
-                                    [](const auto& t) { return is_io_thread(t.first); });
-      if (workers == 3 && io == 2) break;
-      std::this_thread::sleep_for(5ms);
-    }
-    int workers = 0;
-    int io = 0;
-    for (const auto& [name, nice] : threads) {
-      if (is_jobs_worker(name)) {
-        ++workers;
-        EXPECT_EQ(nice, want) << name;
-      } else if (is_io_thread(name)) {
-        ++io;
-        EXPECT_EQ(nice, base) << name;
-      }
-    }
-    EXPECT_EQ(workers, 3);
-    EXPECT_EQ(io, 2);
-    expect_clean_stop(crewd);
+    expect_thread_values({"--jobs-worker-nice", std::to_string(steps)}, thread_nices,
+                         std::min(19, base + static_cast<int>(steps)), base);
+  }
+}
+
+// jobs.worker_policy: every jobs worker runs with that policy, the I/O
+// threads with SCHED_OTHER (batch is crew's PoolOptions::worker_policy, idle
+// crewd's own start hook).
+TEST(CrewdWorkerPolicy, JobsWorkersSetItAndTheIoThreadsDoNot) {
+  for (const auto& [name, want] : std::vector<std::pair<std::string, int>>{
+           {"idle", SCHED_IDLE}, {"batch", SCHED_BATCH}, {"normal", SCHED_OTHER}}) {
+    SCOPED_TRACE("jobs.worker_policy " + name);
+    expect_thread_values({"--jobs-worker-policy", name}, thread_policies, want, SCHED_OTHER);
   }
 }
 

@@ -47,6 +47,7 @@ TEST(CrewdRedisConfig, IsOffByDefaultAndReadFromFileEnvAndFlags) {
   EXPECT_EQ(defaults.config.redis.stream, "crew:jobs");
   EXPECT_EQ(defaults.config.redis.group, "crew");
   EXPECT_TRUE(defaults.config.redis.consumer.empty());
+  EXPECT_EQ(stream_source_options(defaults.config).priority, 0u) << "stream jobs queue as low";
 
   const Environment env = {{"CREWD_REDIS_ADDRESS", "redis.svc:6379"},
                            {"CREWD_REDIS_CLAIM_IDLE_MS", "1500"},
@@ -65,6 +66,10 @@ TEST(CrewdRedisConfig, IsOffByDefaultAndReadFromFileEnvAndFlags) {
   EXPECT_EQ(o.host, "redis.svc");
   EXPECT_EQ(o.port, 6379);
   EXPECT_EQ(o.max_in_flight, r.config.jobs.workers) << "in_flight 0: the jobs pool's workers";
+
+  const LoadResult high = load_config({"--redis-priority", "2"}, no_env);
+  ASSERT_TRUE(high.run) << high.err;
+  EXPECT_EQ(stream_source_options(high.config).priority, 2u);
 }
 
 TEST(CrewdRedisConfig, HelpAndPrintConfigListTheSettingsButNotThePassword) {
@@ -97,6 +102,8 @@ TEST(CrewdRedisConfig, RefusesBadAddressesAndInconsistentSettings) {
                 .find("must differ"),
             std::string::npos);
   EXPECT_NE(error_of({"--redis-stream", "has space"}).find("redis.stream"), std::string::npos);
+  EXPECT_NE(error_of({"--redis-priority", "3"}).find("redis.priority"), std::string::npos)
+      << "the jobs pool has three levels";
 }
 
 TEST(CrewdRedisFields, AreValidatedLikeThePostBody) {

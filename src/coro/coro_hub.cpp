@@ -119,6 +119,7 @@ void CoroHub::push(Entry e) {
   {
     std::lock_guard lock(timer_mu_);
     if (!timer_.joinable()) {
+      due_.reserve(kDueBatch);  // may throw, as may the thread
       timer_ = std::thread([this] { timer_loop(); });
     }
     heap_.push_back(e);  // may throw: nothing armed, nothing referenced yet
@@ -198,7 +199,6 @@ void CoroHub::timer_loop() noexcept {
   t_timer_hub = this;
   // Wake-ups at the deadline, not up to the default 50 us after it.
   (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  std::vector<Entry> due;
   std::unique_lock lock(timer_mu_);
   while (!timer_stop_) {
     if (heap_.empty()) {
@@ -226,15 +226,17 @@ void CoroHub::timer_loop() noexcept {
       }
       continue;
     }
-    while (!heap_.empty() && heap_.front().at_ns <= now) {
+    // At most the reserved capacity (never a reallocation here): what is
+    // left due is taken in the next round, at once.
+    while (!heap_.empty() && heap_.front().at_ns <= now && due_.size() < due_.capacity()) {
       std::pop_heap(heap_.begin(), heap_.end(), Later{});
-      due.push_back(heap_.back());  // capacity: heap_ had room for it, `due` grows once
+      due_.push_back(heap_.back());
       heap_.pop_back();
     }
     publish_next();
     lock.unlock();
-    for (Entry& e : due) fire(e);
-    due.clear();
+    for (Entry& e : due_) fire(e);
+    due_.clear();
     lock.lock();
   }
 }
@@ -275,15 +277,34 @@ void CoroHub::fire(Entry& e) noexcept {
 
 std::vector<CoroTaskBase*> CoroHub::snapshot() {
   std::vector<CoroTaskBase*> out;
-  out.reserve(live());
-  for (Shard& sh : shards_) {
-    SpinLockGuard lock(sh.mu);
-    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
-      t->hold();
-      out.push_back(t);  // capacity may run out: the spin lock is held briefly either way
+  for (;;) {
+    const std::uint64_t ended = hand_offs_ended_.load(std::memory_order_seq_cst);
+    out.reserve(live());
+    for (Shard& sh : shards_) {
+      SpinLockGuard lock(sh.mu);
+      for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
+        out.push_back(t);  // capacity may run out: the spin lock is held briefly either way
+        t->hold();
+      }
     }
+    // A task spawned from one of this pool's coroutine tasks is listed in
+    // its parent's children, not in the shards: each generation in turn.
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      CoroTaskBase* const parent = out[i];
+      parent->for_each_child([&](CoroTaskBase& c) {
+        if (&c.core() != &parent->core()) return;  // another pool's, in its own hub
+        out.push_back(&c);
+        c.hold();
+      });
+    }
+    // A parent that ended meanwhile may have moved a child from its list
+    // (not walked yet) to a shard (walked already): walk again. Rare: only
+    // tasks that end before the tasks they spawned hand off.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (hand_offs_begun_.load(std::memory_order_seq_cst) == ended) return out;
+    for (CoroTaskBase* t : out) t->drop();
+    out.clear();
   }
-  return out;
 }
 
 bool CoroHub::wait_all(Clock::time_point deadline) {
@@ -379,17 +400,17 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
 CoroutineTasks CoroHub::report() {
   CoroutineTasks out;
   const std::int64_t now = now_ns();
-  out.live = live();
-  for (Shard& sh : shards_) {
-    SpinLockGuard lock(sh.mu);
-    for (CoroTaskBase* t = sh.head; t != nullptr; t = t->reg_next) {
-      if (t->suspension().armed_gen() == 0) continue;
-      const TaskStateBase& s = t->state();
+  std::vector<CoroTaskBase*> tasks = snapshot();
+  for (CoroTaskBase* t : tasks) {
+    const TaskStateBase& s = t->state();
+    if (!s.done()) ++out.live;
+    if (t->suspension().armed_gen() != 0) {
       out.suspended.push_back(SuspendedCoroutine{
           TaskRef{s.id, s.name(), s.correlation_id()}, to_string(t->suspension().waits_on()),
           std::chrono::nanoseconds(std::max<std::int64_t>(0, now - t->suspension().since_ns()))});
     }
   }
+  for (CoroTaskBase* t : tasks) t->drop();
   return out;
 }
 

@@ -10,7 +10,12 @@
 //                       in kShards shards (by spawning thread) under a
 //                       spin lock each, with a count each (one mutex's
 //                       lock and unlock were 8% of fib(30)'s samples as
-//                       coroutines, one shared count 4%).
+//                       coroutines, one shared count 4%). A task spawned
+//                       from a coroutine task of the same pool is not
+//                       listed: it is found in its parent's children
+//                       (CoroStop), and listed here only if its parent
+//                       ends first (hand_off). So no listed task means no
+//                       live task.
 //   timer (timer_mu_)   a task's own thread arms its sleeps and polls; the
 //                       task's start arms its deadline; a thread whose step
 //                       push found the queue full arms a retry; an idle
@@ -49,11 +54,16 @@ class CoroHub final : public SuspendedTasks {
   CoroHub() noexcept = default;
   ~CoroHub() override;
 
-  // A new task: false (refuse it, Admission::closed) while a shutdown runs
-  // this hub's part and the task is not spawned from a coroutine task.
-  // Else it holds the reference the task took for it until leave().
+  // A new task (or one whose parent ended, CoroStop::hand_off): false
+  // (refuse it, Admission::closed) while a shutdown runs this hub's part
+  // and the task is not spawned from a coroutine task. Else it holds the
+  // reference the task took for it until leave().
   bool enroll(CoroTaskBase* t, bool from_coroutine);
   void leave(CoroTaskBase* t) noexcept;
+  // Around a task's hand-off of its children to the registry (their
+  // enroll): a walk of the registry that overlaps one starts again.
+  void begin_hand_off() noexcept { hand_offs_begun_.fetch_add(1, std::memory_order_seq_cst); }
+  void end_hand_off() noexcept { hand_offs_ended_.fetch_add(1, std::memory_order_seq_cst); }
 
   // Timers. Each holds a reference to the task (and to `awaited`). May
   // throw (out of memory, the timer thread cannot start), arming nothing.
@@ -75,7 +85,8 @@ class CoroHub final : public SuspendedTasks {
   // The live tasks and the suspended ones (crew::coroutine_tasks).
   CoroutineTasks report();
 
-  // Live coroutine tasks (tests, stats).
+  // Listed coroutine tasks (their children not counted): 0 when no
+  // coroutine task is alive.
   [[nodiscard]] std::size_t live() const noexcept;
 
  private:
@@ -102,7 +113,8 @@ class CoroHub final : public SuspendedTasks {
   bool none_live() noexcept;
   // Waits until no task is alive or `deadline`; true if none is.
   bool wait_all(std::chrono::steady_clock::time_point deadline);
-  // The tasks alive now, each with a reference.
+  // The tasks alive now (the listed ones and, through them, their
+  // children), each with a reference; parents before their children.
   std::vector<CoroTaskBase*> snapshot();
 
   static constexpr std::size_t kShards = 16;
@@ -119,6 +131,10 @@ class CoroHub final : public SuspendedTasks {
   // Shutdowns waiting for the live count to reach 0 (wait_all): the last
   // task to leave tells them.
   std::atomic<int> idle_waiters_{0};
+  // Hand-offs begun and ended: a snapshot that saw as many ended before its
+  // walk as begun after it missed no task moving from a list to a shard.
+  std::atomic<std::uint64_t> hand_offs_begun_{0};
+  std::atomic<std::uint64_t> hand_offs_ended_{0};
   // A shutdown runs this hub's part: set before it reads the shards, read
   // by enroll under a shard's lock.
   std::atomic<bool> closing_{false};
@@ -136,6 +152,11 @@ class CoroHub final : public SuspendedTasks {
   // (SuspendedTasks), and while every worker is busy its resumption would
   // wait for one anyway.
   std::int64_t timer_wakes_at_ = 0;
+  // The timer thread's own: the due entries it fires after letting go of
+  // timer_mu_, at most kDueBatch a round. Reserved before the thread
+  // starts, so that its noexcept loop never allocates.
+  static constexpr std::size_t kDueBatch = 256;
+  std::vector<Entry> due_;
   std::thread timer_;  // started under timer_mu_
 };
 

@@ -9,9 +9,10 @@
 
 namespace crew::detail {
 
-void CoroStop::link(TaskStateBase& self, CoroStop* parent, TaskStateBase* parent_state) noexcept {
+bool CoroStop::link(CoroTaskBase& owner, TaskStateBase& self, CoroStop* parent) noexcept {
+  owner_ = &owner;
   self_ = &self;
-  if (parent == nullptr) return;
+  if (parent == nullptr) return false;
   depth_ = parent->depth_ + 1;  // the parent's, set before it was shared
   bool stop_now = false;
   {
@@ -19,26 +20,29 @@ void CoroStop::link(TaskStateBase& self, CoroStop* parent, TaskStateBase* parent
     stop_now = parent->stopped_;
     if (!stop_now) {
       parent_ = parent;
-      parent_state_ = parent_state;
-      parent_state->add_ref();
-      next_ = parent->children_;
+      parent_state_ = parent->self_;
+      parent_state_->add_ref();
+      next_ = parent->children_.load(std::memory_order_relaxed);
       if (next_ != nullptr) next_->prev_ = this;
-      parent->children_ = this;
+      parent->children_.store(this, std::memory_order_relaxed);
     }
   }
   if (stop_now) (void)self.request_stop(StopReason::cancelled);
+  return !stop_now;
 }
 
 void CoroStop::unlink() noexcept {
   if (parent_ == nullptr) return;
   {
     SpinLockGuard lock(parent_->mu_);
-    if (prev_ != nullptr) {
-      prev_->next_ = next_;
-    } else {
-      parent_->children_ = next_;
+    if (!handed_off_) {  // else the parent took it out of its list
+      if (prev_ != nullptr) {
+        prev_->next_ = next_;
+      } else {
+        parent_->children_.store(next_, std::memory_order_relaxed);
+      }
+      if (next_ != nullptr) next_->prev_ = prev_;
     }
-    if (next_ != nullptr) next_->prev_ = prev_;
   }
   prev_ = next_ = parent_ = nullptr;
   std::exchange(parent_state_, nullptr)->release();
@@ -82,7 +86,7 @@ void CoroStop::stop() noexcept {
     src = source_;
     // A reference each: a child that ends meanwhile unlinks (waiting for
     // this lock) and may be freed once it let go.
-    for (CoroStop* c = children_; c != nullptr; c = c->next_) {
+    for (CoroStop* c = children_.load(std::memory_order_relaxed); c != nullptr; c = c->next_) {
       c->self_->add_ref();
       c->stop_next_ = list;
       list = c;

@@ -43,22 +43,6 @@ void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
   const StepScope scope(t);
   h.resume();  // the task may have ended: only the step's reference keeps it
 }
-
-// What a stopped co_await throws. One string built in place: 10,000
-// cancelled tasks throw 10,000 of these.
-[[noreturn]] void throw_stopped(const TaskStateBase& s) {
-  const bool timed_out = s.stop_reason() == StopReason::timed_out;
-  std::string what = "coroutine task ";
-  if (!s.name().empty()) {
-    what += '\'';
-    what += s.name();
-    what += "' ";
-  }
-  what += '#';
-  what += std::to_string(s.id);
-  what += timed_out ? ": timed_out" : ": cancelled";
-  throw Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
-}
 }  // namespace
 
 void CoroTaskBase::on_stopped() noexcept {
@@ -100,22 +84,22 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   // while nothing else can see the state: linking to the parent shares it.
   s.add_ref_unshared();
   s.add_ref_unshared();
-  if (parent != nullptr) {
-    stop_.link(s, &parent->stop_, &parent->state());
-  } else {
-    stop_.link(s, nullptr, nullptr);
-  }
+  // Linked to a parent of the same pool, the task is found through the
+  // parent's list: no entry in the hub's registry of its own
+  // (CoroStop::hand_off). A task of another pool is in its own pool's hub.
   from_coroutine_ = parent != nullptr;
+  const bool linked = stop_.link(*this, s, parent != nullptr ? &parent->stop_ : nullptr);
+  in_parent_ = linked && parent->core_ == core_;
 }
 
 Admission CoroTaskBase::launch(bool may_block) {
   TaskStateBase& s = state();
   Submission submission(*core_);
   if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
-  enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
   Admission a = Admission::accepted;
   bool queued = false;
-  if (!hub_->enroll(this, from_coroutine_)) {
+  if (!in_parent_) enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+  if (!in_parent_ && !hub_->enroll(this, from_coroutine_)) {
     enrolled_.store(false, std::memory_order_relaxed);
     drop();  // the hub's reference
     drop();  // the start's
@@ -162,10 +146,15 @@ void CoroTaskBase::settled_unstarted() noexcept {
 }
 
 void CoroTaskBase::leave_hub() noexcept {
-  // Only the thread that ends the task gets here (once).
+  // Only the thread that ends the task gets here (once), after its unlink
+  // (which reads a hand-off by the parent).
   if (enrolled_.load(std::memory_order_relaxed)) {
     enrolled_.store(false, std::memory_order_relaxed);
+    in_parent_ = false;
     hub_->leave(this);
+  } else if (in_parent_) {
+    in_parent_ = false;
+    drop();  // the registry's reference: the parent's list let it go at unlink
   }
 }
 
@@ -343,12 +332,28 @@ void CoroTaskBase::unlink_wait() noexcept {
   linked_ = false;
 }
 
-void CoroTaskBase::end_wait() {
+bool CoroTaskBase::end_wait() noexcept {
   const Wake why = suspension_.take_wake();
   // Woken by the end of its target, the task's node left the list then.
   if (why == Wake::event) linked_ = false;
   unlink_wait();
-  if (why == Wake::stop) throw_stopped(state());
+  return why == Wake::stop;
+}
+
+// One string built in place: 10,000 cancelled tasks throw 10,000 of these.
+Error CoroTaskBase::stop_error() const {
+  const TaskStateBase& s = *self_;
+  const bool timed_out = s.stop_reason() == StopReason::timed_out;
+  std::string what = "coroutine task ";
+  if (!s.name().empty()) {
+    what += '\'';
+    what += s.name();
+    what += "' ";
+  }
+  what += '#';
+  what += std::to_string(s.id);
+  what += timed_out ? ": timed_out" : ": cancelled";
+  return Error(timed_out ? Errc::timed_out : Errc::cancelled, what);
 }
 
 std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
@@ -372,6 +377,17 @@ std::coroutine_handle<> CoroTaskBase::ended(bool transfer) noexcept {
       continue;
     }
     w->post_step(false);
+  }
+  // Children still running are listed in the hub before this task leaves
+  // it: a shutdown or a snapshot that walks from the hub finds them.
+  if (stop_.has_children()) {
+    hub_->begin_hand_off();
+    stop_.hand_off([this](CoroTaskBase& child) {
+      if (child.core_ != core_) return;  // another pool's: in its own hub already
+      child.enrolled_.store(true, std::memory_order_relaxed);
+      (void)hub_->enroll(&child, /*from_coroutine=*/true);  // never refused
+    });
+    hub_->end_hand_off();
   }
   stop_.unlink();
   leave_hub();  // may free this task

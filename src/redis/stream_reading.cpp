@@ -51,6 +51,16 @@ StreamSourceOptions validated(StreamSourceOptions o, const Pool& pool) {
   if (o.reconnect_max < o.reconnect_min) invalid_option("reconnect_max", "is below reconnect_min");
   if (o.command_timeout.count() <= 0) invalid_option("command_timeout", "must be positive");
   if (o.job_timeout.count() < 0) invalid_option("job_timeout", "must not be negative");
+  if (o.priority >= pool.options().priority_levels) {
+    invalid_option("priority", std::to_string(o.priority) + " is not below the pool's " +
+                                   std::to_string(pool.options().priority_levels) + " levels");
+  }
+  if (o.overload_backoff_min.count() <= 0) {
+    invalid_option("overload_backoff_min", "must be positive");
+  }
+  if (o.overload_backoff_max < o.overload_backoff_min) {
+    invalid_option("overload_backoff_max", "is below overload_backoff_min");
+  }
   if (o.max_entry_bytes == 0) invalid_option("max_entry_bytes", "must be positive");
   if (o.max_entry_fields == 0) invalid_option("max_entry_fields", "must be positive");
   if (o.consumer.empty()) {

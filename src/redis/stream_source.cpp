@@ -3,7 +3,8 @@
 //
 //   reader thread (owns reader_):  XREADGROUP / XAUTOCLAIM (+ XPENDING for a
 //       claimed entry's delivery count) -> Job -> pool.post(long task);
-//       re-dispatches due retries; waits while max_in_flight jobs are out;
+//       re-dispatches due retries; waits while max_in_flight jobs are out,
+//       and while it backs off after the pool refused or shed a job;
 //       every claim_idle / 4, XCLAIM JUSTID on the entries it holds, which
 //       resets their idle time so that no live consumer claims them.
 //   worker (a pool task):          handler(job) -> writer_ (under writer_mu):
@@ -21,6 +22,7 @@
 #include <climits>
 #include <condition_variable>
 #include <optional>
+#include <random>
 #include <thread>
 #include <unordered_set>
 
@@ -55,9 +57,13 @@ std::string ms_text(Clock::duration d) {
 
 }  // namespace
 
+// A job to submit again at `due`: a failed attempt's retry, or one the pool
+// refused or shed (then `oversize` is kept: why it is to be dead-lettered
+// unrun, if it is).
 struct Retry {
   Clock::time_point due;
   Job job;
+  std::string oversize{};
 };
 
 struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
@@ -84,6 +90,11 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   std::unordered_set<std::string> held CREW_GUARDED_BY(mu);
   std::vector<Retry> retries CREW_GUARDED_BY(mu);
   bool stopping CREW_GUARDED_BY(mu) = false;
+  // The overload backoff (see the header): nothing is read or submitted
+  // before paused_until; the next refusal after it doubles last_backoff.
+  Clock::time_point paused_until CREW_GUARDED_BY(mu){};
+  Clock::duration last_backoff CREW_GUARDED_BY(mu){};
+  std::minstd_rand jitter CREW_GUARDED_BY(mu){std::random_device{}()};
 
   std::atomic<bool> stopped{false};  // mirrors `stopping` for lock-free checks
   // Each connection's health; the source is connected when both are.
@@ -91,7 +102,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   std::atomic<bool> writer_ok{true};
   Clock::time_point last_reader_io{};  // reader thread only
   std::atomic<std::uint64_t> n_read{0}, n_claimed{0}, n_succeeded{0}, n_retried{0}, n_dead{0},
-      n_oversized{0}, n_pending{0}, n_reconnects{0};
+      n_oversized{0}, n_pending{0}, n_reconnects{0}, n_refused{0};
   std::string claim_cursor = "0-0";  // reader thread only
   Clock::time_point next_claim{};    // reader thread only
   Clock::time_point next_refresh{};  // reader thread only
@@ -174,9 +185,16 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     }
   }
 
-  // How many more jobs may be taken now; waits (up to `block`) while none.
+  // How many more jobs may be taken now; waits (up to `block`) while none,
+  // and none are while the overload backoff lasts.
   std::size_t free_room(std::stop_token& stop) {
     detail::MutexLock lock(mu);
+    if (const auto now = Clock::now(); now < paused_until) {
+      if (!stopping && !stop.stop_requested()) {
+        cv.wait_until(lock.native(), std::min<Clock::time_point>(paused_until, now + opts.block));
+      }
+      return 0;
+    }
     if (held.size() >= opts.max_in_flight && !stopping && !stop.stop_requested()) {
       cv.wait_for(lock.native(), opts.block);
     }
@@ -279,67 +297,107 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   }
 
   void dispatch_due_retries() {
-    std::vector<Job> due;
+    std::vector<Retry> due;
     {
       detail::MutexLock lock(mu);
       const auto now = Clock::now();
+      if (now < paused_until) return;
       for (auto it = retries.begin(); it != retries.end();) {
         if (it->due <= now) {
-          due.push_back(std::move(it->job));
+          due.push_back(std::move(*it));
           it = retries.erase(it);  // stays held: dispatch() finds it there
         } else {
           ++it;
         }
       }
     }
-    for (Job& job : due) dispatch(std::move(job));
+    for (Retry& r : due) dispatch(std::move(r.job), std::move(r.oversize));
   }
 
-  // Owned by a posted task. If the pool destroys the task without running
-  // it (refused, or dropped from the queue by a shutdown), the job is left
-  // pending and its room given back.
+  // Owned by a posted task, with its job. If the pool destroys the task
+  // without running it, the job goes back to the source (unrun()).
   class Ticket {
    public:
-    Ticket(std::shared_ptr<StreamSourceState> s, std::string id)
-        : state_(std::move(s)), id_(std::move(id)) {}
-    Ticket(Ticket&& o) noexcept : state_(std::move(o.state_)), id_(std::move(o.id_)) {}
+    Ticket(std::shared_ptr<StreamSourceState> s, Job job, std::string oversize)
+        : state_(std::move(s)), job_(std::move(job)), oversize_(std::move(oversize)) {}
+    Ticket(Ticket&& o) noexcept = default;
     Ticket& operator=(Ticket&&) = delete;
     ~Ticket() {
-      if (state_) {
-        state_->n_pending.fetch_add(1);
-        state_->release(id_);
-      }
+      if (state_) state_->unrun(std::move(job_), std::move(oversize_));
     }
     // The task runs: it settles the job itself.
     std::shared_ptr<StreamSourceState> take() noexcept { return std::move(state_); }
+    Job& job() noexcept { return job_; }
+    [[nodiscard]] const std::string& oversize() const noexcept { return oversize_; }
 
    private:
     std::shared_ptr<StreamSourceState> state_;
-    std::string id_;
+    Job job_;
+    std::string oversize_;
   };
 
-  // `refused`: why the entry is too large to run (entries_of); it is then
+  // `oversize`: why the entry is too large to run (entries_of); it is then
   // dead-lettered by the task instead, on a worker like every outcome.
-  void dispatch(Job job, std::string refused = {}) {
+  // During an overload backoff the job waits for its end, unsubmitted.
+  void dispatch(Job job, std::string oversize = {}) {
     {
       detail::MutexLock lock(mu);
       held.insert(job.id);
+      if (Clock::now() < paused_until) {
+        retries.push_back({paused_until, std::move(job), std::move(oversize)});
+        return;
+      }
     }
     std::string name = "stream-job " + job.id;
-    // Refused (closed or full) or dropped: the entry stays in this
-    // consumer's pending list and is claimed again after claim_idle, here
-    // or elsewhere; the Ticket accounts for it.
-    (void)pool.post(
-        [ticket = Ticket(shared_from_this(), job.id), job = std::move(job),
-         refused = std::move(refused)](std::stop_token stop) mutable {
+    const Admission admission = pool.post(
+        [ticket = Ticket(shared_from_this(), std::move(job), std::move(oversize))](
+            std::stop_token stop) mutable {
           std::shared_ptr<StreamSourceState> self = ticket.take();
-          if (refused.empty()) {
-            self->run_job(std::move(job), stop);
+          if (ticket.oversize().empty()) {
+            self->run_job(std::move(ticket.job()), stop);
           } else {
-            self->dead_letter_oversized(job, refused);
+            self->dead_letter_oversized(ticket.job(), ticket.oversize());
           }
         },
-        {.name = std::move(name), .timeout = opts.job_timeout});
+        {.name = std::move(name), .timeout = opts.job_timeout, .priority = opts.priority});
+    if (admission == Admission::accepted) {
+      detail::MutexLock lock(mu);
+      last_backoff = Clock::duration::zero();  // admission succeeds again: no more doubling
+    }
+  }
+
+  // A job the pool destroyed unrun: refused at submission, shed by the
+  // overload controller, or dropped by a shutdown. Runs on the submitting
+  // (reader) thread or on the worker that shed it. Unless the source or the
+  // pool is stopping, the job stays held and is submitted again after a
+  // backoff; else it is left pending, for this consumer or another to
+  // claim after claim_idle.
+  void unrun(Job job, std::string oversize) noexcept {
+    if (!stopped.load() && pool.state() < PoolState::stopping) {
+      const auto estimate =
+          std::chrono::duration_cast<Clock::duration>(pool.overload_hint().wait_estimate);
+      detail::MutexLock lock(mu);
+      if (!stopping) {
+        back_off(estimate);
+        retries.push_back({paused_until, std::move(job), std::move(oversize)});
+        n_refused.fetch_add(1);
+        cv.notify_all();
+        return;
+      }
+    }
+    n_pending.fetch_add(1);
+    release(job.id);
+  }
+
+  // Starts a backoff unless one lasts: the pool's wait estimate or twice the
+  // last backoff, within the options' bounds, less up to a quarter at random.
+  void back_off(Clock::duration estimate) CREW_REQUIRES(mu) {
+    const auto now = Clock::now();
+    if (now < paused_until) return;
+    const Clock::duration lo = opts.overload_backoff_min, hi = opts.overload_backoff_max;
+    last_backoff = std::clamp(std::max(last_backoff * 2, estimate), lo, hi);
+    std::uniform_int_distribution<Clock::rep> quarter(0, last_backoff.count() / 4);
+    paused_until = now + last_backoff - Clock::duration(quarter(jitter));
   }
 
   // An entry over the size limits: its outcome without running it.
@@ -534,6 +592,7 @@ StreamSourceStats StreamSource::stats() const {
   out.dead_lettered = s.n_dead.load();
   out.oversized = s.n_oversized.load();
   out.left_pending = s.n_pending.load();
+  out.refused = s.n_refused.load();
   out.reconnects = s.n_reconnects.load();
   detail::MutexLock lock(s.mu);
   out.in_flight = s.held.size();

@@ -91,11 +91,15 @@ TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
   EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
-TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
-  Watchdog dog;
+PoolOptions short_grace() {
   PoolOptions o = fixed_workers("co", 2);
   o.abandon_grace = 50ms;
-  Pool pool(o);
+  return o;
+}
+
+TEST_F(CoroShutdown, AFrameThatIgnoresItsStopIsDestroyedOnAWorkerPastTheGrace) {
+  Watchdog dog;
+  Pool pool(short_grace());
   std::atomic<int> started{0};
   Task<void> t = spawn(pool, sleeper(60s, &started, StopMode::ignore), {.name = "stubborn"});
   ASSERT_TRUE(test::eventually([&] { return started.load() == 1; }));
@@ -131,6 +135,96 @@ TEST_F(CoroShutdown, SoftEndsCoroutineTasksThatHaveNotStartedUnrun) {
   EXPECT_EQ(FrameGuard::alive(), 0);
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+// Spawns `name` (a sleeper of `d`, with a child of its own that sleeps as
+// long) and ends without awaiting it: the spawned tasks outlive their
+// parents, two generations deep.
+Co<void> sleeper_with_child(Pool* pool, std::chrono::milliseconds d, std::atomic<int>* started,
+                            StopMode mode) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper(d, started, mode), {.name = "grandchild"});
+  started->fetch_add(1);
+  co_await sleep_for(d, mode);
+}
+Co<void> spawns_and_ends(Pool* pool, std::chrono::milliseconds d, std::atomic<int>* started,
+                         StopMode mode) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper_with_child(pool, d, started, mode), {.name = "child"});
+  co_return;
+}
+// Runs spawns_and_ends to its end; true once its child and grandchild run.
+bool parent_ended(Pool& pool, std::chrono::milliseconds d, std::atomic<int>& started,
+                  StopMode mode) {
+  spawn(pool, spawns_and_ends(&pool, d, &started, mode)).get();
+  return test::eventually([&] { return started.load() == 2; });
+}
+
+TEST_F(CoroShutdown, DrainWaitsForTasksWhoseParentsEnded) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  ASSERT_TRUE(parent_ended(pool, 300ms * test::kSlowdown, started, StopMode::interrupt));
+  EXPECT_EQ(coroutine_tasks(pool).live, 2u);
+  const ShutdownReport r = pool.shutdown(ShutdownMode::drain, 10s);
+  EXPECT_FALSE(r.escalated);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+  EXPECT_EQ(r.during.succeeded, 2u);  // the child and the grandchild, slept out
+}
+
+TEST_F(CoroShutdown, SoftStopsAndListsTasksWhoseParentsEnded) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> started{0};
+  ASSERT_TRUE(parent_ended(pool, 60s, started, StopMode::interrupt));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s * test::kSlowdown);
+  EXPECT_TRUE(listed(r.cancelled, "child"));
+  EXPECT_TRUE(listed(r.cancelled, "grandchild"));
+  EXPECT_EQ(r.cancelled.size(), 2u);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+TEST_F(CoroShutdown, HardDestroysIgnoringChildrenOfAnEndedParentPastTheGrace) {
+  Watchdog dog;
+  Pool pool(short_grace());
+  std::atomic<int> started{0};
+  ASSERT_TRUE(parent_ended(pool, 60s, started, StopMode::ignore));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
+  EXPECT_TRUE(listed(r.abandoned, "child"));
+  EXPECT_TRUE(listed(r.abandoned, "grandchild"));
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
+// Spawns a sleeping child and ends at once: its end hands the child to
+// the pool's registry.
+Co<void> leaves_a_child(Pool* pool, std::atomic<int>* spawned, std::atomic<int>* started) {
+  FrameGuard g;
+  Task<void> child = spawn(*pool, sleeper(60s, started, StopMode::interrupt), {.name = "c"});
+  spawned->fetch_add(1);
+  co_return;
+}
+
+TEST_F(CoroShutdown, SoftFindsEveryChildWhileParentsHandThemOff) {
+  Watchdog dog;
+  constexpr int kParents = 200;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<int> spawned{0};
+  std::atomic<int> started{0};
+  for (int i = 0; i < kParents; ++i) {
+    (void)spawn_detached(pool, leaves_a_child(&pool, &spawned, &started));
+  }
+  // Every child exists; some parents are still ending, handing theirs off
+  // while the shutdown walks the registry.
+  ASSERT_TRUE(test::eventually([&] { return spawned.load() == kParents; }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s);
+  const auto children = [](const std::vector<TaskRef>& refs) {
+    return std::count_if(refs.begin(), refs.end(), [](const TaskRef& t) { return t.name == "c"; });
+  };
+  // Stopped while suspended, or ended unstarted: each listed once.
+  EXPECT_EQ(children(r.cancelled) + children(r.rejected), kParents);
+  EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
 TEST_F(CoroShutdown, ASpawnOnAStoppedPoolIsRejectedClosed) {

@@ -89,6 +89,32 @@ TEST(CoroTask, SleepingTasksHoldNoWorker) {
   EXPECT_GE(took, 100ms);
 }
 
+// More sleeps due at once than the timer thread takes in one round (it
+// fires them in batches of its reserved capacity while every worker is
+// busy): every one of them ends, none early.
+TEST(CoroTask, MoreSleepsDueAtOnceThanOneTimerRoundTakesAllEnd) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  constexpr int kSleeps = 1000;
+  std::atomic<int> done{0};
+  const auto at = std::chrono::steady_clock::now() + 200ms * test::kSlowdown;
+  auto sleep_to = [](std::chrono::steady_clock::time_point t, std::atomic<int>* n) -> Co<void> {
+    co_await sleep_until(t);
+    EXPECT_GE(std::chrono::steady_clock::now(), t);
+    n->fetch_add(1);
+  };
+  std::vector<Task<void>> tasks;
+  for (int i = 0; i < kSleeps; ++i) tasks.push_back(spawn(pool, sleep_to(at, &done)));
+  ASSERT_TRUE(test::eventually(
+      [&] { return coroutine_tasks(pool).suspended.size() == std::size_t{kSleeps}; }));
+  test::WorkerHold hold(pool, 2);
+  std::this_thread::sleep_until(at + 20ms);
+  EXPECT_EQ(done.load(), 0);  // their resumptions wait for a worker
+  hold.release();
+  for (Task<void>& t : tasks) t.get();
+  EXPECT_EQ(done.load(), kSleeps);
+}
+
 // Notes how late the sleep ended, in microseconds.
 Co<void> late_sleeper(std::chrono::steady_clock::time_point at, std::atomic<std::int64_t>* late) {
   co_await sleep_until(at);
@@ -118,19 +144,10 @@ TEST(CoroTask, SleepsEndOnTimeWhetherTheWorkersAreIdleOrBusy) {
   const Clock::time_point at = Clock::now() + 50ms * test::kSlowdown;
   Task<void> busy = spawn(pool, late_sleeper(at, &late[kIdle]));
   ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
-  test::Gate gate;
-  std::atomic<int> held{0};
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(pool.post([&] {
-      held.fetch_add(1);
-      gate.wait();
-    }),
-              Admission::accepted);
-  }
-  ASSERT_TRUE(test::eventually([&] { return held.load() == 2; }));
+  test::WorkerHold hold(pool, 2);
   std::this_thread::sleep_until(at + 20ms);
   EXPECT_FALSE(busy.ready());  // its resumption waits for a worker
-  gate.open();
+  hold.release();
   busy.get();
   for (std::size_t i = 0; i < late.size(); ++i) {
     EXPECT_GE(late[i].load(), 0) << "sleep " << i << " ended early or not at all";
@@ -572,6 +589,39 @@ TEST(CoroTask, TheSnapshotListsSuspendedTasksWithWhatTheyWaitFor) {
   EXPECT_GE(snap.suspended[0].suspended_for, 20ms);
   (void)sleeping.cancel();
   sleeping.wait();
+  EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
+}
+
+// Three generations, each awaiting the next: the leaf sleeps.
+Co<void> nested_sleep(Pool* pool, int depth, std::atomic<bool>* slept) {
+  if (depth == 0) {
+    slept->store(true);
+    co_await sleep_for(60s);
+    co_return;
+  }
+  Task<void> child =
+      spawn(*pool, nested_sleep(pool, depth - 1, slept), {.name = "g" + std::to_string(depth - 1)});
+  co_await child;
+}
+
+TEST(CoroTask, TheSnapshotListsTheChildrenOfRunningTasks) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  std::atomic<bool> slept{false};
+  Task<void> root = spawn(pool, nested_sleep(&pool, 2, &slept), {.name = "g2"});
+  ASSERT_TRUE(test::eventually([&] { return slept.load(); }));
+  ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 3; }));
+  const CoroutineTasks snap = coroutine_tasks(pool);
+  EXPECT_EQ(snap.live, 3u);
+  std::vector<std::string> seen;
+  for (const SuspendedCoroutine& c : snap.suspended) {
+    seen.push_back(c.task.name + ":" + std::string(c.waits_on));
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::string>{"g0:sleep", "g1:task", "g2:task"}));
+  (void)root.cancel();  // reaches the grandchild through the child
+  root.wait();
+  EXPECT_EQ(root.status(), TaskStatus::cancelled);
   EXPECT_TRUE(test::eventually([&] { return coroutine_tasks(pool).live == 0; }));
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "affinity.hpp"
+#include "crew/detail/newest_first.hpp"
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/queues.hpp"
 #include "crew/observer.hpp"
@@ -280,6 +281,18 @@ TEST(OverloadCost, QueueWaitsAreSampledOnlyWhileStartsAreManyAndThePoolIsNotOver
   EXPECT_EQ(timed_of(kAdmissions), kAdmissions);
 }
 
+// A fill that queues a task noting `v` in `order` when it runs.
+auto noting(std::vector<int>& order, int v) {
+  return [&order, v](detail::Cell& c) noexcept { c.emplace([&order, v] { order.push_back(v); }); };
+}
+
+// Runs every cell `q` gives one worker's pops, in the order they come.
+void drain(detail::Queues& q) {
+  detail::PopState st;
+  detail::Cell c;
+  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+}
+
 // A level's newest-first cells go before its ring's, except every other
 // pop, which takes the ring's oldest (what queued before the standing
 // queue still drains).
@@ -287,20 +300,54 @@ TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOther
   detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
   std::vector<int> order;
   auto push = [&](int v, bool newest) {
-    auto fill = [&order, v](detail::Cell& c) noexcept {
-      c.emplace([&order, v] { order.push_back(v); });
-    };
-    return newest ? q.try_push_newest(fill, 0) : q.try_push(fill, 0);
+    return newest ? q.try_push_newest(noting(order, v), 0) : q.try_push(noting(order, v), 0);
   };
   for (int v : {1, 2, 3}) ASSERT_TRUE(push(v, false));
   for (int v : {11, 12, 13}) ASSERT_TRUE(push(v, true));
   EXPECT_EQ(q.size(), 6u);
   EXPECT_EQ(q.pushed(), 6u);
-  detail::PopState st;
-  detail::Cell c;
-  while (q.try_pop(c, st)) (void)c.invoke_and_destroy();
+  drain(q);
   EXPECT_EQ(order, (std::vector<int>{13, 1, 12, 2, 11, 3}));
   EXPECT_TRUE(q.empty());
+}
+
+// With its ring empty, a level's every other pop takes the stack's oldest
+// cell: the bottom of a stack that never empties still comes up.
+TEST(OverloadNewestFirst, WithTheRingEmptyEveryOtherPopTakesTheStacksOldest) {
+  detail::Queues q(64, 1, 1, 8, /*newest_first=*/true);
+  std::vector<int> order;
+  for (int v : {11, 12, 13, 14, 15, 16}) ASSERT_TRUE(q.try_push_newest(noting(order, v), 0));
+  drain(q);
+  EXPECT_EQ(order, (std::vector<int>{16, 11, 15, 12, 14, 13}));
+  EXPECT_TRUE(q.empty());
+}
+
+// The stack is a ring of slots: cells pushed after the oldest ones left
+// wrap around, and both ends stay in order.
+TEST(OverloadNewestFirst, TheStackWrapsAroundItsSlots) {
+  detail::NewestFirst stack(4);
+  std::vector<int> order;
+  auto push = [&](int v) { return stack.try_push(noting(order, v)); };
+  auto run = [](detail::Cell& c) { (void)c.invoke_and_destroy(); };
+  for (int v : {1, 2, 3, 4}) ASSERT_TRUE(push(v));
+  EXPECT_FALSE(push(5));  // full
+  detail::Cell c;
+  ASSERT_TRUE(stack.try_pop_oldest(c));
+  run(c);
+  ASSERT_TRUE(stack.try_pop_oldest(c));
+  run(c);
+  for (int v : {5, 6}) ASSERT_TRUE(push(v));  // in the two freed slots
+  EXPECT_FALSE(push(7));
+  EXPECT_EQ(stack.size(), 4u);
+  ASSERT_TRUE(stack.try_pop(c));  // the newest: 6
+  run(c);
+  ASSERT_TRUE(stack.try_pop_oldest(c));  // the oldest: 3
+  run(c);
+  while (stack.try_pop(c)) run(c);  // 5, then 4
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 6, 3, 5, 4}));
+  EXPECT_EQ(stack.size(), 0u);
+  EXPECT_FALSE(stack.try_pop_oldest(c));
+  EXPECT_EQ(stack.pushed(), 6u);
 }
 
 // A higher level takes the newest-first cell of the lowest level below it
@@ -308,12 +355,7 @@ TEST(OverloadNewestFirst, ALevelGivesItsNewestFirstCellsBeforeItsRingsEveryOther
 TEST(OverloadNewestFirst, ADisplacingLevelTakesTheNewestCellOfTheLowestLevelBelowIt) {
   detail::Queues q(64, 1, 3, 8, /*newest_first=*/true);
   std::vector<int> order;
-  auto push = [&](int v, std::size_t level) {
-    auto fill = [&order, v](detail::Cell& c) noexcept {
-      c.emplace([&order, v] { order.push_back(v); });
-    };
-    return q.try_push_newest(fill, level);
-  };
+  auto push = [&](int v, std::size_t level) { return q.try_push_newest(noting(order, v), level); };
   detail::Cell c;
   EXPECT_EQ(q.take_newest_below(2, c), 2u);
   ASSERT_TRUE(push(1, 1));
@@ -573,8 +615,8 @@ TEST(PoolOverload, ASoftShutdownReturnsTheTicketsOfWhatItDrops) {
 }
 
 // While the controller reports a standing queue (here: the limit was
-// reached, and no interval ends), admitted tasks queue newest first; until
-// then, oldest first.
+// reached, and no interval ends), admitted tasks queue newest first (every
+// other pop taking the level's oldest); until then, oldest first.
 TEST(PoolOverload, AStandingQueueGivesTheNewestTaskFirst) {
   Watchdog dog;
   Pool pool(overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4}));
@@ -599,7 +641,7 @@ TEST(PoolOverload, AStandingQueueGivesTheNewestTaskFirst) {
   }
   ASSERT_TRUE(pool.wait_idle(10s));
   const std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<int>{2, 0, 1, 5, 4, 3}));
+  EXPECT_EQ(order, (std::vector<int>{2, 0, 1, 5, 3, 4}));
 }
 
 // At the limit, a higher priority's submission displaces the newest task a

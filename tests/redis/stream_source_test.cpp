@@ -1,7 +1,8 @@
 // Tests of crew::StreamSource against a real redis-server on loopback: each
 // job is run and acknowledged after its outcome is written, backpressure,
 // retries and the dead-letter stream, recovery of a dead consumer's jobs,
-// a graceful stop, and a Redis restart.
+// a graceful stop, a Redis restart, the backoff after the pool refuses a
+// job, and the jobs' priority level.
 #include "crew/stream_source.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,6 +29,24 @@ using test::eventually;
 using test::Gate;
 using test::RedisServer;
 using test::Watchdog;
+using test::WorkerHold;
+
+// The order in which tasks on the pool's workers noted themselves.
+class Order {
+ public:
+  void note(std::string what) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    seen_.push_back(std::move(what));
+  }
+  [[nodiscard]] std::vector<std::string> seen() const {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> seen_;
+};
 
 std::vector<std::string> enqueue(RedisServer& redis, int n, const std::string& kind = "ok") {
   std::vector<std::string> ids;
@@ -388,6 +408,155 @@ TEST(StreamSource, SurvivesARedisRestartWithoutLosingAJob) {
   ASSERT_TRUE(eventually([&] { return pending(redis) == 0; }, 10s));
 }
 
+// How many times Redis ran `command` (INFO commandstats), e.g. "xreadgroup".
+long calls_of(RedisServer& redis, const std::string& command) {
+  const std::string info = redis.command({"INFO", "commandstats"});
+  const std::string key = "cmdstat_" + command + ":calls=";
+  const std::size_t at = info.find(key);
+  return at == std::string::npos ? 0 : std::stol(info.substr(at + key.size()));
+}
+
+// A pool whose overload controller refuses every submission (its one worker
+// and its admission limit of 2 are taken by two held tasks) while the
+// source holds entries: the source neither reads again nor submits again
+// at once, but backs off, doubling from overload_backoff_min; nothing is
+// lost or run twice once the pool accepts again.
+TEST(StreamSource, BacksOffWhileThePoolRefusesAndLosesNoEntry) {
+  Watchdog dog;
+  RedisServer redis;
+  constexpr int kJobs = 20;
+  const auto ids = enqueue(redis, kJobs);
+  PoolOptions po = test::fixed_workers("refusing", 1);
+  po.overload = {.enabled = true, .interval = 60s, .max_limit = 2};  // no interval ends
+  Pool pool(po);
+  Gate gate;
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
+  std::mutex mu;
+  std::map<std::string, int> runs;
+  auto opts = options_for(redis, "a");
+  opts.max_in_flight = 8;
+  opts.overload_backoff_min = 10ms;
+  opts.overload_backoff_max = 1s;
+  StreamSource source(pool, opts, [&](const Job& job, std::stop_token stop) {
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      ++runs[job.id];
+    }
+    return echo(job, stop);
+  });
+  source.start();
+  ASSERT_TRUE(eventually([&] { return source.stats().refused >= 1; }));
+  const auto window_start = std::chrono::steady_clock::now();
+  const long reads_before = calls_of(redis, "xreadgroup");
+  const std::uint64_t refused_before = pool.stats().overload.refused_limit;
+  std::this_thread::sleep_for(600ms);
+  const auto window = std::chrono::steady_clock::now() - window_start;
+  const long reads = calls_of(redis, "xreadgroup") - reads_before;
+  const std::uint64_t refusals = pool.stats().overload.refused_limit - refused_before;
+  // Backoffs of 10, 20, 40, 80, 160, 320 ms (less up to a quarter each) sum
+  // to at least 472 ms: at most 7 submissions in 600 ms (under a sanitizer
+  // the window may run long, so the bound follows the time it took). Without
+  // a backoff, a refused submission is followed by the next at once.
+  const long window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(window).count();
+  EXPECT_LE(refusals, 7u + static_cast<std::uint64_t>(std::max(0L, window_ms - 600) / 750))
+      << "in " << window_ms << " ms";
+  EXPECT_GE(refusals, 2u) << "it submits again after each backoff";
+  EXPECT_EQ(reads, 0) << "nothing new is read while it backs off";
+  EXPECT_EQ(source.stats().read, 8u) << "the refused entries stay held: no room for more";
+  EXPECT_EQ(pending(redis), 8) << "and stay pending, unacknowledged";
+  EXPECT_EQ(source.stats().left_pending, 0u);
+  gate.open();
+  ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == kJobs; }, 20s));
+  ASSERT_TRUE(source.wait_idle(10s));
+  std::set<std::string> seen;
+  for (const Outcome& o : read_stream(redis, "crew:results")) {
+    EXPECT_EQ(o.status, "ok");
+    EXPECT_EQ(o.attempt, 1) << "a refusal is not a failed attempt";
+    EXPECT_TRUE(seen.insert(o.job).second) << "duplicate result for " << o.job;
+  }
+  EXPECT_EQ(seen, std::set<std::string>(ids.begin(), ids.end()));
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(runs.size(), static_cast<std::size_t>(kJobs));
+    for (const auto& [id, n] : runs) EXPECT_EQ(n, 1) << id << " ran " << n << " times";
+  }
+  EXPECT_EQ(pending(redis), 0);
+  const StreamSourceStats s = source.stats();
+  EXPECT_EQ(s.refused, pool.stats().overload.refused_limit);
+  EXPECT_EQ(s.claimed, 0u);
+  EXPECT_EQ(s.left_pending, 0u);
+  EXPECT_EQ(s.retried, 0u);
+}
+
+// A stream job the overload controller sheds unrun (here displaced by a
+// higher priority's submission at the limit) is not lost or left pending
+// for claim_idle: it goes back to the source and is submitted again after
+// a backoff, and runs once.
+TEST(StreamSource, AJobShedFromTheQueueIsSubmittedAgainAndRunsOnce) {
+  Watchdog dog;
+  RedisServer redis;
+  const auto ids = enqueue(redis, 1);
+  PoolOptions po = test::fixed_workers("shedding", 1);
+  po.priority_levels = 2;
+  po.overload = {.enabled = true, .interval = 60s, .max_limit = 2};
+  Pool pool(po);
+  WorkerHold hold(pool);
+  Order order;
+  auto opts = options_for(redis, "a");
+  opts.claim_idle = 60s;  // a job left pending would not come back within the test
+  StreamSource source(pool, opts, [&](const Job& job, std::stop_token stop) {
+    order.note("stream");
+    return echo(job, stop);
+  });
+  source.start();
+  // The stream job takes the limit's last ticket and queues newest first;
+  // a submission at the limit finds it to displace once its push is
+  // complete (it is counted as queued a moment before).
+  ASSERT_TRUE(eventually([&] { return pool.stats().queued == 1; }));
+  ASSERT_TRUE(eventually([&] {
+    return pool.post([&] { order.note("level 1"); }, {.priority = 1}) == Admission::accepted;
+  }));
+  EXPECT_EQ(pool.stats().overload.shed_priority, 1u);
+  EXPECT_TRUE(eventually([&] { return source.stats().refused == 1; }));
+  EXPECT_EQ(source.stats().in_flight, 1u) << "held while it waits to be submitted again";
+  hold.release();
+  ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
+  ASSERT_TRUE(source.wait_idle(10s));
+  const Outcome o = read_stream(redis, "crew:results").at(0);
+  EXPECT_EQ(o.job, ids.at(0));
+  EXPECT_EQ(o.attempt, 1);
+  EXPECT_EQ(pending(redis), 0);
+  EXPECT_EQ(source.stats().left_pending, 0u);
+  EXPECT_EQ(order.seen(), (std::vector<std::string>{"level 1", "stream"}));
+}
+
+// StreamSourceOptions::priority is the level its jobs queue at: with the one
+// worker held and a level-0 task queued first, a stream job of level 1
+// starts before it.
+TEST(StreamSource, JobsQueueAtTheConfiguredPriority) {
+  Watchdog dog;
+  RedisServer redis;
+  enqueue(redis, 1);
+  PoolOptions po = test::fixed_workers("levels", 1);
+  po.priority_levels = 2;
+  Pool pool(po);
+  WorkerHold hold(pool);
+  Order order;
+  ASSERT_EQ(pool.post([&] { order.note("level 0"); }), Admission::accepted);
+  auto opts = options_for(redis, "a");
+  opts.priority = 1;
+  StreamSource source(pool, opts, [&](const Job& job, std::stop_token stop) {
+    order.note("stream");
+    return echo(job, stop);
+  });
+  source.start();
+  ASSERT_TRUE(eventually([&] { return pool.stats().queued == 2; }));
+  hold.release();
+  ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(order.seen(), (std::vector<std::string>{"stream", "level 0"}));
+}
+
 TEST(StreamSource, InvalidOptionsAreRejectedWithTheFieldName) {
   Pool pool;
   auto bad = [&](StreamSourceOptions o) {
@@ -405,6 +574,11 @@ TEST(StreamSource, InvalidOptionsAreRejectedWithTheFieldName) {
   EXPECT_NE(bad({.max_entry_fields = 0}).find("max_entry_fields"), std::string::npos);
   EXPECT_NE(bad({.reconnect_min = 10ms, .reconnect_max = 1ms}).find("reconnect_max"),
             std::string::npos);
+  EXPECT_NE(bad({.priority = 1}).find("priority"), std::string::npos) << "the pool has one level";
+  EXPECT_NE(bad({.overload_backoff_min = 0ms}).find("overload_backoff_min"), std::string::npos);
+  EXPECT_NE(
+      bad({.overload_backoff_min = 10ms, .overload_backoff_max = 1ms}).find("overload_backoff_max"),
+      std::string::npos);
 }
 
 }  // namespace

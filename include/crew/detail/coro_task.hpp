@@ -9,8 +9,10 @@
 //
 // Its life:
 //   spawn    the state is made, enrolled in its pool's CoroHub (one reference
-//            until it ends) and a StartCell is queued as a counted task: the
-//            pool's admission decides (block, reject, caller_runs).
+//            until it ends; spawned from a coroutine task of the same pool,
+//            listed in that task's children instead, crew/detail/
+//            coro_stop.hpp) and a StartCell is queued as a counted task:
+//            the pool's admission decides (block, reject, caller_runs).
 //   steps    the StartCell, then one ResumeStep per resumption: short tasks
 //            of the pool at the task's priority. Each runs the coroutine on
 //            the worker until it suspends or ends.
@@ -160,9 +162,14 @@ class CoroTaskBase {
   std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
   bool external_armed(std::uint64_t gen) noexcept { return finish_arming(gen, true); }
   bool external_failed(std::uint64_t gen) noexcept { return claim_own(gen); }
-  // In await_resume: why the task was resumed; a stop throws
-  // Error(cancelled) or Error(timed_out) (its deadline).
-  void end_wait();
+  // In await_resume: true if the task was resumed by a stop; the co_await
+  // then throws stop_error() (Error(cancelled), or Error(timed_out) past
+  // its deadline). The throw is written in each await_resume, so that it
+  // leaves from the coroutine's own frame: the unwinder walks one frame
+  // to the coroutine's handler, not three (10,000 cancelled tasks throw
+  // 10,000 times).
+  [[nodiscard]] bool end_wait() noexcept;
+  [[nodiscard]] Error stop_error() const;
 
   // ---- the steps ----
   void run_start(Runner& runner) noexcept;  // the StartCell
@@ -198,6 +205,13 @@ class CoroTaskBase {
 
   // The current suspension (armed_gen, waits_on, since_ns: any thread).
   [[nodiscard]] const Suspension& suspension() const noexcept { return suspension_; }
+
+  // The coroutine tasks spawned from this one and not ended (the registry's
+  // walk, CoroHub): f(CoroTaskBase&) for each, under a spin lock.
+  template <class F>
+  void for_each_child(F f) {
+    stop_.for_each_child(f);
+  }
 
   // ---- the hub's registry (under its mutex) ----
   CoroTaskBase* reg_prev = nullptr;
@@ -241,8 +255,16 @@ class CoroTaskBase {
   bool linked_ = false;          // node_ is in a target's list (the task's thread)
   bool from_coroutine_ = false;  // spawned from a coroutine task
   // The hub holds it: set before the hub lists it (a shutdown that finds
-  // it there may end it), cleared by the one thread that ends the task.
+  // it there may end it), or by the parent that hands it to the hub
+  // (CoroStop::hand_off, under the parent's stop lock, which the task's
+  // unlink takes before it reads this); cleared by the one thread that
+  // ends the task.
   std::atomic<bool> enrolled_{false};
+  // Listed in its parent's children instead of the hub (spawned from a
+  // coroutine task that was not stopped): the registry's reference is
+  // dropped at the end unless the parent handed it to the hub. Set by
+  // setup before the task is shared.
+  bool in_parent_ = false;
   std::int64_t queue_deadline_ns_ = 0;  // 0: none
   // Whether the first step ran, and when, if the task is clocked (else
   // 0). Written by that step, read by the thread that ends the task.

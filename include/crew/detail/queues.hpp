@@ -244,9 +244,11 @@ struct PopState {
 // stack (newest_first.hpp) beside the FIFO rings, where admitted tasks go
 // while the controller reports a standing queue (try_push_newest). A
 // level with cells there gives its newest first, except every other pop,
-// which takes the ring's oldest: what queued before the standing queue
-// still drains (CoDel sheds what waited too long), and holds no admission
-// ticket forever. A pool without the controller has no stacks and pays
+// which takes the level's oldest: the ring's, or, with the ring empty, the
+// stack's bottom. What queued before the standing queue still drains, and
+// so does the bottom of a stack that never empties (CoDel sheds what waited
+// too long when it comes up); neither holds an admission ticket until its
+// queue deadline. A pool without the controller has no stacks and pays
 // one predictable branch per pop of the shared queue.
 class Queues {
  public:
@@ -367,11 +369,19 @@ class Queues {
     return true;
   }
   // One level's pop: its newest-first cell when it has one, except every
-  // other such pop takes the ring's oldest first (see the class comment).
+  // other such pop takes the level's oldest (see the class comment).
   bool pop_level(std::size_t level, Cell& out, PopState& st) noexcept {
     if (!standing() || newest_[level]->size() == 0) return levels_[level]->try_pop(out, st.hint);
-    if (++st.standing % 2 == 0 && levels_[level]->try_pop(out, st.hint)) return true;
+    if (++st.standing % 2 == 0 &&
+        (levels_[level]->try_pop(out, st.hint) || pop_oldest(level, out))) {
+      return true;
+    }
     return pop_newest(level, out) || levels_[level]->try_pop(out, st.hint);
+  }
+  bool pop_oldest(std::size_t level, Cell& out) noexcept {
+    if (!newest_[level]->try_pop_oldest(out)) return false;
+    standing_cells_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
   }
   [[nodiscard]] bool level_empty(std::size_t level) const noexcept {
     return levels_[level]->empty() && (newest_.empty() || newest_[level]->size() == 0);
