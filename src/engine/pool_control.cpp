@@ -33,7 +33,7 @@ void PoolControl::start() {
 
 void PoolControl::pause() {
   if (c_.transition(PoolState::running, PoolState::paused)) {
-    c_.life_->call_attention();
+    c_.life_.call_attention();
   }
 }
 
@@ -41,7 +41,7 @@ void PoolControl::resume() {
   {
     MutexLock lock(c_.rt_->registry.mu);
     if (!c_.transition(PoolState::paused, PoolState::running)) return;
-    c_.life_->call_attention();
+    c_.life_.call_attention();
   }
   c_.rt_->registry.changed.notify_all();
   c_.rt_->wake.wake_all();
@@ -52,7 +52,7 @@ void PoolControl::resume() {
 void PoolControl::resize(std::size_t max_workers) {
   max_workers = resolved_resize(max_workers, c_.opts_.min_workers);
   c_.max_workers_.store(max_workers, std::memory_order_seq_cst);
-  c_.life_->call_attention();
+  c_.life_.call_attention();
   c_.rt_->wake.wake_all();
   if (c_.state() == PoolState::running) c_.grow_for_queued();
 }
@@ -71,7 +71,7 @@ bool PoolControl::stop_worker(std::uint64_t id, WorkerStop how) {
       (void)prepare_stop_locked(w, StopReason::cancelled, target);
       w.run.mu.unlock();
     }
-    c_.life_->call_attention();
+    c_.life_.call_attention();
   }
   target.fire();  // user stop callbacks run outside our locks
   c_.rt_->wake.wake_all();

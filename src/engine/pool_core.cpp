@@ -41,6 +41,17 @@ std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_re
 constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
                                       Observer::task_finished | Observer::task_rejected;
 
+// PoolCore::rings_ for `q`: per level and shard, the shard's ring, or null
+// where a spill queue sits behind it.
+std::unique_ptr<Ring* []> ring_table(Queues& q) {
+  const std::size_t shards = q.level(0).shards();
+  auto rings = std::make_unique<Ring*[]>(q.levels() * shards);
+  for (std::size_t l = 0; l < q.levels(); ++l) {
+    for (std::size_t i = 0; i < shards; ++i) rings[l * shards + i] = q.level(l).plain_ring(i);
+  }
+  return rings;
+}
+
 }  // namespace
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
@@ -76,6 +87,8 @@ PoolCore::PoolCore(PoolOptions options)
       time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging,
              /*newest_first=*/opts_.overload.enabled),
+      rings_(ring_table(queue_.get())),
+      shard_mask_(queue_->level(0).shards() - 1),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)) {
   enable_light_fences();
@@ -84,8 +97,6 @@ PoolCore::PoolCore(PoolOptions options)
 PoolCore::~PoolCore() = default;
 
 void release_ticket(OverloadControl* ctl) noexcept { ctl->release(); }
-
-PoolState PoolCore::state() const noexcept { return life_->state(); }
 
 PoolCore::OwnedSuspended::~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
 
@@ -103,14 +114,14 @@ void PoolCore::grow() noexcept {
     if (live_workers_.compare_exchange_weak(live, live + 1, std::memory_order_relaxed)) {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
-      idle_->hand_token();
+      idle_.hand_token();
       WorkerRegistry& registry = rt_->registry;
       MutexLock lock(registry.mu);
       if (state() >= PoolState::stopped) {
         // A submission that raced the end of a shutdown: the submitter
         // sweeps what it queued (on_push_after_close), and a worker started
         // now could outlive the pool's last join.
-        (void)idle_->give_token();
+        (void)idle_.give_token();
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
@@ -120,10 +131,10 @@ void PoolCore::grow() noexcept {
   }
 }
 
-void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_->set(to), to); }
+void PoolCore::set_state(PoolState to) noexcept { rt_->observers.pool_state(life_.set(to), to); }
 
 bool PoolCore::transition(PoolState from, PoolState to) noexcept {
-  if (!life_->transition(from, to)) return false;
+  if (!life_.transition(from, to)) return false;
   rt_->observers.pool_state(from, to);
   return true;
 }

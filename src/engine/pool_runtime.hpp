@@ -14,10 +14,8 @@
 #include <memory>
 
 #include "blocked_submitters.hpp"
-#include "crew/detail/idle_counts.hpp"
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_core.hpp"
-#include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/queues.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "crew/log.hpp"
@@ -91,21 +89,6 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
 
 // PoolCore's calls into its PoolRuntime that the engine makes on hot paths (a
 // worker's pop), inline here where PoolRuntime is complete.
-inline void PoolCore::after_push(bool own_queue) noexcept {
-  // A shared-queue push claimed its slot with a seq_cst read-modify-write,
-  // so these loads see any worker that went to sleep before it (it
-  // re-checks the claimed size after announcing itself), and any shutdown
-  // that began before it. A local push is ordered against a shutdown by
-  // its light_fence and the shutdown's heavy_fence (barrier.hpp).
-  const PoolState st = life_->state(std::memory_order_seq_cst);
-  if (st != PoolState::running) [[unlikely]] {
-    if (st >= PoolState::stopping) on_push_after_close();
-    return;
-  }
-  if (own_queue ? idle_->spinning() != 0 : idle_->spinner_running()) return;
-  wake_for_push();
-}
-
 inline void PoolCore::on_slot_freed() noexcept { rt_->blocked.slot_freed(queue_.get()); }
 
 }  // namespace crew::detail

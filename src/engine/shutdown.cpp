@@ -87,9 +87,9 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   }
   {
     MutexLock lock(rt.registry.mu);
-    if (mode != ShutdownMode::drain) core_.life_->start_dropping();
+    if (mode != ShutdownMode::drain) core_.life_.start_dropping();
     core_.set_state(PoolState::stopping);
-    core_.life_->call_attention();
+    core_.life_.call_attention();
   }
   // A worker's push into its own queue has no full fence of its own: from
   // here on, either it saw `stopping` (and handles its cell), or its cell
@@ -127,8 +127,8 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
         MutexLock lock(rt.registry.mu);
         rt.shutdowns.escalated();
       }
-      core_.life_->start_dropping();
-      core_.life_->call_attention();
+      core_.life_.start_dropping();
+      core_.life_.call_attention();
       wake_everyone();
       drop_queue();
       stop_running();
@@ -186,9 +186,9 @@ bool ShutdownSequence::restart() {
     if (rt_.shutdowns.running() || (st != PoolState::stopped && st != PoolState::stopped_timeout)) {
       return false;
     }
-    core_.life_->stop_dropping();
+    core_.life_.stop_dropping();
     core_.set_state(PoolState::running);
-    core_.life_->call_attention();
+    core_.life_.call_attention();
     for (std::size_t i = core_.live_workers_.load(); i < core_.opts_.min_workers; ++i) {
       core_.live_workers_.fetch_add(1, std::memory_order_relaxed);
       rt_.registry.spawn_locked(false);
@@ -311,7 +311,7 @@ void ShutdownSequence::drop_queue() {
 // shutdown drops queued tasks; a task decided while queued is counted.
 void ShutdownSequence::settle_popped_here(Cell& cell) {
   TaskStateBase* s = cell.state();
-  const bool dropping = core_.life_->dropping();
+  const bool dropping = core_.life_.dropping();
   if (s == nullptr) {
     if (dropping) {
       const bool step = cell.is_step();  // its task counts the drop (TaskStep)

@@ -34,53 +34,22 @@ void Submission::throw_long_correlation_id(const TaskOptions& o) {
                   " bytes, at most " + std::to_string(kMaxCorrelationId));
 }
 
-template <class Fill>
-bool Submission::try_queue(Fill& fill, std::size_t level) noexcept {
-  if (t_current.core == &c_) {
-    const std::size_t local = t_current.worker_local;
-    if (local != LocalQueues::kNone && c_.queue_->try_push_local(fill, local)) [[likely]] {
-      c_.after_push(/*own_queue=*/true);
-      return true;
-    }
-  }
+bool Submission::try_queue_shared(FillRef fill, std::size_t level) noexcept {
   if (!c_.queue_->try_push(fill, level)) return false;
   c_.after_push();
-  return true;
-}
-
-template <class Fill>
-Submission::Route Submission::route_in(Fill& fill, std::size_t level, bool may_block,
-                                       Admission& why,
-                                       std::chrono::steady_clock::time_point give_up) {
-  if (c_.life_->closed()) [[unlikely]] {
-    return refuse(Admission::closed, why);
-  }
-  if (try_queue(fill, level)) [[likely]]
-    return Route::queued;
-  return route_full(fill_ref(fill), level, may_block, why, give_up);
-}
-
-Submission::Route Submission::push(FillRef fill, std::size_t level, bool may_block, Admission& why,
-                                   std::chrono::steady_clock::time_point give_up) {
-  return route_in(fill, level, may_block, why, give_up);
-}
-
-bool Submission::push_step(FillRef fill, std::size_t level) noexcept {
-  if (c_.life_->closed() || !try_queue(fill, level)) return false;
-  c_.steps_.fetch_add(1, std::memory_order_release);  // not a submission
   return true;
 }
 
 Submission::Route Submission::route_admitted(FillRef fill, std::size_t level, bool may_block,
                                              Admission& why,
                                              std::chrono::steady_clock::time_point give_up) {
-  if (c_.overload_->standing() && !c_.life_->closed()) [[unlikely]] {
+  if (c_.overload_->standing() && !c_.life_.closed()) [[unlikely]] {
     if (c_.queue_->try_push_newest(fill, level)) {
       c_.after_push();
       return Route::queued;
     }
   }
-  return route_in(fill, level, may_block, why, give_up);
+  return route(fill, level, may_block, why, give_up);
 }
 
 bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
@@ -103,10 +72,6 @@ bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout
 std::int64_t Submission::admitted_enqueue_ns() const noexcept {
   return c_.overload_->time_this() ? now_ns() : 0;
 }
-
-bool Submission::closed() const noexcept { return c_.life_->closed(); }
-
-std::int64_t Submission::clock_now() noexcept { return now_ns(); }
 
 void Submission::note_plain_submission(Route r, Admission why, bool is_long) noexcept {
   if (r == Route::queued) {
@@ -144,7 +109,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
   };
   Admission why = Admission::accepted;
   Route routed;
-  if (ticket && !c_.life_->closed()) [[unlikely]] {
+  if (ticket && !c_.life_.closed()) [[unlikely]] {
     OverloadReason r = OverloadReason::none;
     if (!admit_or_displace(s->level(), s->queue_timeout_left_ns(), &r)) {
       s->set_overload_reason(r);
@@ -154,7 +119,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
       if (routed != Route::queued) release_ticket(c_.overload());
     }
   } else {
-    routed = route_in(fill, s->level(), may_block, why, s->queue_deadline());
+    routed = route(fill, s->level(), may_block, why, s->queue_deadline());
   }
   switch (routed) {
     case Route::queued:
@@ -213,7 +178,7 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
   const bool timed = give_up != TaskStateBase::kNoDeadline;
   Route r = Route::refused;
   for (;;) {
-    if (c_.life_->closed()) {
+    if (c_.life_.closed()) {
       refuse(Admission::closed, why);
       break;
     }
@@ -231,7 +196,7 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
     blocked.wait(
         [&] {
           return c_.queue_->level_size(level) > blocked.low_water() &&
-                 !c_.life_->closed(std::memory_order_seq_cst);
+                 !c_.life_.closed(std::memory_order_seq_cst);
         },
         give_up);
   }

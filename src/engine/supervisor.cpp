@@ -61,7 +61,7 @@ void Supervisor::register_foreign(TaskStateBase* s, std::int64_t deadline_ns) no
   }
   // A hard shutdown may have begun before this run registered: it sets
   // the drop switch before it reads foreign_ (stop_foreign).
-  const PoolLifecycle& life = core_.life_.get();
+  const PoolLifecycle& life = core_.life_;
   if (life.dropping(std::memory_order_seq_cst) && life.closed(std::memory_order_seq_cst)) {
     s->request_stop(StopReason::shutdown);
   }

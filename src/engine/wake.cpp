@@ -95,7 +95,7 @@ int spinner_slots_taken() noexcept { return g_spinners.load(std::memory_order_re
 // time slice, which a spinner that finds a task every few microseconds
 // never ends on its own.
 bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noexcept {
-  if (!already_spinning) core_.idle_->take_token();
+  if (!already_spinning) core_.idle_.take_token();
   bool token = true;
   // With the token held: the resumptions go to this worker's own queue
   // and wake nobody.
@@ -110,7 +110,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
                             : core_.opts_.spin.count();
   const bool slot = may_spin && take_spinner_slot();
   std::int64_t until = saturating_add(last_look, window);
-  if (slot) core_.idle_->beat();
+  if (slot) core_.idle_.beat();
   bool found = false;
   unsigned stuck = 0;  // looks in a row that saw work and could not take it
   for (unsigned i = 0;; ++i) {
@@ -125,12 +125,12 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
       // held here: a failed pop below takes it back.)
       // Under a start-rate limit, no token: nothing to take (the caller
       // sleeps, or waits for the token in WorkerLoop::pace_start).
-      const bool paced = core_.rt_->pacer != nullptr && !core_.life_->dropping();
+      const bool paced = core_.rt_->pacer != nullptr && !core_.life_.dropping();
       std::int64_t token_wait = 0;
       if (paced && !core_.rt_->pacer->try_take(now_ns(), token_wait)) break;
       if (queued >= 2 && wake_due(w, queued)) {
         token = false;
-        if (core_.idle_->give_token()) wake_or_grow();
+        if (core_.idle_.give_token()) wake_or_grow();
       }
       if (core_.queue_->try_pop(cell, w.pop)) {
         found = true;
@@ -138,7 +138,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
       }
       if (paced) core_.rt_->pacer->give_back();
       if (!token) {  // taken by others meanwhile: spin on
-        core_.idle_->take_token();
+        core_.idle_.take_token();
         token = true;
       }
       // Work in the shared queue that stays untakeable look after look: its
@@ -150,11 +150,11 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
         if (core_.queue_->shared_size() != 0) sched_yield();
       }
     }
-    if (!slot || core_.life_->attention(std::memory_order_relaxed) != w.seen_attention ||
-        core_.life_->closed(std::memory_order_relaxed)) {
+    if (!slot || core_.life_.attention(std::memory_order_relaxed) != w.seen_attention ||
+        core_.life_.closed(std::memory_order_relaxed)) {
       break;
     }
-    if ((i & 3) == 3) core_.idle_->beat();
+    if ((i & 3) == 3) core_.idle_.beat();
     if ((i & 15) == 15) {
       // A spinner that lost its CPU meanwhile (preempted, or its virtual
       // CPU descheduled) starts its window afresh: the time it did not run
@@ -187,7 +187,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && core_.idle_->give_token() && found && !core_.queue_->empty() &&
+  if (token && core_.idle_.give_token() && found && !core_.queue_->empty() &&
       wake_due(w, core_.queue_->size())) {
     wake_or_grow();
   }
@@ -205,7 +205,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
 // no sleeper at all: help is then a new worker) or kBurst or more tasks
 // queued, help comes now.
 bool WakePolicy::wake_due(Worker& w, std::size_t queued) noexcept {
-  if (queued >= kBurst || core_.idle_->watchers() == 0) return true;
+  if (queued >= kBurst || core_.idle_.watchers() == 0) return true;
   const std::int64_t now = now_ns();
   if (w.wake.backlog_since_ns == 0) {
     w.wake.backlog_since_ns = now;
@@ -223,7 +223,7 @@ void WakePolicy::wake_for_backlog(Worker& w) noexcept {
   const std::size_t queued = core_.queue_->size();
   if (queued == 0) {
     w.wake.backlog_since_ns = 0;
-  } else if (!core_.idle_->spinner_running() && wake_due(w, queued)) {
+  } else if (!core_.idle_.spinner_running() && wake_due(w, queued)) {
     wake_or_grow();
   }
 }
@@ -231,7 +231,7 @@ void WakePolicy::wake_for_backlog(Worker& w) noexcept {
 void WakePolicy::after_batch(Worker& w) noexcept {
   if (w.pop.moved == 0) return;
   const std::size_t moved = std::exchange(w.pop.moved, 0);
-  if (core_.life_->state(std::memory_order_seq_cst) != PoolState::running) return;
+  if (core_.life_.state(std::memory_order_seq_cst) != PoolState::running) return;
   // A worker holding a token steals them if this one does not come back.
   // Else help as for a spinner's backlog: deferred only while a sleeper
   // watches, and that sleeper, finding them on a look, brings in help for
@@ -239,20 +239,20 @@ void WakePolicy::after_batch(Worker& w) noexcept {
   // own decision for the same cells, and wake_due says no the second time.
   // Nobody to bring in is the common case of a saturated pool: it returns
   // before anything reads the other workers' queues or the clock.
-  if (core_.idle_->spinning() != 0) return;
-  if (core_.idle_->sleepers() == 0 && core_.live_workers_.load(std::memory_order_relaxed) >=
-                                          core_.max_workers_.load(std::memory_order_relaxed)) {
+  if (core_.idle_.spinning() != 0) return;
+  if (core_.idle_.sleepers() == 0 && core_.live_workers_.load(std::memory_order_relaxed) >=
+                                         core_.max_workers_.load(std::memory_order_relaxed)) {
     return;
   }
   if (wake_due(w, moved)) wake_or_grow();
 }
 
 void WakePolicy::wake_or_grow() noexcept {
-  if (core_.idle_->sleepers() != 0) {
+  if (core_.idle_.sleepers() != 0) {
     (void)wake_one(sched_getcpu());
   } else if (core_.live_workers_.load(std::memory_order_relaxed) <
                  core_.max_workers_.load(std::memory_order_relaxed) &&
-             core_.life_->state(std::memory_order_relaxed) == PoolState::running) {
+             core_.life_.state(std::memory_order_relaxed) == PoolState::running) {
     core_.grow();
   }
 }
@@ -277,8 +277,8 @@ void WakePolicy::wake_or_grow() noexcept {
 // worker woken within IdleCounts::kWakeGraceUs) replaces the poll.
 void WakePolicy::wake_for_push() noexcept {
   static constexpr int kPolls = 16;
-  const int sleeping = core_.idle_->sleepers();
-  if (core_.idle_->spinning() != 0) {
+  const int sleeping = core_.idle_.sleepers();
+  if (core_.idle_.spinning() != 0) {
     if (sleeping != 0) (void)wake_one(sched_getcpu());
     return;
   }
@@ -288,7 +288,7 @@ void WakePolicy::wake_for_push() noexcept {
     const int polls = core_.opts_.spin.count() != 0 ? kPolls : 1;
     for (int i = 0; i < polls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
-      if (core_.idle_->spinner_running()) return;  // it takes the task
+      if (core_.idle_.spinner_running()) return;  // it takes the task
     }
   }
   wake_or_grow();
@@ -296,8 +296,8 @@ void WakePolicy::wake_for_push() noexcept {
 
 void WakePolicy::pop_locked(Worker& w, int waker_cpu) noexcept {
   w.wake.in_idle_stack = false;
-  core_.idle_->remove_sleeper();
-  core_.idle_->hand_token();  // to the woken worker
+  core_.idle_.remove_sleeper();
+  core_.idle_.hand_token();  // to the woken worker
   w.wake.waker_cpu = waker_cpu;
   w.wake.word.fetch_add(1, std::memory_order_release);
   futex_wake(w.wake.word, 1);
@@ -326,7 +326,7 @@ void WakePolicy::push(Worker& w, bool bottom) noexcept {
   stack_.push_back(&w);
   if (bottom) std::rotate(stack_.begin(), stack_.end() - 1, stack_.end());
   w.wake.in_idle_stack = true;
-  core_.idle_->add_sleeper();
+  core_.idle_.add_sleeper();
 }
 
 bool WakePolicy::leave(Worker& w) noexcept {
@@ -334,7 +334,7 @@ bool WakePolicy::leave(Worker& w) noexcept {
   if (!w.wake.in_idle_stack) return false;
   std::erase(stack_, &w);
   w.wake.in_idle_stack = false;
-  core_.idle_->remove_sleeper();
+  core_.idle_.remove_sleeper();
   return true;
 }
 
@@ -347,7 +347,7 @@ void WakePolicy::wait_out_pause(Worker& w) {
   set_worker_state(w, WorkerState::idle);
   WorkerRegistry& registry = core_.rt_->registry;
   MutexLock lock(registry.mu);
-  while (core_.life_->state() == PoolState::paused) {
+  while (core_.life_.state() == PoolState::paused) {
     registry.changed.wait(lock.native());
   }
 }
@@ -372,8 +372,8 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
   // meanwhile (then it holds a token).
   auto leave_for = [&](Slept why) { return leave(w) ? why : handed(); };
   auto told_to_look = [&] {
-    return core_.life_->attention(std::memory_order_acquire) != w.seen_attention ||
-           core_.life_->closed(std::memory_order_seq_cst);
+    return core_.life_.attention(std::memory_order_acquire) != w.seen_attention ||
+           core_.life_.closed(std::memory_order_seq_cst);
   };
   // After announcing ourselves (seq_cst), re-check: a submitter that pushed
   // before it could see us has published its task by now.
@@ -398,7 +398,7 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
     ~WatchEnd() {
       if (on) idle.end_watch();
     }
-  } watch_end{core_.idle_.get(), watching};
+  } watch_end{core_.idle_, watching};
   std::int64_t expire_at = 0;
   for (;;) {
     const bool may_expire =
@@ -414,18 +414,18 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
     // (wake_due) may be in a long task.
     std::int64_t wake_at = expire_at;
     bool watch = looks < kWatchLooks && core_.live_workers_.load(std::memory_order_relaxed) >
-                                            static_cast<std::size_t>(core_.idle_->sleepers());
+                                            static_cast<std::size_t>(core_.idle_.sleepers());
     if (watch != watching) {
       watching = watch;
       if (watch) {
-        core_.idle_->begin_watch();
+        core_.idle_.begin_watch();
       } else {
-        core_.idle_->end_watch();
+        core_.idle_.end_watch();
         // A worker that saw this one watching may have deferred help for
         // what is queued (it read the count after the queue; this reads the
         // queue after the count, both seq_cst): then watch on.
         if (!core_.queue_->empty()) {
-          core_.idle_->begin_watch();
+          core_.idle_.begin_watch();
           watching = watch = true;
           looks = 0;
         }
@@ -463,7 +463,7 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
     if (told_to_look()) return leave_for(Slept::woken);
-    if (!core_.queue_->empty() && !core_.idle_->spinner_running() && !paced_out())
+    if (!core_.queue_->empty() && !core_.idle_.spinner_running() && !paced_out())
       return leave_for(saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!leave(w)) return handed();

@@ -67,7 +67,7 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
     // The hook is user code and may take long: while this worker holds the
     // spinning token no submission wakes or starts another, so hand it back
     // first, and let whatever is queued bring in a worker now.
-    (void)c.idle_->give_token();
+    (void)c.idle_.give_token();
     spinning = false;
     if (!c.queue_->empty()) c.after_push();
   }
@@ -105,7 +105,8 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
       } catch (...) {  // out of memory for the queue: submit to the shared one
       }
     }
-    t_current = {&c, w.get(), w->pop.local};
+    t_current = {&c, w.get(),
+                 w->pop.local != LocalQueues::kNone ? &locals.at(w->pop.local) : nullptr};
     how = loop.loop(spinning);
     t_current = {};
     if (w->pop.local != LocalQueues::kNone) {
@@ -128,7 +129,7 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
       w->stop_reason.store(WorkerStopReason::start_hook_failed, std::memory_order_relaxed);
       set_worker_state(*w, WorkerState::stopping);
     }
-    if (spinning) (void)c.idle_->give_token();
+    if (spinning) (void)c.idle_.give_token();
   }
   loop.exited(w, how, /*died=*/!started);
   // A worker stopped or retired between tasks leaves while tasks may be
@@ -167,14 +168,14 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
   // One behind, so that the first look attends: a stop_worker, resize or
   // pause made while this worker started (it is listed, and idle, before
   // this line) bumped the counter already, and would be missed.
-  w.seen_attention = c.life_->attention(std::memory_order_acquire) - 1;
+  w.seen_attention = c.life_.attention(std::memory_order_acquire) - 1;
   set_worker_state(w, WorkerState::idle);
   // Whether the next look is a spinner's (spin_for_work), which brings in
   // help for what it leaves queued, rather than a plain pop.
   bool spin_first = spinning;
   for (;;) {
     if (!spin_first) {
-      if (c.life_->attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
+      if (c.life_.attention(std::memory_order_relaxed) != w.seen_attention) [[unlikely]] {
         if (attend(how)) break;
       }
       const Gate gate = c.rt_->pacer == nullptr ? Gate::pop : pace_start();
@@ -186,9 +187,9 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
           if (!handle_cell(cell)) return Exit::abandoned;
           continue;
         }
-        if (c.rt_->pacer != nullptr && !c.life_->dropping()) c.rt_->pacer->give_back();
+        if (c.rt_->pacer != nullptr && !c.life_.dropping()) c.rt_->pacer->give_back();
       }
-      if (c.life_->closed()) {
+      if (c.life_.closed()) {
         w.stop_reason.store(c.rt_->supervisor.root_stopped() ? WorkerStopReason::root_token
                                                              : WorkerStopReason::shutdown,
                             std::memory_order_relaxed);
@@ -226,7 +227,7 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
 WorkerLoop::Gate WorkerLoop::pace_start() noexcept {
   PoolCore& c = core_;
   StartPacer& pacer = *c.rt_->pacer;
-  if (c.life_->dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
+  if (c.life_.dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
   std::int64_t wait_ns = 0;
   if (pacer.try_take(now_ns(), wait_ns)) return Gate::pop;
   if (c.queue_->empty() || !pacer.begin_wait()) return Gate::idle;
@@ -244,19 +245,19 @@ bool WorkerLoop::attend(Exit& how) {
   PoolCore& c = core_;
   Worker& w = w_;
   for (;;) {
-    w.seen_attention = c.life_->attention(std::memory_order_acquire);
+    w.seen_attention = c.life_.attention(std::memory_order_acquire);
     if (w.exit_requested.load(std::memory_order_acquire)) {
       w.stop_reason.store(WorkerStopReason::stop_worker, std::memory_order_relaxed);
       how = Exit::leave;
       return true;
     }
-    const PoolState st = c.life_->state();
+    const PoolState st = c.life_.state();
     if (st == PoolState::paused) {
       set_worker_state(w, WorkerState::idle);
       w.run.clock_ns = 0;  // the next run waited: its start is not the last end
       WorkerRegistry& registry = c.rt_->registry;
       MutexLock lock(registry.mu);
-      while (c.life_->attention(std::memory_order_acquire) == w.seen_attention) {
+      while (c.life_.attention(std::memory_order_acquire) == w.seen_attention) {
         registry.changed.wait(lock.native());
       }
       continue;
@@ -280,13 +281,13 @@ bool WorkerLoop::handle_cell(Cell& cell) {
   // A task pushed after pause() returned is seen here as paused (its push
   // happened after the state change, its pop before this load), so it is
   // held until resume() or a shutdown, and handled then as any queued task.
-  if (c.life_->state() == PoolState::paused) [[unlikely]] {
+  if (c.life_.state() == PoolState::paused) [[unlikely]] {
     c.rt_->wake.wait_out_pause(w);
     w.run.clock_ns = 0;  // the run waited: its start is not the last end
   }
   TaskStateBase* s = cell.state();
   if (s != nullptr) return handle_state(s);
-  if (c.life_->dropping()) [[unlikely]] {
+  if (c.life_.dropping()) [[unlikely]] {
     const bool step = cell.is_step();  // its task counts the drop (TaskStep)
     cell.destroy();
     if (!step) {
@@ -313,7 +314,7 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
   // The admission ticket goes back when the task is done with (run, shed
   // or settled); read now, since the run may free `s`.
   const TicketReturn ticket(c.ticket_of(s));
-  if (c.life_->dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
+  if (c.life_.dropping() && s->leave_queue(TaskStatus::rejected, Errc::shutdown_dropped))
       [[unlikely]] {
     c.rt_->shutdown.note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {

@@ -28,7 +28,7 @@ std::uint64_t WorkerRegistry::spawn_locked(bool replacement, bool spinning) noex
         });
   } catch (const std::exception& e) {
     core.live_workers_.fetch_sub(1, std::memory_order_relaxed);
-    if (spinning) (void)core.idle_->give_token();
+    if (spinning) (void)core.idle_.give_token();
     spawns_.failed(e.what(), now_ns());
     core.rt_->supervisor.need_by(spawns_.retry_at_ns());
     return 0;
@@ -123,7 +123,7 @@ std::int64_t WorkerRegistry::keep_capacity_locked(std::int64_t now,
                                                   std::vector<std::uint64_t>& replaced) noexcept {
   PoolCore& core = core_;
   std::int64_t next = SupervisorAlarm::kNever;
-  if (core.life_->state() == PoolState::running) {
+  if (core.life_.state() == PoolState::running) {
     if (replacements_due_ > 0 && now < next_replace_ns_) next = next_replace_ns_;
     while (replacements_due_ > 0 && now >= next_replace_ns_ &&
            core.live_workers_.load(std::memory_order_relaxed) <
@@ -151,9 +151,9 @@ std::int64_t WorkerRegistry::keep_capacity_locked(std::int64_t now,
 std::int64_t WorkerRegistry::retry_spawn_locked(std::int64_t now) noexcept {
   PoolCore& core = core_;
   if (!spawns_.due()) return SupervisorAlarm::kNever;
-  const PoolState st = core.life_->state();
+  const PoolState st = core.life_.state();
   const bool may_start =
-      st == PoolState::running || (st == PoolState::stopping && !core.life_->dropping());
+      st == PoolState::running || (st == PoolState::stopping && !core.life_.dropping());
   if (!may_start || core.queue_->empty()) {
     spawns_.forget();  // the next submission starts one the usual way
     return SupervisorAlarm::kNever;
@@ -167,7 +167,7 @@ std::int64_t WorkerRegistry::retry_spawn_locked(std::int64_t now) noexcept {
   // As grow() does: the new worker looks as a spinner, so it brings in
   // help for what it leaves queued.
   core.live_workers_.fetch_add(1, std::memory_order_relaxed);
-  core.idle_->hand_token();
+  core.idle_.hand_token();
   if (spawn_locked(false, /*spinning=*/true) != 0) return SupervisorAlarm::kNever;
   return spawns_.retry_at_ns();
 }

@@ -1,18 +1,19 @@
 // crew/detail/pool_core.hpp: detail::PoolCore, the part of a pool that the
 // inline submission path (detail::Submission, submission.hpp) needs: the
-// options, the id and refusal counters, and the Runner a task run on the
-// caller goes through. The queues, the pool's lifecycle and its idle counts
-// are held in place (InPlace) without their headers: the push itself, and
-// after_push, are out of line in the engine (src/engine/submission.cpp).
-// Every slower step (a full queue, a wake-up, a sweep after close, an
-// event, the workers, the supervisor, shutdown) is an out-of-line call
-// into the engine too (src/engine/pool_runtime.hpp: PoolRuntime and its
-// units, reached through a std::unique_ptr). docs/design/architecture.md
-// maps the units.
+// options, the pool's lifecycle, the idle counts, the id and refusal
+// counters, the shared queue's rings, and after_push. The inline push
+// reaches only the calling worker's own queue (local_queue.hpp) and the
+// ring of its home shard (ring.hpp); the rest of the queues (Queues, held
+// in place without its header: other shards, spill queues, newest-first
+// stacks) and every slower step (a full queue, a wake-up, a sweep after
+// close, an event, the overload controller, the workers, the supervisor,
+// shutdown) are out-of-line calls into the engine (src/engine/submission.cpp
+// and src/engine/pool_runtime.hpp: PoolRuntime and its units, reached
+// through a std::unique_ptr). docs/design/architecture.md maps the units.
 //
 // Who touches what on the hot path:
-//   submitter: queue_ tail and slot; reads life_ (the pool's state) and
-//              idle_ (its counts)
+//   submitter: a ring's tail and slot, or its own local queue's bottom;
+//              reads life_ (the pool's state) and idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
 // All of PoolCore's state is private; Submission and the engine's units are
 // its friends.
@@ -32,6 +33,10 @@
 #include "crew/detail/cache_line.hpp"
 #include "crew/detail/cell.hpp"
 #include "crew/detail/deadline.hpp"
+#include "crew/detail/idle_counts.hpp"
+#include "crew/detail/local_queue.hpp"
+#include "crew/detail/pool_lifecycle.hpp"
+#include "crew/detail/ring.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/pool_types.hpp"
@@ -46,14 +51,11 @@ namespace crew::detail {
 
 class PoolCore;
 // The engine's parts that PoolCore holds but the inline submission path
-// never touches: the queues (crew/detail/queues.hpp, reached through
-// Submission's out-of-line push), the pool's lifecycle and idle counts
-// (read by the push's after_push) and the overload controller
-// (crew/detail/overload_control.hpp).
+// never touches: the queues as a whole (crew/detail/queues.hpp, reached
+// through Submission's out-of-line push once the home ring is full) and
+// the overload controller (crew/detail/overload_control.hpp).
 class Queues;
 class OverloadControl;
-class PoolLifecycle;  // crew/detail/pool_lifecycle.hpp
-class IdleCounts;     // crew/detail/idle_counts.hpp
 // Returns an admission ticket to `ctl` (OverloadControl::release).
 void release_ticket(OverloadControl* ctl) noexcept;
 
@@ -131,8 +133,8 @@ struct NoStackThrowScope {
 struct CurrentWorker {
   PoolCore* core = nullptr;
   Worker* worker = nullptr;
-  // The worker's local queue slot (LocalQueues::kNone: it has none).
-  std::size_t worker_local = static_cast<std::size_t>(-1);
+  // The worker's own local queue, or null (it has none).
+  LocalQueue* local_queue = nullptr;
   // Task ids reserved by this worker: [next_id, end_id). Forked tasks take
   // their ids here instead of from the pool's shared counter.
   std::uint64_t next_id = 0;
@@ -372,7 +374,7 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
 
   // The control calls (shutdown, pause, resize, wait_idle, ...) and the
   // stats are PoolControl's and PoolSnapshot's (crew/detail/pool_control.hpp).
-  [[nodiscard]] PoolState state() const noexcept;
+  [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
   [[nodiscard]] const PoolOptions& options() const noexcept { return opts_; }
   // True on a thread inside one of this pool's tasks (on a worker, or run
   // inline elsewhere): a wait for the pool's tasks would wait for itself.
@@ -514,16 +516,22 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // The queues (crew/detail/queues.hpp), in place; the sizes are checked
   // where the engine constructs them.
   InPlace<Queues, 4544, 64> queue_;
+  // The inline push's view of queue_'s shared rings, made once by the
+  // engine: per level and shard, the shard's ring, or null where a spill
+  // queue sits behind it (its pushes go through Queues). Read-only after
+  // construction.
+  std::unique_ptr<Ring*[]> rings_;
+  std::size_t shard_mask_ = 0;  // shards per level - 1 (a power of two)
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.
-  InPlace<PoolLifecycle, 64, 64> life_;
+  PoolLifecycle life_;
   std::atomic<std::size_t> max_workers_;
   std::atomic<std::size_t> live_workers_{0};  // started, not exited, not abandoned
   // Spinning tokens and sleeper counts (the sleepers themselves are in
   // the engine's WakePolicy). A submitter wakes a sleeper only when nobody
   // holds a token; the woken worker starts out with one, so one burst costs
   // one wake-up per worker.
-  InPlace<IdleCounts, 128, 64> idle_;
+  IdleCounts idle_;
   alignas(kCacheLine) std::atomic<std::uint64_t> next_id_{0};
   std::atomic<std::uint64_t> refused_{0};  // refused at submission
   // Accepted and settled on the submitting thread: run there, or expired
@@ -555,8 +563,26 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // spinning token is enough there, running or not (and fork-join pushes,
   // tens of nanoseconds apart, skip the heartbeat's clock read); a task in
   // the shared queue is left only to a spinner that is running.
-  // (Inline in src/engine/pool_runtime.hpp, for the push and the engine.)
-  void after_push(bool own_queue = false) noexcept;
+  void after_push(bool own_queue = false) noexcept {
+    // A shared-queue push claimed its slot with a seq_cst read-modify-write,
+    // so these loads see any worker that went to sleep before it (it
+    // re-checks the claimed size after announcing itself), and any shutdown
+    // that began before it. A local push is ordered against a shutdown by
+    // its light_fence and the shutdown's heavy_fence (barrier.hpp).
+    const PoolState st = life_.state(std::memory_order_seq_cst);
+    if (st != PoolState::running) [[unlikely]] {
+      if (st >= PoolState::stopping) on_push_after_close();
+      return;
+    }
+    if (own_queue ? idle_.spinning() != 0 : idle_.spinner_running()) return;
+    wake_for_push();
+  }
+
+  // The ring of the calling thread's home shard at `level`
+  // (producer_index()), or null if that shard has a spill queue.
+  [[nodiscard]] Ring* home_ring(std::size_t level) const noexcept {
+    return rings_[level * (shard_mask_ + 1) + (producer_index() & shard_mask_)];
+  }
 
   // Unique per pool; a worker takes them from a block it reserved, so that
   // tasks forked on different workers do not contend on one counter.

@@ -1,13 +1,17 @@
 // crew/detail/submission.hpp: detail::Submission, a pool's inline
 // submission path: how Pool::post / submit / try_*, Group and run_batch
-// hand a task to a PoolCore. It packs the task inline (in its cell when it
-// fits, else boxed or in a task state) and counts a refusal; the push
-// itself is out of line (push, in src/engine/submission.cpp: the worker's
-// own queue, the shared queue, or a full queue's slow path, route_full),
-// as are a task state's admission and the overload controller's, so that
-// the queues stay out of the installed headers. The push wakes a worker if
-// none is spinning (PoolCore::after_push). A short-lived view of one
-// PoolCore, made per call: it holds no state of its own.
+// hand a task to a PoolCore. It packs the task (in its cell when it fits,
+// else boxed or in a task state), pushes it inline to where nearly every
+// push goes (the worker's own queue, else the ring of the caller's home
+// shard), wakes a worker if none is spinning (PoolCore::after_push), and
+// counts a refusal. What is rare is out of line, in
+// src/engine/submission.cpp, so that the rest of the queues, the overload
+// controller and the observers stay out of the installed headers: a full
+// ring (the other shards, the spill queue), a full queue's slow path
+// (route_full), a task state's admission, the overload controller's
+// admission and its newest-first route, and the observer notes. A
+// short-lived view of one PoolCore, made per call: it holds no state of
+// its own.
 //
 // Who touches what: the submitting thread (any thread, a worker of the
 // pool included) writes the queue's tail and slot and the pool's id and
@@ -149,7 +153,9 @@ class Submission {
     static_assert(Cell::fits_inline<F>, "a step must fit a cell");
     static_assert(TaskStep<F>, "a step counts no outcome of its own");
     auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
-    return push_step(fill_ref(fill), level);
+    if (c_.life_.closed() || !try_queue(fill, level)) return false;
+    c_.steps_.fetch_add(1, std::memory_order_release);  // not a submission
+    return true;
   }
   // Whether the pool reads the clock for task state `s` (its handle's
   // queue wait and run time, observers' timings), as admit_state does.
@@ -162,8 +168,9 @@ class Submission {
   void count_refusal() noexcept { c_.refused_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  // A fill passed out of line: the push (src/engine/submission.cpp) builds
-  // the task's cell in its slot through it, one indirect call.
+  // A fill passed out of line: the slow paths after a failed push
+  // (src/engine/submission.cpp) build the task's cell in its slot through
+  // it, one indirect call.
   struct FillRef {
     void (*fill)(void* ctx, Cell& c) noexcept;
     void* ctx;
@@ -191,7 +198,7 @@ class Submission {
     if constexpr (Cell::fits_inline<LongFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
       const std::chrono::nanoseconds timeout =
           opts.timeout.count() != 0 ? opts.timeout : c_.opts_.task_timeout;
-      const std::int64_t enqueued = c_.timed_ ? clock_now() : 0;
+      const std::int64_t enqueued = c_.timed_ ? now_ns() : 0;
       Admission why = Admission::accepted;
       auto fill = [&](Cell& c) noexcept {
         c.emplace(LongFn<D>{timeout, enqueued, std::forward<F>(f)});
@@ -215,7 +222,7 @@ class Submission {
   template <class F>
   Admission post_observed(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
-    const std::int64_t enqueued = c_.timed_ ? clock_now() : 0;
+    const std::int64_t enqueued = c_.timed_ ? now_ns() : 0;
     Admission why = Admission::accepted;
     if constexpr (Cell::fits_inline<ObservedFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
       // Built in its slot, as post_plain does: no staging cell to relocate.
@@ -284,7 +291,7 @@ class Submission {
   Admission post_admitted(F&& f, std::size_t level, bool may_block) {
     using D = std::decay_t<F>;
     Admission why = Admission::accepted;
-    if (closed()) [[unlikely]] {
+    if (c_.life_.closed()) [[unlikely]] {
       (void)refuse(Admission::closed, why);
       return why;
     }
@@ -362,10 +369,6 @@ class Submission {
 
   // Events of a plain submission that was queued, refused or swept.
   void note_plain_submission(Route r, Admission why, bool is_long) noexcept;
-  // Whether the pool takes no more tasks (PoolLifecycle::closed).
-  [[nodiscard]] bool closed() const noexcept;
-  // now_ns() (crew/detail/clock.hpp), for a task's enqueue time.
-  static std::int64_t clock_now() noexcept;
 
   // An admission ticket for a submission at `level` from outside the pool:
   // past the limit, a level above 0 displaces the newest task a lower
@@ -388,27 +391,39 @@ class Submission {
   template <class Fill>
   Route route(Fill& fill, std::size_t level, bool may_block, Admission& why,
               std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
-    return push(fill_ref(fill), level, may_block, why, give_up);
+    if (c_.life_.closed()) [[unlikely]] {
+      return refuse(Admission::closed, why);
+    }
+    if (try_queue(fill, level)) [[likely]]
+      return Route::queued;
+    return route_full(fill_ref(fill), level, may_block, why, give_up);
   }
-  // The push itself, out of line (src/engine/submission.cpp), so that the
-  // queues stay out of the installed headers: the task is built in its slot
-  // through `fill`, an indirect call. Refuses when the pool is closed; else
-  // pushes without blocking (try_queue), then takes route_full's slow path
-  // if the queue is full.
-  Route push(FillRef fill, std::size_t level, bool may_block, Admission& why,
-             std::chrono::steady_clock::time_point give_up);
-  // The same for a step of a coroutine task (try_push_step).
-  bool push_step(FillRef fill, std::size_t level) noexcept;
-  // push() for a fill known in src/engine/submission.cpp (no indirect call).
-  template <class Fill>
-  Route route_in(Fill& fill, std::size_t level, bool may_block, Admission& why,
-                 std::chrono::steady_clock::time_point give_up);
+
   // Pushes without blocking, then wakes a worker if none spins (after_push).
   // From a worker of this pool: its own queue first, where a wait of this
   // worker finds it first (see local_queue.hpp); else the shared queue of
-  // `level`. False if that is full. In src/engine/submission.cpp.
+  // `level`: the ring of the caller's home shard inline, and if that is
+  // full (or has a spill queue) the whole level out of line
+  // (try_queue_shared). False if the level is full.
   template <class Fill>
-  bool try_queue(Fill& fill, std::size_t level) noexcept;
+  bool try_queue(Fill& fill, std::size_t level) noexcept {
+    if (t_current.core == &c_) {
+      LocalQueue* mine = t_current.local_queue;
+      if (mine != nullptr && mine->try_push(fill)) [[likely]] {
+        c_.after_push(/*own_queue=*/true);
+        return true;
+      }
+    }
+    Ring* ring = c_.home_ring(level);
+    if (ring != nullptr && ring->try_push(fill)) [[likely]] {
+      c_.after_push();
+      return true;
+    }
+    return try_queue_shared(fill_ref(fill), level);
+  }
+  // The shared queue of `level` as a whole (Queues: every shard, with its
+  // spill queue), then after_push. In src/engine/submission.cpp.
+  bool try_queue_shared(FillRef fill, std::size_t level) noexcept;
 
   Route refuse(Admission a, Admission& why) noexcept {
     why = a;
