@@ -1,7 +1,8 @@
-// Submission's out-of-line parts (crew/detail/submission.hpp): the push
-// itself (the queues are the engine's), the overload controller's
-// admission, a task state's admission, the errors of a bad submission, and
-// the slow path of a full queue.
+// Submission's out-of-line parts (crew/detail/submission.hpp): a push the
+// home shard's ring could not take (the level's other shards and spill
+// queues are the engine's), the overload controller's admission, a task
+// state's admission, the observer notes, the errors of a bad submission,
+// and the slow path of a full queue.
 #include "crew/detail/submission.hpp"
 
 #include <chrono>
