@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "frame_guard.hpp"
 #include "test_util.hpp"
