@@ -27,8 +27,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly concurrency_tests=(pool_test pool_admission_test pool_workers_test pool_lifetime_test
   wake_policy_test ring_test local_queue_test submission_test task_test shutdown_test group_test
   fork_join_test batch_test parallel_for_test func_pool_test sharded_pool_test pool_start_test
-  priority_test pool_overload_test chaos_test timer_heap_test cpu_pressure_test application_test signals_test metrics_test
-  stream_source_test coro_test coro_suspension_test model_test coro_model_test)
+  priority_test pool_overload_test chaos_test timer_heap_test cpu_pressure_test application_test
+  signals_test metrics_test stream_source_test coro_test coro_accounting_test coro_callback_test
+  coro_suspension_test model_test coro_model_test)
 readonly model_tests=(model_test coro_model_test)
 
 release_repeat="${RELEASE_REPEAT:-20}"
