@@ -9,7 +9,6 @@
 #include "coro_hub.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
-#include "crew/observer.hpp"
 
 namespace crew {
 

@@ -9,7 +9,6 @@
 #include <new>
 #include <string>
 
-#include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_control.hpp"
 
 namespace crew {

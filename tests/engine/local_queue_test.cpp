@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "crew/detail/local_queues.hpp"
 #include "crew/pool.hpp"
 #include "fork_join_util.hpp"
 #include "test_util.hpp"

@@ -20,7 +20,6 @@
 #include <utility>
 #include <vector>
 
-#include "crew/log.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
 

@@ -1,7 +1,4 @@
-// Uses crew through its installed headers and package config. The umbrella
-// header first: every public header compiles against the installed set.
-#include <crew/crew.hpp>
-// Directly too.
+// Uses crew through its installed headers and package config.
 #include <crew/coro.hpp>
 #include <crew/pool.hpp>
 #include <cstdio>
