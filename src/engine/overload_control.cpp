@@ -134,27 +134,26 @@ void OverloadControl::leave() noexcept {
   const std::uint64_t me = thread_token();
   for (std::size_t i = 0; i < kLedgers; ++i) {
     if (owners_[i].load(std::memory_order_relaxed) != me) continue;
-    Ledger& l = ledgers_[i];
-    // Given back before the ledger is: no reader then counts it twice (an
-    // over-estimate at worst, between the two writes).
-    if (const std::int64_t left = l.credit.load(std::memory_order_relaxed); left > 0) {
-      l.credit.store(0, std::memory_order_relaxed);
-      admits_.fetch_sub(left, std::memory_order_relaxed);
-    }
+    // Its credit goes back before the ledger does.
+    give_back_credit(ledgers_[i], ledgers_[i].credit.load(std::memory_order_relaxed));
     owners_[i].store(0, std::memory_order_release);
     owned_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (ledger_cache().controller == id_) ledger_cache() = {};
 }
 
+void OverloadControl::give_back_credit(Ledger& l, std::int64_t left) noexcept {
+  if (left <= 0) return;
+  // The ledger's credit first, then admits_: a reader in between counts
+  // the tickets as admitted (an over-estimate), never twice as free.
+  l.credit.store(0, std::memory_order_relaxed);
+  admits_.fetch_sub(left, std::memory_order_relaxed);
+}
+
 bool OverloadControl::take_credit(Ledger& l, std::int64_t left) noexcept {
-  if (left > 0) {
-    // Taken in an earlier interval (under another limit, with another
-    // peak), or the limit was neared since: given back. Credit before
-    // admits_: a reader in between over-estimates.
-    l.credit.store(0, std::memory_order_relaxed);
-    admits_.fetch_sub(left, std::memory_order_relaxed);
-  }
+  // Taken in an earlier interval (under another limit, with another peak),
+  // or the limit was neared since: given back.
+  give_back_credit(l, left);
   const std::int64_t epoch = credit_epoch_.load(std::memory_order_relaxed);
   if ((epoch & 1) != 0) return false;
   const std::int64_t limit = limit_.load(std::memory_order_relaxed);

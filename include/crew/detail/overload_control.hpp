@@ -284,6 +284,9 @@ class OverloadControl {
   // one ticket of it. False near the limit: admit() then counts this
   // ticket one by one.
   bool take_credit(Ledger& l, std::int64_t left) noexcept;
+  // Returns the `left` tickets of `l`'s credit (its owner, or a leaving
+  // owner) to admits_.
+  void give_back_credit(Ledger& l, std::int64_t left) noexcept;
   // admit() for a ticket counted one by one in admits_.
   OverloadReason admit_counted(std::int64_t queue_timeout_ns, bool may_displace) noexcept;
   // Near the limit: no thread spends or takes credit until the next interval.
