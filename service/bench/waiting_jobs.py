@@ -42,6 +42,7 @@ Python 3 (asyncio); raises its descriptor limit to the hard limit.
 """
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -231,14 +232,25 @@ async def call_loop(port, conns, duration, out):
     await asyncio.gather(*(worker() for _ in range(conns)))
 
 
-def figure_call(binary, duration, conns=1000):
+@contextlib.contextmanager
+def crewd_with_downstream(binary, max_in_flight):
+    """A downstream that answers every request after 1 s (a process of its
+    own) and a crewd whose call jobs GET it, with jobs.max_in_flight as
+    given; the downstream is killed on the way out."""
     port = free_port()
     ds = subprocess.Popen([sys.executable, "-c", DOWNSTREAM, str(port), "1.0"],
                           stdout=subprocess.PIPE, text=True)
     try:
         ds.stdout.readline()
-        crewd = Crewd(binary, "--jobs-max-in-flight", "1000", "--jobs-call-url",
-                      f"http://127.0.0.1:{port}/slow", "--http-keep-alive-max", "100000")
+        yield Crewd(binary, "--jobs-max-in-flight", str(max_in_flight), "--jobs-call-url",
+                    f"http://127.0.0.1:{port}/slow", "--http-keep-alive-max", "100000")
+    finally:
+        ds.kill()
+        ds.wait()
+
+
+def figure_call(binary, duration, conns=1000):
+    with crewd_with_downstream(binary, 1000) as crewd:
         out = []
         start = time.monotonic()
         asyncio.run(call_loop(crewd.port, conns, duration, out))
@@ -248,22 +260,13 @@ def figure_call(binary, duration, conns=1000):
         rate = (len(window) - 1) / span if span > 0 else 0.0
         rss = crewd.rss_peak_mib()
         code = crewd.stop()
-    finally:
-        ds.kill()
-        ds.wait()
     print(f"  call: {rate:.0f} jobs/s answered 200 (steady part), {len(out)} answers; "
           f"RSS peak {rss:.1f} MiB; exit {code}; {counts(out)}", flush=True)
     return {"rate": rate, "rss_mib": rss}
 
 
 def figure_call_open(binary, loadgen, duration, cap, rate=1000):
-    port = free_port()
-    ds = subprocess.Popen([sys.executable, "-c", DOWNSTREAM, str(port), "1.0"],
-                          stdout=subprocess.PIPE, text=True)
-    try:
-        ds.stdout.readline()
-        crewd = Crewd(binary, "--jobs-max-in-flight", str(cap), "--jobs-call-url",
-                      f"http://127.0.0.1:{port}/slow", "--http-keep-alive-max", "100000")
+    with crewd_with_downstream(binary, cap) as crewd:
         summary = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"call-open-{os.getpid()}.json")
         subprocess.run([loadgen, "--url", f"http://127.0.0.1:{crewd.port}/api/v1/jobs",
                         "--body", json.dumps({"kind": "call"}),
@@ -278,9 +281,6 @@ def figure_call_open(binary, loadgen, duration, cap, rate=1000):
         os.unlink(summary)
         rss = crewd.rss_peak_mib()
         code = crewd.stop()
-    finally:
-        ds.kill()
-        ds.wait()
     # Per second from the 2nd on (the first second's answers are still due).
     steady = [p for p in d["per_second"] if 2 <= p["t"] < duration]
     ok_rate = statistics.mean(p["ok"] for p in steady) if steady else 0.0
