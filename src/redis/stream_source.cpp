@@ -93,7 +93,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   bool stopping CREW_GUARDED_BY(mu) = false;
   // The overload backoff (see the header): nothing is read or submitted
   // while it is paused.
-  detail::OverloadBackoff backoff CREW_GUARDED_BY(mu){
+  detail::OverloadBackoff overload CREW_GUARDED_BY(mu){
       opts.overload_backoff_min, opts.overload_backoff_max, std::random_device{}()};
 
   std::atomic<bool> stopped{false};  // mirrors `stopping` for lock-free checks
@@ -189,10 +189,10 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
   // and none are while the overload backoff lasts.
   std::size_t free_room(std::stop_token& stop) {
     detail::MutexLock lock(mu);
-    if (const auto now = Clock::now(); backoff.paused(now)) {
+    if (const auto now = Clock::now(); overload.paused(now)) {
       if (!stopping && !stop.stop_requested()) {
         cv.wait_until(lock.native(),
-                      std::min<Clock::time_point>(backoff.until(), now + opts.block));
+                      std::min<Clock::time_point>(overload.until(), now + opts.block));
       }
       return 0;
     }
@@ -302,7 +302,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     {
       detail::MutexLock lock(mu);
       const auto now = Clock::now();
-      if (backoff.paused(now)) return;
+      if (overload.paused(now)) return;
       for (auto it = retries.begin(); it != retries.end();) {
         if (it->due <= now) {
           due.push_back(std::move(*it));
@@ -344,8 +344,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
     {
       detail::MutexLock lock(mu);
       held.insert(job.id);
-      if (backoff.paused(Clock::now())) {
-        retries.push_back({backoff.until(), std::move(job), std::move(oversize)});
+      if (overload.paused(Clock::now())) {
+        retries.push_back({overload.until(), std::move(job), std::move(oversize)});
         return;
       }
     }
@@ -363,7 +363,7 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
         {.name = std::move(name), .timeout = opts.job_timeout, .priority = opts.priority});
     if (admission == Admission::accepted) {
       detail::MutexLock lock(mu);
-      backoff.admitted();
+      overload.admitted();
     }
   }
 
@@ -379,8 +379,8 @@ struct StreamSourceState : std::enable_shared_from_this<StreamSourceState> {
           std::chrono::duration_cast<Clock::duration>(pool.overload_hint().wait_estimate);
       detail::MutexLock lock(mu);
       if (!stopping) {
-        backoff.refused(Clock::now(), estimate);
-        retries.push_back({backoff.until(), std::move(job), std::move(oversize)});
+        overload.refused(Clock::now(), estimate);
+        retries.push_back({overload.until(), std::move(job), std::move(oversize)});
         n_refused.fetch_add(1);
         cv.notify_all();
         return;
