@@ -32,9 +32,9 @@ constexpr std::int64_t kCalibrationNs = 10'000'000;
 constexpr std::uint64_t kPairTicks = 1000;
 
 bool read_pair(std::uint64_t& tsc, std::int64_t& ns) noexcept {
-  const std::uint64_t t1 = __rdtsc();
+  const std::uint64_t t1 = __builtin_ia32_rdtsc();
   ns = steady_ns();
-  const std::uint64_t t2 = __rdtsc();
+  const std::uint64_t t2 = __builtin_ia32_rdtsc();
   tsc = t1 + (t2 - t1) / 2;
   return t2 - t1 < kPairTicks;
 }
@@ -57,11 +57,11 @@ bool tsc_is_worth_it() {
   std::uint64_t steady = ~std::uint64_t{0};
   std::uint64_t tsc = ~std::uint64_t{0};
   for (int r = 0; r < kRounds; ++r) {
-    const std::uint64_t t0 = __rdtsc();
+    const std::uint64_t t0 = __builtin_ia32_rdtsc();
     for (int i = 0; i < kReads; ++i) sink += steady_ns();
-    const std::uint64_t t1 = __rdtsc();
-    for (int i = 0; i < kReads; ++i) sink += static_cast<std::int64_t>(__rdtsc() & 1);
-    const std::uint64_t t2 = __rdtsc();
+    const std::uint64_t t1 = __builtin_ia32_rdtsc();
+    for (int i = 0; i < kReads; ++i) sink += static_cast<std::int64_t>(__builtin_ia32_rdtsc() & 1);
+    const std::uint64_t t2 = __builtin_ia32_rdtsc();
     steady = std::min(steady, t1 - t0);
     tsc = std::min(tsc, t2 - t1);
   }

@@ -9,6 +9,7 @@
 #include "coro_hub.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/observer.hpp"
 
 namespace crew {
 

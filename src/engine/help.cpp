@@ -159,13 +159,13 @@ bool InlineRunner::help_once(bool own, bool foreign) {
   Cell cell;
   Worker* w = t_current.core == &c_ ? t_current.worker : nullptr;
   if (w != nullptr) {
-    if (!(own && stack_allows_own_help() && c_.queue_.pop_own(cell, w->pop)) &&
-        !(foreign && stack_allows_help() && c_.queue_.pop_foreign(cell, w->pop))) {
+    if (!(own && stack_allows_own_help() && c_.queue_->pop_own(cell, w->pop)) &&
+        !(foreign && stack_allows_help() && c_.queue_->pop_foreign(cell, w->pop))) {
       return false;
     }
     w->counts.helped.inc();
   } else {
-    if (!foreign || !stack_allows_help() || !c_.queue_.try_pop(cell)) return false;
+    if (!foreign || !stack_allows_help() || !c_.queue_->try_pop(cell)) return false;
     helped_.fetch_add(1, std::memory_order_relaxed);
   }
   c_.on_slot_freed();

@@ -100,7 +100,7 @@ PoolStats PoolSnapshot::stats() const {
   MutexLock lock(c_.rt_->registry.mu);
   s.state = c_.state();
   s.max_workers = c_.max_workers_.load(std::memory_order_relaxed);
-  s.queued = c_.queue_.size();
+  s.queued = c_.queue_->size();
   s.blocked_submitters = c_.rt_->blocked.count();
   // Outcomes first: each one is counted after its submission, so read in
   // this order every outcome in the snapshot belongs to a counted
@@ -109,7 +109,7 @@ PoolStats PoolSnapshot::stats() const {
   // Coroutine steps taken before the pushes: each one read here is among
   // them (a step still queued counts as pending work).
   const std::uint64_t steps = c_.steps_.load(std::memory_order_acquire);
-  s.submitted = c_.queue_.pushed() + c_.refused_.load(std::memory_order_relaxed) +
+  s.submitted = c_.queue_->pushed() + c_.refused_.load(std::memory_order_relaxed) +
                 c_.ran_inline_.load(std::memory_order_relaxed) - steps;
   s.helped += c_.inline_.helped();
   if (c_.overload_ != nullptr) s.overload = c_.overload_->read();

@@ -36,6 +36,22 @@ void count_fork() noexcept { g_forks.fetch_add(1, std::memory_order_relaxed); }
 [[maybe_unused]] const int g_fork_counter = pthread_atfork(nullptr, nullptr, count_fork);
 std::uint32_t forks_so_far() noexcept { return g_forks.load(std::memory_order_relaxed); }
 
+// The events that make a plain task go through a task's observer path
+// (PoolCore::observes_tasks).
+constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
+                                      Observer::task_finished | Observer::task_rejected;
+
+// PoolCore::rings_ for `q`: per level and shard, the shard's ring, or null
+// where a spill queue sits behind it.
+std::unique_ptr<Ring* []> ring_table(Queues& q) {
+  const std::size_t shards = q.level(0).shards();
+  auto rings = std::make_unique<Ring*[]>(q.levels() * shards);
+  for (std::size_t l = 0; l < q.levels(); ++l) {
+    for (std::size_t i = 0; i < shards; ++i) rings[l * shards + i] = q.level(l).plain_ring(i);
+  }
+  return rings;
+}
+
 }  // namespace
 
 void SharedCounters::add(TaskStatus outcome) noexcept {
@@ -63,6 +79,7 @@ PoolCore::PoolCore(PoolOptions options)
       log_level_(opts_.logger->level()),
       observed_(ObserverHub::events_wanted(opts_)),
       timed_((observed_ & (Observer::task_started | Observer::task_finished)) != 0),
+      task_observed_((observed_ & kTaskEvents) != 0),
       overload_(opts_.overload.enabled ? std::make_unique<OverloadControl>(
                                              opts_.overload, opts_.overload.min_limit,
                                              opts_.overload.max_limit, opts_.max_workers, now_ns())
@@ -70,12 +87,16 @@ PoolCore::PoolCore(PoolOptions options)
       time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging,
              /*newest_first=*/opts_.overload.enabled),
+      rings_(ring_table(queue_.get())),
+      shard_mask_(queue_->level(0).shards() - 1),
       max_workers_(opts_.max_workers),
       rt_(std::make_unique<PoolRuntime>(*this, opts_)) {
   enable_light_fences();
 }
 
 PoolCore::~PoolCore() = default;
+
+void release_ticket(OverloadControl* ctl) noexcept { ctl->release(); }
 
 PoolCore::OwnedSuspended::~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
 
@@ -121,7 +142,7 @@ bool PoolCore::transition(PoolState from, PoolState to) noexcept {
 // Workers start at submission, one at a time; after a pause, a resize or at
 // the start of a drain, what is queued may need more than were started.
 void PoolCore::grow_for_queued() noexcept {
-  const std::size_t queued = queue_.size();
+  const std::size_t queued = queue_->size();
   for (std::size_t i = 0; i < queued && live_workers_.load() < max_workers_.load(); ++i) grow();
 }
 

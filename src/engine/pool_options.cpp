@@ -7,7 +7,9 @@
 #include <string>
 
 #include "crew/detail/pool_core.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/error.hpp"
+#include "crew/log.hpp"
 #include "crew/usable_cpus.hpp"
 
 namespace crew::detail {

@@ -14,8 +14,12 @@
 #include <memory>
 
 #include "blocked_submitters.hpp"
+#include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_core.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/detail/thread_annotations.hpp"
+#include "crew/log.hpp"
+#include "crew/observer.hpp"
 #include "observer_hub.hpp"
 #include "shutdown_book.hpp"
 #include "shutdown_sequence.hpp"
@@ -85,6 +89,6 @@ inline void set_worker_state(Worker& w, WorkerState to) noexcept {
 
 // PoolCore's calls into its PoolRuntime that the engine makes on hot paths (a
 // worker's pop), inline here where PoolRuntime is complete.
-inline void PoolCore::on_slot_freed() noexcept { rt_->blocked.slot_freed(queue_); }
+inline void PoolCore::on_slot_freed() noexcept { rt_->blocked.slot_freed(queue_.get()); }
 
 }  // namespace crew::detail

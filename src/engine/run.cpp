@@ -405,7 +405,7 @@ bool PoolCore::shed_admitted(std::int64_t enqueued_ns) noexcept {
 
 bool PoolCore::displace_below(std::size_t level) noexcept {
   Cell cell;
-  if (queue_.take_newest_below(level, cell) == level) return false;
+  if (queue_->take_newest_below(level, cell) == level) return false;
   // Only admitted tasks queue newest first: a task state with its ticket,
   // or an AdmittedFn, whose destruction returns it.
   if (TaskStateBase* s = cell.state()) {

@@ -152,7 +152,7 @@ ShutdownReport ShutdownSequence::run(ShutdownMode mode, std::chrono::nanoseconds
   for (;;) {
     sweep_queue(run_leftovers);
     MutexLock lock(rt.registry.mu);
-    if (!core_.queue_.empty()) continue;
+    if (!core_.queue_->empty()) continue;
     report.escalated = escalated;
     report.final_state = escalated ? PoolState::stopped_timeout : PoolState::stopped;
     report.elapsed = Clock::now() - t0;
@@ -257,7 +257,7 @@ void ShutdownSequence::drop_queue() {
   std::vector<TaskRef> dropped;
   std::uint64_t unnamed = 0;
   Cell cell;
-  while (core_.queue_.try_pop(cell)) {
+  while (core_.queue_->try_pop(cell)) {
     core_.on_slot_freed();
     TaskStateBase* s = cell.state();
     if (s == nullptr) {
@@ -348,7 +348,7 @@ void ShutdownSequence::sweep_queue(bool run) {
     return;
   }
   Cell cell;
-  while (core_.queue_.try_pop(cell)) settle_popped_here(cell);
+  while (core_.queue_->try_pop(cell)) settle_popped_here(cell);
 }
 
 // Stops the token of every running long task.

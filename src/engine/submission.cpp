@@ -1,10 +1,16 @@
-// Submission's out-of-line parts (crew/detail/submission.hpp): the errors
-// of a bad submission, and the slow path of a full queue.
+// Submission's out-of-line parts (crew/detail/submission.hpp): a push the
+// home shard's ring could not take (the level's other shards and spill
+// queues are the engine's), the overload controller's admission, a task
+// state's admission, the observer notes, the errors of a bad submission,
+// and the slow path of a full queue.
 #include "crew/detail/submission.hpp"
 
 #include <chrono>
 #include <string>
 
+#include "crew/detail/overload_control.hpp"
+#include "crew/detail/queues.hpp"
+#include "crew/observer.hpp"
 #include "pool_runtime.hpp"
 
 namespace crew::detail {
@@ -12,7 +18,7 @@ namespace crew::detail {
 void Submission::throw_bad_priority(unsigned priority) const {
   throw Error(Errc::invalid_options, "crew::TaskOptions.priority: " + std::to_string(priority) +
                                          " is above pool '" + c_.opts_.name + "''s highest level " +
-                                         std::to_string(c_.queue_.levels() - 1));
+                                         std::to_string(c_.queue_->levels() - 1));
 }
 
 void Submission::throw_negative_timeout(const TaskOptions& o) {
@@ -27,6 +33,130 @@ void Submission::throw_long_correlation_id(const TaskOptions& o) {
   throw Error(Errc::invalid_options,
               "crew::TaskOptions.correlation_id: " + std::to_string(o.correlation_id.size()) +
                   " bytes, at most " + std::to_string(kMaxCorrelationId));
+}
+
+bool Submission::try_queue_shared(FillRef fill, std::size_t level) noexcept {
+  if (!c_.queue_->try_push(fill, level)) return false;
+  c_.after_push();
+  return true;
+}
+
+Submission::Route Submission::route_admitted(FillRef fill, std::size_t level, bool may_block,
+                                             Admission& why,
+                                             std::chrono::steady_clock::time_point give_up) {
+  if (c_.overload_->standing() && !c_.life_.closed()) [[unlikely]] {
+    if (c_.queue_->try_push_newest(fill, level)) {
+      c_.after_push();
+      return Route::queued;
+    }
+  }
+  return route(fill, level, may_block, why, give_up);
+}
+
+bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
+                                   OverloadReason* reason) noexcept {
+  OverloadControl& ctl = *c_.overload_;
+  const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
+  if (r == OverloadReason::none) [[likely]]
+    return true;
+  if (r == OverloadReason::limit && level > 0) {
+    if (c_.displace_below(level)) {
+      ctl.admit_displacing();
+      return true;
+    }
+    ctl.note_refused_early();
+  }
+  if (reason != nullptr) *reason = r;
+  return false;
+}
+
+std::int64_t Submission::admitted_enqueue_ns() const noexcept {
+  return c_.overload_->time_this() ? now_ns() : 0;
+}
+
+void Submission::note_plain_submission(Route r, Admission why, bool is_long) noexcept {
+  if (r == Route::queued) {
+    if (c_.observes(Observer::task_enqueued)) c_.emit_enqueued(nullptr, is_long);
+  } else if (r == Route::refused && c_.observes(Observer::task_rejected)) {
+    c_.emit_refused(nullptr, is_long, why);
+  }
+}
+
+// Hands `s` to the queue; the creator keeps its own reference.
+Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
+  const bool ticket = c_.admits_here();
+  // The enqueue time: for task observers and a handle that shows its
+  // queue wait and run time (time_tasks), or for the overload controller
+  // alone (when it times this task's wait; the handle shows nothing).
+  const bool shown = c_.timed_ || (c_.time_handles_ && !s->detached);
+  if (shown || (ticket && c_.overload_->time_this())) [[unlikely]]
+    s->clock.set_enqueued(now_ns(), shown);
+  // The cell's reference. A queue deadline is armed first: arming may
+  // throw (out of memory), and then the caller's reference alone frees
+  // the state; once armed, the state is shared with the supervisor,
+  // which leaves the deadline to this thread until the submission is
+  // counted (begin_admission).
+  const bool deadline = s->has_queue_deadline();
+  if (deadline) {
+    s->begin_admission();
+    c_.arm_queue_deadline(s);
+    s->add_ref();
+  } else {
+    s->add_ref_unshared();  // `s` is not shared yet
+  }
+  auto fill = [s, ticket](Cell& c) noexcept {
+    s->set_overload_ticket(ticket);  // published with the cell
+    c.emplace_state(s);
+  };
+  Admission why = Admission::accepted;
+  Route routed;
+  if (ticket && !c_.life_.closed()) [[unlikely]] {
+    OverloadReason r = OverloadReason::none;
+    if (!admit_or_displace(s->level(), s->queue_timeout_left_ns(), &r)) {
+      s->set_overload_reason(r);
+      routed = refuse(Admission::overloaded, why);
+    } else {
+      routed = route_admitted(fill_ref(fill), s->level(), may_block, why, s->queue_deadline());
+      if (routed != Route::queued) release_ticket(c_.overload());
+    }
+  } else {
+    routed = route(fill, s->level(), may_block, why, s->queue_deadline());
+  }
+  switch (routed) {
+    case Route::queued:
+      if (c_.observes(Observer::task_enqueued)) [[unlikely]]
+        c_.emit_enqueued(s, s->is_long);
+      // Counted (pushed): a deadline that passed while this call routed
+      // it is fired here; whoever pops the cell reports it, as for the
+      // supervisor's.
+      if (deadline && s->end_admission()) [[unlikely]]
+        (void)s->expire();
+      return Admission::accepted;
+    case Route::run_here:  // or its queue deadline passed while it waited for room
+      c_.disarm_queue_deadline(s);
+      if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
+        c_.expire_unqueued(s);  // drops the cell's reference
+        return Admission::accepted;
+      }
+      if (s->leave_queue(TaskStatus::running)) {
+        c_.inline_runner().run_claimed_here(s, /*drop_ref=*/true);
+      } else {
+        s->release();
+      }
+      return Admission::accepted;
+    case Route::refused:
+      break;
+  }
+  // A refusal decides, even if the queue deadline passed meanwhile.
+  if (deadline) (void)s->end_admission();
+  c_.disarm_queue_deadline(s);
+  s->refused_as = why;
+  // Counted as a refusal already (refused_).
+  if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
+  if (c_.observes(Observer::task_rejected)) [[unlikely]]
+    c_.emit_refused(s, s->is_long, why);
+  s->release();
+  return why;
 }
 
 Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool may_block,
@@ -53,7 +183,7 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
       refuse(Admission::closed, why);
       break;
     }
-    if (c_.queue_.try_push(fill, level)) {
+    if (c_.queue_->try_push(fill, level)) {
       r = Route::queued;
       break;
     }
@@ -66,7 +196,7 @@ Submission::Route Submission::route_full(FillRef fill, std::size_t level, bool m
     }
     blocked.wait(
         [&] {
-          return c_.queue_.level_size(level) > blocked.low_water() &&
+          return c_.queue_->level_size(level) > blocked.low_water() &&
                  !c_.life_.closed(std::memory_order_seq_cst);
         },
         give_up);

@@ -114,7 +114,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
   bool found = false;
   unsigned stuck = 0;  // looks in a row that saw work and could not take it
   for (unsigned i = 0;; ++i) {
-    const std::size_t queued = core_.queue_.size();
+    const std::size_t queued = core_.queue_->size();
     if (queued == 0) {
       w.wake.backlog_since_ns = 0;
       stuck = 0;
@@ -132,7 +132,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
         token = false;
         if (core_.idle_.give_token()) wake_or_grow();
       }
-      if (core_.queue_.try_pop(cell, w.pop)) {
+      if (core_.queue_->try_pop(cell, w.pop)) {
         found = true;
         break;
       }
@@ -147,7 +147,7 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
       // onto it preempted the submitter). Yield it.
       if (++stuck == kStuckLooks) {
         stuck = 0;
-        if (core_.queue_.shared_size() != 0) sched_yield();
+        if (core_.queue_->shared_size() != 0) sched_yield();
       }
     }
     if (!slot || core_.life_.attention(std::memory_order_relaxed) != w.seen_attention ||
@@ -187,8 +187,8 @@ bool WakePolicy::spin_for_work(Worker& w, Cell& cell, bool already_spinning) noe
   // The last spinner to find work brings in help if more is queued (a
   // sleeper, else a new worker): a burst ramps up with one wake-up per
   // worker, and a submitter that saw this spinner is never left alone.
-  if (token && core_.idle_.give_token() && found && !core_.queue_.empty() &&
-      wake_due(w, core_.queue_.size())) {
+  if (token && core_.idle_.give_token() && found && !core_.queue_->empty() &&
+      wake_due(w, core_.queue_->size())) {
     wake_or_grow();
   }
   return found;
@@ -220,7 +220,7 @@ bool WakePolicy::wake_due(Worker& w, std::size_t queued) noexcept {
 // every 8th task: the backlog may have outlasted kBacklogNs meanwhile.
 void WakePolicy::wake_for_backlog(Worker& w) noexcept {
   if ((++w.wake.drained & 7) != 0) return;
-  const std::size_t queued = core_.queue_.size();
+  const std::size_t queued = core_.queue_->size();
   if (queued == 0) {
     w.wake.backlog_since_ns = 0;
   } else if (!core_.idle_.spinner_running() && wake_due(w, queued)) {
@@ -284,7 +284,7 @@ void WakePolicy::wake_for_push() noexcept {
   }
   if (sleeping != 0 &&
       core_.live_workers_.load(std::memory_order_relaxed) > static_cast<std::size_t>(sleeping) &&
-      core_.queue_.size() <= 2) {
+      core_.queue_->size() <= 2) {
     const int polls = core_.opts_.spin.count() != 0 ? kPolls : 1;
     for (int i = 0; i < polls; ++i) {
       for (int k = 0; k < 4; ++k) cpu_relax();
@@ -381,7 +381,7 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
   // (the worker loop's plain look), not to spin for.
   const Slept saw_work = core_.rt_->pacer != nullptr ? Slept::woken : Slept::saw_work;
   if (told_to_look()) return leave_for(Slept::woken);
-  if (!core_.queue_.empty() && !paced_out()) return leave_for(saw_work);
+  if (!core_.queue_->empty() && !paced_out()) return leave_for(saw_work);
   // A watcher stays counted from its first timed sleep until it stops
   // watching, across the looks between sleeps: a worker that sees the count
   // drop while a watcher is only looking would bring in help at once
@@ -424,7 +424,7 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
         // A worker that saw this one watching may have deferred help for
         // what is queued (it read the count after the queue; this reads the
         // queue after the count, both seq_cst): then watch on.
-        if (!core_.queue_.empty()) {
+        if (!core_.queue_->empty()) {
           core_.idle_.begin_watch();
           watching = watch = true;
           looks = 0;
@@ -463,7 +463,7 @@ WakePolicy::Slept WakePolicy::sleep_for_work(Worker& w) noexcept {
     // Timed out or woken spuriously: queued work a running spinner will
     // take is not a reason to leave.
     if (told_to_look()) return leave_for(Slept::woken);
-    if (!core_.queue_.empty() && !core_.idle_.spinner_running() && !paced_out())
+    if (!core_.queue_->empty() && !core_.idle_.spinner_running() && !paced_out())
       return leave_for(saw_work);
     if (expire_at != 0 && now_ns() >= expire_at) {
       if (!leave(w)) return handed();

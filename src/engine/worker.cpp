@@ -69,7 +69,7 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
     // first, and let whatever is queued bring in a worker now.
     (void)c.idle_.give_token();
     spinning = false;
-    if (!c.queue_.empty()) c.after_push();
+    if (!c.queue_->empty()) c.after_push();
   }
   if (c.opts_.on_worker_start) {
     try {
@@ -96,16 +96,17 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
   if (started && !written_off) {
     c.rt_->observers.worker(ObserverHub::WorkerEvent::started, w->id);
     if (replacement) c.rt_->observers.worker(ObserverHub::WorkerEvent::replaced, w->id);
-    LocalQueues& locals = c.queue_.locals();
+    LocalQueues& locals = c.queue_->locals();
     // Pools with priority levels keep every task in the shared queue, where
     // the levels are.
-    if (c.queue_.levels() == 1) {
+    if (c.queue_->levels() == 1) {
       try {
         w->pop.local = locals.claim();
       } catch (...) {  // out of memory for the queue: submit to the shared one
       }
     }
-    t_current = {&c, w.get(), w->pop.local};
+    t_current = {&c, w.get(),
+                 w->pop.local != LocalQueues::kNone ? &locals.at(w->pop.local) : nullptr};
     how = loop.loop(spinning);
     t_current = {};
     if (w->pop.local != LocalQueues::kNone) {
@@ -136,7 +137,7 @@ void WorkerLoop::run(std::shared_ptr<PoolCore> self, std::shared_ptr<Worker> w, 
   // A worker stopped or retired between tasks leaves while tasks may be
   // queued that submitters did not start a worker for (it still counted as
   // live then): now that it is off the books, bring in one if needed.
-  if (started && how != Exit::abandoned && c.state() == PoolState::running && !c.queue_.empty()) {
+  if (started && how != Exit::abandoned && c.state() == PoolState::running && !c.queue_->empty()) {
     c.after_push();
   }
 }
@@ -182,7 +183,7 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
       const Gate gate = c.rt_->pacer == nullptr ? Gate::pop : pace_start();
       if (gate == Gate::look) continue;
       if (gate == Gate::pop) {
-        if (c.queue_.try_pop(cell, w.pop)) {
+        if (c.queue_->try_pop(cell, w.pop)) {
           if (w.wake.backlog_since_ns != 0) c.rt_->wake.wake_for_backlog(w);
           c.rt_->wake.after_batch(w);
           if (!handle_cell(cell)) return Exit::abandoned;
@@ -231,7 +232,7 @@ WorkerLoop::Gate WorkerLoop::pace_start() noexcept {
   if (c.life_.dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
   std::int64_t wait_ns = 0;
   if (pacer.try_take(now_ns(), wait_ns)) return Gate::pop;
-  if (c.queue_.empty() || !pacer.begin_wait()) return Gate::idle;
+  if (c.queue_->empty() || !pacer.begin_wait()) return Gate::idle;
   set_worker_state(w_, WorkerState::idle);
   // In slices, so that a pause, a resize or a shutdown is seen within one.
   constexpr std::int64_t kSliceNs = 10'000'000;

@@ -22,6 +22,7 @@
 
 #include "crew/detail/cache_line.hpp"
 #include "crew/detail/pool_core.hpp"
+#include "crew/detail/queues.hpp"
 #include "crew/detail/spin_lock.hpp"
 #include "crew/detail/thread_annotations.hpp"
 #include "os_thread.hpp"

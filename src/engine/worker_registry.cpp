@@ -159,7 +159,7 @@ std::int64_t WorkerRegistry::retry_spawn_locked(std::int64_t now) noexcept {
   const PoolState st = core.life_.state();
   const bool may_start =
       st == PoolState::running || (st == PoolState::stopping && !core.life_.dropping());
-  if (!may_start || core.queue_.empty()) {
+  if (!may_start || core.queue_->empty()) {
     spawns_.forget();  // the next submission starts one the usual way
     return SupervisorAlarm::kNever;
   }

@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 
+#include "crew/detail/overload_control.hpp"
 #include "crew/detail/pool_control.hpp"
 
 namespace crew {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "crew/detail/local_queues.hpp"
 #include "crew/pool.hpp"
 #include "fork_join_util.hpp"
 #include "test_util.hpp"

@@ -31,6 +31,23 @@ endfunction()
 step("install" "${CMAKE_COMMAND}" --install "${CREW_BUILD_DIR}" --prefix "${prefix}"
   ${config_args})
 
+# The installed detail headers are what the public headers' inline templates
+# instantiate, no more: the list changes only on purpose.
+file(GLOB installed_detail RELATIVE "${prefix}/include" "${prefix}/include/crew/detail/*")
+list(SORT installed_detail)
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/installed_detail_headers.txt" expected_detail
+     REGEX "^crew/")
+list(SORT expected_detail)
+if(NOT installed_detail STREQUAL expected_detail)
+  set(extra ${installed_detail})
+  list(REMOVE_ITEM extra ${expected_detail})
+  set(missing ${expected_detail})
+  list(REMOVE_ITEM missing ${installed_detail})
+  message(FATAL_ERROR "install test: the installed crew/detail headers differ from "
+                      "tests/install/installed_detail_headers.txt; installed but not listed: "
+                      "${extra}; listed but not installed: ${missing}")
+endif()
+
 set(configure_args
   -S "${CONSUMER_SOURCE_DIR}" -B "${consumer_build}"
   -G "${GENERATOR}"

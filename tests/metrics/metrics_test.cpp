@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "crew/log.hpp"
 #include "crew/pool.hpp"
 #include "test_util.hpp"
 

@@ -256,5 +256,26 @@ TEST(SubmissionCounts, OutcomesNeverExceedSubmissionsWhileTheQueueSpills) {
   EXPECT_EQ(s.outcomes.succeeded, s.submitted);
 }
 
+// A push from outside the pool goes inline to the ring of the producer's
+// home shard; once that ring is full, to the other shards (out of line).
+// So one thread fills the whole queue of a paused pool before it is full,
+// and a second thread, with another home shard, finds it full too.
+TEST(SubmissionShards, OneProducerFillsEveryShardBeforeTheQueueIsFull) {
+  Watchdog dog;
+  constexpr int kCapacity = 64;  // 16 slots in each of 4 shards
+  Pool pool({.name = "shards", .max_workers = 1, .queue_capacity = kCapacity, .queue_shards = 4});
+  pool.pause();
+  std::atomic<int> ran{0};
+  for (int i = 0; i < kCapacity; ++i)
+    ASSERT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::accepted) << "task " << i;
+  EXPECT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::full);
+  std::thread other([&] { EXPECT_EQ(pool.try_post([&] { ran.fetch_add(1); }), Admission::full); });
+  other.join();
+  pool.resume();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), kCapacity);
+  EXPECT_EQ(pool.stats().outcomes.rejected, 2u);
+}
+
 }  // namespace
 }  // namespace crew

@@ -27,8 +27,10 @@
 #include <chrono>
 #include <cstdint>
 
+// The time-stamp counter is read with the compiler's builtin (GCC and
+// clang), not <x86intrin.h>: that header is some 48,000 preprocessed lines,
+// which every file including crew/pool.hpp would pay for.
 #if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
 #define CREW_HAVE_TSC 1
 #else
 #define CREW_HAVE_TSC 0
@@ -52,7 +54,7 @@ class TscClock {
 #if CREW_HAVE_TSC
     const std::uint32_t seq = seq_.load(std::memory_order_acquire);
     if ((seq & 1) == 0 && seq != 0) [[likely]] {
-      const std::uint64_t tsc = __rdtsc();
+      const std::uint64_t tsc = __builtin_ia32_rdtsc();
       // Acquire loads pair with the writer's release stores, so the seq
       // read after them sees any anchor write they saw part of (no fences:
       // ThreadSanitizer does not model them; on x86 these are plain loads).
@@ -100,7 +102,7 @@ inline std::int64_t now_ns() noexcept { return TscClock::now_ns(); }
 // little; compare differences as signed numbers.
 inline std::uint64_t cycles() noexcept {
 #if CREW_HAVE_TSC
-  return __rdtsc();
+  return __builtin_ia32_rdtsc();
 #else
   return static_cast<std::uint64_t>(now_ns());
 #endif

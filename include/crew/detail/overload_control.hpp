@@ -390,22 +390,4 @@ class OverloadControl {
   std::atomic<std::uint64_t> shed_priority_{0};
 };
 
-// Returns an admission ticket when it leaves scope (none for null): for the
-// thread that popped an admitted task state and is done with it.
-class TicketReturn {
- public:
-  explicit TicketReturn(OverloadControl* ctl) noexcept : ctl_(ctl) {}
-  ~TicketReturn() {
-    if (ctl_ != nullptr) ctl_->release();
-  }
-  TicketReturn(const TicketReturn&) = delete;
-  TicketReturn& operator=(const TicketReturn&) = delete;
-  [[nodiscard]] bool held() const noexcept { return ctl_ != nullptr; }
-  // Someone else returned it (a write-off of the run).
-  void disarm() noexcept { ctl_ = nullptr; }
-
- private:
-  OverloadControl* ctl_;
-};
-
 }  // namespace crew::detail

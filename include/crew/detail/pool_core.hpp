@@ -1,15 +1,19 @@
 // crew/detail/pool_core.hpp: detail::PoolCore, the part of a pool that the
 // inline submission path (detail::Submission, submission.hpp) needs: the
-// options, the queues, the pool's lifecycle, the idle counts, the id and
-// refusal counters, and after_push. Every slower step (a full queue, a
-// wake-up, a sweep after close, an event, the workers, the supervisor,
-// shutdown) is an out-of-line call into the engine
-// (src/engine/pool_runtime.hpp: PoolRuntime and its units, reached
+// options, the pool's lifecycle, the idle counts, the id and refusal
+// counters, the shared queue's rings, and after_push. The inline push
+// reaches only the calling worker's own queue (local_queue.hpp) and the
+// ring of its home shard (ring.hpp); the rest of the queues (Queues, held
+// in place without its header: other shards, spill queues, newest-first
+// stacks) and every slower step (a full queue, a wake-up, a sweep after
+// close, an event, the overload controller, the workers, the supervisor,
+// shutdown) are out-of-line calls into the engine (src/engine/submission.cpp
+// and src/engine/pool_runtime.hpp: PoolRuntime and its units, reached
 // through a std::unique_ptr). docs/design/architecture.md maps the units.
 //
 // Who touches what on the hot path:
-//   submitter: queue_ tail and slot; reads life_ (the pool's state) and
-//              idle_ (its counts)
+//   submitter: a ring's tail and slot, or its own local queue's bottom;
+//              reads life_ (the pool's state) and idle_ (its counts)
 //   worker:    queue_ head and slot; its own Worker counters
 // All of PoolCore's state is private; Submission and the engine's units are
 // its friends.
@@ -21,27 +25,66 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "crew/detail/cache_line.hpp"
 #include "crew/detail/cell.hpp"
-#include "crew/detail/clock.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/idle_counts.hpp"
-#include "crew/detail/overload_control.hpp"
+#include "crew/detail/local_queue.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
-#include "crew/detail/queues.hpp"
+#include "crew/detail/ring.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
-#include "crew/log.hpp"
-#include "crew/observer.hpp"
 #include "crew/pool_types.hpp"
 #include "crew/task.hpp"
+
+namespace crew {
+enum class LogLevel : std::uint8_t;  // crew/log.hpp
+struct LogContext;                   // crew/log.hpp
+}  // namespace crew
 
 namespace crew::detail {
 
 class PoolCore;
+// The engine's parts that PoolCore holds but the inline submission path
+// never touches: the queues as a whole (crew/detail/queues.hpp, reached
+// through Submission's out-of-line push once the home ring is full) and
+// the overload controller (crew/detail/overload_control.hpp).
+class Queues;
+class OverloadControl;
+// Returns an admission ticket to `ctl` (OverloadControl::release).
+void release_ticket(OverloadControl* ctl) noexcept;
+
+// A member of type T, complete only where it is used: storage of T's size
+// and alignment in the object, so that reaching it costs no pointer (as a
+// std::unique_ptr would), while the header declaring the object need not
+// include T's. Constructed, used and destroyed only where T is complete
+// (the engine); Size and Align are checked there.
+template <class T, std::size_t Size, std::size_t Align>
+class InPlace {
+ public:
+  template <class... Args>
+  explicit InPlace(Args&&... args) {
+    static_assert(sizeof(T) <= Size && alignof(T) <= Align, "InPlace: raise Size or Align");
+    ::new (static_cast<void*>(mem_)) T(std::forward<Args>(args)...);
+  }
+  ~InPlace() { get().~T(); }
+  InPlace(const InPlace&) = delete;
+  InPlace& operator=(const InPlace&) = delete;
+
+  T& get() noexcept { return *std::launder(reinterpret_cast<T*>(mem_)); }
+  const T& get() const noexcept { return *std::launder(reinterpret_cast<const T*>(mem_)); }
+  T* operator->() noexcept { return &get(); }
+  const T* operator->() const noexcept { return &get(); }
+
+ private:
+  alignas(Align) unsigned char mem_[Size];
+};
+
 struct PoolRuntime;
 class SuspendedTasks;  // crew/detail/suspended_tasks.hpp (coroutine tasks)
 
@@ -90,8 +133,8 @@ struct NoStackThrowScope {
 struct CurrentWorker {
   PoolCore* core = nullptr;
   Worker* worker = nullptr;
-  // The worker's local queue slot (LocalQueues::kNone: it has none).
-  std::size_t worker_local = static_cast<std::size_t>(-1);
+  // The worker's own local queue, or null (it has none).
+  LocalQueue* local_queue = nullptr;
   // Task ids reserved by this worker: [next_id, end_id). Forked tasks take
   // their ids here instead of from the pool's shared counter.
   std::uint64_t next_id = 0;
@@ -222,7 +265,7 @@ struct AdmittedFn {
   AdmittedFn& operator=(const AdmittedFn&) = delete;
   AdmittedFn& operator=(AdmittedFn&&) = delete;
   ~AdmittedFn() {
-    if (ticket != nullptr) ticket->release();
+    if (ticket != nullptr) release_ticket(ticket);
   }
   // An untimed one is neither shed nor timed: it runs as a plain task
   // does (its caller counts it, false), without the runner's call.
@@ -234,6 +277,24 @@ struct AdmittedFn {
     static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
     return true;
   }
+};
+
+// Returns an admission ticket when it leaves scope (none for null): for the
+// thread that popped an admitted task state and is done with it.
+class TicketReturn {
+ public:
+  explicit TicketReturn(OverloadControl* ctl) noexcept : ctl_(ctl) {}
+  ~TicketReturn() {
+    if (ctl_ != nullptr) release_ticket(ctl_);
+  }
+  TicketReturn(const TicketReturn&) = delete;
+  TicketReturn& operator=(const TicketReturn&) = delete;
+  [[nodiscard]] bool held() const noexcept { return ctl_ != nullptr; }
+  // Someone else returned it (a write-off of the run).
+  void disarm() noexcept { ctl_ = nullptr; }
+
+ private:
+  OverloadControl* ctl_;
 };
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
@@ -320,10 +381,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   PoolCore(const PoolCore&) = delete;
   PoolCore& operator=(const PoolCore&) = delete;
 
-  // The events that make a plain task go through a task's observer path.
-  static constexpr std::uint32_t kTaskEvents = Observer::task_enqueued | Observer::task_started |
-                                               Observer::task_finished | Observer::task_rejected;
-
   // The control calls (shutdown, pause, resize, wait_idle, ...) and the
   // stats are PoolControl's and PoolSnapshot's (crew/detail/pool_control.hpp).
   [[nodiscard]] PoolState state() const noexcept { return life_.state(); }
@@ -378,6 +435,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   [[nodiscard]] bool observes(std::uint32_t events) const noexcept {
     return (observed_ & events) != 0;
   }
+  // Whether some observer wants a task's own events (enqueued, started,
+  // finished, rejected): a plain task then goes through the observer path.
+  [[nodiscard]] bool observes_tasks() const noexcept { return task_observed_; }
   // The submission path's events (src/engine/observer_hub.cpp has the
   // rest): a task state `s`, or a plain task if null.
   void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
@@ -458,10 +518,19 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   const LogLevel log_level_;  // opts_.logger->level(), read once
   const std::uint32_t observed_;
   const bool timed_;
+  const bool task_observed_;  // observes_tasks()
   // The overload controller (crew/overload.hpp); null when off.
   const std::unique_ptr<OverloadControl> overload_;
   const bool time_handles_;  // opts_.time_tasks
-  Queues queue_;
+  // The queues (crew/detail/queues.hpp), in place; the sizes are checked
+  // where the engine constructs them.
+  InPlace<Queues, 4544, 64> queue_;
+  // The inline push's view of queue_'s shared rings, made once by the
+  // engine: per level and shard, the shard's ring, or null where a spill
+  // queue sits behind it (its pushes go through Queues). Read-only after
+  // construction.
+  std::unique_ptr<Ring*[]> rings_;
+  std::size_t shard_mask_ = 0;  // shards per level - 1 (a power of two)
   // The pool's state, the shutdown's drop switch (popped tasks are
   // rejected, not run) and the attention counter workers poll.
   PoolLifecycle life_;
@@ -521,6 +590,12 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
     }
     if (own_queue ? idle_.spinning() != 0 : idle_.spinner_running()) return;
     wake_for_push();
+  }
+
+  // The ring of the calling thread's home shard at `level`
+  // (producer_index()), or null if that shard has a spill queue.
+  [[nodiscard]] Ring* home_ring(std::size_t level) const noexcept {
+    return rings_[level * (shard_mask_ + 1) + (producer_index() & shard_mask_)];
   }
 
   // Unique per pool; a worker takes them from a block it reserved, so that

@@ -11,7 +11,7 @@
 //              head or its spill's head
 //   anyone:    size() and empty() (racy snapshots)
 // All state is private to its class; Queues (at the end) ties the shared
-// queue's priority levels to the worker-local queues (local_queue.hpp).
+// queue's priority levels to the worker-local queues (local_queues.hpp).
 #pragma once
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 
 #include "crew/detail/cell.hpp"
 #include "crew/detail/local_queue.hpp"
+#include "crew/detail/local_queues.hpp"
 #include "crew/detail/newest_first.hpp"
 #include "crew/detail/ring.hpp"
 #include "crew/detail/spill_queue.hpp"
@@ -51,6 +52,10 @@ class Shard {
   }
 
   bool try_pop(Cell& out) noexcept { return ring_.try_pop(out) || pop_spill(out); }
+
+  // The ring, for a push that may skip try_push: null if a spill queue sits
+  // behind it (its pushes must check the spill first).
+  [[nodiscard]] Ring* plain_ring() noexcept { return spill_cap_ == 0 ? &ring_ : nullptr; }
 
   // Rings smaller than this give one cell at a time: cells a batch moves
   // out no longer count against the capacity, and in a ring this size or
@@ -166,6 +171,9 @@ class TaskQueue {
     return n;
   }
   [[nodiscard]] std::size_t shards() const noexcept { return mask_ + 1; }
+  // Shard `i`'s Shard::plain_ring(), for a push that goes to the calling
+  // thread's home shard (producer_index()) without this class.
+  [[nodiscard]] Ring* plain_ring(std::size_t i) noexcept { return shards_[i]->plain_ring(); }
 
  private:
   // Calls pop(Shard&) on each shard in the order try_pop describes, until
@@ -185,14 +193,6 @@ class TaskQueue {
       }
     }
     return false;
-  }
-
-  // Each thread that submits gets the next index once, so concurrent
-  // producers land on different shards.
-  static std::size_t producer_index() noexcept {
-    static std::atomic<std::size_t> next{0};
-    thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed);
-    return index;
   }
 
   std::unique_ptr<std::unique_ptr<Shard>[]> shards_;
@@ -268,6 +268,7 @@ class Queues {
 
   [[nodiscard]] std::size_t levels() const noexcept { return levels_.size(); }
   [[nodiscard]] LocalQueues& locals() noexcept { return locals_; }
+  [[nodiscard]] TaskQueue& level(std::size_t level) noexcept { return *levels_[level]; }
 
   template <class Fill>
   bool try_push(Fill&& fill, std::size_t level) noexcept {

@@ -27,6 +27,15 @@ namespace crew::detail {
 void* allocate_ring_memory(std::size_t bytes, std::size_t align);
 void release_ring_memory(void* p, std::size_t bytes) noexcept;
 
+// Which shard of a sharded queue (queues.hpp) the calling thread pushes to,
+// before masking: each thread that submits gets the next index once, so
+// concurrent producers land on different shards.
+inline std::size_t producer_index() noexcept {
+  static std::atomic<std::size_t> next{0};
+  thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed);
+  return index;
+}
+
 class Ring {
  public:
   explicit Ring(std::size_t capacity) : cap_(capacity) {

@@ -1,11 +1,17 @@
 // crew/detail/submission.hpp: detail::Submission, a pool's inline
 // submission path: how Pool::post / submit / try_*, Group and run_batch
 // hand a task to a PoolCore. It packs the task (in its cell when it fits,
-// else boxed or in a task state), routes it (the worker's own queue, the
-// shared queue, or a full queue's slow path, route_full, in
-// src/engine/pool_core.cpp), wakes a worker if none is spinning
-// (PoolCore::after_push), and counts a refusal. A short-lived view of one
-// PoolCore, made per call: it holds no state of its own.
+// else boxed or in a task state), pushes it inline to where nearly every
+// push goes (the worker's own queue, else the ring of the caller's home
+// shard), wakes a worker if none is spinning (PoolCore::after_push), and
+// counts a refusal. What is rare is out of line, in
+// src/engine/submission.cpp, so that the rest of the queues, the overload
+// controller and the observers stay out of the installed headers: a full
+// ring (the other shards, the spill queue), a full queue's slow path
+// (route_full), a task state's admission, the overload controller's
+// admission and its newest-first route, and the observer notes. A
+// short-lived view of one PoolCore, made per call: it holds no state of
+// its own.
 //
 // Who touches what: the submitting thread (any thread, a worker of the
 // pool included) writes the queue's tail and slot and the pool's id and
@@ -43,11 +49,11 @@ class Submission {
         return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
       }
       if (c_.admits_here()) [[unlikely]] {
-        if (c_.observes(PoolCore::kTaskEvents))
+        if (c_.observes_tasks())
           return post_state<D>(std::forward<F>(f), std::move(opts), may_block);
         return post_admitted(std::forward<F>(f), level, may_block);
       }
-      if (c_.observes(PoolCore::kTaskEvents)) [[unlikely]] {
+      if (c_.observes_tasks()) [[unlikely]] {
         return post_observed(std::forward<F>(f), level, may_block);
       }
       return post_plain(std::forward<F>(f), level, may_block);
@@ -100,7 +106,7 @@ class Submission {
     }
     return why;
   }
-  [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes(PoolCore::kTaskEvents); }
+  [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes_tasks(); }
 
   // What a plain post carries only in a task state (its Extras).
   static bool needs_state(const TaskOptions& o) noexcept {
@@ -111,7 +117,7 @@ class Submission {
   // a negative timeout and a correlation id too long (the options' one
   // validation).
   std::size_t level_of(const TaskOptions& o) const {
-    if (o.priority >= c_.queue_.levels()) [[unlikely]]
+    if (o.priority >= c_.opts_.priority_levels) [[unlikely]]
       throw_bad_priority(o.priority);
     if (o.timeout.count() < 0 || o.queue_timeout.count() < 0) [[unlikely]]
       throw_negative_timeout(o);
@@ -164,6 +170,19 @@ class Submission {
   void count_refusal() noexcept { c_.refused_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  // A fill passed out of line: the slow paths after a failed push
+  // (src/engine/submission.cpp) build the task's cell in its slot through
+  // it, one indirect call.
+  struct FillRef {
+    void (*fill)(void* ctx, Cell& c) noexcept;
+    void* ctx;
+    void operator()(Cell& c) const noexcept { fill(ctx, c); }
+  };
+  template <class Fill>
+  static FillRef fill_ref(Fill& f) noexcept {
+    return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
+  }
+
   template <class D, class F>
   Admission post_state(F&& f, TaskOptions&& opts, bool may_block) {
     TaskStateBase* s = make_state<D>(std::forward<F>(f), std::move(opts));
@@ -283,12 +302,12 @@ class Submission {
       (void)refuse(Admission::overloaded, why);
       return why;
     }
-    const std::int64_t enqueued = ctl->time_this() ? now_ns() : 0;
+    const std::int64_t enqueued = admitted_enqueue_ns();
     if constexpr (Cell::fits_inline<AdmittedFn<D>> && std::is_nothrow_constructible_v<D, F&&>) {
       auto fill = [&](Cell& c) noexcept {
         c.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
       };
-      switch (route_admitted(fill, level, may_block, why)) {
+      switch (route_admitted(fill_ref(fill), level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here: {
@@ -298,7 +317,7 @@ class Submission {
           return Admission::accepted;
         }
         case Route::refused:
-          ctl->release();
+          release_ticket(ctl);
           return why;
       }
     } else {
@@ -306,11 +325,11 @@ class Submission {
       try {
         tmp.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
       } catch (...) {
-        ctl->release();
+        release_ticket(ctl);
         throw;
       }
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route_admitted(fill, level, may_block, why)) {
+      switch (route_admitted(fill_ref(fill), level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here:
@@ -348,125 +367,25 @@ class Submission {
   }
 
   // Hands `s` to the queue; the creator keeps its own reference.
-  Admission admit_state(TaskStateBase* s, bool may_block) {
-    const bool ticket = c_.admits_here();
-    // The enqueue time: for task observers and a handle that shows its
-    // queue wait and run time (time_tasks), or for the overload controller
-    // alone (when it times this task's wait; the handle shows nothing).
-    const bool shown = c_.timed_ || (c_.time_handles_ && !s->detached);
-    if (shown || (ticket && c_.overload_->time_this())) [[unlikely]]
-      s->clock.set_enqueued(now_ns(), shown);
-    // The cell's reference. A queue deadline is armed first: arming may
-    // throw (out of memory), and then the caller's reference alone frees
-    // the state; once armed, the state is shared with the supervisor,
-    // which leaves the deadline to this thread until the submission is
-    // counted (begin_admission).
-    const bool deadline = s->has_queue_deadline();
-    if (deadline) {
-      s->begin_admission();
-      c_.arm_queue_deadline(s);
-      s->add_ref();
-    } else {
-      s->add_ref_unshared();  // `s` is not shared yet
-    }
-    auto fill = [s, ticket](Cell& c) noexcept {
-      s->set_overload_ticket(ticket);  // published with the cell
-      c.emplace_state(s);
-    };
-    Admission why = Admission::accepted;
-    Route routed;
-    if (ticket && !c_.life_.closed()) [[unlikely]] {
-      OverloadReason r = OverloadReason::none;
-      if (!admit_or_displace(s->level(), s->queue_timeout_left_ns(), &r)) {
-        s->set_overload_reason(r);
-        routed = refuse(Admission::overloaded, why);
-      } else {
-        routed = route_admitted(fill, s->level(), may_block, why, s->queue_deadline());
-        if (routed != Route::queued) c_.overload_->release();
-      }
-    } else {
-      routed = route(fill, s->level(), may_block, why, s->queue_deadline());
-    }
-    switch (routed) {
-      case Route::queued:
-        if (c_.observes(Observer::task_enqueued)) [[unlikely]]
-          c_.emit_enqueued(s, s->is_long);
-        // Counted (pushed): a deadline that passed while this call routed
-        // it is fired here; whoever pops the cell reports it, as for the
-        // supervisor's.
-        if (deadline && s->end_admission()) [[unlikely]]
-          (void)s->expire();
-        return Admission::accepted;
-      case Route::run_here:  // or its queue deadline passed while it waited for room
-        c_.disarm_queue_deadline(s);
-        if (deadline && (s->end_admission() || s->queue_deadline_passed())) [[unlikely]] {
-          c_.expire_unqueued(s);  // drops the cell's reference
-          return Admission::accepted;
-        }
-        if (s->leave_queue(TaskStatus::running)) {
-          c_.inline_runner().run_claimed_here(s, /*drop_ref=*/true);
-        } else {
-          s->release();
-        }
-        return Admission::accepted;
-      case Route::refused:
-        break;
-    }
-    // A refusal decides, even if the queue deadline passed meanwhile.
-    if (deadline) (void)s->end_admission();
-    c_.disarm_queue_deadline(s);
-    s->refused_as = why;
-    // Counted as a refusal already (refused_).
-    if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
-    if (c_.observes(Observer::task_rejected)) [[unlikely]]
-      c_.emit_refused(s, s->is_long, why);
-    s->release();
-    return why;
-  }
+  Admission admit_state(TaskStateBase* s, bool may_block);
 
   // Events of a plain submission that was queued, refused or swept.
-  void note_plain_submission(Route r, Admission why, bool is_long) noexcept {
-    if (r == Route::queued) {
-      if (c_.observes(Observer::task_enqueued)) c_.emit_enqueued(nullptr, is_long);
-    } else if (r == Route::refused && c_.observes(Observer::task_rejected)) {
-      c_.emit_refused(nullptr, is_long, why);
-    }
-  }
+  void note_plain_submission(Route r, Admission why, bool is_long) noexcept;
 
   // An admission ticket for a submission at `level` from outside the pool:
   // past the limit, a level above 0 displaces the newest task a lower
   // level queued newest first (PoolCore::displace_below) and takes its
   // ticket. False (and why, in `reason`) if refused.
   bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
-                         OverloadReason* reason = nullptr) noexcept {
-    OverloadControl& ctl = *c_.overload_;
-    const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
-    if (r == OverloadReason::none) [[likely]]
-      return true;
-    if (r == OverloadReason::limit && level > 0) {
-      if (c_.displace_below(level)) {
-        ctl.admit_displacing();
-        return true;
-      }
-      ctl.note_refused_early();
-    }
-    if (reason != nullptr) *reason = r;
-    return false;
-  }
+                         OverloadReason* reason = nullptr) noexcept;
+  // The enqueue time of an admitted plain task: now if the overload
+  // controller times this one's queue wait, else 0.
+  std::int64_t admitted_enqueue_ns() const noexcept;
 
   // route() for an admitted task: while the controller reports a standing
   // queue, to its level's newest-first stack when that has room.
-  template <class Fill>
-  Route route_admitted(Fill& fill, std::size_t level, bool may_block, Admission& why,
-                       std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
-    if (c_.overload_->standing() && !c_.life_.closed()) [[unlikely]] {
-      if (c_.queue_.try_push_newest(fill, level)) {
-        c_.after_push();
-        return Route::queued;
-      }
-    }
-    return route(fill, level, may_block, why, give_up);
-  }
+  Route route_admitted(FillRef fill, std::size_t level, bool may_block, Admission& why,
+                       std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline);
 
   // `give_up`: the task's queue deadline, past which a blocked submission
   // stops waiting for room: Route::run_here, where the caller finds the
@@ -485,20 +404,28 @@ class Submission {
   // Pushes without blocking, then wakes a worker if none spins (after_push).
   // From a worker of this pool: its own queue first, where a wait of this
   // worker finds it first (see local_queue.hpp); else the shared queue of
-  // `level`. False if that is full.
+  // `level`: the ring of the caller's home shard inline, and if that is
+  // full (or has a spill queue) the whole level out of line
+  // (try_queue_shared). False if the level is full.
   template <class Fill>
   bool try_queue(Fill& fill, std::size_t level) noexcept {
     if (t_current.core == &c_) {
-      const std::size_t local = t_current.worker_local;
-      if (local != LocalQueues::kNone && c_.queue_.try_push_local(fill, local)) [[likely]] {
+      LocalQueue* mine = t_current.local_queue;
+      if (mine != nullptr && mine->try_push(fill)) [[likely]] {
         c_.after_push(/*own_queue=*/true);
         return true;
       }
     }
-    if (!c_.queue_.try_push(fill, level)) return false;
-    c_.after_push();
-    return true;
+    Ring* ring = c_.home_ring(level);
+    if (ring != nullptr && ring->try_push(fill)) [[likely]] {
+      c_.after_push();
+      return true;
+    }
+    return try_queue_shared(fill_ref(fill), level);
   }
+  // The shared queue of `level` as a whole (Queues: every shard, with its
+  // spill queue), then after_push. In src/engine/submission.cpp.
+  bool try_queue_shared(FillRef fill, std::size_t level) noexcept;
 
   Route refuse(Admission a, Admission& why) noexcept {
     why = a;
@@ -506,16 +433,6 @@ class Submission {
     return Route::refused;
   }
 
-  // A fill passed out of line: the slow paths after a failed push.
-  struct FillRef {
-    void (*fill)(void* ctx, Cell& c) noexcept;
-    void* ctx;
-    void operator()(Cell& c) const noexcept { fill(ctx, c); }
-  };
-  template <class Fill>
-  static FillRef fill_ref(Fill& f) noexcept {
-    return {[](void* ctx, Cell& c) noexcept { (*static_cast<Fill*>(ctx))(c); }, &f};
-  }
   // The shared queue of `level` is full (src/engine/submission.cpp): runs
   // the task here (a worker of this pool, or caller_runs), refuses it, or
   // blocks the caller until the level drains (BlockedSubmitters), at most

@@ -1,4 +1,7 @@
-// Uses crew through its installed headers and package config.
+// Uses crew through its installed headers and package config. The umbrella
+// header first: every public header compiles against the installed set.
+#include <crew/crew.hpp>
+// Directly too.
 #include <crew/coro.hpp>
 #include <crew/pool.hpp>
 #include <cstdio>
