@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "coro_test_util.hpp"
 #include "crew/coro.hpp"
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -28,17 +28,12 @@ using test::Watchdog;
 
 using test::FrameGuard;
 
-Co<void> sleeper(std::chrono::milliseconds d, std::atomic<int>* done) {
-  co_await sleep_for(d);
-  done->fetch_add(1);
-}
-
 TEST(CoroTask, EveryTaskIsCountedOnceAndWaitIdleWaitsForSuspendedOnes) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
   std::atomic<int> done{0};
   for (int i = 0; i < 50; ++i)
-    ASSERT_EQ(spawn_detached(pool, sleeper(50ms, &done)), Admission::accepted);
+    ASSERT_EQ(spawn_detached(pool, test::counting_sleeper(50ms, &done)), Admission::accepted);
   ASSERT_TRUE(pool.wait_idle(10s));
   EXPECT_EQ(done.load(), 50);  // wait_idle did not return while they slept
   const PoolStats s = pool.stats();
@@ -73,7 +68,7 @@ TEST(CoroTask, AShutdownCountsASuspendedTaskOnce) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
   std::atomic<int> done{0};
-  Task<void> t = spawn(pool, sleeper(std::chrono::milliseconds(60'000), &done));
+  Task<void> t = spawn(pool, test::counting_sleeper(std::chrono::milliseconds(60'000), &done));
   ASSERT_TRUE(test::eventually([&] { return coroutine_tasks(pool).suspended.size() == 1; }));
   const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 5s);
   EXPECT_TRUE(t.ready());

@@ -10,9 +10,9 @@
 #include <optional>
 #include <thread>
 
+#include "coro_test_util.hpp"
 #include "crew/coro.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {

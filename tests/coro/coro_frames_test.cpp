@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <new>
 
+#include "coro_test_util.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/block_cache.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "replaced_new.hpp"  // operator new: counts allocations, injects failures
 #include "test_util.hpp"
 

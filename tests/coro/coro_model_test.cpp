@@ -49,9 +49,9 @@
 #include <thread>
 #include <vector>
 
+#include "coro_test_util.hpp"
 #include "crew/coro.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "random_programs.hpp"
 #include "test_util.hpp"
 

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "coro_test_util.hpp"
 #include "crew/coro.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "coro_test_util.hpp"
 #include "crew/pool.hpp"
-#include "frame_guard.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -67,18 +67,13 @@ TEST(CoroTask, ADetachedTasksExceptionGoesToTheHandler) {
   EXPECT_EQ(handled.load(), 1);
 }
 
-Co<void> sleeper(std::chrono::milliseconds d, std::atomic<int>* done) {
-  co_await sleep_for(d);
-  done->fetch_add(1);
-}
-
 TEST(CoroTask, SleepingTasksHoldNoWorker) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 1));
   std::atomic<int> done{0};
   std::vector<Task<void>> tasks;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 200; ++i) tasks.push_back(spawn(pool, sleeper(100ms, &done)));
+  for (int i = 0; i < 200; ++i) tasks.push_back(spawn(pool, test::counting_sleeper(100ms, &done)));
   for (auto& t : tasks) t.get();
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(done.load(), 200);
@@ -325,7 +320,7 @@ TEST(CoroTask, TrySpawnOnAFullQueueGivesARejectedHandle) {
   FullPool full(Overflow::reject);
   Pool& pool = full.pool;
   std::atomic<int> done{0};
-  Task<void> t = try_spawn(pool, sleeper(1ms, &done));
+  Task<void> t = try_spawn(pool, test::counting_sleeper(1ms, &done));
   EXPECT_EQ(t.status(), TaskStatus::rejected);
   try {
     t.get();
@@ -345,7 +340,7 @@ TEST(CoroTask, AnExpiredQueueDeadlineEndsTheTaskUnrun) {
   test::Gate gate;
   ASSERT_EQ(pool.post([&] { gate.wait(); }), Admission::accepted);
   std::atomic<int> done{0};
-  Task<void> t = spawn(pool, sleeper(1ms, &done), {.queue_timeout = 1ms});
+  Task<void> t = spawn(pool, test::counting_sleeper(1ms, &done), {.queue_timeout = 1ms});
   std::this_thread::sleep_for(10ms);
   gate.open();
   t.wait();

@@ -1,12 +1,16 @@
-// The coroutine tests' frame counter: a FrameGuard lives in each frame that
-// holds one, so that a test can tell that every frame was destroyed, and on
-// which thread.
+// What several coroutine tests share: the frame counter (a FrameGuard lives
+// in each frame that holds one, so that a test can tell that every frame
+// was destroyed, and on which thread) and a task that sleeps and counts its
+// end.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "crew/coro.hpp"
 
 namespace crew::test {
 
@@ -40,5 +44,12 @@ class FrameGuard {
   static inline std::mutex mu_;
   static inline std::vector<std::thread::id> destroyed_on_;
 };
+
+// Sleeps `d` on its pool's timer heap, then adds 1 to `*done` (not run if
+// the sleep ends by a stop: Errc::cancelled leaves the frame at the await).
+inline Co<void> counting_sleeper(std::chrono::milliseconds d, std::atomic<int>* done) {
+  co_await sleep_for(d);
+  done->fetch_add(1);
+}
 
 }  // namespace crew::test
