@@ -7,7 +7,11 @@
 #include <cmath>
 #include <limits>
 
+#include "crew/detail/mutex.hpp"
+
 namespace crew::detail {
+
+void leave_live_controllers(std::uint64_t token) noexcept;
 
 namespace {
 
@@ -39,7 +43,30 @@ std::uint64_t thread_token() noexcept {
   return token;
 }
 
+// The live controllers, for the thread-exit hook: linked and unlinked
+// under g_live_mu, walked under it by an exiting thread, so that a
+// controller is never destroyed while that thread gives its ledger back.
+Mutex g_live_mu;
+OverloadControl* g_live_head CREW_GUARDED_BY(g_live_mu) = nullptr;
+
+// Armed by a thread's first bind_ledger(): as the thread exits (its
+// thread_local destructors), it gives back its ledgers in every
+// controller still alive. A worker of a pool has left that pool's
+// controller already (worker.cpp); what it finds there is nothing.
+struct LedgerExitHook {
+  std::uint64_t token = 0;  // 0: not armed
+  ~LedgerExitHook() {
+    if (token != 0) leave_live_controllers(token);
+  }
+};
+thread_local LedgerExitHook t_ledger_exit;
+
 }  // namespace
+
+void leave_live_controllers(std::uint64_t token) noexcept {
+  MutexLock lock(g_live_mu);
+  for (OverloadControl* c = g_live_head; c != nullptr; c = c->next_live_) c->leave_as(token);
+}
 
 OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
                                  std::size_t workers, std::int64_t now) noexcept
@@ -58,7 +85,22 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       window_end_(now + o.interval.count()),
       id_(g_next_controller.fetch_add(1, std::memory_order_relaxed)),
       limit_exact_(static_cast<double>(ceiling)),
-      window_start_(now) {}
+      window_start_(now) {
+  MutexLock lock(g_live_mu);
+  next_live_ = g_live_head;
+  if (g_live_head != nullptr) g_live_head->prev_live_ = this;
+  g_live_head = this;
+}
+
+OverloadControl::~OverloadControl() {
+  MutexLock lock(g_live_mu);
+  if (prev_live_ != nullptr) {
+    prev_live_->next_live_ = next_live_;
+  } else {
+    g_live_head = next_live_;
+  }
+  if (next_live_ != nullptr) next_live_->prev_live_ = prev_live_;
+}
 
 std::size_t OverloadControl::bucket_of(std::int64_t wait_ns) noexcept {
   const std::uint64_t us = wait_ns > 0 ? static_cast<std::uint64_t>(wait_ns) / 1000 : 0;
@@ -124,14 +166,16 @@ OverloadControl::Ledger* OverloadControl::bind_ledger() noexcept {
         owners_[i].compare_exchange_strong(none, me, std::memory_order_acquire)) {
       owned_.fetch_add(1, std::memory_order_relaxed);
       found = &ledgers_[i];
+      t_ledger_exit.token = me;  // gives it back as the thread exits
     }
   }
   ledger_cache() = {.controller = id_, .ledger = found};
   return found;
 }
 
-void OverloadControl::leave() noexcept {
-  const std::uint64_t me = thread_token();
+void OverloadControl::leave() noexcept { leave_as(thread_token()); }
+
+void OverloadControl::leave_as(std::uint64_t me) noexcept {
   for (std::size_t i = 0; i < kLedgers; ++i) {
     if (owners_[i].load(std::memory_order_relaxed) != me) continue;
     // Its credit goes back before the ledger does.

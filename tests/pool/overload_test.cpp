@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <latch>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -261,18 +263,29 @@ TEST(OverloadCost, CreditAnotherThreadHoldsIsNotCountedAsAdmitted) {
   EXPECT_EQ(c.ctl.read().admitted, 0u);
 }
 
-// More threads than ledgers: the rest count one by one in shared counters,
-// and ledgers of threads gone (credit and all) still count exactly.
+// More threads than ledgers at once: the rest count one by one in shared
+// counters, and every ticket still counts exactly.
 TEST(OverloadCost, TicketsAreCountedExactlyWithMoreThreadsThanLedgers) {
   Watchdog dog;
   Controlled c;  // limit 100
-  for (std::size_t t = 0; t < OverloadControl::kLedgers + 4; ++t) {
-    std::thread([&c] {
-      for (int i = 0; i < 3; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  constexpr std::size_t kThreads = OverloadControl::kLedgers + 4;
+  std::latch admitted(kThreads), checked(1);
+  std::vector<std::jthread> threads;
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(c.ctl.admit(0), OverloadReason::none);
+      admitted.count_down();
+      checked.wait();
       for (int i = 0; i < 3; ++i) c.ctl.release();
-    }).join();
-    EXPECT_EQ(c.ctl.read().admitted, 0u) << t;
+    });
   }
+  admitted.wait();
+  EXPECT_EQ(c.ctl.ledgers_owned(), static_cast<std::int64_t>(OverloadControl::kLedgers));
+  EXPECT_EQ(c.ctl.read().admitted, 3 * kThreads);
+  checked.count_down();
+  threads.clear();  // joins
+  EXPECT_EQ(c.ctl.read().admitted, 0u);
+  EXPECT_EQ(c.ctl.ledgers_owned(), 0);  // given back as each thread exited
   for (int i = 0; i < 100; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none) << i;
   EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
   // A thread leaving gives its ledger back, with the credit in it.
@@ -281,6 +294,51 @@ TEST(OverloadCost, TicketsAreCountedExactlyWithMoreThreadsThanLedgers) {
     c.ctl.leave();
   }).join();
   EXPECT_EQ(c.ctl.read().admitted, 99u);
+}
+
+// A thread that is no worker gives its ledger (and the credit in it) back
+// as it exits: threads that come and go, many more than kLedgers, leave
+// every ledger free and nothing admitted, and the next thread gets a
+// ledger of its own.
+TEST(OverloadCost, ThreadsThatExitGiveTheirLedgersBack) {
+  Watchdog dog;
+  Controlled c;  // limit 100
+  for (std::size_t t = 0; t < 3 * OverloadControl::kLedgers; ++t) {
+    std::thread([&c] {
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+      EXPECT_EQ(c.ctl.ledgers_owned(), 1);
+      c.ctl.release();  // two tickets left, one held as credit or not
+    }).join();
+    EXPECT_EQ(c.ctl.ledgers_owned(), 0) << t;
+    EXPECT_EQ(c.ctl.read().admitted, 2 * (t + 1)) << t;
+  }
+  for (std::size_t i = 0; i < 2 * 3 * OverloadControl::kLedgers; ++i) c.ctl.release();
+  EXPECT_EQ(c.ctl.read().admitted, 0u);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none) << i;
+  EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+}
+
+// A thread that outlives a controller it used: the controller's
+// destruction takes it off the list the thread's exit walks (under ASan, a
+// stale entry would be a use after free).
+TEST(OverloadCost, AThreadOutlivingAControllerItUsedExitsCleanly) {
+  Watchdog dog;
+  auto c = std::make_unique<Controlled>();
+  Controlled other;  // alive across the thread's exit
+  std::latch used(1), destroyed(1);
+  std::jthread t([&] {
+    EXPECT_EQ(c->ctl.admit(0), OverloadReason::none);
+    EXPECT_EQ(other.ctl.admit(0), OverloadReason::none);
+    used.count_down();
+    destroyed.wait();
+    other.ctl.release();
+  });
+  used.wait();
+  c.reset();
+  destroyed.count_down();
+  t.join();
+  EXPECT_EQ(other.ctl.ledgers_owned(), 0);
+  EXPECT_EQ(other.ctl.read().admitted, 0u);
 }
 
 // Above kDenseStarts starts an interval, one admission in kSampleEvery per

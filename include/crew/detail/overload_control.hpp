@@ -78,6 +78,7 @@ class OverloadControl {
   // takes that many admitted tasks as running).
   OverloadControl(const OverloadOptions& o, std::size_t floor, std::size_t ceiling,
                   std::size_t workers, std::int64_t now) noexcept;
+  ~OverloadControl();
   OverloadControl(const OverloadControl&) = delete;
   OverloadControl& operator=(const OverloadControl&) = delete;
 
@@ -117,8 +118,15 @@ class OverloadControl {
   }
   // A thread that took tickets or returned some leaves the controller for
   // good (a worker of the pool exiting): its ledger, and the credit in it,
-  // go back for another thread.
+  // go back for another thread. Any other thread with a ledger does the
+  // same on its own as it exits, in every controller still alive (a
+  // thread-exit hook armed when it binds its first ledger), so that
+  // threads that come and go do not use up the kLedgers.
   void leave() noexcept;
+  // Threads holding a ledger now (tests).
+  [[nodiscard]] std::int64_t ledgers_owned() const noexcept {
+    return owned_.load(std::memory_order_relaxed);
+  }
   // Takes the ticket of a task this submission displaced (shed, reason
   // priority): past the limit, as the displaced one held it.
   void admit_displacing() noexcept {
@@ -279,6 +287,10 @@ class OverloadControl {
     return cache;
   }
   Ledger* bind_ledger() noexcept;
+  // leave() for the thread of `token` (the calling thread's).
+  void leave_as(std::uint64_t token) noexcept;
+  // The thread-exit hook: leave_as(token) in every live controller.
+  friend void leave_live_controllers(std::uint64_t token) noexcept;
   // Takes a batch of credit into `l` (first giving back the `left` it held
   // from an earlier interval, or from before the limit was neared), and
   // one ticket of it. False near the limit: admit() then counts this
@@ -358,6 +370,11 @@ class OverloadControl {
   // count x 2), and not at all once odd (stop_credit).
   std::atomic<std::int64_t> credit_epoch_{0};
   const std::uint64_t id_;  // this controller's, for ledger_cache()
+  // The list of live controllers the thread-exit hook walks (under its
+  // mutex, in overload_control.cpp): linked by the constructor, unlinked
+  // by the destructor.
+  OverloadControl* prev_live_ = nullptr;
+  OverloadControl* next_live_ = nullptr;
 
   // Written by every submission from outside the pool.
   alignas(kCacheLine) std::atomic<std::int64_t> admits_{0};  // tickets taken, ever
