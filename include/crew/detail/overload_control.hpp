@@ -16,8 +16,8 @@
 //
 // What the controller costs a pool that is not overloaded. Tickets are
 // counted in admits_ (taken, ever) and per thread in a ledger of its own
-// (kLedgers of them, bound on a thread's first use; a worker gives its
-// ledger back when it exits): the tickets it returned, and its credit,
+// (kLedgers of them, bound on a thread's first use; every thread gives its
+// ledger back when it exits, see leave()): the tickets it returned, and its credit,
 // tickets taken from admits_ as a batch and not given yet. A ledger has
 // one writer, so neither side takes a locked read-modify-write per task:
 //   - far from the limit, a submitter takes up to kCredit tickets at once,
