@@ -9,6 +9,7 @@
 #include "coro_hub.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/detail/task_events.hpp"
 #include "crew/observer.hpp"
 
 namespace crew {
@@ -119,9 +120,10 @@ Admission CoroTaskBase::launch(bool may_block) {
   // start ends it unstarted (run_start).
   if (a == Admission::accepted) (void)s.leave_queue(TaskStatus::running);
   // The caller's reference keeps `s` alive however far the task got.
-  if (queued && core_->observes(Observer::task_enqueued)) core_->emit_enqueued(&s, s.is_long);
+  if (queued && core_->observes(Observer::task_enqueued))
+    task_events::enqueued(*core_, &s, s.is_long);
   if (a != Admission::accepted && core_->observes(Observer::task_rejected)) {
-    core_->emit_refused(&s, s.is_long, a);
+    task_events::refused(*core_, &s, s.is_long, a);
   }
   return a;
 }
@@ -182,7 +184,7 @@ void CoroTaskBase::run_start(Runner& runner) noexcept {
   const std::int64_t enqueued = s.clock.enqueued_ns();
   if (enqueued != 0) {
     started_ns_ = now_ns();
-    core_->emit_started(&s, enqueued, started_ns_);
+    task_events::started(*core_, &s, enqueued, started_ns_);
   }
   if (timeout_.count() > 0) {
     try {
@@ -456,11 +458,11 @@ void CoroTaskBase::clock_end(TaskStatus outcome, Errc why) noexcept {
   const std::int64_t end = enqueued != 0 ? now_ns() : 0;
   if (!started_) {
     s.clock.record(end, end);  // it waited in the queue until now
-    core_->emit_unrun(&s, outcome, why);
+    task_events::unrun(*core_, &s, outcome, why);
     return;
   }
   s.clock.record(started_ns_ != 0 ? started_ns_ : end, end);
-  if (enqueued != 0) core_->emit_finished(&s, outcome, enqueued, started_ns_, end);
+  if (enqueued != 0) task_events::finished(*core_, &s, outcome, enqueued, started_ns_, end);
 }
 
 void CoroTaskBase::abandon(Errc why, bool count) noexcept {

@@ -1,6 +1,7 @@
 // Delivering events to the pool's observers (crew/observer.hpp).
 #include "observer_hub.hpp"
 
+#include "crew/detail/task_events.hpp"
 #include "pool_runtime.hpp"
 
 namespace crew::detail {
@@ -112,37 +113,39 @@ void ObserverHub::pool_state(PoolState from, PoolState to) const noexcept {
   }
 }
 
-// The submission path's two events, out of line (PoolCore's inline checks call
-// these only when an observer wants them).
-void PoolCore::emit_enqueued(const TaskStateBase* s, bool is_long) noexcept {
-  const ObserverHub& hub = rt_->observers;
+namespace task_events {
+
+void enqueued(const PoolCore& core, const TaskStateBase* s, bool is_long) noexcept {
+  const ObserverHub& hub = core.runtime().observers;
   hub.enqueued(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long));
 }
 
-void PoolCore::emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept {
-  const ObserverHub& hub = rt_->observers;
+void refused(const PoolCore& core, const TaskStateBase* s, bool is_long, Admission why) noexcept {
+  const ObserverHub& hub = core.runtime().observers;
   hub.rejected(s != nullptr ? hub.event_of(s) : hub.plain_event(is_long), TaskStatus::rejected,
                Errc::rejected, why);
 }
 
-void PoolCore::emit_started(const TaskStateBase* s, std::int64_t enqueued_ns,
-                            std::int64_t start_ns) noexcept {
-  if (observes(Observer::task_started)) {
-    rt_->observers.started(rt_->observers.event_of(s), enqueued_ns, start_ns);
-  }
+void started(const PoolCore& core, const TaskStateBase* s, std::int64_t enqueued_ns,
+             std::int64_t start_ns) noexcept {
+  if (!core.observes(Observer::task_started)) return;
+  const ObserverHub& hub = core.runtime().observers;
+  hub.started(hub.event_of(s), enqueued_ns, start_ns);
 }
 
-void PoolCore::emit_finished(const TaskStateBase* s, TaskStatus outcome, std::int64_t enqueued_ns,
-                             std::int64_t start_ns, std::int64_t end_ns) noexcept {
-  if (observes(Observer::task_finished)) {
-    rt_->observers.finished(rt_->observers.event_of(s), outcome, enqueued_ns, start_ns, end_ns);
-  }
+void finished(const PoolCore& core, const TaskStateBase* s, TaskStatus outcome,
+              std::int64_t enqueued_ns, std::int64_t start_ns, std::int64_t end_ns) noexcept {
+  if (!core.observes(Observer::task_finished)) return;
+  const ObserverHub& hub = core.runtime().observers;
+  hub.finished(hub.event_of(s), outcome, enqueued_ns, start_ns, end_ns);
 }
 
-void PoolCore::emit_unrun(const TaskStateBase* s, TaskStatus outcome, Errc why) noexcept {
-  if (observes(Observer::task_rejected)) {
-    rt_->observers.rejected(rt_->observers.event_of(s), outcome, why, s->refused_as);
-  }
+void unrun(const PoolCore& core, const TaskStateBase* s, TaskStatus outcome, Errc why) noexcept {
+  if (!core.observes(Observer::task_rejected)) return;
+  const ObserverHub& hub = core.runtime().observers;
+  hub.rejected(hub.event_of(s), outcome, why, s->refused_as);
 }
+
+}  // namespace task_events
 
 }  // namespace crew::detail

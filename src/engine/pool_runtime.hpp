@@ -21,6 +21,7 @@
 #include "crew/log.hpp"
 #include "crew/observer.hpp"
 #include "observer_hub.hpp"
+#include "shedding.hpp"
 #include "shutdown_book.hpp"
 #include "shutdown_sequence.hpp"
 #include "start_pacer.hpp"
@@ -43,7 +44,8 @@ struct PoolRuntime {
         blocked(options.queue_capacity, options.priority_levels),
         wake(core),
         supervisor(core),
-        shutdown(core, *this) {}
+        shutdown(core, *this),
+        shedding(core) {}
 
   // PoolOptions::max_start_rate (null without one): workers take a token
   // before they pop.
@@ -72,6 +74,9 @@ struct PoolRuntime {
   Supervisor supervisor;
   // Shutdown and restart (src/engine/shutdown_sequence.hpp).
   ShutdownSequence shutdown;
+  // CoDel's drop at a task's start, displacement by priority
+  // (src/engine/shedding.hpp).
+  Shedding shedding;
 };
 
 // Tells observers of a change made by change_worker_state; no lock held.

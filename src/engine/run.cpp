@@ -303,7 +303,7 @@ class RunTimer {
 
 void Worker::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   PoolCore& c = *run.frame.core;
-  if (c.shed_admitted(enqueued_ns)) [[unlikely]] {
+  if (c.runtime().shedding.shed_admitted(enqueued_ns)) [[unlikely]] {
     counts.add(TaskStatus::shed);
     return;  // the cell destroys the callable unrun
   }
@@ -376,7 +376,7 @@ void InlineRunner::run_observed(std::int64_t enqueued_ns, PlainCall call, void* 
 
 void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept {
   const InlineRun here(&c_);
-  if (c_.shed_admitted(enqueued_ns)) [[unlikely]] {
+  if (c_.runtime().shedding.shed_admitted(enqueued_ns)) [[unlikely]] {
     c_.count_outcome(TaskStatus::shed);
     return;
   }
@@ -388,47 +388,6 @@ void InlineRunner::run_admitted(std::int64_t enqueued_ns, PlainCall call, void* 
     c_.report_exception(TaskRef{}, std::current_exception());
     c_.count_outcome(TaskStatus::failed);
   }
-}
-
-bool PoolCore::codel_sheds(std::int64_t enqueued_ns) noexcept {
-  if (enqueued_ns == 0) return false;  // its wait is not timed
-  const std::int64_t start = now_ns();
-  return overload_->on_start(start - enqueued_ns, start);
-}
-
-bool PoolCore::shed_admitted(std::int64_t enqueued_ns) noexcept {
-  if (!codel_sheds(enqueued_ns)) [[likely]]
-    return false;
-  overload_->note_shed();
-  return true;
-}
-
-bool PoolCore::displace_below(std::size_t level) noexcept {
-  Cell cell;
-  if (queue_->take_newest_below(level, cell) == level) return false;
-  // Only admitted tasks queue newest first: a task state with its ticket,
-  // or an AdmittedFn, whose destruction returns it.
-  if (TaskStateBase* s = cell.state()) {
-    const TicketReturn ticket(ticket_of(s));
-    // Decided meanwhile (cancelled, expired): counted by whoever decided.
-    if (s->shed(OverloadReason::priority)) rt_->observers.settled_in_queue(s);
-    s->release();
-  } else {
-    cell.destroy();
-    shared_.add(TaskStatus::shed);
-  }
-  return true;
-}
-
-bool PoolCore::shed_at_start(TaskStateBase* s) noexcept {
-  // Not a start: decided meanwhile (cancelled, expired) or run by a wait.
-  if (s->status() != TaskStatus::queued) return false;
-  if (!codel_sheds(s->clock.enqueued_ns())) [[likely]]
-    return false;
-  if (!s->shed(OverloadReason::codel)) return false;  // decided meanwhile (cancelled)
-  overload_->note_shed();
-  rt_->observers.settled_in_queue(s);
-  return true;
 }
 
 bool prepare_stop_locked(Worker& w, StopReason why, StopTarget& out) noexcept {

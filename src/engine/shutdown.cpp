@@ -329,7 +329,7 @@ void ShutdownSequence::settle_popped_here(Cell& cell) {
     note_dropped(s);  // counted, disarmed and its callable gone (leave_queue)
   } else if (s->queue_deadline_passed() && s->expire()) {
     rt_.observers.settled_in_queue(s);
-  } else if (ticket.held() && core_.shed_at_start(s)) {
+  } else if (ticket.held() && core_.runtime().shedding.shed_at_start(s)) {
     // shed: counted and reported
   } else if (s->leave_queue(TaskStatus::running)) {
     core_.disarm_queue_deadline(s);

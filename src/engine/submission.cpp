@@ -10,6 +10,7 @@
 
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/queues.hpp"
+#include "crew/detail/task_events.hpp"
 #include "crew/observer.hpp"
 #include "pool_runtime.hpp"
 
@@ -60,7 +61,7 @@ bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout
   if (r == OverloadReason::none) [[likely]]
     return true;
   if (r == OverloadReason::limit && level > 0) {
-    if (c_.displace_below(level)) {
+    if (c_.runtime().shedding.displace_below(level)) {
       ctl.admit_displacing();
       return true;
     }
@@ -76,9 +77,9 @@ std::int64_t Submission::admitted_enqueue_ns() const noexcept {
 
 void Submission::note_plain_submission(Route r, Admission why, bool is_long) noexcept {
   if (r == Route::queued) {
-    if (c_.observes(Observer::task_enqueued)) c_.emit_enqueued(nullptr, is_long);
+    if (c_.observes(Observer::task_enqueued)) task_events::enqueued(c_, nullptr, is_long);
   } else if (r == Route::refused && c_.observes(Observer::task_rejected)) {
-    c_.emit_refused(nullptr, is_long, why);
+    task_events::refused(c_, nullptr, is_long, why);
   }
 }
 
@@ -125,7 +126,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
   switch (routed) {
     case Route::queued:
       if (c_.observes(Observer::task_enqueued)) [[unlikely]]
-        c_.emit_enqueued(s, s->is_long);
+        task_events::enqueued(c_, s, s->is_long);
       // Counted (pushed): a deadline that passed while this call routed
       // it is fired here; whoever pops the cell reports it, as for the
       // supervisor's.
@@ -154,7 +155,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
   // Counted as a refusal already (refused_).
   if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
   if (c_.observes(Observer::task_rejected)) [[unlikely]]
-    c_.emit_refused(s, s->is_long, why);
+    task_events::refused(c_, s, s->is_long, why);
   s->release();
   return why;
 }

@@ -323,7 +323,7 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
   } else if (s->queue_deadline_passed() && s->expire()) [[unlikely]] {
     c.rt_->observers.settled_in_queue(
         s);  // its timer has not fired yet, or was left to its submitter
-  } else if (ticket.held() && c.shed_at_start(s)) [[unlikely]] {
+  } else if (ticket.held() && c.runtime().shedding.shed_at_start(s)) [[unlikely]] {
     // Shed by CoDel: counted and reported by shed_at_start.
   } else if (!s->leave_queue(TaskStatus::running)) {
     // Decided while queued (cancelled, expired): counted by the thread that

@@ -37,6 +37,7 @@
 #include "crew/detail/local_queue.hpp"
 #include "crew/detail/pool_lifecycle.hpp"
 #include "crew/detail/ring.hpp"
+#include "crew/detail/runner.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/pool_types.hpp"
@@ -53,11 +54,9 @@ class PoolCore;
 // The engine's parts that PoolCore holds but the inline submission path
 // never touches: the queues as a whole (crew/detail/queues.hpp, reached
 // through Submission's out-of-line push once the home ring is full) and
-// the overload controller (crew/detail/overload_control.hpp).
+// the overload controller (crew/detail/overload_control.hpp; declared in
+// runner.hpp).
 class Queues;
-class OverloadControl;
-// Returns an admission ticket to `ctl` (OverloadControl::release).
-void release_ticket(OverloadControl* ctl) noexcept;
 
 // A member of type T, complete only where it is used: storage of T's size
 // and alignment in the object, so that reaching it costs no pointer (as a
@@ -156,145 +155,6 @@ struct InlineRun {
   InlineRun& operator=(const InlineRun&) = delete;
   const PoolCore* core;
   const InlineRun* outer;
-};
-
-// Runs what a cell cannot run by itself, given as a type-erased call: a
-// long task posted without a task state (it needs a stop token and a
-// deadline watch), and a plain task in a pool with task observers (it is
-// timed and reported). Both count the task's outcome. A worker does this for
-// its top-level tasks; the pool itself (PoolCore) for any other thread.
-using LongCall = void (*)(void* fn, const TaskContext& ctx);
-using PlainCall = void (*)(void* fn);
-// Runs a task that decides its own outcome (a group's short task: it may end
-// cancelled without running, or failed with the exception kept by its
-// group); it has the runner count it (count_outcome) before it tells its
-// group, so that whoever saw it end sees it in the pool's stats too.
-class Runner;
-using CountedCall = void (*)(void* fn, Runner& runner) noexcept;
-class Runner {
- public:
-  virtual void count_outcome(TaskStatus outcome) noexcept = 0;
-  virtual void run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns, LongCall call,
-                        void* fn) noexcept = 0;
-  virtual void run_observed(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
-  virtual void run_counted(CountedCall call, void* fn) noexcept = 0;
-  // A plain task admitted by the overload controller: it may be shed
-  // (counted as such) instead of run.
-  virtual void run_admitted(std::int64_t enqueued_ns, PlainCall call, void* fn) noexcept = 0;
-
- protected:
-  Runner() = default;
-  Runner(const Runner&) = default;
-  Runner& operator=(const Runner&) = default;
-  ~Runner() = default;
-};
-
-template <class D>
-void call_long(void* fn, const TaskContext& ctx) {
-  D& f = *static_cast<D*>(fn);
-  if constexpr (std::is_invocable_v<D&, const TaskContext&>) {
-    (void)f(ctx);
-  } else {
-    (void)f(ctx.stop_token);
-  }
-}
-
-template <class D>
-void call_plain(void* fn) {
-  (void)(*static_cast<D*>(fn))();
-}
-
-// A callable with `void run_counted(Runner&) noexcept`, which runs it and
-// has the runner count how it ended. Destroyed without having run (refused,
-// or dropped by a shutdown), it must record that itself.
-template <class D>
-concept CountedTask = requires(D& d, Runner& r) {
-  { d.run_counted(r) }
-  noexcept;
-};
-
-template <class D>
-void call_counted(void* fn, Runner& runner) noexcept {
-  static_cast<D*>(fn)->run_counted(runner);
-}
-
-// The cell content of a counted task.
-template <class D>
-struct CountedFn {
-  D fn;
-  void run_with(void* runner) { static_cast<Runner*>(runner)->run_counted(&call_counted<D>, &fn); }
-};
-
-// The cell content of an unnamed long task posted fire-and-forget.
-template <class D>
-struct LongFn {
-  std::chrono::nanoseconds timeout;
-  std::int64_t enqueued_ns;  // 0 unless task observers want timings
-  D fn;
-  void run_with(void* runner) {
-    static_cast<Runner*>(runner)->run_long(timeout, enqueued_ns, &call_long<D>, &fn);
-  }
-};
-
-// The cell content of a plain task in a pool with task observers.
-template <class D>
-struct ObservedFn {
-  std::int64_t enqueued_ns;
-  D fn;
-  void run_with(void* runner) {
-    static_cast<Runner*>(runner)->run_observed(enqueued_ns, &call_plain<D>, &fn);
-  }
-};
-
-// The cell content of a plain task admitted by the overload controller
-// (submitted from outside the pool while it is on): its enqueue time (0:
-// its wait is not timed), and
-// the admission ticket, returned when the cell is destroyed (run, shed or
-// dropped by a shutdown).
-template <class D>
-struct AdmittedFn {
-  OverloadControl* ticket;
-  std::int64_t enqueued_ns;
-  D fn;
-  template <class G>
-  AdmittedFn(OverloadControl* t, std::int64_t enqueued, G&& f)
-      : ticket(t), enqueued_ns(enqueued), fn(std::forward<G>(f)) {}
-  AdmittedFn(AdmittedFn&& o) noexcept(std::is_nothrow_move_constructible_v<D>)
-      : ticket(std::exchange(o.ticket, nullptr)), enqueued_ns(o.enqueued_ns), fn(std::move(o.fn)) {}
-  AdmittedFn(const AdmittedFn&) = delete;
-  AdmittedFn& operator=(const AdmittedFn&) = delete;
-  AdmittedFn& operator=(AdmittedFn&&) = delete;
-  ~AdmittedFn() {
-    if (ticket != nullptr) release_ticket(ticket);
-  }
-  // An untimed one is neither shed nor timed: it runs as a plain task
-  // does (its caller counts it, false), without the runner's call.
-  bool run_with(void* runner) {
-    if (enqueued_ns == 0) [[likely]] {
-      fn();
-      return false;
-    }
-    static_cast<Runner*>(runner)->run_admitted(enqueued_ns, &call_plain<D>, &fn);
-    return true;
-  }
-};
-
-// Returns an admission ticket when it leaves scope (none for null): for the
-// thread that popped an admitted task state and is done with it.
-class TicketReturn {
- public:
-  explicit TicketReturn(OverloadControl* ctl) noexcept : ctl_(ctl) {}
-  ~TicketReturn() {
-    if (ctl_ != nullptr) release_ticket(ctl_);
-  }
-  TicketReturn(const TicketReturn&) = delete;
-  TicketReturn& operator=(const TicketReturn&) = delete;
-  [[nodiscard]] bool held() const noexcept { return ctl_ != nullptr; }
-  // Someone else returned it (a write-off of the run).
-  void disarm() noexcept { ctl_ = nullptr; }
-
- private:
-  OverloadControl* ctl_;
 };
 
 // Outcomes decided off the workers: refusals, caller-thread runs, shutdown
@@ -403,21 +263,12 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // The Runner of this pool's tasks on threads other than a worker's top
   // level.
   [[nodiscard]] InlineRunner& inline_runner() noexcept { return inline_; }
-  // Whether an admitted task state popped at its start is to be shed
-  // (CoDel); if so it is shed (counted, its callable told and destroyed).
-  bool shed_at_start(TaskStateBase* s) noexcept;
-  // Sheds (reason priority) the newest admitted task queued newest first
-  // at a level below `level`, for a submission at `level` past the limit;
-  // its ticket goes back. False if there was none.
-  bool displace_below(std::size_t level) noexcept;
-  // The same for an admitted plain task (AdmittedFn), enqueued at
-  // `enqueued_ns` (0: untimed); counted as shed by the caller.
-  bool shed_admitted(std::int64_t enqueued_ns) noexcept;
   // Counts an outcome decided on this thread (a worker's own counters, or
   // the shared ones on any other thread). In src/engine/worker.cpp.
   void count_outcome(TaskStatus outcome) noexcept;
 
-  // ---- the overload controller (crew/overload.hpp) ----
+  // ---- the overload controller (crew/overload.hpp; what it sheds once a
+  // task is queued: src/engine/shedding.hpp) ----
   // Whether a submission from this thread goes through the overload
   // controller: it is on, and the caller is not one of the pool's own
   // tasks (whose submissions are part of admitted work).
@@ -438,18 +289,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   // Whether some observer wants a task's own events (enqueued, started,
   // finished, rejected): a plain task then goes through the observer path.
   [[nodiscard]] bool observes_tasks() const noexcept { return task_observed_; }
-  // The submission path's events (src/engine/observer_hub.cpp has the
-  // rest): a task state `s`, or a plain task if null.
-  void emit_enqueued(const TaskStateBase* s, bool is_long) noexcept;
-  void emit_refused(const TaskStateBase* s, bool is_long, Admission why) noexcept;
-  // A coroutine task's own events (src/coro), each only if an observer
-  // wants it: its first step started; it ended after it started; it ended
-  // unstarted with `outcome` and `why`.
-  void emit_started(const TaskStateBase* s, std::int64_t enqueued_ns,
-                    std::int64_t start_ns) noexcept;
-  void emit_finished(const TaskStateBase* s, TaskStatus outcome, std::int64_t enqueued_ns,
-                     std::int64_t start_ns, std::int64_t end_ns) noexcept;
-  void emit_unrun(const TaskStateBase* s, TaskStatus outcome, Errc why) noexcept;
+  // The events of tasks whose steps are decided outside a worker's run
+  // (the submission path, coroutine tasks) go to the observers through
+  // crew/detail/task_events.hpp.
   // A task past its queue deadline that was to run on the submitting
   // thread (Route::run_here, also when it waited for room past its
   // deadline): ends it expired, reports it, and drops the
@@ -490,16 +332,13 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   friend class InlineRunner;
   friend class PoolControl;
   friend class PoolSnapshot;
+  friend class Shedding;
   friend class Supervisor;
   friend class ShutdownSequence;
   friend class Submission;
   friend class WakePolicy;
   friend class WorkerLoop;
   friend class WorkerRegistry;
-
-  // CoDel's answer for an admitted task starting now, enqueued at
-  // `enqueued_ns` (0: untimed, never shed); counts the start either way.
-  bool codel_sheds(std::int64_t enqueued_ns) noexcept;
 
   // ---- state (the pool's parts; docs/design/architecture.md says which thread touches what) ----
   // How many forks this process descends from when the pool was created

@@ -374,8 +374,9 @@ class Submission {
 
   // An admission ticket for a submission at `level` from outside the pool:
   // past the limit, a level above 0 displaces the newest task a lower
-  // level queued newest first (PoolCore::displace_below) and takes its
-  // ticket. False (and why, in `reason`) if refused.
+  // level queued newest first (Shedding::displace_below,
+  // src/engine/shedding.hpp) and takes its ticket. False (and why, in
+  // `reason`) if refused.
   bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
                          OverloadReason* reason = nullptr) noexcept;
   // The enqueue time of an admitted plain task: now if the overload
