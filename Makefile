@@ -27,13 +27,13 @@ all: test
 # crewd with its defaults on 127.0.0.1:8080 (docs/crewd.md); Ctrl-C stops it.
 run:
 	$(DEPS) build
-	cmake --preset default
+	bash scripts/configure.sh default
 	cmake --build --preset default $(J) --target crewd
 	./build/service/crewd
 
 test:
 	$(DEPS) test
-	cmake --preset default
+	bash scripts/configure.sh default
 	cmake --build --preset default $(J)
 	ctest --preset default $(J)
 
@@ -62,7 +62,7 @@ compose-down:
 
 bench:
 	$(DEPS) bench
-	cmake --preset bench
+	bash scripts/configure.sh bench
 	cmake --build --preset bench $(J) --target crew_bench
 	./build/bench/crew_bench --json build/bench-results.json
 	python3 bench/report.py build/bench-results.json
@@ -73,14 +73,14 @@ bench:
 # The console's screenshots in docs/img/, taken by its browser test.
 screenshots:
 	$(DEPS) test
-	cmake --preset default
+	bash scripts/configure.sh default
 	cmake --build --preset default $(J) --target crewd
 	ctest --test-dir build -R 'crewd_console_test.page$$' --output-on-failure
 	cp build/service/tests/shots/console-*.png docs/img/
 
 bench-overload:
 	$(DEPS) bench
-	cmake --preset default
+	bash scripts/configure.sh default
 	cmake --build --preset default $(J) --target crewd loadgen
 	python3 bench/overload/run.py --plot build/bench-overload/overload.png $(BENCH_OVERLOAD_ARGS)
 
@@ -90,7 +90,7 @@ bench-overload:
 # them too; TSAN_OPTIONS and the like in the environment override them.
 tsan asan:
 	$(DEPS) test
-	cmake --preset $@
+	bash scripts/configure.sh $@
 	cmake --build --preset $@ $(J)
 	ctest --preset $@ $(J)
 
@@ -103,15 +103,19 @@ stress:
 
 # libFuzzer on crewd's request layer (service/fuzz/: raw bytes through the
 # HTTP parser, the router and the job parser), clang++ with ASan and
-# UBSan in build-fuzz/, for FUZZ_SECONDS; new inputs go to build-fuzz/corpus.
+# UBSan in build-fuzz/, for FUZZ_SECONDS in FUZZ_JOBS processes at once
+# (libFuzzer's -fork; they share the corpus); new inputs go to
+# build-fuzz/corpus.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 2
 fuzz:
 	$(DEPS) test
 	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCREWD_FUZZ=ON -DCREW_BUILD_TESTS=OFF -DCREW_BUILD_BENCH=OFF -DCREW_BUILD_EXAMPLES=OFF
 	cmake --build build-fuzz $(or $(J),-j 2) --target crewd_request_fuzzer
 	mkdir -p build-fuzz/corpus
-	./build-fuzz/service/fuzz/crewd_request_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	./build-fuzz/service/fuzz/crewd_request_fuzzer -fork=$(FUZZ_JOBS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	  -print_funcs=0 \
 	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/request.dict \
 	  build-fuzz/corpus service/fuzz/corpus
 
@@ -122,7 +126,7 @@ fuzz:
 TIDY_TARGETS ?=
 tidy-build:
 	$(DEPS) test
-	cmake --preset clang
+	bash scripts/configure.sh clang
 	cmake --build --preset clang $(J) $(if $(TIDY_TARGETS),--target $(TIDY_TARGETS))
 
 format:

@@ -3,8 +3,8 @@
 #
 #   scripts/deps.sh [GROUP...]     GROUP: build (default), test, bench, format, image
 #
-#   build   compiler, CMake, ccache, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
-#   test    build + clang, its sanitizer runtimes, RapidCheck (model_test),
+#   build   compiler, CMake, Ninja, ccache, GoogleTest/GoogleMock, hiredis, prometheus-cpp, spdlog, Boost
+#   test    build + clang, lld, its sanitizer runtimes, RapidCheck (model_test),
 #           redis-server (stream source tests),
 #           promtool (package prometheus; metrics exposition check),
 #           chromium, chromium-driver, python3-selenium (crewd's console)
@@ -19,10 +19,10 @@
 # only when something is missing. Uses sudo when not run as root.
 set -euo pipefail
 
-readonly build_pkgs=(g++ cmake make pkg-config ccache libgtest-dev libgmock-dev googletest
+readonly build_pkgs=(g++ cmake make ninja-build pkg-config ccache libgtest-dev libgmock-dev googletest
   prometheus-cpp-dev libspdlog-dev libhiredis-dev libboost-dev
   libboost-stacktrace-dev)  # the opt-in crew::stacktrace
-readonly test_pkgs=("${build_pkgs[@]}" clang libclang-rt-14-dev prometheus redis-server
+readonly test_pkgs=("${build_pkgs[@]}" clang lld libclang-rt-14-dev prometheus redis-server
   librapidcheck-dev)
 readonly bench_pkgs=("${build_pkgs[@]}" libbenchmark-dev libtbb-dev libboost-dev
   libthread-pool-dev gnuplot-nox python3 httperf python3-matplotlib)

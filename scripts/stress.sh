@@ -76,11 +76,12 @@ fi
 
 run_preset() { # preset build-dir repeat model-programs
   local preset="$1" dir="$2" repeat="$3" programs="$4"
-  cmake --preset "$preset" >/dev/null
+  bash scripts/configure.sh "$preset" >/dev/null
   local available present=()
   available="$(cmake --build "$dir" --target help)"
   for t in "${selected[@]}"; do
-    if grep -qE "^\.\.\. $t\$" <<<"$available"; then present+=("$t"); fi
+    # Ninja lists "name: phony"; the Makefiles generator "... name".
+    if grep -qE "^(\.\.\. )?$t(: phony)?\$" <<<"$available"; then present+=("$t"); fi
   done
   if ((${#present[@]} == 0)); then
     echo "stress: none of ${selected[*]} is configured in $dir" >&2
