@@ -115,8 +115,7 @@ fuzz:
 	cmake --build build-fuzz $(or $(J),-j 2) --target crewd_request_fuzzer
 	mkdir -p build-fuzz/corpus
 	./build-fuzz/service/fuzz/crewd_request_fuzzer -fork=$(FUZZ_JOBS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	  -print_funcs=0 \
-	  -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/request.dict \
+	  -print_funcs=0 -rss_limit_mb=2048 -print_final_stats=1 -dict=service/fuzz/request.dict \
 	  build-fuzz/corpus service/fuzz/corpus
 
 # clang++ build with -Wthread-safety (from crew's warning flags) and -Werror,

@@ -21,12 +21,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
