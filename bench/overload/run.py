@@ -20,18 +20,20 @@ Prints each run, then the medians over the rounds as a Markdown table
 (also written to OUT/table.md), and writes every run's numbers and
 per-second series to OUT/runs.json. Needs crewd and loadgen built
 (`make bench-overload` builds both), python3-matplotlib for the plot.
+crewd's start and its /metrics scraper are in crewd_process.py, a run's
+digest and the table in digest.py, the plots in plots.py.
 """
 import argparse
 import json
 import os
-import re
-import statistics
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from dataclasses import dataclass
+
+from crewd_process import Scraper, crewd_port
+from digest import digest, fmt, table
+from plots import plots
 
 # crewd's stop (SIGTERM, then SIGKILL after 30 s), shared with the
 # throughput figures' script.
@@ -75,6 +77,9 @@ WORKLOADS = {
     ]
 }
 
+# Each workload's latency objective by name, for the plots.
+SLO_MS = {name: w.slo_ms for name, w in WORKLOADS.items()}
+
 # The variants of crewd's settings each scenario runs with: name, what it
 # is, and crewd's flags (added after the workload's). flags None: not
 # available yet, listed and skipped. Adding a variant is one line.
@@ -102,10 +107,6 @@ VARIANTS = [
     ("controller", "full controller: adaptive limit from the head, CoDel, deadline-aware "
                    "admission (crewd's defaults)", []),
 ]
-
-# Reasons of a 503 decided at admission (from the request's head or at
-# submission), not after the request waited in the queue.
-ADMISSION_REASONS = {"limit", "deadline", "rate", "max_in_flight", "full", "closed", "too_many_blocked"}
 
 # Scenarios: phases as (multiple of mu, seconds, job index: 0 the
 # workload's job, 1 its job after the drop), and the overload window
@@ -136,70 +137,6 @@ def label_phases(label, duration):
     ("steady 2x", "step", "spike", "drop 0.8x")."""
     name, _, load = label.partition(" ")
     return scenario_phases(name, float(load.rstrip("x")) if load else 0, duration)
-
-
-def crewd_port(cmd, nice):
-    # A session of its own is a scheduler autogroup of its own (Linux
-    # CONFIG_SCHED_AUTOGROUP): the machine's other sessions share the CPU
-    # with it by the group's nice, which a process's own nice does not move.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        with open(f"/proc/{proc.pid}/autogroup", "w") as f:
-            f.write(str(nice))
-    except OSError:
-        pass  # no autogroups: the process's nice is what counts
-    deadline = time.monotonic() + 10
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on http://[^:]+:([0-9]+)", line)
-        if m:
-            # Keep reading its output so that it never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc, int(m.group(1))
-    proc.kill()
-    proc.wait()
-    return None, "".join(lines[-5:])
-
-
-def metric_value(text, name):
-    """The value of the sample `name` (with its labels, as exported) in a
-    Prometheus text page, or None."""
-    for line in text.splitlines():
-        if line.startswith(name + " ") or (("{" in name) and line.startswith(name)):
-            try:
-                return float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                return None
-    return None
-
-
-class Scraper(threading.Thread):
-    """GET /metrics once a second; keeps (t, queue length, limit) samples."""
-
-    def __init__(self, port, limit_metric):
-        super().__init__(daemon=True)
-        self.url = f"http://127.0.0.1:{port}/metrics"
-        self.limit_metric = limit_metric
-        self.samples = []
-        self.done = threading.Event()
-
-    def run(self):
-        start = time.monotonic()
-        while not self.done.wait(1.0):
-            try:
-                text = urllib.request.urlopen(self.url, timeout=1).read().decode()
-            except OSError:
-                continue
-            self.samples.append({
-                "t": round(time.monotonic() - start, 2),
-                "queue": metric_value(text, 'crew_queue_length{pool="jobs"}'),
-                "limit": metric_value(text, self.limit_metric) if self.limit_metric else None,
-            })
 
 
 def crewd_cmd(args, workload, flags):
@@ -255,240 +192,6 @@ def measure_mu(args, workload):
     return max(min(a, b) for a, b in zip(ok, ok[1:])), s
 
 
-def recovery_s(summary, window, slo_ms):
-    """Seconds from the end of the overload until three seconds in a row
-    answer at least 90 % of what they schedule with p99 within the SLO."""
-    if window is None:
-        return None
-    secs = summary["per_second"]
-    end = int(window[1])
-    for i in range(end, len(secs) - 2):
-        if all(s["p99_ms"] <= slo_ms and s["ok"] >= 0.9 * s["scheduled"]
-               for s in secs[i:i + 3]):
-            return i - end
-    return None  # not within the run
-
-
-def drop_recovery_s(summary, drop_at, new_mu):
-    """W4: seconds from the drop until two seconds in a row have goodput of
-    at least 0.9 of the capacity after it (new_mu)."""
-    secs = summary["per_second"]
-    start = int(drop_at)
-    for i in range(start, len(secs) - 1):
-        if all(s["goodput"] >= 0.9 * new_mu for s in secs[i:i + 2]):
-            return i - start
-    return None  # not within the run
-
-
-def digest(summary, seconds, window, slo_ms, drop=None):
-    rej = summary["rejection_latency_ms"]
-    queue = [m["queue"] for m in summary.get("metrics", []) if m["queue"] is not None]
-    limit = [m["limit"] for m in summary.get("metrics", []) if m["limit"] is not None]
-    # The limit's coefficient of variation once settled (after 5 s).
-    settled = [m["limit"] for m in summary.get("metrics", [])
-               if m["limit"] is not None and m["t"] >= 5]
-    limit_cv = (statistics.pstdev(settled) / statistics.mean(settled)
-                if len(settled) >= 3 and statistics.mean(settled) > 0 else None)
-    by_reason = summary["rejection_latency_by_reason_ms"]
-    total_rej = sum(v["count"] for v in by_reason.values())
-    at_admission = sum(v["count"] for k, v in by_reason.items()
-                       if k.removeprefix("503 ") in ADMISSION_REASONS)
-    return {
-        "offered_per_s": summary["target_rate"],
-        "goodput_per_s": summary["goodput"] / seconds,
-        "ok_per_s": summary["status"].get("200", 0) / seconds,
-        "p50_ms": summary["latency_ms"]["p50"],
-        "p99_ms": summary["latency_ms"]["p99"],
-        "p999_ms": summary["latency_ms"]["p99.9"],
-        "rejected": sum(summary["rejections"].values()),
-        "rejections": {k.removeprefix("503 "): {"count": v["count"], "p99_ms": v["p99"]}
-                       for k, v in summary["rejection_latency_by_reason_ms"].items()},
-        "rejection_p99_ms": rej["p99"] if rej["count"] else None,
-        "errors": sum(summary["errors"].values()),
-        "late_sends": summary["late_sends"],
-        "send_lag_p99_ms": summary["send_lag_ms"]["p99"],
-        "queue_max": max(queue) if queue else None,
-        "limit_last": limit[-1] if limit else None,
-        "limit_min": min(limit) if limit else None,
-        "limit_cv": limit_cv,
-        "admission_fraction": at_admission / total_rej if total_rej else None,
-        "recovery_s": recovery_s(summary, window, slo_ms),
-        # W4 (drop = (second of the drop, capacity after it)).
-        "drop_recovery_s": drop_recovery_s(summary, *drop) if drop else None,
-    }
-
-
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def fmt(v, digits=1):
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def table(results, mus):
-    head = ("| workload | scenario | variant | offered/s | goodput/s | goodput/mu | p50 ms "
-            "| p99 ms | p99.9 ms | rejected | rejection p99 ms | by reason: count (p99) | queue max "
-            "| limit (min) | limit CV | at admission | recovery s |")
-    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
-    for key, runs in results.items():
-        wname, scen, variant = key
-        d = [r for r in runs if "error" not in r]
-        if not d:
-            continue
-        m = {k: median([r[k] for r in d]) for k in d[0] if k != "rejections"}
-        reasons = {}
-        for r in d:
-            for k, v in r["rejections"].items():
-                reasons.setdefault(k, []).append(v)
-        reason_text = "; ".join(
-            f"{k}: {median([x['count'] for x in v]):.0f} "
-            f"(p99 {fmt(median([x['p99_ms'] for x in v]), 2)} ms)"
-            for k, v in sorted(reasons.items())) or "–"
-        lines.append(
-            f"| {wname} | {scen} | {variant} | {fmt(m['offered_per_s'], 0)} "
-            f"| {fmt(m['goodput_per_s'], 0)} | {fmt(m['goodput_per_s'] / mus[wname], 2)} "
-            f"| {fmt(m['p50_ms'])} | {fmt(m['p99_ms'])} | {fmt(m['p999_ms'])} "
-            f"| {fmt(m['rejected'], 0)} | {fmt(m['rejection_p99_ms'], 2)} | {reason_text} "
-            f"| {fmt(m['queue_max'], 0)} | {fmt(m['limit_last'], 0)} ({fmt(m.get('limit_min'), 0)}) "
-            f"| {fmt(m.get('limit_cv'), 2)} | {fmt(m.get('admission_fraction'), 2)} "
-            f"| {fmt(m['recovery_s'] if m['recovery_s'] is not None else m.get('drop_recovery_s'), 0)} |")
-    return "\n".join(lines)
-
-
-def plot(path, results, mus, workloads, variants, loads):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"no matplotlib in {sys.executable}: no plot (Debian's python3-matplotlib "
-              "is for /usr/bin/python3)", file=sys.stderr)
-        return False
-    fig, axes = plt.subplots(2, len(workloads), figsize=(5 * len(workloads), 7), squeeze=False)
-    for col, w in enumerate(workloads):
-        for v in variants:
-            xs, good, p99 = [], [], []
-            for load in loads:
-                runs = [r for r in results.get((w, f"steady {load:g}x", v), []) if "error" not in r]
-                if not runs:
-                    continue
-                xs.append(load)
-                good.append(median([r["goodput_per_s"] for r in runs]) / mus[w])
-                p99.append(median([r["p99_ms"] for r in runs]))
-            if xs:
-                axes[0][col].plot(xs, good, marker="o", label=v)
-                axes[1][col].plot(xs, p99, marker="o", label=v)
-        slo = WORKLOADS[w].slo_ms
-        axes[0][col].axhline(0.9, color="grey", linestyle=":", label="0.9 mu (target)")
-        axes[0][col].set_title(f"{w}: goodput (2xx within {slo:g} ms) / mu, mu = {mus[w]:.0f}/s")
-        axes[0][col].set_xlabel("offered load / mu")
-        axes[0][col].set_ylim(bottom=0)
-        axes[1][col].axhline(slo, color="grey", linestyle=":", label=f"SLO {slo:g} ms")
-        axes[1][col].set_yscale("log")
-        axes[1][col].set_title(f"{w}: p99 latency of answered requests (ms)")
-        axes[1][col].set_xlabel("offered load / mu")
-        for ax in axes[:, col]:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(loads, [f"{x:g}" for x in loads])
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    print(f"plot: {path}")
-    return True
-
-
-def plot_series(path, raw, workloads, variants, scenarios):
-    """Per second of the step and spike runs and W4's drop (median over
-    the rounds): goodput and p99 of each (workload, scenario)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    cols = [(w, sc) for w in workloads for sc in scenarios if sc in ("step", "spike")
-            and w != "W4"]
-    cols += [(w, "drop 0.8x") for w in workloads if w == "W4"]
-    if not cols:
-        return
-    # One row per (workload, scenario): goodput, then p99.
-    fig, rows = plt.subplots(len(cols), 2, figsize=(11, 2.6 * len(cols)), squeeze=False)
-    axes = rows.T
-    for col, (w, sc) in enumerate(cols):
-        for v in variants:
-            runs = [r for r in raw if r["workload"] == w and r["scenario"] == sc
-                    and r["variant"] == v and r["per_second"]]
-            if not runs:
-                continue
-            n = min(len(r["per_second"]) for r in runs)
-            good = [median([r["per_second"][i]["goodput"] for r in runs]) for i in range(n)]
-            p99 = [median([r["per_second"][i]["p99_ms"] or None for r in runs])
-                   for i in range(n)]
-            axes[0][col].plot(range(n), good, label=v)
-            axes[1][col].plot(range(n), [x if x else float("nan") for x in p99], label=v)
-            sched = [median([r["per_second"][i]["scheduled"] for r in runs]) for i in range(n)]
-        if runs:
-            axes[0][col].plot(range(n), sched, color="grey", linestyle=":", label="offered")
-        axes[0][col].set_title(f"{w} {sc}: goodput per second")
-        axes[1][col].axhline(WORKLOADS[w].slo_ms, color="grey", linestyle=":", label="SLO")
-        axes[1][col].set_yscale("log")
-        axes[1][col].set_title(f"{w} {sc}: p99 per second (ms)")
-        for ax in axes[:, col]:
-            per_second_axis(ax)
-    save_figure(fig, path)
-
-
-def per_second_axis(ax):
-    ax.set_xlabel("s")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-def save_figure(fig, path):
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    print(f"plot: {path}")
-
-
-def plot_limit(path, raw, workloads, variant="controller"):
-    """The admission limit over time (the once-a-second /metrics samples,
-    median over the rounds) of `variant`'s runs: one panel per workload,
-    a line per scenario."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.6),
-                             squeeze=False)
-    for col, w in enumerate(workloads):
-        ax = axes[0][col]
-        labels = sorted({r["scenario"] for r in raw if r["workload"] == w})
-        for label in labels:
-            series = [[m["limit"] for m in (r.get("metrics") or []) if m["limit"] is not None]
-                      for r in raw if r["workload"] == w and r["scenario"] == label
-                      and r["variant"] == variant]
-            series = [x for x in series if x]
-            if not series:
-                continue
-            n = min(len(x) for x in series)
-            ax.plot(range(1, n + 1), [median([x[i] for x in series]) for i in range(n)],
-                    marker=".", label=label)
-        ax.set_yscale("log")
-        ax.set_title(f"{w}: admission limit of pool jobs ({variant})")
-        per_second_axis(ax)
-    save_figure(fig, path)
-
-
-def plots(path, results, raw, mus, workloads, variants, loads, scenarios):
-    if plot(path, results, mus, [w for w in workloads if w != "W4"], variants, loads):
-        plot_series(path.replace(".png", "-series.png"), raw, workloads, variants, scenarios)
-        if "controller" in variants:
-            plot_limit(path.replace(".png", "-limit.png"), raw, workloads)
-
-
 def retable(args, workloads, variants, loads, scenarios):
     with open(os.path.join(args.out, "runs.json")) as f:
         data = json.load(f)
@@ -510,7 +213,8 @@ def retable(args, workloads, variants, loads, scenarios):
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text + "\n")
     if args.plot:
-        plots(args.plot, results, data["runs"], mus, workloads, variants, loads, scenarios)
+        plots(args.plot, results, data["runs"], mus, workloads, variants, loads, scenarios,
+              SLO_MS)
 
 
 def main():
@@ -626,7 +330,8 @@ def main():
         f.write(text + "\n")
     save()
     if args.plot:
-        plots(args.plot, results, raw, mus, workloads, [v[0] for v in variants], loads, scenarios)
+        plots(args.plot, results, raw, mus, workloads, [v[0] for v in variants], loads, scenarios,
+              SLO_MS)
 
 
 if __name__ == "__main__":
