@@ -267,7 +267,8 @@ class Slot {
 
 // The event's task: the call (no thread held while it waits), then its
 // outcome line.
-crew::Co<void> handle_event(std::uint64_t id, Loopback& loopback, OutcomeFile& file, Slot slot) {
+crew::Co<void> handle_event(std::uint64_t id, Loopback& loopback, OutcomeFile& file,
+                            [[maybe_unused]] Slot slot) {  // held until the frame ends
   auto call = std::make_shared<Call>(loopback.io(), loopback.endpoint(), id);
   // Named first: g++ 12 may destroy the captures of a lambda made inside a
   // co_await expression twice (docs/coroutines.md, "Traps").

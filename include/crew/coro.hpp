@@ -494,10 +494,10 @@ struct CallbackAwaiter {
     try {
       start(Resume<T>(block));
     } catch (...) {
-      if (t->external_failed(gen)) throw;  // not suspended: the co_await throws
-      return false;                        // its Resume ended the wait meanwhile: go on
+      if (t->claim_own(gen)) throw;  // not suspended: the co_await throws
+      return false;                  // its Resume ended the wait meanwhile: go on
     }
-    return t->external_armed(gen);
+    return t->finish_arming(gen, /*stoppable=*/true);
   }
   T await_resume() {
     struct Release {

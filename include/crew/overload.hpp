@@ -54,8 +54,13 @@
 // counts until it is done with (run, shed, dropped), or until it is written
 // off (abandon_grace): the pool then replaces its worker, and the thread it
 // leaves behind no longer holds a place under the limit, however long its
-// callable runs on. Coroutine tasks (crew/coro.hpp) are not admitted by
-// the controller: a spawn is neither counted nor refused, nor shed.
+// callable runs on. A coroutine task (crew/coro.hpp) spawned from outside
+// the pool is admitted too: refused as a task is, it holds its ticket while
+// its start is queued and its first step runs, and gives it back when that
+// step suspends or ends (a suspended task holds none, so the limit bounds
+// the work queued and running, not the tasks in progress). Its start's
+// queue wait feeds the signal, but CoDel never sheds it: an accepted
+// coroutine task is `running` from the spawn on (docs/coroutines.md).
 //
 // Off by default; off, a submission pays one predictable branch. On, a
 // pool that is not overloaded pays little for it: once over 4,096 tasks

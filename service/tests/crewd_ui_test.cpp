@@ -218,7 +218,8 @@ TEST(JobBook, HistoryIsBoundedNewestFirstAndFiltered) {
                  .reason = {},
                  .queue_ms = 1,
                  .run_ms = 1,
-                 .ended = ui::Clock::now()});
+                 .ended = ui::Clock::now(),
+                 .request_id = {}});
   }
   const auto all = book.list(100, {});
   EXPECT_EQ(all.recent_total, 10u);
@@ -250,7 +251,8 @@ TEST(JobBook, CountsQueuedJobsWhateverTheOrderOfEvents) {
                           .reason = std::move(reason),
                           .queue_ms = queue_ms,
                           .run_ms = -1,
-                          .ended = ui::Clock::now()};
+                          .ended = ui::Clock::now(),
+                          .request_id = {}};
   };
   // Ran and ended before add(): its task's started() came first.
   crew::Task<void> early = pool.try_submit([](std::stop_token) {});

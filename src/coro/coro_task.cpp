@@ -2,6 +2,7 @@
 // wake-ups, the end (crew/detail/coro_task.hpp describes the life).
 #include "crew/detail/coro_task.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "coro_hub.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
+#include "crew/detail/overload_control.hpp"
 #include "crew/detail/task_events.hpp"
 #include "crew/observer.hpp"
 
@@ -99,18 +101,45 @@ Admission CoroTaskBase::launch(bool may_block) {
   if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
   Admission a = Admission::accepted;
   bool queued = false;
-  if (!in_parent_) enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
-  if (!in_parent_ && !hub_->enroll(this, from_coroutine_)) {
-    enrolled_.store(false, std::memory_order_relaxed);
+  // From outside the pool with the overload controller on: a ticket first
+  // (crew/detail/coro_task.hpp, "The overload controller").
+  if (core_->admits_here() && core_->state() < PoolState::stopping) {
+    OverloadReason why = OverloadReason::none;
+    const std::int64_t now = now_ns();
+    const std::int64_t queue_timeout =
+        queue_deadline_ns_ == 0 ? 0 : std::max<std::int64_t>(1, queue_deadline_ns_ - now);
+    if (submission.admit_or_displace(level_, queue_timeout, &why)) {
+      ticket_ = core_->overload();
+      admitted_ns_ = submission.admitted_enqueue_ns();
+    } else {
+      a = Admission::overloaded;
+      s.set_overload_reason(why);
+    }
+  }
+  if (a == Admission::accepted && !in_parent_) {
+    enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+    if (!hub_->enroll(this, from_coroutine_)) {
+      enrolled_.store(false, std::memory_order_relaxed);
+      a = Admission::closed;
+      if (ticket_ != nullptr) release_ticket(std::exchange(ticket_, nullptr));
+    }
+  }
+  if (a != Admission::accepted) {
     drop();  // the hub's reference
     drop();  // the start's
     // Refused without a submission: counted as one refused at admission.
-    a = s.refused_as = Admission::closed;
+    s.refused_as = a;
     submission.count_refusal();
     if (s.claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(&s, false);
   } else {
     StartCell cell(this);
-    a = submission.post_counted(std::move(cell), level_, may_block, &queued);
+    // A spawn blocked on a full queue waits no longer than its queue
+    // deadline: its start then runs here and ends the task expired.
+    const auto give_up =
+        queue_deadline_ns_ == 0
+            ? TaskStateBase::kNoDeadline
+            : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(queue_deadline_ns_));
+    a = submission.post_counted(std::move(cell), level_, may_block, &queued, give_up);
     if (a != Admission::accepted) s.refused_as = a;
   }  // a refused cell ends the task rejected here
   // Accepted: running from now on (unless its start already made it so),
@@ -129,6 +158,7 @@ Admission CoroTaskBase::launch(bool may_block) {
 }
 
 void CoroTaskBase::start_dropped(Admission refused) noexcept {
+  const TicketReturn ticket(std::exchange(ticket_, nullptr));
   TaskStateBase& s = state();
   if (s.done()) return;  // a shutdown ended it before the cell was refused or dropped
   const Errc why = refused == Admission::accepted ? Errc::shutdown_dropped : Errc::rejected;
@@ -161,6 +191,18 @@ void CoroTaskBase::leave_hub() noexcept {
 }
 
 void CoroTaskBase::run_start(Runner& runner) noexcept {
+  // The admission ticket goes back as this returns: the first step ended,
+  // or the start ended the task unrun. The task may be gone by then; the
+  // pool is not (this runs on one of its threads, or in a submission).
+  OverloadControl* const ctl = std::exchange(ticket_, nullptr);
+  const TicketReturn ticket(ctl);
+  if (ctl != nullptr && admitted_ns_ != 0) {
+    // The start's queue wait feeds the controller's signal. Its answer,
+    // whether CoDel would shed this start, is not acted on (see
+    // crew/detail/coro_task.hpp): the limit refuses the next spawns.
+    const std::int64_t now = now_ns();
+    (void)ctl->on_start(now - admitted_ns_, now);
+  }
   TaskStateBase& s = state();
   (void)s.leave_queue(TaskStatus::running);  // unless launch() did
   if (s.done()) {
@@ -241,8 +283,6 @@ bool CoroTaskBase::finish_arming(std::uint64_t gen, bool stoppable) noexcept {
 bool CoroTaskBase::claim_own(std::uint64_t gen) noexcept {
   return suspension_.claim(gen, Wake::none) != Claimed::no;
 }
-
-void CoroTaskBase::step_taken() noexcept { Submission(*core_).step_taken(); }
 
 void CoroTaskBase::post_step(bool abandon) noexcept {
   // Off the pool's own threads (a cancel, a callback's Resume), the step

@@ -20,10 +20,10 @@
 //   untouched by a stop (no cancel, no timeout, a drain), exactly the
 //   model's outcome and value; otherwise the model's outcome or the stop's
 //   (cancelled, timed_out), and a success always carries the model's value;
-//   with the controller on, a root may also be refused (rejected,
-//   Admission::overloaded) or shed, never having run; without it, never
-//   (today the controller admits no coroutine task: RapidCheck's
-//   classification shows that branch unreached);
+//   with the controller on, a root may also be refused at its spawn
+//   (rejected, Admission::overloaded), never having run; without it,
+//   never; and a root is never shed (CoDel does not drop a coroutine
+//   task's start);
 // - a root's handle shows a queue wait and a run time only in a timed pool;
 // - after the shutdown the controller counts nothing admitted;
 // - after the shutdown, stats() counts one outcome per submission
@@ -495,7 +495,7 @@ void run_program() {
 
   bool any_stop = p.end != ShutdownMode::drain;
   int detached_throws = 0;
-  bool refused_or_shed = false;
+  bool refused = false;
   for (std::size_t i = 0; i < handles.size(); ++i) {
     Task<long>& h = handles[i];
     const Eval& want = expected[i];
@@ -510,8 +510,9 @@ void run_program() {
     const bool stopped_outcome = (stop == RootStop::cancel && st == TaskStatus::cancelled) ||
                                  (stop == RootStop::timeout && st == TaskStatus::timed_out) ||
                                  (p.end != ShutdownMode::drain && st == TaskStatus::cancelled);
-    // The controller refuses a root at its spawn, or sheds it unrun.
-    bool overloaded = st == TaskStatus::shed && h.reason() == Errc::overloaded;
+    // The controller may refuse a root at its spawn; it never sheds one.
+    MODEL_CHECK(st != TaskStatus::shed);
+    bool overloaded = false;
     if (st == TaskStatus::rejected && h.reason() == Errc::rejected) {
       try {
         (void)h.get();
@@ -521,13 +522,13 @@ void run_program() {
     }
     MODEL_CHECK(!overloaded || p.overload_limit != 0);
     any_stop = any_stop || overloaded;  // its detached children never came
-    refused_or_shed = refused_or_shed || overloaded;
+    refused = refused || overloaded;
     MODEL_CHECK(st == model || stopped_outcome || overloaded);
     if (!p.timed) MODEL_CHECK(h.queue_wait() == 0ns && h.run_time() == 0ns);
     if (st == TaskStatus::succeeded) MODEL_CHECK(h.get() == want.value);
     MODEL_CHECK(h.status() == st);  // final: it never changes
   }
-  RC_CLASSIFY(refused_or_shed, "the controller refused or shed a root");
+  RC_CLASSIFY(refused, "the controller refused a root");
   // A when_all that failed cancels its other children, and with them the
   // detached tasks they would have spawned.
   bool when_all_failed = false;

@@ -497,9 +497,13 @@ TEST(CoroTask, WhenAnyReturnsTheIndexOfATaskThatEnded) {
   return std::this_thread::get_id();
 }
 
+// The sleep is long enough that it is still ahead when the step arms it:
+// one that came due before its suspension settled would not suspend, and
+// the caller would go on with the frame (one sleep of 1 ms did, under TSan
+// with both CPUs busy).
 Co<void> record_threads(std::thread::id* start, std::thread::id* after) {
   *start = step_thread();
-  co_await sleep_for(1ms);
+  co_await sleep_for(100ms);
   *after = step_thread();
 }
 

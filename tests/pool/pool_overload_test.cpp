@@ -31,9 +31,7 @@ using test::Watchdog;
 using test::WorkerHold;
 
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
-  PoolOptions p = test::fixed_workers("overload", workers);
-  p.overload = o;
-  return p;
+  return test::overloaded_workers("overload", workers, o);
 }
 
 TEST(PoolOverload, OffByDefault) {

@@ -206,6 +206,13 @@ inline PoolOptions fixed_workers(std::string name, std::size_t n) {
   return o;
 }
 
+// fixed_workers with the overload controller set to `overload`.
+inline PoolOptions overloaded_workers(std::string name, std::size_t n, OverloadOptions overload) {
+  PoolOptions o = fixed_workers(std::move(name), n);
+  o.overload = overload;
+  return o;
+}
+
 // A cooperative long task's body: returns once `stop` is requested, checking
 // every `poll`.
 inline void until_stopped(const std::stop_token& stop,

@@ -50,6 +50,17 @@
 // neither a submission nor an outcome (the pool's stats see one task
 // however often it resumes).
 //
+// The overload controller (crew/overload.hpp): a spawn from outside the
+// pool takes an admission ticket in launch(), or is refused (rejected,
+// Admission::overloaded, with the reason); a spawn from the pool's own
+// tasks takes none, as a submission from them does. The ticket stands for
+// the start queued and the first step running, and goes back when that
+// step ends (the task suspends or ends) or the start ends the task unrun:
+// a suspended task holds none. The start's queue wait feeds the
+// controller's signal, but CoDel does not drop a start: the task is
+// `running` by then, and `shed` is an outcome only a queued task can have;
+// the limit, which that wait lowers, refuses the spawns instead.
+//
 // Times and events: where the pool times its tasks (PoolOptions::
 // time_tasks for a task with a handle, or observers that want timings)
 // the handle's queue_wait() is from the admission to the first start, and
@@ -76,6 +87,7 @@
 #include "crew/detail/coro_suspension.hpp"
 #include "crew/detail/pool_core.hpp"
 #include "crew/detail/spin_lock.hpp"
+#include "crew/detail/submission.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
 #include "crew/task.hpp"
@@ -155,13 +167,17 @@ class CoroTaskBase {
   // A wait for something outside crew (on_callback): arms the task and
   // returns the generation its waker fires, or 0 if the task is stopped
   // already (do not suspend). After the operation is started:
-  // external_armed(gen) is true if the task is suspended, false if it must
-  // go on at once (a stop, or the operation's completion, came first); if
-  // starting it threw, external_failed(gen) is true if nothing woke it
-  // (rethrow), false if a waker did (go on without suspending).
+  // finish_arming(gen, true) is true if the task is suspended, false if it
+  // must go on at once (a stop, or the operation's completion, came
+  // first); if starting it threw, claim_own(gen) is true if nothing woke
+  // it (rethrow), false if a waker did (go on without suspending).
   std::uint64_t external_begin(std::coroutine_handle<> h) noexcept;
-  bool external_armed(std::uint64_t gen) noexcept { return finish_arming(gen, true); }
-  bool external_failed(std::uint64_t gen) noexcept { return claim_own(gen); }
+  // Last in await_suspend, after arming generation `gen`: a stop that came
+  // first is claimed here; else the suspension settles. True if the task is
+  // suspended, false if it goes on at once.
+  bool finish_arming(std::uint64_t gen, bool stoppable) noexcept;
+  // Claims generation `gen` on the task's own thread (nothing woke it yet).
+  bool claim_own(std::uint64_t gen) noexcept;
   // In await_resume: true if the task was resumed by a stop; the co_await
   // then throws stop_error() (Error(cancelled), or Error(timed_out) past
   // its deadline). The throw is written in each await_resume, so that it
@@ -202,8 +218,6 @@ class CoroTaskBase {
   // A reference to the task (its state's count).
   void hold() noexcept { self_->add_ref(); }
   void drop() noexcept { self_->release(); }
-  // One of its steps was taken off the pool's queue (ResumeStep; stats()).
-  void step_taken() noexcept;
 
   // The current suspension (armed_gen, waits_on, since_ns: any thread).
   [[nodiscard]] const Suspension& suspension() const noexcept { return suspension_; }
@@ -233,12 +247,6 @@ class CoroTaskBase {
   void settled_unstarted() noexcept;
 
  private:
-  // Last in await_suspend, after arming generation `gen`: a stop that came
-  // first is claimed here; else the suspension settles. True if the task is
-  // suspended, false if it goes on at once.
-  bool finish_arming(std::uint64_t gen, bool stoppable) noexcept;
-  // Claims generation `gen` on the task's own thread (nothing woke it yet).
-  bool claim_own(std::uint64_t gen) noexcept;
   // Takes this task's node out of its target's list, if it is there.
   void unlink_wait() noexcept;
   // What every end shares after the outcome is published: the waiters
@@ -268,6 +276,14 @@ class CoroTaskBase {
   // setup before the task is shared.
   bool in_parent_ = false;
   std::int64_t queue_deadline_ns_ = 0;  // 0: none
+  // The overload controller's admission ticket of a task spawned from
+  // outside the pool while the controller is on (null: none), and the
+  // admission time when the controller times this task's queue wait (0:
+  // untimed). Set by launch() before the start is queued; the thread that
+  // runs or drops the start takes the ticket and returns it when the
+  // first step ends, or when the start ends the task unrun.
+  OverloadControl* ticket_ = nullptr;
+  std::int64_t admitted_ns_ = 0;
   // Whether the first step ran, and when, if the task is clocked (else
   // 0). Written by that step, read by the thread that ends the task.
   bool started_ = false;
@@ -302,14 +318,14 @@ class ResumeStep {
   }
   ~ResumeStep() {
     if (t_ != nullptr) {  // dropped unrun by a shutdown
-      t_->step_taken();
+      Submission(t_->core()).step_taken();
       t_->abandon(Errc::shutdown_dropped);
       t_->drop();
     }
   }
   void operator()() noexcept {
     CoroTaskBase* t = std::exchange(t_, nullptr);
-    t->step_taken();
+    Submission(t->core()).step_taken();  // one of its steps left the queue (stats())
     if (abandon_) {
       t->abandon(Errc::abandoned);
     } else {

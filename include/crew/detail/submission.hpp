@@ -65,14 +65,19 @@ class Submission {
   // (observers need the task's own events; see counted_ok()), unless the
   // task tells them itself, as a coroutine task does. `queued`, if given,
   // is set when the task went to the queue (not run here, not refused).
+  // `give_up`: the task's queue deadline, past which a submission blocked
+  // on a full queue stops waiting and runs the task here (which finds its
+  // deadline passed), as route_full says.
   template <CountedTask F>
-  Admission post_counted(F&& f, std::size_t level, bool may_block, bool* queued = nullptr) {
+  Admission post_counted(
+      F&& f, std::size_t level, bool may_block, bool* queued = nullptr,
+      std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline) {
     using D = std::decay_t<F>;
     static_assert(std::is_nothrow_move_constructible_v<D>);
     Admission why = Admission::accepted;
     if constexpr (Cell::fits_inline<CountedFn<D>>) {
       auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
-      switch (route(fill, level, may_block, why)) {
+      switch (route(fill, level, may_block, why, give_up)) {
         case Route::queued:
           if (queued != nullptr) *queued = true;
           return Admission::accepted;
@@ -90,7 +95,7 @@ class Submission {
       Cell tmp;
       tmp.emplace(CountedFn<D>{std::move(f)});
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
-      switch (route(fill, level, may_block, why)) {
+      switch (route(fill, level, may_block, why, give_up)) {
         case Route::queued:
           if (queued != nullptr) *queued = true;
           return Admission::accepted;
@@ -168,6 +173,18 @@ class Submission {
   // rejected (a spawn refused before it reached the queue).
   std::uint64_t task_id() noexcept { return c_.new_task_id(); }
   void count_refusal() noexcept { c_.refused_.fetch_add(1, std::memory_order_relaxed); }
+
+  // An admission ticket for a submission at `level` from outside the pool
+  // (PoolCore::admits_here; a coroutine task's spawn calls it too): past
+  // the limit, a level above 0 displaces the newest task a lower level
+  // queued newest first (Shedding::displace_below, src/engine/shedding.hpp)
+  // and takes its ticket. False (and why, in `reason`) if refused; the
+  // refusal is not counted as a submission here.
+  bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
+                         OverloadReason* reason = nullptr) noexcept;
+  // The enqueue time of an admitted task: now if the overload controller
+  // times this one's queue wait, else 0.
+  std::int64_t admitted_enqueue_ns() const noexcept;
 
  private:
   // A fill passed out of line: the slow paths after a failed push
@@ -371,17 +388,6 @@ class Submission {
 
   // Events of a plain submission that was queued, refused or swept.
   void note_plain_submission(Route r, Admission why, bool is_long) noexcept;
-
-  // An admission ticket for a submission at `level` from outside the pool:
-  // past the limit, a level above 0 displaces the newest task a lower
-  // level queued newest first (Shedding::displace_below,
-  // src/engine/shedding.hpp) and takes its ticket. False (and why, in
-  // `reason`) if refused.
-  bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
-                         OverloadReason* reason = nullptr) noexcept;
-  // The enqueue time of an admitted plain task: now if the overload
-  // controller times this one's queue wait, else 0.
-  std::int64_t admitted_enqueue_ns() const noexcept;
 
   // route() for an admitted task: while the controller reports a standing
   // queue, to its level's newest-first stack when that has room.
