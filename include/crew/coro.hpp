@@ -42,6 +42,9 @@
 //   schedule(pool)         yield() on the task's own pool
 //   on_callback<T>(start)  an operation outside crew that reports through a
 //                          callback (Asio, client libraries), below
+//   spawn_when_room(pool, co)  spawn() that suspends, instead of blocking
+//                          the worker, while `pool`'s queue is full; returns
+//                          the new task's handle (below)
 //
 // Stop and deadline: every coroutine task has a std::stop_token
 // (current_stop_token()); Task::cancel(), the task's timeout (TaskOptions::
@@ -341,6 +344,44 @@ struct ScheduleAwaiter : YieldAwaiter {
 // run work on another pool, co_await a task spawned or submitted there.
 [[nodiscard]] inline detail::ScheduleAwaiter schedule(const Pool& pool) noexcept {
   return detail::ScheduleAwaiter{{}, &detail::PoolAccess::core(pool)};
+}
+
+// co_await spawn_when_room(pool, co, opts): spawn() for a coroutine task,
+// which suspends where spawn() would block its thread: while `pool` (this
+// task's own or another) blocks on a full queue (Overflow::block), the
+// calling coroutine sleeps and tries again (20 us, doubling to 1 ms), its
+// worker free for other tasks meanwhile, and then returns the new task's
+// handle. Otherwise as spawn(): a pool that refuses or runs the start on
+// the caller does so at once, and a closed one refuses. The new task is
+// admitted (its queue wait, its overload ticket) when the wait begins; its
+// queue_timeout bounds the wait (then it ends unrun, cancelled /
+// Errc::expired). A stop of the calling task ends the wait: the co_await
+// throws its stop error, and the new task, refused (rejected,
+// Admission::full) unless room came just then, is stopped with its parent
+// either way. Room is not reserved: a thread that blocks on the same queue
+// may take it first. Only from a coroutine task's coroutine. With g++ 12,
+// initialize a handle with it (Task<int> t = co_await spawn_when_room(...))
+// or name the Co first; assigning its result to an existing handle, or
+// using it inside a larger expression, frees the Co twice
+// (docs/coroutines.md, "Traps").
+template <class R>
+Co<Task<R>> spawn_when_room(Pool& pool, Co<R> co, TaskOptions opts = {}) {
+  detail::CoroState<R>* s = detail::make_coro_state(detail::PoolAccess::core(pool), std::move(co),
+                                                    std::move(opts), false);
+  Task<R> handle(s);  // the creator's reference
+  auto wait = std::chrono::microseconds(20);
+  // Admission::full with the handle not ready: no room yet, nothing decided.
+  while (s->launch(/*may_block=*/true, /*wait_for_room=*/true) == Admission::full &&
+         !handle.ready()) {
+    try {
+      co_await sleep_for(wait);
+    } catch (...) {
+      (void)s->launch(/*may_block=*/false);  // queued if there is room now, else refused
+      throw;
+    }
+    wait = std::min(wait * 2, std::chrono::microseconds(1000));
+  }
+  co_return handle;
 }
 
 // co_await wait_all(group): suspends until every task submitted to `group`

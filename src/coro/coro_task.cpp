@@ -95,33 +95,37 @@ void CoroTaskBase::setup(PoolCore& core, TaskOptions&& opts, bool detached, Coro
   in_parent_ = linked && parent->core_ == core_;
 }
 
-Admission CoroTaskBase::launch(bool may_block) {
+Admission CoroTaskBase::launch(bool may_block, bool wait_for_room) {
   TaskStateBase& s = state();
   Submission submission(*core_);
-  if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
   Admission a = Admission::accepted;
   bool queued = false;
-  // From outside the pool with the overload controller on: a ticket first
-  // (crew/detail/coro_task.hpp, "The overload controller").
-  if (core_->admits_here() && core_->state() < PoolState::stopping) {
-    OverloadReason why = OverloadReason::none;
-    const std::int64_t now = now_ns();
-    const std::int64_t queue_timeout =
-        queue_deadline_ns_ == 0 ? 0 : std::max<std::int64_t>(1, queue_deadline_ns_ - now);
-    if (submission.admit_or_displace(level_, queue_timeout, &why)) {
-      ticket_ = core_->overload();
-      admitted_ns_ = submission.admitted_enqueue_ns();
-    } else {
-      a = Admission::overloaded;
-      s.set_overload_reason(why);
+  // The admission, once (a spawn that waits for room comes back here).
+  if (!admitted_) {
+    admitted_ = true;
+    if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
+    // From outside the pool with the overload controller on: a ticket
+    // first (crew/detail/coro_task.hpp, "The overload controller").
+    if (core_->admits_here() && core_->state() < PoolState::stopping) {
+      OverloadReason why = OverloadReason::none;
+      const std::int64_t now = now_ns();
+      const std::int64_t queue_timeout =
+          queue_deadline_ns_ == 0 ? 0 : std::max<std::int64_t>(1, queue_deadline_ns_ - now);
+      if (submission.admit_or_displace(level_, queue_timeout, &why)) {
+        ticket_ = core_->overload();
+        admitted_ns_ = submission.admitted_enqueue_ns();
+      } else {
+        a = Admission::overloaded;
+        s.set_overload_reason(why);
+      }
     }
-  }
-  if (a == Admission::accepted && !in_parent_) {
-    enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
-    if (!hub_->enroll(this, from_coroutine_)) {
-      enrolled_.store(false, std::memory_order_relaxed);
-      a = Admission::closed;
-      if (ticket_ != nullptr) release_ticket(std::exchange(ticket_, nullptr));
+    if (a == Admission::accepted && !in_parent_) {
+      enrolled_.store(true, std::memory_order_relaxed);  // published by the hub's lock
+      if (!hub_->enroll(this, from_coroutine_)) {
+        enrolled_.store(false, std::memory_order_relaxed);
+        a = Admission::closed;
+        if (ticket_ != nullptr) release_ticket(std::exchange(ticket_, nullptr));
+      }
     }
   }
   if (a != Admission::accepted) {
@@ -132,15 +136,32 @@ Admission CoroTaskBase::launch(bool may_block) {
     submission.count_refusal();
     if (s.claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(&s, false);
   } else {
-    StartCell cell(this);
     // A spawn blocked on a full queue waits no longer than its queue
     // deadline: its start then runs here and ends the task expired.
+    const std::int64_t now = now_ns();
     const auto give_up =
         queue_deadline_ns_ == 0
             ? TaskStateBase::kNoDeadline
             : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(queue_deadline_ns_));
-    a = submission.post_counted(std::move(cell), level_, may_block, &queued, give_up);
-    if (a != Admission::accepted) s.refused_as = a;
+    StartCell cell(this);
+    // Waiting for room (spawn_when_room): no room decides nothing yet, for
+    // a pool that would block (not one that refuses or runs it on the
+    // caller), before the queue deadline, while the pool is open.
+    if (wait_for_room && core_->options().overflow == Overflow::block &&
+        (queue_deadline_ns_ == 0 || now < queue_deadline_ns_) &&
+        core_->state() < PoolState::stopping) {
+      if (!submission.try_push_counted(cell, level_)) {
+        cell.disown();  // the start's reference stays for the next call
+        // Accepted as far as a stop is concerned: it stops the task, and
+        // its start, once pushed, ends it unrun (see below).
+        (void)s.leave_queue(TaskStatus::running);
+        return Admission::full;
+      }
+      queued = true;
+    } else {
+      a = submission.post_counted(std::move(cell), level_, may_block, &queued, give_up);
+      if (a != Admission::accepted) s.refused_as = a;
+    }
   }  // a refused cell ends the task rejected here
   // Accepted: running from now on (unless its start already made it so),
   // though its start may still be queued. A wait for it on a worker then

@@ -2,9 +2,10 @@
 //
 // A program is a few root coroutine tasks, each a random tree: a node runs
 // a sequence of steps (sleep, yield, await a child Co in the same task,
-// spawn a child coroutine task and await its handle, submit a plain task
-// and await it, when_all over spawned children, spawn a detached child,
-// throw), some of them catching what the awaited child throws. The roots
+// spawn a child coroutine task, with spawn or spawn_when_room, and await
+// its handle, submit a plain task and await it, when_all over spawned
+// children, spawn a detached child, throw), some of them catching what the
+// awaited child throws. The roots
 // get, at random, a cancel() after a delay or a timeout; the pool has 1-3
 // workers and a queue of 2, 8 or 1024 tasks (a full one blocks or runs the
 // task on the caller), in half of the programs the overload controller
@@ -74,6 +75,7 @@ struct Step {
   int ms = 0;                 // sleep
   int plain_value = 0;        // plain: what the plain task returns (negative: it throws)
   bool catch_errors = false;  // inline_child, task_child, plain, when_all
+  bool when_room = false;     // task_child: spawned with spawn_when_room
   std::vector<Node> kids;     // inline_child, task_child, detached: one; when_all: 1-3
 };
 
@@ -168,7 +170,8 @@ void show(std::ostream& os, const Node& n, std::size_t indent) {
         os << "co_await Co" << (s.catch_errors ? " (catching)" : "") << '\n';
         break;
       case StepKind::task_child:
-        os << "co_await spawn" << (s.catch_errors ? " (catching)" : "") << '\n';
+        os << (s.when_room ? "co_await spawn_when_room" : "co_await spawn")
+           << (s.catch_errors ? " (catching)" : "") << '\n';
         break;
       case StepKind::plain:
         os << "co_await submit -> " << s.plain_value << (s.catch_errors ? " (catching)" : "")
@@ -215,6 +218,7 @@ Node gen_node(int depth, int& next_id) {
     } else if (pick < 13) {
       s.kind = StepKind::task_child;
       s.catch_errors = *rc::gen::arbitrary<bool>();
+      s.when_room = *rc::gen::arbitrary<bool>();
       s.kids.push_back(gen_node(depth - 1, next_id));
     } else if (pick < 15) {
       s.kind = StepKind::when_all;
@@ -278,7 +282,15 @@ Co<long> run_node(Pool& pool, const Node& n) {
         value += co_await run_inline(pool, s.kids[0], s.catch_errors);
         break;
       case StepKind::task_child: {
-        Task<long> t = spawn(pool, run_node(pool, s.kids[0]));
+        // Assigned, not initialized: the Co is named first, or g++ 12
+        // frees it twice (docs/coroutines.md, "Traps").
+        Task<long> t;
+        if (s.when_room) {
+          Co<Task<long>> spawning = spawn_when_room(pool, run_node(pool, s.kids[0]));
+          t = co_await std::move(spawning);
+        } else {
+          t = spawn(pool, run_node(pool, s.kids[0]));
+        }
         value += co_await await_caught(t, s.catch_errors);
         break;
       }

@@ -4,13 +4,15 @@
 // reason; the ticket stands for the start and the first step and goes back
 // when that step ends, when the start is dropped, or when the spawn is
 // refused after all; spawns from the pool's own coroutines take none; the
-// start's queue wait feeds the controller's signal. And a spawn blocked on
-// a full queue waits no longer than its queue timeout. Plain tasks under
-// the controller: tests/pool/pool_overload_test.cpp.
+// start's queue wait feeds the controller's signal. A spawn blocked on a
+// full queue waits no longer than its queue timeout, and spawn_when_room
+// suspends the spawning coroutine where spawn() would block its worker.
+// Plain tasks under the controller: tests/pool/pool_overload_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -183,6 +185,119 @@ TEST(CoroOverload, ABlockedSpawnWaitsNoLongerThanItsQueueTimeout) {
   EXPECT_EQ(late.reason(), Errc::expired);
   hold.release();
   EXPECT_EQ(filler.get(), 1);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+// A pool whose one worker is held and whose queue of one place is taken.
+struct FullQueue {
+  Pool pool;
+  WorkerHold hold;
+  explicit FullQueue(std::string name) : pool(full_options(std::move(name))), hold(pool) {
+    EXPECT_EQ(pool.post([] {}), Admission::accepted);  // the queue's one place
+  }
+  static PoolOptions full_options(std::string name) {
+    PoolOptions o = test::fixed_workers(std::move(name), 1);
+    o.queue_capacity = 1;
+    o.overflow = Overflow::block;
+    return o;
+  }
+};
+
+Co<int> spawn_there_and_await(Pool* there, TaskOptions opts, std::atomic<bool>* handed) {
+  Task<int> t = co_await spawn_when_room(*there, quick(5), std::move(opts));
+  handed->store(true);
+  co_return co_await t;
+}
+
+// A spawner on pool `here` (one worker) whose spawn_when_room targets the
+// full pool.
+class SpawnWhenRoom : public ::testing::Test {
+ protected:
+  Task<int> start_spawner(TaskOptions opts = {}) {
+    return spawn(here, spawn_there_and_await(&full.pool, std::move(opts), &handed));
+  }
+
+  Watchdog dog;
+  FullQueue full{"full"};
+  Pool here{test::fixed_workers("here", 1)};
+  std::atomic<bool> handed{false};  // the spawner got its handle
+};
+
+// Where spawn() would block its worker, spawn_when_room suspends the
+// spawning coroutine: the worker runs other tasks meanwhile.
+TEST_F(SpawnWhenRoom, SuspendsTheSpawnerInsteadOfBlockingItsWorker) {
+  Task<int> spawner = start_spawner();
+  std::this_thread::sleep_for(20ms);  // the spawner found no room and waits
+  EXPECT_FALSE(handed.load());
+  // Its pool's one worker is free: a task submitted now runs at once.
+  Task<int> other = here.submit([] { return 7; });
+  ASSERT_TRUE(other.wait_for(5s)) << "the spawner's worker is blocked";
+  EXPECT_EQ(other.get(), 7);
+  EXPECT_FALSE(handed.load());
+  full.hold.release();  // room comes: the spawn goes on
+  EXPECT_EQ(spawner.get(), 5);
+  EXPECT_TRUE(handed.load());
+  ASSERT_TRUE(full.pool.wait_idle(10s));
+  const PoolStats s = full.pool.stats();
+  EXPECT_EQ(s.outcomes.succeeded, 3u);  // the hold, the filler, the spawned task
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+// The new task's queue timeout bounds the wait: the handle comes back
+// with the task ended unrun.
+TEST_F(SpawnWhenRoom, WaitsNoLongerThanTheNewTasksQueueTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Task<int> spawner = start_spawner({.queue_timeout = 50ms});
+  try {
+    (void)spawner.get();
+    ADD_FAILURE() << "the awaited task never ran: its co_await must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::expired) << e.what();
+  }
+  EXPECT_TRUE(handed.load());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 45ms);
+  full.hold.release();
+  ASSERT_TRUE(full.pool.wait_idle(10s));
+  const PoolStats s = full.pool.stats();
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+// A stop of the spawner ends its wait; the new task is decided once
+// (refused, or stopped with its parent) and counted once.
+TEST_F(SpawnWhenRoom, AStopOfTheSpawnerEndsItsWait) {
+  Task<int> spawner = start_spawner();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(spawner.cancel(), CancelResult::stop_requested);
+  ASSERT_TRUE(spawner.wait_for(5s));
+  EXPECT_EQ(spawner.status(), TaskStatus::cancelled);
+  EXPECT_FALSE(handed.load());
+  full.hold.release();
+  ASSERT_TRUE(full.pool.wait_idle(10s));
+  ASSERT_TRUE(here.wait_idle(10s));
+  const PoolStats s = full.pool.stats();
+  EXPECT_EQ(s.submitted, 3u);  // the hold, the filler, the spawned task
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+  EXPECT_EQ(s.outcomes.succeeded, 2u);
+}
+
+// The spawner's own pool: it suspends (its worker runs the queue down)
+// instead of running the new task's start inside its own step.
+TEST(SpawnWhenRoomOwnPool, IntoItsOwnFullPoolItSuspends) {
+  Watchdog dog;
+  PoolOptions o = FullQueue::full_options("own");
+  o.min_workers = o.max_workers = 2;
+  Pool pool(o);
+  WorkerHold hold(pool);
+  ASSERT_EQ(pool.post([] {}), Admission::accepted);  // fills the queue
+  std::atomic<bool> handed{false};
+  Task<int> spawner = spawn(pool, spawn_there_and_await(&pool, {}, &handed));
+  // The filler and the spawner's start share the one queue: it runs once
+  // the free worker took the filler.
+  EXPECT_EQ(spawner.get(), 5);
+  EXPECT_TRUE(handed.load());
+  hold.release();
   ASSERT_TRUE(pool.wait_idle(10s));
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.outcomes.total(), s.submitted);

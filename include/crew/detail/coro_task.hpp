@@ -150,7 +150,12 @@ class CoroTaskBase {
   void setup(PoolCore& core, TaskOptions&& opts, bool detached, CoroTaskBase* parent);
   // Queues the task's start on its pool; returns the admission. A refused
   // task ends rejected (not counted here: the pool counted the refusal).
-  Admission launch(bool may_block);
+  // `wait_for_room` (spawn_when_room): where a pool that blocks on a full
+  // queue would block, returns Admission::full with nothing decided (the
+  // task neither queued nor refused: call again, with or without it);
+  // past the task's queue deadline, or in a pool that does not block, as
+  // without it.
+  Admission launch(bool may_block, bool wait_for_room = false);
 
   // ---- awaiters (the task's own thread, inside await_suspend) ----
   // Each returns false when the coroutine must not suspend (resume at once:
@@ -284,6 +289,7 @@ class CoroTaskBase {
   // first step ends, or when the start ends the task unrun.
   OverloadControl* ticket_ = nullptr;
   std::int64_t admitted_ns_ = 0;
+  bool admitted_ = false;  // launch() took it through the admission (the spawning thread)
   // Whether the first step ran, and when, if the task is clocked (else
   // 0). Written by that step, read by the thread that ends the task.
   bool started_ = false;
@@ -359,6 +365,9 @@ class StartCell {
     t->run_start(runner);
     t->drop();
   }
+  // Lets go of the task without dropping it (a push that found no room:
+  // the start's reference stays with the task for the next launch()).
+  void disown() noexcept { t_ = nullptr; }
 
  private:
   CoroTaskBase* t_;

@@ -112,6 +112,17 @@ class Submission {
     return why;
   }
   [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes_tasks(); }
+  // Pushes a counted task if its level has room now: neither blocks nor
+  // refuses, and counts nothing when it cannot (false, `f` untouched), for
+  // a submitter that waits for room itself (a coroutine spawned with
+  // crew::spawn_when_room). False too for a closed pool.
+  template <CountedTask F>
+  bool try_push_counted(F& f, std::size_t level) noexcept {
+    using D = std::decay_t<F>;
+    static_assert(Cell::fits_inline<CountedFn<D>>, "pushed in place: it must fit a cell");
+    auto fill = [&f](Cell& c) noexcept { c.emplace(CountedFn<D>{std::move(f)}); };
+    return !c_.life_.closed() && try_queue(fill, level);
+  }
 
   // What a plain post carries only in a task state (its Extras).
   static bool needs_state(const TaskOptions& o) noexcept {
