@@ -54,8 +54,8 @@
 // counts until it is done with (run, shed, dropped), or until it is written
 // off (abandon_grace): the pool then replaces its worker, and the thread it
 // leaves behind no longer holds a place under the limit, however long its
-// callable runs on. A coroutine task (crew/coro.hpp) spawned from outside
-// the pool is admitted too: refused as a task is, it holds its ticket while
+// callable runs on. With admit_coroutines, a coroutine task (crew/coro.hpp)
+// spawned from outside the pool is admitted too: refused as a task is, it holds its ticket while
 // its start is queued and its first step runs, and gives it back when that
 // step suspends or ends (a suspended task holds none, so the limit bounds
 // the work queued and running, not the tasks in progress). Its start's
@@ -115,6 +115,13 @@ struct OverloadOptions {
   // A limit at its floor stays there. Off by default; needs adaptive_limit.
   bool run_time_signal = false;
   double run_time_factor = 2.0;  // > 1
+  // Admit coroutine tasks spawned from outside the pool too (see above).
+  // Off by default: the limit follows the queue wait of CPU work, and a
+  // burst of coroutine starts (microseconds each) queues past the target
+  // too: crewd's 500 `sleep` jobs at once under TSan on a loaded machine
+  // had 112 refused (503, reason limit) with it on. A service bounds the
+  // coroutine tasks it has in progress itself (crewd: jobs.max_in_flight).
+  bool admit_coroutines = false;
 };
 
 // What the controller did and sees (PoolStats::overload; all zero when off).

@@ -104,9 +104,11 @@ Admission CoroTaskBase::launch(bool may_block, bool wait_for_room) {
   if (!admitted_) {
     admitted_ = true;
     if (submission.clocks(s)) s.clock.set_enqueued(now_ns());
-    // From outside the pool with the overload controller on: a ticket
-    // first (crew/detail/coro_task.hpp, "The overload controller").
-    if (core_->admits_here() && core_->state() < PoolState::stopping) {
+    // From outside the pool with the overload controller on and admitting
+    // coroutine tasks: a ticket first (crew/detail/coro_task.hpp, "The
+    // overload controller").
+    if (core_->admits_here() && core_->options().overload.admit_coroutines &&
+        core_->state() < PoolState::stopping) {
       OverloadReason why = OverloadReason::none;
       const std::int64_t now = now_ns();
       const std::int64_t queue_timeout =

@@ -445,7 +445,7 @@ void run_program() {
     o.abandon_grace = 100ms;
     o.time_tasks = p.timed;
     if (p.overload_limit != 0) {
-      o.overload = {.enabled = true, .target = 1ms, .interval = 10ms};
+      o.overload = {.enabled = true, .target = 1ms, .interval = 10ms, .admit_coroutines = true};
       // At most the default ceiling (the queue plus the workers).
       o.overload.max_limit = std::min(p.overload_limit, p.queue + p.workers);
     }

@@ -28,7 +28,9 @@ using test::eventually;
 using test::Watchdog;
 using test::WorkerHold;
 
+// The controller on and admitting coroutine tasks.
 PoolOptions overloaded_pool(std::size_t workers, OverloadOptions o) {
+  o.admit_coroutines = true;
   return test::overloaded_workers("co-overload", workers, o);
 }
 
@@ -80,6 +82,22 @@ TEST(CoroOverload, SpawnsPastTheLimitAreRefusedAndASuspendedTaskHoldsNoTicket) {
   EXPECT_EQ(s.outcomes.cancelled, 1u);
   EXPECT_EQ(s.outcomes.total(), s.submitted);
   EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
+}
+
+// Off by default (OverloadOptions::admit_coroutines): spawns are neither
+// counted nor refused, however far past the limit.
+TEST(CoroOverload, WithoutAdmitCoroutinesSpawnsAreNeitherCountedNorRefused) {
+  Watchdog dog;
+  Pool pool(test::overloaded_workers("co-default", 1, {.enabled = true, .max_limit = 2}));
+  std::vector<Task<int>> tasks;
+  {
+    WorkerHold hold(pool);  // one ticket
+    for (int i = 0; i < 5; ++i) tasks.push_back(spawn(pool, quick(i)));
+    EXPECT_EQ(pool.stats().overload.admitted, 1u);  // the hold's alone
+  }
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(tasks[static_cast<std::size_t>(i)].get(), i);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(pool.stats().overload.refused_limit, 0u);
 }
 
 // Spawns from the pool's own coroutine tasks are part of admitted work:

@@ -50,8 +50,9 @@
 // neither a submission nor an outcome (the pool's stats see one task
 // however often it resumes).
 //
-// The overload controller (crew/overload.hpp): a spawn from outside the
-// pool takes an admission ticket in launch(), or is refused (rejected,
+// The overload controller (crew/overload.hpp), with OverloadOptions::
+// admit_coroutines: a spawn from outside the pool takes an admission
+// ticket in launch(), or is refused (rejected,
 // Admission::overloaded, with the reason); a spawn from the pool's own
 // tasks takes none, as a submission from them does. The ticket stands for
 // the start queued and the first step running, and goes back when that
