@@ -140,7 +140,6 @@ Admission CoroTaskBase::launch(bool may_block, bool wait_for_room) {
   } else {
     // A spawn blocked on a full queue waits no longer than its queue
     // deadline: its start then runs here and ends the task expired.
-    const std::int64_t now = now_ns();
     const auto give_up =
         queue_deadline_ns_ == 0
             ? TaskStateBase::kNoDeadline
@@ -150,7 +149,7 @@ Admission CoroTaskBase::launch(bool may_block, bool wait_for_room) {
     // a pool that would block (not one that refuses or runs it on the
     // caller), before the queue deadline, while the pool is open.
     if (wait_for_room && core_->options().overflow == Overflow::block &&
-        (queue_deadline_ns_ == 0 || now < queue_deadline_ns_) &&
+        (queue_deadline_ns_ == 0 || now_ns() < queue_deadline_ns_) &&
         core_->state() < PoolState::stopping) {
       if (!submission.try_push_counted(cell, level_)) {
         cell.disown();  // the start's reference stays for the next call
