@@ -134,9 +134,12 @@ bool waits_may_throw_for_stack() noexcept {
   return t_no_stack_throw == 0 && std::uncaught_exceptions() == 0;
 }
 
+// The deeper floor applies only where the wait cannot throw; asked second,
+// since std::uncaught_exceptions() is a call into the runtime and most waits
+// are far above either floor.
 bool stack_allows_nesting() noexcept {
   const StackBounds& b = this_stack();
-  return above(waits_may_throw_for_stack() ? b.nest_floor : b.own_floor, b);
+  return above(b.nest_floor, b) || (!waits_may_throw_for_stack() && above(b.own_floor, b));
 }
 
 std::string stack_exhausted_message(std::string_view what) {
@@ -170,7 +173,13 @@ bool InlineRunner::help_once(bool own, bool foreign) {
   }
   c_.on_slot_freed();
   const ForeignNesting nesting;
-  c_.rt_->shutdown.settle_popped_here(cell);
+  // A plain cell (no task state) while the pool is not dropping runs here at
+  // once; any other cell is settled as a shutdown sweep settles it.
+  if (cell.state() == nullptr && !c_.life_.dropping()) [[likely]] {
+    run_cell_here(cell);
+  } else {
+    c_.rt_->shutdown.settle_popped_here(cell);
+  }
   return true;
 }
 

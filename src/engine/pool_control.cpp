@@ -126,6 +126,4 @@ bool PoolControl::restart() { return c_.rt_->shutdown.restart(); }
 
 void PoolControl::stop_supervisor() noexcept { c_.rt_->supervisor.stop(); }
 
-bool PoolControl::run_pending() { return c_.inline_.run_pending(); }
-
 }  // namespace crew::detail

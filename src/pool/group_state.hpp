@@ -1,8 +1,7 @@
 // src/pool/group_state.hpp (private): detail::GroupState, the state
 // behind a crew::Group (include/crew/group.hpp declares its head,
 // GroupHead, which the inline submit path reads). src/pool/group.cpp is
-// the facade over it; its helpers and its allocation are in
-// group_state.cpp.
+// the facade over it and holds its helpers and its allocation.
 //
 // The group keeps the pool's handle of every task it submitted, in blocks
 // linked in submission order: the first kFirstBlock handles live inside the
@@ -92,14 +91,14 @@ struct Detached {
 // The group's deadline for GroupOptions::timeout (none for 0).
 Clock::time_point deadline_after(std::chrono::nanoseconds timeout);
 // The options, checked (throws Error(invalid_options) naming the field).
-GroupOptions validated(GroupOptions o);
+GroupOptions&& validated(GroupOptions&& o);
 // The admission of a handle the pool refused; get() is the only public
 // place the reason is kept (Error::admission()).
 Admission admission_of(Task<void>& task);
 
 class GroupState final : public GroupHead {
  public:
-  // From a small per-thread cache of freed states (group_state.cpp).
+  // From a small per-thread cache of freed states (group.cpp).
   static void* operator new(std::size_t size);
   static void operator delete(void* p) noexcept;
 
@@ -500,7 +499,7 @@ class GroupState final : public GroupHead {
       const std::uint32_t zero = counted_zero_.load(std::memory_order_acquire);
       if (pending_of(counted_.load(std::memory_order_acquire)) == 0) return true;
       if (short_of_stack && !stack_cancel_.exchange(true)) cancel();
-      if (helps && pool().run_pending_task()) {
+      if (helps && PoolAccess::core(pool()).inline_runner().run_pending()) {
         nap = std::chrono::microseconds(50);
         continue;
       }

@@ -89,7 +89,7 @@ void Pool::resize(std::size_t max_workers) { detail::PoolControl(*core_).resize(
 bool Pool::stop_worker(std::uint64_t worker_id, WorkerStop how) {
   return detail::PoolControl(*core_).stop_worker(worker_id, how);
 }
-bool Pool::run_pending_task() { return detail::PoolControl(*core_).run_pending(); }
+bool Pool::run_pending_task() { return core_->inline_runner().run_pending(); }
 PoolState Pool::state() const noexcept { return core_->state(); }
 bool Pool::inherited_by_fork() const noexcept { return core_->inherited_by_fork(); }
 PoolStats Pool::stats() const { return detail::PoolSnapshot(*core_).stats(); }

@@ -22,7 +22,7 @@ inline constexpr std::size_t kMaxCachedBlock = 512;
 
 // Whether freed blocks are kept at all: not under AddressSanitizer, which
 // must see every free to catch a use after it. (Also read by the group
-// states' own cache, src/pool/group_state.cpp, and by the tests.)
+// states' own cache, src/pool/group.cpp, and by the tests.)
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kBlockCacheOn = false;
 #elif defined(__has_feature)

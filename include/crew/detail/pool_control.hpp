@@ -1,7 +1,8 @@
 // crew/detail/pool_control.hpp: the calls of a pool that are not
 // submissions, for the facades (crew::Pool in src/pool/pool.cpp):
 // PoolControl (start, shutdown and restart, pause, resume, resize,
-// stop_worker, wait_idle, run_pending) and PoolSnapshot (stats, workers).
+// stop_worker, wait_idle) and PoolSnapshot (stats, workers). A wait that
+// runs queued tasks (Pool::run_pending_task) calls the InlineRunner itself.
 // Each is a view of one PoolCore, made per call as Submission is; they are
 // defined in src/engine/pool_control.cpp, where the engine's units are
 // complete. crew/pool.hpp does not include this header: no inline template
@@ -62,8 +63,6 @@ class PoolControl {
   // Blocks: until every task submitted so far has an outcome and its
   // handlers and observers have returned, or until `deadline` (false).
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
-  // One queued task run on this thread (InlineRunner::run_pending).
-  bool run_pending();
 
  private:
   PoolCore& c_;
