@@ -574,7 +574,8 @@ template <class T, class Start>
 }
 
 // A coroutine task suspended now: what it waits for ("sleep", "task",
-// "yield", "callback") and for how long.
+// "yield", "callback") and for how long (never less than it was; up to one
+// kernel clock tick, 1-10 ms, more: the stamp is the coarse clock's).
 struct SuspendedCoroutine {
   TaskRef task;
   std::string_view waits_on;

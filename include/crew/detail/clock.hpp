@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 // The time-stamp counter is read with the compiler's builtin (GCC and
 // clang), not <x86intrin.h>: that header is some 48,000 preprocessed lines,
@@ -94,6 +95,22 @@ class TscClock {
 
 // steady_clock nanoseconds; 0 means "none" wherever a time is optional.
 inline std::int64_t now_ns() noexcept { return TscClock::now_ns(); }
+
+// steady_clock nanoseconds as of the kernel's last clock tick (Linux
+// CLOCK_MONOTONIC_COARSE): up to one tick (1-10 ms) early, never late, and
+// read without the time-stamp counter (about 4 ns against now_ns()'s 11-25
+// on the development VM). For stamps only reported, never compared with a
+// deadline: since when a coroutine task is suspended (a stamp taken at every
+// suspension). Elsewhere now_ns().
+inline std::int64_t coarse_now_ns() noexcept {
+#if defined(CLOCK_MONOTONIC_COARSE)
+  timespec t{};
+  (void)clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return std::int64_t{t.tv_sec} * 1'000'000'000 + std::int64_t{t.tv_nsec};
+#else
+  return now_ns();
+#endif
+}
 
 // A cheap count for short intervals compared across threads (the wake-up
 // policy's heartbeat, crew/detail/idle_counts.hpp): the time-stamp counter
