@@ -55,11 +55,11 @@
 // off (abandon_grace): the pool then replaces its worker, and the thread it
 // leaves behind no longer holds a place under the limit, however long its
 // callable runs on. With admit_coroutines, a coroutine task (crew/coro.hpp)
-// spawned from outside the pool is admitted too: refused as a task is, it holds its ticket while
-// its start is queued and its first step runs, and gives it back when that
-// step suspends or ends (a suspended task holds none, so the limit bounds
-// the work queued and running, not the tasks in progress). Its start's
-// queue wait feeds the signal, but CoDel never sheds it: an accepted
+// spawned from outside the pool is admitted too: refused as a task is, it holds
+// its ticket while its start is queued and its first step runs, and gives it
+// back when that step suspends or ends (a suspended task holds none, so the
+// limit bounds the work queued and running, not the tasks in progress). Its
+// start's queue wait feeds the signal, but CoDel never sheds it: an accepted
 // coroutine task is `running` from the spawn on (docs/coroutines.md).
 //
 // Off by default; off, a submission pays one predictable branch. On, a

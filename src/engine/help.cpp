@@ -174,7 +174,9 @@ bool InlineRunner::help_once(bool own, bool foreign) {
   c_.on_slot_freed();
   const ForeignNesting nesting;
   // A plain cell (no task state) while the pool is not dropping runs here at
-  // once; any other cell is settled as a shutdown sweep settles it.
+  // once, as ShutdownSequence::settle_popped_here's first branch would run
+  // it, without the call into shutdown.cpp on this path of every fork; any
+  // other cell is settled there.
   if (cell.state() == nullptr && !c_.life_.dropping()) [[likely]] {
     run_cell_here(cell);
   } else {

@@ -103,7 +103,6 @@ void GroupState::operator delete(void* p) noexcept {
   if (StateCache::closed || !t_state_cache.keep(p)) ::operator delete(p);
 }
 
-
 bool await_returned(const Pool& pool, const TaskStateBase* s, std::string_view who,
                     std::string_view name,
                     std::chrono::steady_clock::time_point deadline) noexcept {

@@ -56,7 +56,7 @@ class Suspension {
     resume_at_ = h;
     waiting_on_.store(kind, std::memory_order_relaxed);
     since_ns_.store(coarse_now_ns(), std::memory_order_relaxed);  // reported only
-    stoppable_.store(stoppable, std::memory_order_relaxed);  // published by the store below
+    stoppable_.store(stoppable, std::memory_order_relaxed);       // published by the store below
     const std::uint64_t gen = ++gen_;
     // Release, not seq_cst: a stop's Dekker pair is the fence between this
     // and the task's read of its stop (CoroTaskBase::finish_arming), and

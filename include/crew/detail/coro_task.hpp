@@ -51,16 +51,15 @@
 // however often it resumes).
 //
 // The overload controller (crew/overload.hpp), with OverloadOptions::
-// admit_coroutines: a spawn from outside the pool takes an admission
-// ticket in launch(), or is refused (rejected,
-// Admission::overloaded, with the reason); a spawn from the pool's own
-// tasks takes none, as a submission from them does. The ticket stands for
-// the start queued and the first step running, and goes back when that
-// step ends (the task suspends or ends) or the start ends the task unrun:
-// a suspended task holds none. The start's queue wait feeds the
-// controller's signal, but CoDel does not drop a start: the task is
-// `running` by then, and `shed` is an outcome only a queued task can have;
-// the limit, which that wait lowers, refuses the spawns instead.
+// admit_coroutines: a spawn from outside the pool takes an admission ticket in
+// launch(), or is refused (rejected, Admission::overloaded, with the reason); a
+// spawn from the pool's own tasks takes none, as a submission from them does.
+// The ticket stands for the start queued and the first step running, and goes
+// back when that step ends (the task suspends or ends) or the start ends the
+// task unrun: a suspended task holds none. The start's queue wait feeds the
+// controller's signal, but CoDel does not drop a start: the task is `running`
+// by then, and `shed` is an outcome only a queued task can have; the limit,
+// which that wait lowers, refuses the spawns instead.
 //
 // Times and events: where the pool times its tasks (PoolOptions::
 // time_tasks for a task with a handle, or observers that want timings)
