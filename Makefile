@@ -35,7 +35,7 @@ test:
 	$(DEPS) test
 	bash scripts/configure.sh default
 	cmake --build --preset default $(J)
-	ctest --preset default $(J)
+	bash scripts/ctest.sh build --preset default $(J)
 
 # crewd's container image from deploy/Dockerfile (CREWD_IMAGE, crewd:0.1.0 by
 # default) with docker, or podman when no docker daemon answers; the debian:12
@@ -92,7 +92,7 @@ tsan asan:
 	$(DEPS) test
 	bash scripts/configure.sh $@
 	cmake --build --preset $@ $(J)
-	ctest --preset $@ $(J)
+	bash scripts/ctest.sh build-$@ --preset $@ $(J)
 
 # The concurrency tests, each case 20 times in build/ and 3 times under TSan
 # (RELEASE_REPEAT, TSAN_REPEAT override); SINCE=<git ref>: only the test

@@ -6,11 +6,13 @@ HTTP server for another origin or a proxy. main() sets SLOWDOWN from
 """
 import http.server
 import json
+import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -155,8 +157,26 @@ def browser(width=1280, height=900):
               f"--window-size={width},{height}"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    service = Service(executable_path=shutil.which("chromedriver"))
-    d = webdriver.Chrome(service=service, options=opts)
+    # Chromium leaves a directory for its singleton socket in TMPDIR
+    # (org.chromium.Chromium.*) behind even when it quits normally: each
+    # browser gets a TMPDIR of its own, removed when it quits.
+    tmp = tempfile.mkdtemp(prefix="crewd-console-chromium-")
+    try:
+        service = Service(executable_path=shutil.which("chromedriver"),
+                          env={**os.environ, "TMPDIR": tmp})
+        d = webdriver.Chrome(service=service, options=opts)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    quit_browser = d.quit
+
+    def quit_and_clean():
+        try:
+            quit_browser()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    d.quit = quit_and_clean
     d.set_page_load_timeout(20)
     d.set_script_timeout(10)
     return d
