@@ -22,14 +22,24 @@ printf '\n==== why the failed tests failed (whole output: %s) ====\n' "$log"
 # LastTestsFailed.log: "NUMBER:NAME" a line. In LastTest.log a test's output
 # runs from its "N/M Testing: NAME" line to the next "Test Passed." or
 # "Test Failed." line.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 cut -d: -f2- "$failed" | head -n 3 | while IFS= read -r name; do
   printf -- '-- %s\n' "$name"
   awk -v name="$name" '
     $0 ~ "Testing: " && substr($0, length($0) - length(name) + 1) == name { on = 1; next }
     on && /^Test (Passed|Failed)\.|^"[^"]*" end time/ { on = 0 }
     on { print }
-  ' "$log" |
-    grep -E -A6 'Failure$|Falsifiable|ThreadSanitizer|AddressSanitizer|runtime error|SUMMARY|did not return|terminate|Aborted|Timeout' |
-    grep -v '^--$' | cut -c1-220 | head -n 24
+  ' "$log" >"$out"
+  # From the first line that says why, 30 lines; then the lines that
+  # reproduce a random program's failure (the model tests), last so that
+  # they stand at the very end.
+  first=$(grep -n -m1 -E 'Failure$|Falsifiable|ThreadSanitizer|AddressSanitizer|runtime error|terminate called|Aborted|did not return' "$out" | cut -d: -f1)
+  if [ -n "$first" ]; then
+    sed -n "${first},$((first + 29))p" "$out" | grep -v 'RC_PARAMS=' | cut -c1-400
+  else
+    tail -n 15 "$out" | cut -c1-400
+  fi
+  grep -E '^failed: |RC_PARAMS=' "$out" | head -n 4 | cut -c1-4000
 done
 exit "$rc"

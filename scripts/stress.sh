@@ -102,7 +102,9 @@ run_preset() { # preset build-dir repeat model-programs
     printf '\n==== stress (%s): %s, each case x%s ====\n' "$preset" "${repeated[*]}" "$repeat"
     # Every repetition prints a line; keep the failures, the progress lines of
     # each finished case and the summary.
-    ctest --preset "$preset" -j "$jobs" -L "$labels" --repeat "until-fail:$repeat" |
+    # scripts/ctest.sh: a failure's message again at the end.
+    bash scripts/ctest.sh "$dir" --preset "$preset" -j "$jobs" -L "$labels" \
+      --repeat "until-fail:$repeat" |
       grep -vE '^ +(Start +[0-9]+:|Test +#[0-9]+: .* Passed)'
   fi
   for t in "${models[@]}"; do
