@@ -10,20 +10,22 @@ set -uo pipefail
 
 build_dir=$1
 shift
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 ctest "$@"
 rc=$?
 [ "$rc" -eq 0 ] && exit 0
 
 failed="$build_dir/Testing/Temporary/LastTestsFailed.log"
 log="$build_dir/Testing/Temporary/LastTest.log"
-[ -f "$failed" ] && [ -f "$log" ] || exit "$rc"
+# Written by this run (newer than $out, made before it), not left by an
+# earlier one: a ctest that stopped before running tests writes neither.
+[ "$failed" -nt "$out" ] && [ "$log" -nt "$out" ] || exit "$rc"
 
 printf '\n==== why the failed tests failed (whole output: %s) ====\n' "$log"
 # LastTestsFailed.log: "NUMBER:NAME" a line. In LastTest.log a test's output
 # runs from its "N/M Testing: NAME" line to the next "Test Passed." or
 # "Test Failed." line.
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 cut -d: -f2- "$failed" | head -n 3 | while IFS= read -r name; do
   printf -- '-- %s\n' "$name"
   awk -v name="$name" '
