@@ -10,17 +10,20 @@ set -uo pipefail
 
 build_dir=$1
 shift
+# Made before ctest starts: the logs of this run are newer. Then each failed
+# test's output, one at a time.
+stamp=$(mktemp)
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$stamp" "$out"' EXIT
 ctest "$@"
 rc=$?
 [ "$rc" -eq 0 ] && exit 0
 
 failed="$build_dir/Testing/Temporary/LastTestsFailed.log"
 log="$build_dir/Testing/Temporary/LastTest.log"
-# Written by this run (newer than $out, made before it), not left by an
-# earlier one: a ctest that stopped before running tests writes neither.
-[ "$failed" -nt "$out" ] && [ "$log" -nt "$out" ] || exit "$rc"
+# Written by this run, not left by an earlier one: a ctest that stopped
+# before running tests writes neither.
+[ "$failed" -nt "$stamp" ] && [ "$log" -nt "$stamp" ] || exit "$rc"
 
 printf '\n==== why the failed tests failed (whole output: %s) ====\n' "$log"
 # LastTestsFailed.log: "NUMBER:NAME" a line. In LastTest.log a test's output
