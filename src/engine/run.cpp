@@ -185,6 +185,12 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     (void)finished;
     return true;
   }
+  // A running shutdown's report lists the task before its outcome is
+  // published: a caller that saw the outcome before the shutdown began must
+  // not find the task in that shutdown's report.
+  if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out) [[unlikely]] {
+    rt_->shutdown.note_stopped(s, outcome);
+  }
   const bool finished = s->finish(outcome, why);
   CREW_ASSERT(finished, "a run's outcome was decided by another thread");
   (void)finished;
@@ -193,8 +199,6 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     // when it counts as cancelled or timed out (it threw after its stop or
     // deadline).
     if (s->error && s->detached) report_exception(ref_of(*s), s->error);
-    if (outcome == TaskStatus::cancelled || outcome == TaskStatus::timed_out)
-      rt_->shutdown.note_stopped(s, outcome);
     if (observes(Observer::task_finished)) [[unlikely]] {
       rt_->observers.finished(rt_->observers.event_of(s), outcome, enqueued, start, end);
     }

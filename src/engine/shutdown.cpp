@@ -434,6 +434,9 @@ void ShutdownSequence::note_dropped(TaskStateBase* s) noexcept {
 }
 
 void ShutdownSequence::note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept {
+  // report.cancelled is for tasks the hard phase stopped; one stopped first
+  // by its handle, its group or its parent ended as its caller asked.
+  if (outcome == TaskStatus::cancelled && s->stop_reason() != StopReason::shutdown) return;
   MutexLock lock(rt_.registry.mu);
   ShutdownReport* r = rt_.shutdowns.current();
   if (r == nullptr) return;

@@ -54,9 +54,12 @@ class ShutdownSequence {
   // Runs a popped cell on this thread, or rejects it while a soft or hard
   // shutdown drops queued tasks (a wait's help, a sweep).
   void settle_popped_here(Cell& cell);
-  // A task dropped (null: a plain one) or stopped by a shutdown: told to
-  // observers and listed in its report.
+  // A task dropped from the queue (null: a plain one): told to observers
+  // and listed in the running shutdown's report.
   void note_dropped(TaskStateBase* s) noexcept;
+  // A run that ends cancelled or timed out, called before its outcome is
+  // published: listed in the running shutdown's report if the hard phase
+  // stopped it (cancelled) or its deadline ended it (timed_out).
   void note_stopped(TaskStateBase* s, TaskStatus outcome) noexcept;
 
  private:

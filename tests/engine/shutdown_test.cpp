@@ -460,6 +460,45 @@ TEST(ShutdownReportTest, IsIdempotentAndSharedByConcurrentCallers) {
   EXPECT_EQ(again.rejected.size(), 10u);
 }
 
+// report.cancelled lists the tasks the hard phase stopped, not one stopped
+// before the shutdown whose run was still ending when the shutdown began:
+// here "early" is stopped through its worker, and its on_exception handler
+// (which runs after the task's outcome is decided) holds the run's end
+// until the shutdown has begun. "late" is stopped by the hard phase.
+TEST(ShutdownReportTest, ListsOnlyTasksTheHardPhaseStopped) {
+  Watchdog dog;
+  std::atomic<bool> handler_entered{false};
+  std::atomic<Pool*> self{nullptr};
+  PoolOptions opts{.min_workers = 2, .max_workers = 2};
+  opts.on_exception = [&](const TaskRef& ref, std::exception_ptr) {
+    if (ref.name != "early") return;
+    handler_entered = true;
+    (void)test::eventually([&] { return self.load()->state() != PoolState::running; });
+  };
+  Pool pool(opts);
+  self = &pool;
+  std::latch started(2);
+  const auto throw_after_stop = [&started](std::stop_token st) {
+    started.count_down();
+    while (!st.stop_requested()) std::this_thread::sleep_for(1ms);
+    throw std::runtime_error("stopped");
+  };
+  ASSERT_EQ(pool.post(throw_after_stop, {.name = "early"}), Admission::accepted);
+  auto late = pool.submit(cooperative(started), {.name = "late"});
+  started.wait();
+  std::uint64_t early_worker = 0;
+  for (const WorkerInfo& w : pool.workers()) {
+    if (w.task.name == "early") early_worker = w.id;
+  }
+  ASSERT_NE(early_worker, 0u);
+  ASSERT_TRUE(pool.stop_worker(early_worker, WorkerStop::hard));
+  ASSERT_TRUE(test::eventually([&] { return handler_entered.load(); }));
+  const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 5s);
+  EXPECT_EQ(late.status(), TaskStatus::cancelled);
+  EXPECT_TRUE(listed(r.cancelled, "late"));
+  EXPECT_FALSE(listed(r.cancelled, "early")) << "stopped before the shutdown began";
+}
+
 class ShutdownRace : public testing::TestWithParam<ShutdownMode> {};
 
 // Submissions racing a shutdown are either accepted and handled per the mode
