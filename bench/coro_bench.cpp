@@ -4,12 +4,14 @@
 //   sleepers     100,000 coroutine tasks each sleeping 1 s on a 2-worker
 //                pool: seconds from the first spawn until all ended, and
 //                the peak RSS above the idle pool (VmHWM - VmRSS before)
-//   fib          fib(30), one task per call: coroutines (spawn + co_await)
-//                against crew::Group and oneTBB task_group, 2 threads each
-//   skynet       skynet(6): 10 calls per call, 10^6 leaves; the same three
-//   nqueens      nqueens(11): one call per queen placed; the same three
+//   fib          fib(30), one task per call: a coroutine task per call
+//                (spawn + co_await), forked children of one coroutine task
+//                (crew::fork + join), crew::Group and oneTBB task_group,
+//                2 threads each
+//   skynet       skynet(6): 10 calls per call, 10^6 leaves; the same four
+//   nqueens      nqueens(11): one call per queen placed; the same four
 //   matmul       matmul(1024): C += A * B in doubles, quadrants split down
-//                to 64 x 64, 8 calls per split; the same three
+//                to 64 x 64, 8 calls per split; the same four
 //   latency      resume latency (p50, p99, us): a plain post hand-off from
 //                a foreign thread, a coroutine's lateness after
 //                sleep_until, and a coroutine resumed by the end of the
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -115,6 +118,15 @@ crew::Co<long> fib_co(crew::Pool& pool, int n) {
   co_return b + co_await a;
 }
 
+// The same as forked children (crew::fork): one coroutine task in all.
+crew::Co<long> fib_fork_node(int n) {
+  if (n < 2) co_return n;
+  crew::Forked<long> a = crew::fork(fib_fork_node(n - 1));
+  const long b = co_await fib_fork_node(n - 2);
+  co_return b + co_await a;
+}
+crew::Co<long> fib_fork(crew::Pool& /*pool*/, int n) { co_return co_await fib_fork_node(n); }
+
 long fib_group(crew::Pool& pool, int n) {
   if (n < 2) return n;
   long a = 0;
@@ -159,6 +171,25 @@ crew::Co<long> skynet_node(crew::Pool& pool, long num, long size) {
 }
 crew::Co<long> skynet_co(crew::Pool& pool, int depth) {
   co_return co_await skynet_node(pool, 0, pow10(depth));
+}
+
+// Joined newest first: each join then finds its child's step on top of the
+// worker's queue and takes it back without a read-modify-write (joined in
+// fork order, skynet took 1.17-1.36x Group's time instead of 0.73-0.97x,
+// docs/bench/coroutines.md).
+crew::Co<long> skynet_fork_node(long num, long size) {
+  if (size == 1) co_return num;
+  std::array<crew::Forked<long>, kSkynetFan> kids;  // as the Group version's array
+  const long step = size / kSkynetFan;
+  for (std::size_t i = 0; i < kids.size(); ++i) {
+    kids[i] = crew::fork(skynet_fork_node(num + static_cast<long>(i) * step, step));
+  }
+  long sum = 0;
+  for (auto k = kids.rbegin(); k != kids.rend(); ++k) sum += co_await *k;
+  co_return sum;
+}
+crew::Co<long> skynet_fork(crew::Pool& /*pool*/, int depth) {
+  co_return co_await skynet_fork_node(0, pow10(depth));
 }
 
 long skynet_group_node(crew::Pool& pool, long num, long size) {
@@ -213,6 +244,20 @@ crew::Co<long> queens_node(crew::Pool& pool, int n, int row, Board b) {
 }
 crew::Co<long> queens_co(crew::Pool& pool, int n) {
   co_return co_await queens_node(pool, n, 0, Board{0, 0, 0});
+}
+
+crew::Co<long> queens_fork_node(int n, int row, Board b) {
+  if (row == n) co_return 1;
+  std::vector<crew::Forked<long>> kids;
+  for (unsigned f = b.free(n); f != 0; f &= f - 1) {
+    kids.push_back(crew::fork(queens_fork_node(n, row + 1, b.place(f & -f))));
+  }
+  long sum = 0;
+  for (crew::Forked<long>& k : kids) sum += co_await k;
+  co_return sum;
+}
+crew::Co<long> queens_fork(crew::Pool& /*pool*/, int n) {
+  co_return co_await queens_fork_node(n, 0, Board{0, 0, 0});
 }
 
 long queens_group_node(crew::Pool& pool, int n, int row, Board b) {
@@ -298,6 +343,23 @@ crew::Co<void> mm_co(crew::Pool& pool, Block c, Block a, Block b, int n) {
   }
 }
 
+crew::Co<void> mm_fork(Block c, Block a, Block b, int n) {
+  if (n <= kLeaf) {
+    mm_leaf(c, a, b, n);
+    co_return;
+  }
+  const int h = n / 2;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<crew::Forked<void>> kids;
+    kids.reserve(4);
+    for (int q = 0; q < 4; ++q) {
+      const Product p = product(c, a, b, h, r, q);
+      kids.push_back(crew::fork(mm_fork(p.c, p.a, p.b, h)));
+    }
+    for (crew::Forked<void>& k : kids) co_await k;
+  }
+}
+
 void mm_group(crew::Pool& pool, Block c, Block a, Block b, int n) {
   if (n <= kLeaf) return mm_leaf(c, a, b, n);
   const int h = n / 2;
@@ -351,6 +413,11 @@ crew::Co<long> matmul_co(crew::Pool& pool, int n) {
   co_await mm_co(pool, m.block(m.c), m.block(m.a), m.block(m.b), n);
   co_return m.sum();
 }
+crew::Co<long> matmul_fork(crew::Pool& /*pool*/, int n) {
+  Matrices m(n);
+  co_await mm_fork(m.block(m.c), m.block(m.a), m.block(m.b), n);
+  co_return m.sum();
+}
 long matmul_group(crew::Pool& pool, int n) {
   Matrices m(n);
   mm_group(pool, m.block(m.c), m.block(m.a), m.block(m.b), n);
@@ -362,16 +429,19 @@ long matmul_tbb(int n) {
   return m.sum();
 }
 
-// One workload three ways, each on 2 threads, after a smaller warm-up run.
+// One workload four ways, each on 2 threads, after a smaller warm-up run:
+// a coroutine task per call (spawn), forked children of one coroutine task
+// (crew::fork), crew::Group, oneTBB's task_group.
 struct ForkJoin {
   crew::Co<long> (*co)(crew::Pool&, int);
+  crew::Co<long> (*forked)(crew::Pool&, int);
   long (*group)(crew::Pool&, int);
   long (*tbb)(int);
   int warm;
   int n;
 };
 
-Result three_ways(const ForkJoin& w) {
+Result four_ways(const ForkJoin& w) {
   Result r;
   long expect = 0;
   {
@@ -380,6 +450,14 @@ Result three_ways(const ForkJoin& w) {
     const auto t0 = Clock::now();
     expect = crew::spawn(pool, w.co(pool, w.n)).get();
     r["coroutine_s"] = secs(Clock::now() - t0);
+  }
+  {
+    crew::Pool pool(two_workers("forkjoin"));
+    (void)crew::spawn(pool, w.forked(pool, w.warm)).get();
+    const auto t0 = Clock::now();
+    const long v = crew::spawn(pool, w.forked(pool, w.n)).get();
+    r["forked_s"] = secs(Clock::now() - t0);
+    if (v != expect) std::abort();
   }
   {
     crew::Pool pool(two_workers("forkjoin"));
@@ -400,13 +478,15 @@ Result three_ways(const ForkJoin& w) {
   }
   r["coroutine_over_group"] = r["coroutine_s"] / r["group_s"];
   r["coroutine_over_tbb"] = r["coroutine_s"] / r["tbb_s"];
+  r["forked_over_group"] = r["forked_s"] / r["group_s"];
+  r["forked_over_tbb"] = r["forked_s"] / r["tbb_s"];
   return r;
 }
 
-Result fib() { return three_ways({fib_co, fib_group, fib_tbb, 20, 30}); }
-Result skynet() { return three_ways({skynet_co, skynet_group, skynet_tbb, 4, 6}); }
-Result nqueens() { return three_ways({queens_co, queens_group, queens_tbb, 8, 11}); }
-Result matmul() { return three_ways({matmul_co, matmul_group, matmul_tbb, 256, 1024}); }
+Result fib() { return four_ways({fib_co, fib_fork, fib_group, fib_tbb, 20, 30}); }
+Result skynet() { return four_ways({skynet_co, skynet_fork, skynet_group, skynet_tbb, 4, 6}); }
+Result nqueens() { return four_ways({queens_co, queens_fork, queens_group, queens_tbb, 8, 11}); }
+Result matmul() { return four_ways({matmul_co, matmul_fork, matmul_group, matmul_tbb, 256, 1024}); }
 
 // ---- latency ----
 std::int64_t now_ns() { return Clock::now().time_since_epoch().count(); }

@@ -45,6 +45,8 @@
 //   spawn_when_room(pool, co)  spawn() that suspends, instead of blocking
 //                          the worker, while `pool`'s queue is full; returns
 //                          the new task's handle (below)
+//   Forked<T>              the join of a child forked with crew::fork(co):
+//                          fine-grained fork-join inside one task (below)
 //
 // Stop and deadline: every coroutine task has a std::stop_token
 // (current_stop_token()); Task::cancel(), the task's timeout (TaskOptions::
@@ -107,6 +109,7 @@
 #include <vector>
 
 #include "crew/detail/clock.hpp"
+#include "crew/detail/coro_fork.hpp"
 #include "crew/detail/coro_task.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/error.hpp"
@@ -219,7 +222,7 @@ struct TaskAwaiter {
   bool await_ready() const noexcept { return task.ready() || !task.valid(); }
   template <CrewPromise P>
   bool await_suspend(std::coroutine_handle<P> h) {
-    self = h.promise().task;
+    self = waiting_task(h, "co_await of a task handle");
     // A coroutine task's state is a CoroState<T> (a type_info comparison:
     // cheaper than a cross-cast, which compares names up the hierarchy).
     TaskStateBase* st = task.state();
@@ -240,7 +243,7 @@ struct SleepAwaiter {
   bool await_ready() const noexcept { return false; }
   template <CrewPromise P>
   bool await_suspend(std::coroutine_handle<P> h) {
-    self = h.promise().task;
+    self = waiting_task(h, "crew::sleep_for / sleep_until");
     return self->suspend_until(h, at_ns, stoppable);
   }
   void await_resume() {
@@ -252,8 +255,8 @@ struct YieldAwaiter {
   CoroTaskBase* self = nullptr;
   bool await_ready() const noexcept { return false; }
   template <CrewPromise P>
-  bool await_suspend(std::coroutine_handle<P> h) noexcept {
-    self = h.promise().task;
+  bool await_suspend(std::coroutine_handle<P> h) {
+    self = waiting_task(h, "crew::yield / schedule");
     return self->suspend_yield(h);
   }
   void await_resume() {
@@ -298,6 +301,125 @@ detail::TaskAwaiter<T> operator co_await(Task<T>&& task) noexcept {
   return {task};
 }
 
+// ---- fork-join inside one coroutine task ----
+//
+//   crew::Co<long> fib(int n) {
+//     if (n < 2) co_return n;
+//     crew::Forked<long> a = crew::fork(fib(n - 1));  // another worker may take it
+//     const long b = co_await fib(n - 2);             // runs here
+//     co_return co_await a + b;                       // the join
+//   }
+//
+// fork(co) starts `co` as a forked child of the calling coroutine task: it
+// runs inside that task (its stop token, its priority, its pool), not as a
+// task of its own, so it has no handle, id, outcome, deadline or entry in
+// the shutdown report, and costs about what a Group's task does. It is
+// queued on the calling worker's own queue, where an idle worker may take
+// it; the join, `co_await forked`, runs it on the joiner's thread if no
+// worker started it, else suspends the joiner (holding no thread) until it
+// ends, and returns its value or rethrows its exception. Neither way grows
+// the stack: a recursion thousands of levels deep is fine.
+//
+// What a forked child may do: compute, co_await other Co coroutines, fork
+// and join children of its own, spawn tasks and read current_stop_token()
+// (its task's). What it may not: a co_await that would suspend the task
+// throws Error(Errc::wait_in_fork) there (a sleep, yield, schedule and
+// on_callback always; a task handle, wait_all, when_all/when_any unless
+// what they wait for has ended; spawn_when_room when it would wait for
+// room). Spawn a coroutine task for work that waits.
+//
+// Stop: a child that has not started when its task is stopped never runs:
+// its join throws the task's stop error (Error(Errc::cancelled), or
+// Errc::timed_out past the task's deadline). A running child runs on; it
+// may check current_stop_token(). A child whose queued step a shutdown
+// dropped runs at its join, on the joiner's thread.
+//
+// Join every Forked. One destroyed unjoined (a scope left by an exception)
+// discards its child's result and exception: a child not started never
+// runs, and a running one is waited for first, the destructor blocking its
+// thread until the child ends (its frame may refer to the parent's).
+//
+// fork() throws Error(Errc::invalid_options) outside a coroutine task, and
+// std::bad_alloc (forking nothing). A Forked is move-only and belongs to
+// the coroutine that forked it; join it from that coroutine only.
+template <class R = void>
+class [[nodiscard]] Forked {
+ public:
+  using Handle = std::coroutine_handle<detail::CoroPromise<R>>;
+
+  Forked() noexcept = default;
+  Forked(Forked&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Forked& operator=(Forked&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Forked(const Forked&) = delete;
+  Forked& operator=(const Forked&) = delete;
+  ~Forked() { reset(); }
+
+  // Forked and not joined yet.
+  [[nodiscard]] bool joinable() const noexcept { return static_cast<bool>(h_); }
+
+  struct Awaiter {
+    Forked& f;
+    bool stopped = false;
+    bool await_ready() const noexcept {
+      const std::uint32_t w = f.h_.promise().fork_word.load(std::memory_order_acquire);
+      return detail::fork_word::state(w) == detail::fork_word::kDone;
+    }
+    template <detail::CrewPromise P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> joiner) {
+      return detail::fork_join(f.frame(), joiner, stopped);
+    }
+    R await_resume() {
+      const detail::ForkedFrame frame = f.frame();
+      f.h_ = nullptr;
+      if (stopped) detail::fork_throw_stopped(frame);
+      // Ended after its cell started it, the frame is the joiner's alone;
+      // run inline, its cell may still hold it.
+      struct Release {
+        detail::ForkedFrame frame;
+        ~Release() { detail::fork_release(frame, detail::fork_word::kOwner); }
+      } release{frame};
+      detail::CoroPromise<R>& p = static_cast<detail::CoroPromise<R>&>(*frame.promise);
+      if (p.error) std::rethrow_exception(p.error);
+      if constexpr (!std::is_void_v<R>) return p.take();
+    }
+  };
+  // The join (see above). Throws Error(Errc::invalid_options) on a Forked
+  // that is empty or joined already.
+  Awaiter operator co_await() & {
+    if (!h_) throw Error(Errc::invalid_options, "co_await on an empty or joined crew::Forked");
+    return Awaiter{*this};
+  }
+  Awaiter operator co_await() && { return operator co_await(); }
+
+ private:
+  template <class T>
+  friend Forked<T> fork(Co<T> co);
+  explicit Forked(Handle h) noexcept : h_(h) {}
+  [[nodiscard]] detail::ForkedFrame frame() const noexcept { return {h_, &h_.promise()}; }
+  void reset() noexcept {
+    if (!h_) return;
+    const detail::ForkedFrame f = frame();
+    h_ = nullptr;
+    detail::fork_abandon(f);
+  }
+  Handle h_;
+};
+
+// Forks `co` (see Forked).
+template <class T>
+Forked<T> fork(Co<T> co) {
+  CREW_ASSERT(co.valid(), "crew::fork of an empty Co");
+  typename Co<T>::Handle h = co.release();
+  detail::fork_start(detail::ForkedFrame{h, &h.promise()});
+  return Forked<T>(h);
+}
+
 // Whether a stop of the task ends a sleep.
 enum class StopMode : std::uint8_t {
   interrupt,  // the co_await throws at once (the default)
@@ -328,7 +450,7 @@ struct ScheduleAwaiter : YieldAwaiter {
   const PoolCore* pool;
   template <CrewPromise P>
   bool await_suspend(std::coroutine_handle<P> h) {
-    if (&h.promise().task->core() != pool) {
+    if (&waiting_task(h, "crew::schedule")->core() != pool) {
       throw Error(Errc::invalid_options,
                   "crew::schedule: a coroutine task runs on the pool it was spawned onto");
     }
@@ -519,7 +641,7 @@ struct CallbackAwaiter {
   bool await_ready() const noexcept { return false; }
   template <CrewPromise P>
   bool await_suspend(std::coroutine_handle<P> h) {
-    CoroTaskBase* const t = h.promise().task;
+    CoroTaskBase* const t = waiting_task(h, "crew::on_callback");
     self = t;
     block = new CallbackBlock<T>();
     block->task = t;

@@ -60,6 +60,11 @@ enum class Errc : std::uint8_t {
   // Accepted, then shed without running by the overload controller
   // (Error::overload_reason() says why: codel or priority).
   overloaded,
+  // A co_await that would suspend a coroutine task (a sleep, a task handle
+  // not ended yet, yield, on_callback, ...) made in a forked child
+  // (crew::fork), which runs inside its task without being able to suspend
+  // it. Thrown at the co_await.
+  wait_in_fork,
 };
 
 [[nodiscard]] std::string_view to_string(Admission a) noexcept;

@@ -61,6 +61,8 @@ std::string reason_of(const crew::Error& e) {
       return "stack_exhausted";
     case crew::Errc::overloaded:
       return "overloaded";
+    case crew::Errc::wait_in_fork:
+      return "wait_in_fork";
   }
   return "failed";
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "coro_hub.hpp"
+#include "run_frame.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/overload_control.hpp"
@@ -40,13 +41,17 @@ namespace detail {
 
 CoroTaskBase* current_coro_task() noexcept { return t_coro; }
 
-namespace {
-// Runs frame `h` of task `t` as a step on this thread.
 void run_frame(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
   const StepScope scope(t);
   h.resume();  // the task may have ended: only the step's reference keeps it
 }
-}  // namespace
+
+void throw_wait_in_fork(const char* what) {
+  throw Error(Errc::wait_in_fork,
+              std::string(what) +
+                  ": in a forked child (crew::fork), which cannot suspend its task; "
+                  "spawn a coroutine task for work that waits");
+}
 
 void CoroTaskBase::on_stopped() noexcept {
   // The token's callbacks and the children first, as a stop source runs

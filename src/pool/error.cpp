@@ -42,6 +42,8 @@ std::string_view to_string(Errc e) noexcept {
       return "not run: the waiting worker's stack was exhausted";
     case Errc::overloaded:
       return "shed by the overload controller";
+    case Errc::wait_in_fork:
+      return "a forked child cannot suspend its task";
   }
   return "unknown";
 }

@@ -4,8 +4,11 @@
 // a sequence of steps (sleep, yield, await a child Co in the same task,
 // spawn a child coroutine task, with spawn or spawn_when_room, and await
 // its handle, submit a plain task and await it, when_all over spawned
-// children, spawn a detached child, throw), some of them catching what the
-// awaited child throws. The roots
+// children, spawn a detached child, fork 1-3 children (crew::fork) and join
+// them in fork order or newest first, throw), some of them catching what
+// the awaited child throws. A forked child's subtree has only the steps a
+// forked child may take (await a Co, fork, throw) and sleeps, which throw
+// Errc::wait_in_fork there. The roots
 // get, at random, a cancel() after a delay or a timeout; the pool has 1-3
 // workers and a queue of 2, 8 or 1024 tasks (a full one blocks or runs the
 // task on the caller), in half of the programs the overload controller
@@ -68,7 +71,17 @@ using test::Watchdog;
 
 struct Node;
 
-enum class StepKind { sleep, yield, inline_child, task_child, plain, when_all, detached, throw_ };
+enum class StepKind {
+  sleep,
+  yield,
+  inline_child,
+  task_child,
+  plain,
+  when_all,
+  detached,
+  fork,
+  throw_
+};
 
 struct Step {
   StepKind kind = StepKind::yield;
@@ -76,7 +89,8 @@ struct Step {
   int plain_value = 0;        // plain: what the plain task returns (negative: it throws)
   bool catch_errors = false;  // inline_child, task_child, plain, when_all
   bool when_room = false;     // task_child: spawned with spawn_when_room
-  std::vector<Node> kids;     // inline_child, task_child, detached: one; when_all: 1-3
+  bool newest_first = false;  // fork: the joins' order
+  std::vector<Node> kids;     // inline_child, task_child, detached: one; when_all, fork: 1-3
 };
 
 struct Node {
@@ -94,7 +108,8 @@ struct Eval {
 
 constexpr long kCaught = 1000;
 
-Eval eval(const Node& n) {
+// `in_fork`: the node runs in a forked child, where a sleep throws.
+Eval eval(const Node& n, bool in_fork = false) {
   Eval e;
   e.value = n.id;
   auto merge = [&](const Eval& k) {
@@ -117,10 +132,14 @@ Eval eval(const Node& n) {
     switch (s.kind) {
       case StepKind::sleep:
       case StepKind::yield:
+        if (in_fork) {  // Errc::wait_in_fork
+          e.throws = true;
+          return e;
+        }
         break;
       case StepKind::inline_child:
       case StepKind::task_child: {
-        const Eval k = eval(s.kids[0]);
+        const Eval k = eval(s.kids[0], in_fork && s.kind == StepKind::inline_child);
         merge(k);
         if (!take(k.throws, k.value, s.catch_errors)) return e;
         break;
@@ -147,6 +166,13 @@ Eval eval(const Node& n) {
         if (k.throws) ++e.detached_throws;
         break;
       }
+      case StepKind::fork:
+        for (std::size_t i = 0; i < s.kids.size(); ++i) {
+          const Eval k = eval(s.kids[s.newest_first ? s.kids.size() - 1 - i : i], true);
+          merge(k);
+          if (!take(k.throws, k.value, s.catch_errors)) return e;
+        }
+        break;
       case StepKind::throw_:
         e.throws = true;
         return e;
@@ -183,12 +209,57 @@ void show(std::ostream& os, const Node& n, std::size_t indent) {
       case StepKind::detached:
         os << "spawn_detached\n";
         break;
+      case StepKind::fork:
+        os << "fork " << s.kids.size() << ", joined " << (s.newest_first ? "newest first" : "in order")
+           << (s.catch_errors ? " (catching)" : "") << '\n';
+        break;
       case StepKind::throw_:
         os << "throw\n";
         break;
     }
     for (const Node& k : s.kids) show(os, k, indent + 4);
   }
+}
+
+Step gen_fork(int depth, int& next_id);
+
+// A forked child's subtree: a sleep (which throws there), a throw, an
+// awaited Co, a fork.
+Node gen_forked_node(int depth, int& next_id) {
+  Node n;
+  n.id = next_id++;
+  const int steps = *rc::gen::inRange(0, 4);
+  for (int i = 0; i < steps; ++i) {
+    Step s;
+    // Most of a leaf's picks are no step: a leaf mostly returns its id.
+    const int pick = *rc::gen::inRange(0, depth > 0 ? 20 : 12);
+    if (pick < 1) {
+      s.kind = StepKind::sleep;
+      s.ms = 1;
+    } else if (pick < 2) {
+      s.kind = StepKind::throw_;
+    } else if (depth <= 0) {
+      continue;
+    } else if (pick < 9) {
+      s.kind = StepKind::inline_child;
+      s.catch_errors = *rc::gen::arbitrary<bool>();
+      s.kids.push_back(gen_forked_node(depth - 1, next_id));
+    } else {
+      s = gen_fork(depth, next_id);
+    }
+    n.steps.push_back(std::move(s));
+  }
+  return n;
+}
+
+Step gen_fork(int depth, int& next_id) {
+  Step s;
+  s.kind = StepKind::fork;
+  s.catch_errors = *rc::gen::arbitrary<bool>();
+  s.newest_first = *rc::gen::arbitrary<bool>();
+  const int kids = *rc::gen::inRange(1, 4);
+  for (int k = 0; k < kids; ++k) s.kids.push_back(gen_forked_node(depth - 1, next_id));
+  return s;
 }
 
 // A random tree, at most `depth` levels below this node (RapidCheck's
@@ -199,8 +270,10 @@ Node gen_node(int depth, int& next_id) {
   const int steps = *rc::gen::inRange(0, 5);
   for (int i = 0; i < steps; ++i) {
     Step s;
-    const int pick = *rc::gen::inRange(0, depth > 0 ? 16 : 9);
-    if (pick < 3) {
+    const int pick = *rc::gen::inRange(0, depth > 0 ? 20 : 9);
+    if (pick >= 16) {
+      s = gen_fork(depth, next_id);
+    } else if (pick < 3) {
       s.kind = StepKind::sleep;
       s.ms = *rc::gen::inRange(0, 4);
     } else if (pick < 5) {
@@ -320,6 +393,23 @@ Co<long> run_node(Pool& pool, const Node& n) {
       case StepKind::detached:
         (void)spawn_detached(pool, detached_root(pool, s.kids[0]));
         break;
+      case StepKind::fork: {
+        std::vector<Forked<long>> kids;
+        for (const Node& kid : s.kids) kids.push_back(fork(run_node(pool, kid)));
+        for (std::size_t i = 0; i < kids.size(); ++i) {
+          Forked<long>& k = kids[s.newest_first ? kids.size() - 1 - i : i];
+          if (!s.catch_errors) {
+            value += co_await k;
+            continue;
+          }
+          try {
+            value += co_await k;
+          } catch (const std::exception&) {
+            value += kCaught;
+          }
+        }
+        break;
+      }
       case StepKind::throw_:
         throw std::runtime_error("node " + std::to_string(n.id));
     }
@@ -352,6 +442,17 @@ struct Program {
   std::vector<Action> actions;
   ShutdownMode end = ShutdownMode::drain;
 };
+
+// How many fork steps the tree has, and whether a forked child sleeps.
+void count_forks(const Node& n, bool in_fork, int& forks, bool& sleeps_in_fork) {
+  for (const Step& s : n.steps) {
+    if (s.kind == StepKind::fork) ++forks;
+    if (s.kind == StepKind::sleep && in_fork) sleeps_in_fork = true;
+    for (const Node& k : s.kids) {
+      count_forks(k, in_fork || s.kind == StepKind::fork, forks, sleeps_in_fork);
+    }
+  }
+}
 
 std::string describe(const Program& p) {
   std::ostringstream os;
@@ -541,6 +642,11 @@ void run_program() {
     MODEL_CHECK(h.status() == st);  // final: it never changes
   }
   RC_CLASSIFY(refused, "the controller refused a root");
+  int forks = 0;
+  bool sleeps_in_fork = false;
+  for (const Root& r : p.roots) count_forks(r.tree, false, forks, sleeps_in_fork);
+  RC_CLASSIFY(forks > 0, "a root forked children");
+  RC_CLASSIFY(sleeps_in_fork, "a forked child slept (Errc::wait_in_fork)");
   // A when_all that failed cancels its other children, and with them the
   // detached tasks they would have spawned.
   bool when_all_failed = false;

@@ -135,6 +135,13 @@ class Cell {
     return ops_ != nullptr && ops_(Op::is_step, const_cast<Cell*>(this), nullptr);
   }
 
+  // The callable if it is a D stored inline, else null. Only for the thread
+  // that owns the cell (a queue's owner that won its slot).
+  template <class D>
+  [[nodiscard]] D* inline_target() noexcept {
+    return ops_ == &inline_ops<D> ? std::launder(reinterpret_cast<D*>(storage_)) : nullptr;
+  }
+
   // Destroys a plain callable without running it.
   void destroy() noexcept {
     if (ops_ != nullptr) ops_(Op::destroy, this, nullptr);

@@ -136,6 +136,8 @@ class CoroTaskBase {
   [[nodiscard]] std::stop_token stop_token() noexcept { return stop_.token(); }
   // 0 for a task spawned from outside a coroutine task, else its parent's + 1.
   [[nodiscard]] unsigned spawn_depth() const noexcept { return stop_.depth(); }
+  // The queue level (priority) its steps are pushed at.
+  [[nodiscard]] std::size_t level() const noexcept { return level_; }
   // The task's state recorded a stop (Task::cancel, its deadline, a
   // shutdown, its parent's stop).
   [[nodiscard]] bool stop_requested() const noexcept {
@@ -376,13 +378,24 @@ class StartCell {
 
 // ---- promises ----
 
+struct PromiseBase;
+// A forked child reached its final suspension (src/coro/coro_fork.cpp):
+// returns the joiner to go on with, or std::noop_coroutine().
+std::coroutine_handle<> fork_final(PromiseBase& p) noexcept;
+
 struct PromiseBase {
   // The task this coroutine runs in: set when the task starts it (root) or
-  // when a coroutine of the task awaits it (child).
+  // when a coroutine of the task awaits it (child). Null in a forked child
+  // (crew::fork) and the coroutines it awaits: they run inside their
+  // task's step without being its suspension, so a co_await that would
+  // suspend the task throws there (Errc::wait_in_fork).
   CoroTaskBase* task = nullptr;
-  // The awaiting coroutine of the same task; null for the root.
+  // The awaiting coroutine of the same task; null for the root. For a
+  // forked child, the coroutine that joins it (crew/detail/coro_fork.hpp).
   std::coroutine_handle<> continuation;
   std::exception_ptr error;
+  // 0, or the fork word of a forked child (crew/detail/coro_fork.hpp).
+  std::atomic<std::uint32_t> fork_word{0};
 
   static void* operator new(std::size_t n) { return frame_alloc(n); }
   static void operator delete(void* p, std::size_t n) noexcept { frame_free(p, n); }
@@ -393,6 +406,10 @@ struct PromiseBase {
     template <class P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) noexcept {
       PromiseBase& p = h.promise();
+      // A forked child first: its joiner may be writing `continuation`.
+      if (p.fork_word.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+        return fork_final(p);
+      }
       if (p.continuation) return p.continuation;  // symmetric transfer to the awaiter
       return p.task->finish_root();               // destroys this frame
     }
@@ -432,6 +449,16 @@ struct CoroPromise<void> : PromiseBase {
 
 template <class P>
 concept CrewPromise = std::is_base_of_v<PromiseBase, P>;
+
+// The task a co_await in coroutine `h` suspends; throws Error(wait_in_fork)
+// in a forked child (PromiseBase::task), before anything is suspended.
+[[noreturn]] void throw_wait_in_fork(const char* what);
+template <CrewPromise P>
+CoroTaskBase* waiting_task(std::coroutine_handle<P> h, const char* what) {
+  CoroTaskBase* t = h.promise().task;
+  if (t == nullptr) [[unlikely]] throw_wait_in_fork(what);
+  return t;
+}
 
 // The task state of a spawned Co<R>.
 template <class R>

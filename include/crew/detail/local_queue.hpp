@@ -78,7 +78,13 @@ class LocalQueue {
   // (barrier.hpp, which also says what a worker going to sleep may miss).
   template <class Fill>
   bool try_push(Fill& fill) noexcept {
-    return push(fill, /*counted=*/true);
+    return push(fill, /*counted=*/true, /*moved=*/false);
+  }
+  // Owner only: a cell that is no submission (a forked child's step,
+  // crew/detail/coro_fork.hpp): not counted in pushed().
+  template <class Fill>
+  bool try_push_uncounted(Fill& fill) noexcept {
+    return push(fill, /*counted=*/false, /*moved=*/false);
   }
 
   // Owner only: whether the push `ahead` pushes from now would succeed
@@ -91,7 +97,7 @@ class LocalQueue {
   // counted as submitted already. can_push(0) must hold.
   void push_moved(Cell& from) noexcept {
     auto fill = [&from](Cell& c) noexcept { from.relocate_to(c); };
-    [[maybe_unused]] const bool pushed = push(fill, /*counted=*/false);
+    [[maybe_unused]] const bool pushed = push(fill, /*counted=*/false, /*moved=*/true);
     CREW_ASSERT(pushed, "LocalQueue::push_moved without can_push()");
   }
 
@@ -117,6 +123,26 @@ class LocalQueue {
                                                     std::memory_order_relaxed);
       bottom_.store(b + 1, std::memory_order_release);
       if (!won) return false;
+    }
+    take(slot(b), out);
+    return true;
+  }
+
+  // Owner only: the newest cell if `take_it(cell)` says so, looked at in
+  // place; otherwise it stays where it was. Never the last cell in the
+  // queue, which a thief may be taking (a join clearing its own forked
+  // children's cells, crew/detail/coro_fork.hpp, leaves that one stale).
+  template <class Pred>
+  bool try_pop_if(Pred&& take_it, Cell& out) noexcept {
+    const std::int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
+    if (b <= top_.load(std::memory_order_relaxed)) return false;  // empty, or one cell
+    bottom_.store(b, std::memory_order_relaxed);
+    owner_fence();
+    const std::int64_t t = top_.load(std::memory_order_relaxed);
+    // With t < b no thief can reach index b while bottom_ is b.
+    if (t >= b || !take_it(slot(b).cell)) {
+      bottom_.store(b + 1, std::memory_order_release);  // as try_pop's restores
+      return false;
     }
     take(slot(b), out);
     return true;
@@ -168,18 +194,20 @@ class LocalQueue {
            !slot(b).busy.load(std::memory_order_acquire);
   }
 
+  // `counted`: a submission, counted in pushed_; `moved`: brought in from
+  // the shared queue (push_moved), where it was counted.
   template <class Fill>
-  bool push(Fill& fill, bool counted) noexcept {
+  bool push(Fill& fill, bool counted, bool moved) noexcept {
     const std::int64_t b = bottom_.load(std::memory_order_relaxed);
     if (!has_room(b)) return false;
     Slot& s = slot(b);
     fill(s.cell);
     s.busy.store(true, std::memory_order_relaxed);
-    s.moved = !counted;
+    s.moved = moved;
     if (counted) {
       // Counted before it can run: "submitted" never trails an outcome.
       pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    } else {
+    } else if (moved) {
       moved_.fetch_add(1, std::memory_order_relaxed);
     }
     bottom_.store(b + 1, std::memory_order_release);

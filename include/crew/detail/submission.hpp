@@ -172,6 +172,22 @@ class Submission {
     auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
     return !c_.life_.closed() && try_queue(fill, level);
   }
+  // A step onto the calling worker's own queue, uncounted: neither a
+  // submission nor a step for stats() (so step_taken() is not called for
+  // it), only a cell while it is queued. False when the caller is no
+  // worker of this pool, its queue is full or the pool takes no more tasks.
+  template <class F>
+  bool try_push_own_step(F& f) noexcept {
+    static_assert(Cell::fits_inline<F>, "a step must fit a cell");
+    static_assert(TaskStep<F>, "a step counts no outcome of its own");
+    if (t_current.core != &c_ || t_current.local_queue == nullptr || c_.life_.closed()) {
+      return false;
+    }
+    auto fill = [&f](Cell& c) noexcept { c.emplace(std::move(f)); };
+    if (!t_current.local_queue->try_push_uncounted(fill)) return false;
+    c_.after_push(/*own_queue=*/true);
+    return true;
+  }
   // A step pushed by try_push_step was taken off the queue: about to run,
   // or dropped unrun. Before its effects (PoolCore::steps_).
   void step_taken() noexcept { c_.steps_.fetch_add(1, std::memory_order_release); }
