@@ -56,6 +56,18 @@ TEST(CoroFork, FibOnTheDefaultPoolOneWorkerAndTwo) {
   EXPECT_EQ(st.outcomes.succeeded, 20u);
 }
 
+// 30 million forks on two workers whose stacks are 8 MiB, in every build
+// (a recursion 35 levels deep of joins that each run their child by
+// symmetric transfer or suspend): 1 s in release, 8 s under ASan, 20 s
+// under TSan on two quiet CPUs.
+TEST(CoroFork, FibThirtyFiveOnTwoWorkersWithEightMiBStacks) {
+  Watchdog dog(std::chrono::seconds(120));
+  PoolOptions o{.min_workers = 2, .max_workers = 2};
+  o.stack_size = std::size_t{8} << 20;
+  Pool pool(o);
+  EXPECT_EQ(spawn(pool, fib(35)).get(), 9227465);
+}
+
 // Ten children per node, joined in the order they were forked (the
 // newest cell is on top, so most joins find another child's cell there).
 Co<long> tree(int depth) {
