@@ -342,7 +342,8 @@ struct PoolStats {
   // Cells in the shared and the worker-local queues. A task that a waiting
   // worker ran itself (Task::get/wait on a task it had queued) leaves its
   // cell behind until a worker pops and drops it, so this can briefly count
-  // tasks that have already ended.
+  // tasks that have already ended; so can the step of a forked child
+  // (crew::fork) that its join ran (wait_idle() does not wait for those).
   std::size_t queued = 0;
   std::size_t blocked_submitters = 0;
   std::uint64_t submitted = 0;  // every submission, accepted or not
