@@ -278,7 +278,9 @@ TEST_P(RingManyToMany, EveryValueIsPoppedExactlyOnce) {
   }
   for (auto& t : threads) t.join();
   std::uint64_t wrong = 0;
-  for (const auto& t : taken) wrong += t.load() != 1 ? 1 : 0;
+  for (const auto& t : taken) {
+    if (t.load() != 1) ++wrong;
+  }
   EXPECT_EQ(wrong, 0u);
   EXPECT_EQ(out_of_order.load(), 0u);
   EXPECT_EQ(popped.load(), total);
