@@ -331,8 +331,8 @@ detail::TaskAwaiter<T> operator co_await(Task<T>&& task) noexcept {
 // Stop: a child that has not started when its task is stopped never runs:
 // its join throws the task's stop error (Error(Errc::cancelled), or
 // Errc::timed_out past the task's deadline). A running child runs on; it
-// may check current_stop_token(). A child whose queued step a shutdown
-// dropped runs at its join, on the joiner's thread.
+// may check current_stop_token(). A soft or hard shutdown stops the task,
+// so its joins of children not started throw; a drain runs them.
 //
 // Join every Forked. One destroyed unjoined (a scope left by an exception)
 // discards its child's result and exception: a child not started never

@@ -25,9 +25,8 @@ void ForkCell::run() noexcept {
   if (counted_) Submission(*core_).step_taken();
   std::uint32_t w = f.promise->fork_word.load(std::memory_order_acquire);
   while (state(w) == kQueued) {
-    if (f.promise->fork_word.compare_exchange_weak(w, with_state(w, kRunning),
-                                                   std::memory_order_acq_rel,
-                                                   std::memory_order_acquire)) {
+    if (f.promise->fork_word.compare_exchange_weak(
+            w, with_state(w, kRunning), std::memory_order_acq_rel, std::memory_order_acquire)) {
       // Started: the joiner (or the Forked's destructor) waits for its end,
       // so the task is alive until then. From here the frame is the
       // child's, and this thread must not touch it after it ends.
@@ -112,44 +111,31 @@ bool take_own_cells(const PoolCore& core, PromiseBase* own) noexcept {
 std::coroutine_handle<> fork_join(ForkedFrame f, std::coroutine_handle<> joiner, bool& stopped) {
   std::atomic<std::uint32_t>& word = f.promise->fork_word;
   std::uint32_t w = word.load(std::memory_order_acquire);
-  bool took_cells = false;
   for (;;) {
     switch (state(w)) {
       case kQueued: {
         CoroTaskBase* const task = current_coro_task();
-        if (!took_cells && task != nullptr && (w & kCell) != 0) {
-          took_cells = true;
-          if (take_own_cells(task->core(), f.promise)) {
-            // Nobody else refers to the frame now: no read-modify-write.
-            w = with_state(w & ~kCell, kInline);
-            word.store(w, std::memory_order_relaxed);
-            if (task->stop_requested()) {
-              word.store(with_state(w, kDropped), std::memory_order_relaxed);
-              stopped = true;
-              return joiner;
-            }
-            f.promise->continuation = joiner;
-            return f.handle;
-          }
-          w = word.load(std::memory_order_acquire);
-          continue;
-        }
-        if (task != nullptr && task->stop_requested()) {
-          if (word.compare_exchange_weak(w, with_state(w, kDropped), std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-            stopped = true;
-            return joiner;
-          }
-          continue;
-        }
+        // Its cell taken back off this worker's queue, nobody else refers
+        // to the frame: a plain store decides, no read-modify-write.
+        const bool alone =
+            (w & kCell) != 0 && task != nullptr && take_own_cells(task->core(), f.promise);
+        if (alone) w &= ~kCell;
+        const bool stop = task != nullptr && task->stop_requested();
+        const std::uint32_t next = with_state(w, stop ? kDropped : kInline);
         // Written before the state says inline; no other thread reads it
         // while the child is queued or running.
-        f.promise->continuation = joiner;
-        if (word.compare_exchange_weak(w, with_state(w, kInline), std::memory_order_acq_rel,
-                                       std::memory_order_acquire)) {
-          return f.handle;  // runs here, and returns to the joiner at its end
+        if (!stop) f.promise->continuation = joiner;
+        if (alone) {
+          word.store(next, std::memory_order_relaxed);
+        } else if (!word.compare_exchange_weak(w, next, std::memory_order_acq_rel,
+                                               std::memory_order_acquire)) {
+          continue;
         }
-        continue;
+        if (stop) {
+          stopped = true;
+          return joiner;
+        }
+        return f.handle;  // runs here, and returns to the joiner at its end
       }
       case kRunning:
         f.promise->continuation = joiner;
@@ -171,8 +157,7 @@ std::coroutine_handle<> fork_final(PromiseBase& p) noexcept {
   // Started by its cell: done, and the cell's reference goes (the Forked
   // keeps the frame: it waits for a running child before it goes).
   while (!p.fork_word.compare_exchange_weak(w, with_state(w & ~kCell, kDone),
-                                            std::memory_order_acq_rel,
-                                            std::memory_order_relaxed)) {
+                                            std::memory_order_acq_rel, std::memory_order_relaxed)) {
   }
   CREW_ASSERT((w & kOwner) != 0, "a running forked child lost its Forked");
   if (state(w) == kWaiting) return p.continuation;

@@ -8,12 +8,12 @@
 #include <string>
 
 #include "coro_hub.hpp"
-#include "run_frame.hpp"
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
 #include "crew/detail/overload_control.hpp"
 #include "crew/detail/task_events.hpp"
 #include "crew/observer.hpp"
+#include "run_frame.hpp"
 
 namespace crew {
 

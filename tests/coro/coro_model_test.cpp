@@ -210,7 +210,8 @@ void show(std::ostream& os, const Node& n, std::size_t indent) {
         os << "spawn_detached\n";
         break;
       case StepKind::fork:
-        os << "fork " << s.kids.size() << ", joined " << (s.newest_first ? "newest first" : "in order")
+        os << "fork " << s.kids.size() << ", joined "
+           << (s.newest_first ? "newest first" : "in order")
            << (s.catch_errors ? " (catching)" : "") << '\n';
         break;
       case StepKind::throw_:

@@ -88,7 +88,10 @@ class ForkCell {
   using step_of_task = void;
   ForkCell(CoroTaskBase* task, ForkedFrame f) noexcept : core_(&task->core()), task_(task), f_(f) {}
   ForkCell(ForkCell&& o) noexcept
-      : core_(o.core_), task_(o.task_), f_(std::exchange(o.f_, ForkedFrame{})), counted_(o.counted_) {}
+      : core_(o.core_),
+        task_(o.task_),
+        f_(std::exchange(o.f_, ForkedFrame{})),
+        counted_(o.counted_) {}
   ForkCell& operator=(ForkCell&&) = delete;
   ForkCell(const ForkCell&) = delete;
   ForkCell& operator=(const ForkCell&) = delete;

@@ -456,7 +456,8 @@ concept CrewPromise = std::is_base_of_v<PromiseBase, P>;
 template <CrewPromise P>
 CoroTaskBase* waiting_task(std::coroutine_handle<P> h, const char* what) {
   CoroTaskBase* t = h.promise().task;
-  if (t == nullptr) [[unlikely]] throw_wait_in_fork(what);
+  if (t == nullptr) [[unlikely]]
+    throw_wait_in_fork(what);
   return t;
 }
 
