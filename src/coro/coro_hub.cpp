@@ -353,6 +353,16 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
     std::stable_sort(tasks.begin(), tasks.end(), [](const CoroTaskBase* a, const CoroTaskBase* b) {
       return a->spawn_depth() < b->spawn_depth();
     });
+    // Which of them this shutdown stops: not those already stopped (by
+    // their handle, group, deadline or parent) or ended before it began,
+    // whose outcome their callers may have seen already. A child stopped
+    // in the loop below through its parent's stop (reason `cancelled`) is
+    // the shutdown's too, so the reason alone cannot tell.
+    std::vector<bool> ours(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const TaskStateBase& s = tasks[i]->state();
+      ours[i] = !s.done() && s.stop_reason() == StopReason::none;
+    }
     for (CoroTaskBase* t : tasks) {
       TaskStateBase& s = t->state();
       if (!escalated && s.claim_in_queue(TaskStatus::rejected, Errc::shutdown_dropped)) {
@@ -382,8 +392,9 @@ bool CoroHub::shut_down(ShutdownMode mode, Clock::time_point deadline,
       }
       (void)wait_all(Clock::now() + grace);
     }
-    for (CoroTaskBase* t : tasks) {
-      const TaskStateBase& s = t->state();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const TaskStateBase& s = tasks[i]->state();
+      if (!ours[i]) continue;
       if (s.status() == TaskStatus::cancelled && s.reason() == Errc::cancelled) {
         report.cancelled.push_back(TaskRef{s.id, s.name(), s.correlation_id()});
       } else if (s.status() == TaskStatus::cancelled && s.reason() == Errc::shutdown_dropped) {

@@ -78,6 +78,46 @@ TEST_F(CoroShutdown, SoftStopsSuspendedCoroutinesAtOnceAndListsThem) {
   EXPECT_EQ(FrameGuard::alive(), 0);
 }
 
+// Stopped, it holds its worker at `gate` before it ends cancelled: a task
+// whose stop came before a shutdown but whose end comes during it.
+Co<void> slow_to_stop(test::Gate* gate, std::atomic<int>* started, std::atomic<int>* stopping) {
+  FrameGuard g;
+  started->fetch_add(1);
+  try {
+    co_await sleep_for(60s, StopMode::interrupt);
+  } catch (...) {
+    stopping->fetch_add(1);
+    (void)gate->wait();
+    throw;
+  }
+}
+
+TEST_F(CoroShutdown, ListsOnlyTasksItStoppedNotOnesCancelledBeforeIt) {
+  Watchdog dog;
+  Pool pool(fixed_workers("co", 2));
+  test::Gate gate;
+  std::atomic<int> started{0};
+  std::atomic<int> stopping{0};
+  Task<void> early = spawn(pool, slow_to_stop(&gate, &started, &stopping), {.name = "early"});
+  Task<void> late = spawn(pool, sleeper(60s, &started, StopMode::interrupt), {.name = "late"});
+  ASSERT_TRUE(test::eventually([&] { return started.load() == 2; }));
+  (void)early.cancel();  // its caller sees it stopped before the shutdown
+  ASSERT_TRUE(test::eventually([&] { return stopping.load() == 1; }));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);  // the shutdown has taken its list of tasks by now
+    gate.open();
+  });
+  const ShutdownReport r = pool.shutdown(ShutdownMode::soft, 5s * test::kSlowdown);
+  opener.join();
+  EXPECT_EQ(early.status(), TaskStatus::cancelled);
+  EXPECT_EQ(early.reason(), Errc::cancelled);
+  EXPECT_EQ(late.status(), TaskStatus::cancelled);
+  EXPECT_FALSE(listed(r.cancelled, "early"));
+  EXPECT_TRUE(listed(r.cancelled, "late"));
+  EXPECT_EQ(r.cancelled.size(), 1u);
+  EXPECT_EQ(FrameGuard::alive(), 0);
+}
+
 TEST_F(CoroShutdown, ADrainPastItsTimeoutStopsThemAndReportsEscalated) {
   Watchdog dog;
   Pool pool(fixed_workers("co", 2));
