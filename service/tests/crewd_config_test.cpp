@@ -351,14 +351,13 @@ TEST(CrewdBinary, AnUnknownVariableStopsStartUp) {
 
 TEST(CrewdBinary, ListensOnIpv6Loopback) {
   test::Crewd crewd({"--listen", "[::1]:0"});
-  std::smatch m;
-  const std::string line =
-      crewd.wait_log(std::regex("listening on http://\\[::1\\]:([0-9]+)"), 10'000ms, &m);
+  std::vector<std::string> m;
+  const std::string line = crewd.wait_log("listening on http://\\[::1\\]:([0-9]+)", 10'000ms, &m);
   if (line.empty() && crewd.log().find("cannot listen") != std::string::npos) {
     GTEST_SKIP() << "no IPv6 loopback here: " << crewd.log();
   }
   ASSERT_FALSE(line.empty()) << crewd.log();
-  const int port = std::stoi(m[1].str());
+  const int port = std::stoi(m[1]);
   test::Socket s(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in6 addr{};
   addr.sin6_family = AF_INET6;
@@ -404,15 +403,11 @@ TEST(CrewdBinary, UnderTasksetItLogsOneUsableCpuAndSizesItsDefaultsFromIt) {
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
   EXPECT_FALSE(
-      crewd
-          .wait_log(std::regex(R"(usable CPUs: 1 \(from affinity: 1 in the affinity mask)"),
-                    5'000ms)
-          .empty())
+      crewd.wait_log(R"(usable CPUs: 1 \(from affinity: 1 in the affinity mask)", 5'000ms).empty())
       << crewd.log();
   // One I/O thread and one compute worker per usable CPU.
   EXPECT_FALSE(
-      crewd.wait_log(std::regex(R"(ready: 1 I/O threads .*compute \(max 1 workers\))"), 5'000ms)
-          .empty())
+      crewd.wait_log(R"(ready: 1 I/O threads .*compute \(max 1 workers\))", 5'000ms).empty())
       << crewd.log();
   EXPECT_EQ(gauge(port, "crewd_usable_cpus"), 1);
   test::expect_clean_stop(crewd);

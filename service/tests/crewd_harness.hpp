@@ -29,7 +29,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -37,6 +36,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "text_search.hpp"
 
 #ifndef CREWD_BINARY
 #error "CREWD_BINARY must name the crewd executable"
@@ -372,25 +372,24 @@ class Crewd {
   // The port from the "listening on http://HOST:PORT" line; 0 if crewd
   // exited or did not log it in time.
   int wait_port(std::chrono::milliseconds bound = 10'000ms) {
-    const std::regex re("listening on http://[^:]+:([0-9]+)");
-    std::smatch m;
-    const std::string line = wait_log(re, bound, &m);
-    return line.empty() ? 0 : std::stoi(m[1].str());
+    std::vector<std::string> groups;
+    const std::string line = wait_log("listening on http://[^:]+:([0-9]+)", bound, &groups);
+    return line.empty() ? 0 : std::stoi(groups[1]);
   }
 
-  // Waits until a log line matches `re`; returns it (empty if crewd exited
-  // or `bound` passed first).
-  std::string wait_log(const std::regex& re, std::chrono::milliseconds bound,
-                       std::smatch* match = nullptr) {
+  // Waits until a log line matches `pattern` (search() in
+  // text_search.hpp); returns it (empty if crewd exited or `bound` passed
+  // first), and the match's groups in `groups` when given.
+  std::string wait_log(const std::string& pattern, std::chrono::milliseconds bound,
+                       std::vector<std::string>* groups = nullptr) {
     std::unique_lock lock(mu_);
     const auto deadline = Clock::now() + bound * kSlowdown;
     std::size_t checked = 0;
     while (true) {
       for (; checked < lines_.size(); ++checked) {
-        if (std::regex_search(lines_[checked], re)) {
-          held_ = lines_[checked];  // a match refers into the string it matched
-          if (match != nullptr) std::regex_search(held_, *match, re);
-          return held_;
+        if (auto found = search(lines_[checked], pattern)) {
+          if (groups != nullptr) *groups = std::move(*found);
+          return lines_[checked];
         }
       }
       if (log_closed_ || Clock::now() >= deadline) return {};
@@ -464,7 +463,6 @@ class Crewd {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> lines_;
-  std::string held_;
   bool log_closed_ = false;
   std::thread reader_;
 };

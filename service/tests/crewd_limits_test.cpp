@@ -451,14 +451,14 @@ TEST_F(CrewdLimits, AReaderThatNeverReadsIsCutAtTheWriteDeadline) {
   ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK);
   (void)::send(s.fd(), batch.data(), batch.size(), MSG_NOSIGNAL);  // as much as it takes
   // Never read. crewd fills the socket, then gives up at the deadline.
-  const std::regex closed(
-      "crewd_http_connections_closed_total\\{reason=\"write_timeout\"\\} ([0-9]+)");
+  const std::string closed =
+      "crewd_http_connections_closed_total\\{reason=\"write_timeout\"\\} ([0-9]+)";
   bool cut = false;
   for (int i = 0; i < 100 * kSlowdown && !cut; ++i) {
     std::this_thread::sleep_for(50ms);
     const Exchange m = get(port_, "/metrics");
-    std::smatch match;
-    cut = std::regex_search(m.body, match, closed) && std::stoi(match[1].str()) > 0;
+    const auto match = search(m.body, closed);
+    cut = match && std::stoi((*match)[1]) > 0;
   }
   EXPECT_TRUE(cut);
 }

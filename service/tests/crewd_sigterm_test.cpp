@@ -47,11 +47,10 @@ std::string describe(const Sent& s, Clock::time_point signal) {
 // A log line's monotonic_ns=N as a time point (crewd and the test share
 // CLOCK_MONOTONIC, which is what steady_clock reads on Linux).
 std::optional<Clock::time_point> logged_time(Crewd& crewd, const std::string& what) {
-  std::smatch m;
-  const std::string line =
-      crewd.wait_log(std::regex(what + " \\(monotonic_ns=([0-9]+)\\)"), 30'000ms, &m);
+  std::vector<std::string> m;
+  const std::string line = crewd.wait_log(what + " \\(monotonic_ns=([0-9]+)\\)", 30'000ms, &m);
   if (line.empty()) return std::nullopt;
-  return Clock::time_point(std::chrono::nanoseconds(std::stoll(m[1].str())));
+  return Clock::time_point(std::chrono::nanoseconds(std::stoll(m[1])));
 }
 
 class CrewdSigterm : public ::testing::TestWithParam<const char*> {};
