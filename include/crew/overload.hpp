@@ -18,10 +18,10 @@
 //     admitted work with its queued part (beyond max_workers) times
 //     target / percentile, raised by one per interval while the
 //     limit was reached and the wait is within the target. It starts at
-//     the ceiling. Between a floor (the workers, capped at the
-//     usable CPUs, at least 2) and a ceiling (queue capacity plus workers).
-//     A submission past the limit is refused at once with
-//     Admission::overloaded (reason limit);
+//     the ceiling (with run_time_signal: at the floor, doubled each
+//     interval the limit was reached until its first cut). Between a floor (the workers, capped at
+//     the usable CPUs, at least 2) and a ceiling (queue capacity plus workers). A submission past
+//     the limit is refused at once with Admission::overloaded (reason limit);
 //   - optionally, the run time of tasks against its own baseline, for pools
 //     with more workers than CPUs (OverloadOptions::run_time_signal);
 //   - deadline-aware admission: a task with a queue timeout that the backlog
@@ -112,7 +112,11 @@ struct OverloadOptions {
   // baseline is the interval minimum run time: it falls at once to a lower
   // one, and rises by 1/16 of the gap an interval only while the signal is
   // within its bound (a cut interval's minimum is inflated by the cause).
-  // A limit at its floor stays there. Off by default; needs adaptive_limit.
+  // A limit at its floor stays there. With this signal the limit starts at
+  // its floor and doubles each interval it was reached (slow start) until
+  // the first cut, by either signal: run times come only as tasks end, and
+  // a limit starting at the ceiling let a whole interval's arrivals run at
+  // once, all slower together. Off by default; needs adaptive_limit.
   bool run_time_signal = false;
   double run_time_factor = 2.0;  // > 1
   // Admit coroutine tasks spawned from outside the pool too (see above).

@@ -81,10 +81,11 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
       workers_(static_cast<std::int64_t>(workers)),
       floor_(static_cast<double>(floor)),
       ceiling_(static_cast<double>(ceiling)),
-      limit_(static_cast<std::int64_t>(ceiling)),
+      limit_(static_cast<std::int64_t>(run_signal_ ? floor : ceiling)),
       window_end_(now + o.interval.count()),
       id_(g_next_controller.fetch_add(1, std::memory_order_relaxed)),
-      limit_exact_(static_cast<double>(ceiling)),
+      limit_exact_(static_cast<double>(run_signal_ ? floor : ceiling)),
+      slow_start_(run_signal_),
       window_start_(now) {
   MutexLock lock(g_live_mu);
   next_live_ = g_live_head;
@@ -282,6 +283,7 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     // run queue. Cut from all in use, the running part included; never
     // raised meanwhile.
     limit_exact_ = std::min(limit_exact_, run_cut);
+    slow_start_ = false;
   } else if (high > target_ns_) {
     // Cut by how far the wait is over the target, from what was in use: a
     // limit far above the admitted work (the ceiling it starts at) would
@@ -296,9 +298,17 @@ void OverloadControl::roll_locked(std::int64_t now) noexcept {
     if (queued > 0) {
       limit_exact_ = std::max(
           floor_, running + queued * static_cast<double>(target_ns_) / static_cast<double>(high));
+      slow_start_ = false;
     }
   } else if (hit) {
-    limit_exact_ = std::min(ceiling_, limit_exact_ + 1.0);
+    // Up by one; doubled instead during the run-time signal's slow start.
+    // That signal sees a hidden queue only in run times, which come when
+    // tasks end: a limit starting at the ceiling let a whole interval's
+    // arrivals in at once, all then running slower together (64 workers
+    // on one CPU at 4x their capacity: the first second's jobs set the
+    // run's p99, docs/bench/overload.md). Doubling from the floor reaches
+    // the ceiling of a pool that needs it within a few intervals.
+    limit_exact_ = std::min(ceiling_, slow_start_ ? 2 * limit_exact_ : limit_exact_ + 1.0);
   }
   // Rounded, never truncated toward 0 or 1: the floor is at least 2.
   limit_.store(static_cast<std::int64_t>(std::llround(limit_exact_)), std::memory_order_relaxed);

@@ -485,6 +485,40 @@ TEST(OverloadRunTime, BringsTheLimitOfManyWorkersOnOneCpuDownToItsFloor) {
   EXPECT_EQ(limit_on_one_cpu(/*run_time_signal=*/false), 100u);
 }
 
+// With the run-time signal the limit starts at its floor and doubles each
+// interval it was reached while run times stay within their bound, up to
+// the ceiling; after the first cut it rises by one an interval.
+TEST(OverloadRunTime, TheLimitStartsAtItsFloorAndDoublesUntilTheFirstCut) {
+  OverloadOptions o = options();
+  o.run_time_signal = true;
+  Controlled c(o, /*floor=*/2, /*ceiling=*/100, /*workers=*/64);
+  EXPECT_EQ(c.ctl.read().limit, 2u);
+  // One interval: the limit reached (one refusal), the tickets given back,
+  // a task that ran `run_ms`.
+  const auto reached = [&c](double run_ms) {
+    const std::size_t limit = c.ctl.read().limit;
+    for (std::size_t i = 0; i < limit; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
+    for (std::size_t i = 0; i < limit; ++i) c.ctl.release();
+    c.ctl.record(kMs / 2, c.now + 1);
+    c.ctl.on_end(static_cast<std::int64_t>(run_ms * kMs));
+    c.now += 100 * kMs;
+    c.ctl.roll(c.now);
+  };
+  for (const std::size_t want : {4u, 8u, 16u, 32u, 64u, 100u, 100u}) {
+    reached(2);
+    EXPECT_EQ(c.ctl.read().limit, want);
+  }
+  reached(20);  // 10 x the baseline: cut to about 100 x 4 / 20
+  const std::size_t cut = c.ctl.read().limit;
+  EXPECT_GE(cut, 15u);
+  EXPECT_LE(cut, 21u);
+  reached(2);  // no longer doubled
+  EXPECT_EQ(c.ctl.read().limit, cut + 1);
+  // Without the signal the limit starts at the ceiling.
+  EXPECT_EQ(Controlled(options(), 2, 100, 64).ctl.read().limit, 100u);
+}
+
 // The baseline is the lowest interval minimum; it rises slowly while run
 // times stay within its bound (the tasks became longer), and not at all
 // in an interval the signal cut.

@@ -394,6 +394,9 @@ class OverloadControl {
   // Summed up by roll() under roll_.
   alignas(kCacheLine) SpinLock roll_;
   double limit_exact_ CREW_GUARDED_BY(roll_);
+  // With the run-time signal: the limit starts at the floor and doubles
+  // each interval it is reached until the first cut (see roll_locked).
+  bool slow_start_ CREW_GUARDED_BY(roll_);
   std::int64_t window_start_ CREW_GUARDED_BY(roll_);
   std::int64_t run_base_ CREW_GUARDED_BY(roll_) = 0;  // 0: none yet
   std::atomic<std::int64_t> last_run_high_{0};
