@@ -148,12 +148,18 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
     case Route::refused:
       break;
   }
-  // A refusal decides, even if the queue deadline passed meanwhile.
+  // A refusal decides, even if the queue deadline passed meanwhile: the
+  // outcome is claimed before the deadline's hand-over ends, so that the
+  // supervisor's timer, firing after end_admission, finds it decided and
+  // expire() does nothing. The other way round the timer could expire the
+  // task in between: the refusal ended `expired` and was counted twice
+  // (outcomes above submissions).
+  s->refused_as = why;
+  const bool decided = s->claim_in_queue(TaskStatus::rejected, Errc::rejected);
   if (deadline) (void)s->end_admission();
   c_.disarm_queue_deadline(s);
-  s->refused_as = why;
   // Counted as a refusal already (refused_).
-  if (s->claim_in_queue(TaskStatus::rejected, Errc::rejected)) settle_in_queue(s, false);
+  if (decided) settle_in_queue(s, false);
   if (c_.observes(Observer::task_rejected)) [[unlikely]]
     task_events::refused(c_, s, s->is_long, why);
   s->release();
