@@ -19,9 +19,10 @@
 //     target / percentile, raised by one per interval while the
 //     limit was reached and the wait is within the target. It starts at
 //     the ceiling (with run_time_signal: at the floor, doubled each
-//     interval the limit was reached until its first cut). Between a floor (the workers, capped at
-//     the usable CPUs, at least 2) and a ceiling (queue capacity plus workers). A submission past
-//     the limit is refused at once with Admission::overloaded (reason limit);
+//     interval the limit was reached until its first cut). Between a
+//     floor (the workers, capped at the usable CPUs, at least 2) and a
+//     ceiling (queue capacity plus workers). A submission past the limit
+//     is refused at once with Admission::overloaded (reason limit);
 //   - optionally, the run time of tasks against its own baseline, for pools
 //     with more workers than CPUs (OverloadOptions::run_time_signal);
 //   - deadline-aware admission: a task with a queue timeout that the backlog

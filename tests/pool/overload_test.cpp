@@ -120,6 +120,15 @@ void peak_at(OverloadControl& ctl, int n) {
   for (int i = 0; i < n; ++i) ctl.release();
 }
 
+// Admits up to the limit, has one more refused (the limit was reached this
+// interval), then gives the tickets back.
+void reach_limit(OverloadControl& ctl) {
+  const std::size_t limit = ctl.read().limit;
+  for (std::size_t i = 0; i < limit; ++i) ASSERT_EQ(ctl.admit(0), OverloadReason::none);
+  EXPECT_EQ(ctl.admit(0), OverloadReason::limit);
+  for (std::size_t i = 0; i < limit; ++i) ctl.release();
+}
+
 TEST(OverloadCodel, TheFirstStartAfterAnIdleSpellIsNotShedForItsOwnWait) {
   Controlled c;
   // Nothing started for 5 intervals; then a task that waited 50 ms (a
@@ -196,11 +205,7 @@ TEST(OverloadLimit, RisesByOneOnlyWhileReachedAndWithinTheTargetUpToItsCeiling) 
   c.interval({1});  // not reached: stays
   EXPECT_EQ(c.ctl.read().limit, 2u);
   for (std::size_t want = 3; want <= 8; ++want) {
-    // Reach the limit, then give the tickets back.
-    const std::size_t limit = c.ctl.read().limit;
-    for (std::size_t i = 0; i < limit; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
-    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
-    for (std::size_t i = 0; i < limit; ++i) c.ctl.release();
+    reach_limit(c.ctl);
     c.interval({1});
     EXPECT_EQ(c.ctl.read().limit, std::min<std::size_t>(want, 6));
   }
@@ -493,13 +498,9 @@ TEST(OverloadRunTime, TheLimitStartsAtItsFloorAndDoublesUntilTheFirstCut) {
   o.run_time_signal = true;
   Controlled c(o, /*floor=*/2, /*ceiling=*/100, /*workers=*/64);
   EXPECT_EQ(c.ctl.read().limit, 2u);
-  // One interval: the limit reached (one refusal), the tickets given back,
-  // a task that ran `run_ms`.
+  // One interval: the limit reached, a task that ran `run_ms`.
   const auto reached = [&c](double run_ms) {
-    const std::size_t limit = c.ctl.read().limit;
-    for (std::size_t i = 0; i < limit; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
-    EXPECT_EQ(c.ctl.admit(0), OverloadReason::limit);
-    for (std::size_t i = 0; i < limit; ++i) c.ctl.release();
+    reach_limit(c.ctl);
     c.ctl.record(kMs / 2, c.now + 1);
     c.ctl.on_end(static_cast<std::int64_t>(run_ms * kMs));
     c.now += 100 * kMs;
