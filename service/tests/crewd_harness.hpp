@@ -39,7 +39,7 @@
 #include "text_search.hpp"
 
 #ifndef CREWD_BINARY
-#error "CREWD_BINARY must name the crewd executable"
+#error "CREWD_BINARY must name the crewd executable, relative to the test executable"
 #endif
 
 namespace crewd::test {
@@ -330,7 +330,7 @@ class Crewd {
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
     std::vector<std::string> argv_s = std::move(launcher);
-    argv_s.emplace_back(CREWD_BINARY);
+    argv_s.push_back(crew::test::beside_this_test(CREWD_BINARY));
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());

@@ -54,7 +54,8 @@ using test::wait_for_stop;
 using test::Watchdog;
 
 std::unique_ptr<Child> start_child(const std::string& scenario) {
-  return std::make_unique<Child>(std::vector<std::string>{CREW_APP_CHILD, scenario});
+  return std::make_unique<Child>(
+      std::vector<std::string>{test::beside_this_test(CREW_APP_CHILD), scenario});
 }
 
 // ---------------------------------------------------------------------------
@@ -410,7 +411,8 @@ TEST(GracefulConsumer, EveryAcceptedEventHasExactlyOneOutcomeLine) {
     ASSERT_GE(fd, 0);
     close(fd);
     // Its log too: the stop sequence's fsync time is read from it below.
-    Child child({CREW_GRACEFUL_CONSUMER, "--out", path}, Child::Output::merged);
+    Child child({test::beside_this_test(CREW_GRACEFUL_CONSUMER), "--out", path},
+                Child::Output::merged);
     ASSERT_TRUE(child.wait_for_line("consuming", 5000ms));
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     child.signal(SIGTERM);

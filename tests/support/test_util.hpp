@@ -9,9 +9,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -98,6 +101,22 @@ class Watchdog {
   std::vector<pid_t> pids_;
   std::thread thread_;
 };
+
+// The path of a program built beside this test: `relative` taken from the
+// directory of this test's executable (/proc/self/exe). CMake hands such paths
+// to the tests relative, never absolute: an absolute path inside a -D value
+// made every file compiled with it miss ccache in a clone at another path
+// (CCACHE_BASEDIR rewrites the paths of a command line, not a macro's value).
+inline std::string beside_this_test(const std::string& relative) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self);
+  if (n <= 0 || static_cast<std::size_t>(n) == sizeof self) {
+    throw std::runtime_error("cannot read /proc/self/exe");
+  }
+  std::string dir(self, static_cast<std::size_t>(n));
+  dir.resize(dir.rfind('/') + 1);
+  return dir + relative;
+}
 
 // CPU time a thread has used, in milliseconds (0 if it cannot be read).
 inline double thread_cpu_ms(pthread_t thread) {
