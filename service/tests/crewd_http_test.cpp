@@ -573,7 +573,7 @@ TEST_P(CrewdHttpQueueDeadline, AJobPastItsQueueDeadlineIs503AtTheDeadline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CrewdHttpQueueDeadline, ::testing::Values("spin", "sleep"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& p) { return std::string(p.param); });
 
 }  // namespace
 }  // namespace crewd::test

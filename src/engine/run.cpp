@@ -97,24 +97,35 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
   const bool clocked = s->is_long || timed_ || enqueued != 0;
   const std::int64_t start = !clocked ? 0 : watched ? start_time(*w) : now_ns();
   std::int64_t deadline = 0;
-  if (s->is_long) {
-    try {
-      ready_source(*frame);
-    } catch (...) {  // out of memory for the stop state: run without one
-    }
-    if (s->timeout().count() > 0) deadline = saturating_add(start, s->timeout().count());
+  if (s->is_long && s->timeout().count() > 0) {
+    deadline = saturating_add(start, s->timeout().count());
   }
   if (watched) {
+    // The worker turns busy in the same step as its run slot takes `s`: a
+    // hard shutdown that finds it busy finds its task too, stops it and,
+    // after the grace period, decides its outcome when it writes the worker
+    // off. (Busy with an empty slot, it took the run for a plain task's,
+    // which the thread counts itself, and `s` was left with no outcome.)
     w->run.mu.lock();
     w->run.task = s;
     w->run.is_long = s->is_long;
     w->run.started_ns = start;
     w->run.deadline_ns = deadline;
     frame->stop_at_ns.store(0, std::memory_order_relaxed);
+    const WorkerStateChange busy = change_worker_state(*w, WorkerState::busy);
     w->run.mu.unlock();
+    announce_state(*w, busy);
     if (deadline != 0) rt_->supervisor.need_by(deadline);
   } else if (s->is_long) {
     rt_->supervisor.register_foreign(s, deadline);
+  }
+  if (s->is_long) {
+    // After the slot: this may allocate, and a stop requested meanwhile
+    // (recorded by the task) reaches the new source in attach_runner.
+    try {
+      ready_source(*frame);
+    } catch (...) {  // out of memory for the stop state: run without one
+    }
   }
 
   if (observes(Observer::task_started)) [[unlikely]]
@@ -220,16 +231,27 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   }
   const std::int64_t start = start_time(*this);
   const std::int64_t deadline = timeout.count() > 0 ? saturating_add(start, timeout.count()) : 0;
+  // The worker turned busy when it took the cell (handle_cell), before the
+  // slot says "long": a hard shutdown in between wrote it off as running a
+  // plain task, which its thread counts itself. This run then counts its
+  // outcome too (the write-off did not), is stopped as the shutdown stops
+  // long runs, and touches nothing of the pool, which may be gone.
   run.mu.lock();
+  const bool written_off_first = abandoned.load(std::memory_order_relaxed);
   run.is_long = true;
   run.started_ns = start;
   run.deadline_ns = deadline;
-  run.reason = StopReason::none;
+  run.reason = written_off_first ? StopReason::shutdown : StopReason::none;
   run.frame.stop_at_ns.store(0, std::memory_order_relaxed);
   run.mu.unlock();
-  if (deadline != 0) c.runtime().supervisor.need_by(deadline);
-  if (c.observes(Observer::task_started)) [[unlikely]] {
-    hub.started(hub.plain_event(true), enqueued_ns, start);
+  if (written_off_first) {
+    if (run.frame.source.stop_possible()) run.frame.source.request_stop();
+    run.frame.poisoned = true;
+  } else {
+    if (deadline != 0) c.runtime().supervisor.need_by(deadline);
+    if (c.observes(Observer::task_started)) [[unlikely]] {
+      hub.started(hub.plain_event(true), enqueued_ns, start);
+    }
   }
 
   TaskStatus outcome = TaskStatus::succeeded;
@@ -252,8 +274,12 @@ void Worker::run_long(std::chrono::nanoseconds timeout, std::int64_t enqueued_ns
   run.started_ns = 0;
   run.deadline_ns = 0;
   run.mu.unlock();
-  if (written_off) return;  // counted when it was written off
   Errc why{};
+  if (written_off_first) {
+    counts.add(decide(outcome, stop, deadline, end, why));
+    return;
+  }
+  if (written_off) return;  // counted when it was written off
   outcome = decide(outcome, stop, deadline, end, why);
   // Also when the task counts as cancelled or timed out (it threw after its
   // stop or deadline): nobody holds a handle that could carry the exception.

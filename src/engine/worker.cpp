@@ -332,7 +332,7 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
     if (!s->ran()) c.rt_->observers.settled_in_queue(s);
   } else {
     c.disarm_queue_deadline(s);
-    set_worker_state(w, WorkerState::busy);
+    // Busy from run_claimed, in one step with the run slot.
     w.run.seq.store(w.run.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     const bool kept = c.run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's
     // reference. Written off (not kept): the write-off returned the ticket.

@@ -2,7 +2,8 @@
 // includes this header (include it in exactly one translation unit): every
 // allocation is counted, and the calling thread's N-th allocation from now
 // can be made to throw std::bad_alloc (fault injection). new and delete are
-// replaced as a pair, which g++'s mismatch warning cannot see.
+// replaced as a pair, which g++'s mismatch warning cannot see. A thread
+// can also be held in its next allocation (AllocationGate).
 //
 // Under clang's ThreadSanitizer the runtime is linked into the binary whole,
 // with an operator new of its own, so a second definition does not link.
@@ -24,11 +25,27 @@ inline std::atomic<std::uint64_t> g_allocations{0};
 // 0: off; N > 0: the N-th allocation on this thread from now throws.
 inline thread_local long t_fail_allocation_in = 0;
 
-// Counts the allocation, and throws if the calling thread asked for it.
+// Holds a thread where the code under test allocates: a thread that sets
+// t_hold_next_allocation (a task on a worker, say) waits in its next
+// allocation, after setting `held`, until `open` is set.
+struct AllocationGate {
+  std::atomic<bool> held{false};
+  std::atomic<bool> open{false};
+};
+inline thread_local AllocationGate* t_hold_next_allocation = nullptr;
+
+// Counts the allocation, throws if the calling thread asked for it, and
+// waits at the thread's gate if it set one.
 inline void note_allocation() {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   long& fail_in = t_fail_allocation_in;
   if (fail_in > 0 && --fail_in == 0) throw std::bad_alloc();
+  if (AllocationGate* gate = t_hold_next_allocation) {
+    t_hold_next_allocation = nullptr;
+    gate->held.store(true);
+    gate->held.notify_all();
+    gate->open.wait(false);
+  }
 }
 
 }  // namespace crew::test
