@@ -225,18 +225,31 @@ WorkerLoop::Exit WorkerLoop::loop(bool spinning) {
 // if the pop finds nothing); or, with none due while work is queued, the
 // one worker that may waits for it, without a task, and looks again; the
 // others spin and sleep as idle workers do (sleep_for_work leaves them
-// asleep while a worker waits for a token).
+// asleep while a worker waits for a token), except during a drain, when
+// they wait for the token too.
 WorkerLoop::Gate WorkerLoop::pace_start() noexcept {
   PoolCore& c = core_;
   StartPacer& pacer = *c.rt_->pacer;
   if (c.life_.dropping()) return Gate::pop;  // a shutdown rejects, it starts nothing
   std::int64_t wait_ns = 0;
   if (pacer.try_take(now_ns(), wait_ns)) return Gate::pop;
-  if (c.queue_->empty() || !pacer.begin_wait()) return Gate::idle;
-  set_worker_state(w_, WorkerState::idle);
+  if (c.queue_->empty()) return Gate::idle;
   // In slices, so that a pause, a resize or a shutdown is seen within one.
   constexpr std::int64_t kSliceNs = 10'000'000;
-  std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(wait_ns, kSliceNs)));
+  const auto slice = std::chrono::nanoseconds(std::min(wait_ns, kSliceNs));
+  if (!pacer.begin_wait()) {
+    // Another worker waits for the token. A draining pool's workers cannot
+    // sleep for work (a closed pool ends their sleep at once, and a look
+    // that pops nothing ends them), so each waits out the token here: the
+    // drain keeps its workers for what is queued, and the rate spaces their
+    // starts.
+    if (!c.life_.closed()) return Gate::idle;
+    set_worker_state(w_, WorkerState::idle);
+    std::this_thread::sleep_for(slice);
+    return Gate::look;
+  }
+  set_worker_state(w_, WorkerState::idle);
+  std::this_thread::sleep_for(slice);
   pacer.end_wait();
   return Gate::look;
 }
