@@ -19,21 +19,23 @@ bool Shedding::shed_admitted(std::int64_t enqueued_ns) noexcept {
   return true;
 }
 
-bool Shedding::displace_below(std::size_t level) noexcept {
+Shedding::Displaced Shedding::displace_below(std::size_t level) noexcept {
   Cell cell;
-  if (core_.queue_->take_newest_below(level, cell) == level) return false;
+  if (core_.queue_->take_newest_below(level, cell) == level) return Displaced::nothing;
   // Only admitted tasks queue newest first: a task state with its ticket,
   // or an AdmittedFn, whose destruction returns it.
   if (TaskStateBase* s = cell.state()) {
     const TicketReturn ticket(core_.ticket_of(s));
-    // Decided meanwhile (cancelled, expired): counted by whoever decided.
-    if (s->shed(OverloadReason::priority)) core_.runtime().observers.settled_in_queue(s);
+    // Decided meanwhile (cancelled, expired): counted by whoever decided,
+    // and no shed.
+    const bool shed = s->shed(OverloadReason::priority);
+    if (shed) core_.runtime().observers.settled_in_queue(s);
     s->release();
-  } else {
-    cell.destroy();
-    core_.shared_.add(TaskStatus::shed);
+    return shed ? Displaced::shed : Displaced::freed;
   }
-  return true;
+  cell.destroy();
+  core_.shared_.add(TaskStatus::shed);
+  return Displaced::shed;
 }
 
 bool Shedding::shed_at_start(TaskStateBase* s) noexcept {

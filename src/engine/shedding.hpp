@@ -35,10 +35,17 @@ class Shedding {
   // False too when it was decided meanwhile (cancelled, expired) or run by
   // a wait.
   bool shed_at_start(TaskStateBase* s) noexcept;
+  // What displace_below did.
+  enum class Displaced : std::uint8_t {
+    nothing,  // no admitted task queued newest first below `level`
+    shed,     // one was shed: the submission takes its place
+    freed,    // one decided meanwhile (cancelled, expired) was taken out:
+              // its ticket went back, and the submission may ask again
+  };
   // Sheds (reason priority) the newest admitted task queued newest first
   // at a level below `level`, for a submission at `level` past the limit;
-  // its ticket goes back. False if there was none.
-  bool displace_below(std::size_t level) noexcept;
+  // its ticket goes back.
+  Displaced displace_below(std::size_t level) noexcept;
 
  private:
   // CoDel's answer for an admitted task starting now, enqueued at

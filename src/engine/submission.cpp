@@ -57,18 +57,24 @@ Submission::Route Submission::route_admitted(FillRef fill, std::size_t level, bo
 bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
                                    OverloadReason* reason) noexcept {
   OverloadControl& ctl = *c_.overload_;
-  const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
-  if (r == OverloadReason::none) [[likely]]
-    return true;
-  if (r == OverloadReason::limit && level > 0) {
-    if (c_.runtime().shedding.displace_below(level)) {
-      ctl.admit_displacing();
+  for (;;) {
+    const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
+    if (r == OverloadReason::none) [[likely]]
       return true;
+    if (r == OverloadReason::limit && level > 0) {
+      const Shedding::Displaced d = c_.runtime().shedding.displace_below(level);
+      if (d == Shedding::Displaced::shed) {
+        ctl.admit_displacing();
+        return true;
+      }
+      // A task decided meanwhile gave its place back: ask again. Each turn
+      // takes one cell out of the queue, so the turns end.
+      if (d == Shedding::Displaced::freed) continue;
+      ctl.note_refused_early();
     }
-    ctl.note_refused_early();
+    if (reason != nullptr) *reason = r;
+    return false;
   }
-  if (reason != nullptr) *reason = r;
-  return false;
 }
 
 std::int64_t Submission::admitted_enqueue_ns() const noexcept {
@@ -105,8 +111,13 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
   } else {
     s->add_ref_unshared();  // `s` is not shared yet
   }
-  auto fill = [s, ticket](Cell& c) noexcept {
-    s->set_overload_ticket(ticket);  // published with the cell
+  // Whether this submission took a ticket: not when it found the pool
+  // closed, though a restart may open it before route() looks again, and
+  // queue the task then (a cell marked as holding a ticket it never took
+  // gave one back that was not taken when it left the queue).
+  bool took_ticket = false;
+  auto fill = [s, &took_ticket](Cell& c) noexcept {
+    s->set_overload_ticket(took_ticket);  // published with the cell
     c.emplace_state(s);
   };
   Admission why = Admission::accepted;
@@ -117,6 +128,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
       s->set_overload_reason(r);
       routed = refuse(Admission::overloaded, why);
     } else {
+      took_ticket = true;
       routed = route_admitted(fill_ref(fill), s->level(), may_block, why, s->queue_deadline());
       if (routed != Route::queued) release_ticket(c_.overload());
     }

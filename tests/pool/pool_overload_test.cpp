@@ -351,6 +351,41 @@ TEST(PoolOverload, AHigherPriorityAtTheLimitDisplacesTheNewestLowerPlainTask) {
   displaced_by_priority(/*handles=*/false);
 }
 
+// The newest lower task was cancelled while queued: a higher priority's
+// submission at the limit takes that cell out, which gives its place back,
+// and is admitted without shedding anything. It used to count a priority
+// shed there (shed_priority above outcomes.shed).
+TEST(PoolOverload, ADisplacementThatFindsACancelledTaskShedsNothing) {
+  Watchdog dog;
+  PoolOptions o = overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4});
+  o.priority_levels = 2;
+  Pool pool(o);
+  std::atomic<int> ran{0};
+  auto low = [&ran] { ran.fetch_add(1); };
+  Task<int> high;
+  Task<void> cancelled;
+  {
+    WorkerHold hold(pool);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    ASSERT_EQ(pool.post(low), Admission::accepted);
+    cancelled = pool.submit(low);  // at the limit: queued newest first
+    ASSERT_EQ(cancelled.status(), TaskStatus::queued);
+    EXPECT_EQ(cancelled.cancel(), CancelResult::cancelled);
+    high = pool.submit([] { return 7; }, {.priority = 1});
+    EXPECT_NE(high.status(), TaskStatus::rejected);
+  }
+  EXPECT_EQ(high.get(), 7);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.outcomes.cancelled, 1u);
+  EXPECT_EQ(s.outcomes.shed, 0u);
+  EXPECT_EQ(s.overload.shed_priority, s.outcomes.shed);
+  EXPECT_EQ(s.overload.refused_limit, 0u);
+  EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
 // Spins until this thread has used `cpu` of CPU time: work of a fixed
 // size, whose run time grows with the threads sharing its CPU.
 void burn(std::chrono::nanoseconds cpu) {
