@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "affinity.hpp"
+#include "crew/group.hpp"
 #include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
@@ -384,6 +385,30 @@ TEST(PoolOverload, ADisplacementThatFindsACancelledTaskShedsNothing) {
   EXPECT_EQ(s.overload.shed_priority, s.outcomes.shed);
   EXPECT_EQ(s.overload.refused_limit, 0u);
   EXPECT_EQ(s.outcomes.total(), s.submitted);
+}
+
+// A group's tasks submitted from outside the pool go through the
+// controller as any other submission from outside: at the limit they are
+// refused. Short unnamed ones went to the queue unadmitted (post_counted),
+// and neither counted nor refused.
+TEST(PoolOverload, AGroupsTasksFromOutsideThePoolAreAdmitted) {
+  Watchdog dog;
+  Pool pool(overloaded_pool(1, {.enabled = true, .interval = 60s, .max_limit = 4}));
+  std::atomic<int> ran{0};
+  Group g(pool);
+  {
+    WorkerHold hold(pool);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(g.submit([&ran] { ran.fetch_add(1); }), Admission::accepted) << i;
+    }
+    EXPECT_EQ(pool.stats().overload.admitted, 4u);
+    EXPECT_EQ(g.submit([&ran] { ran.fetch_add(1); }), Admission::overloaded);
+  }
+  g.wait();
+  EXPECT_EQ(ran.load(), 3);
+  ASSERT_TRUE(pool.wait_idle(10s));
+  EXPECT_TRUE(eventually([&] { return pool.stats().overload.admitted == 0; }));
+  EXPECT_EQ(pool.stats().overload.refused_limit, 1u);
 }
 
 // Spins until this thread has used `cpu` of CPU time: work of a fixed

@@ -111,7 +111,13 @@ class Submission {
     }
     return why;
   }
-  [[nodiscard]] bool counted_ok() const noexcept { return !c_.observes_tasks(); }
+  // Whether a counted task (post_counted: no state, no ticket) may be
+  // posted from this thread: no task observers to tell, and no overload
+  // controller to admit it (a submission from outside the pool while it is
+  // on needs a ticket, which only a task state or an AdmittedFn carries).
+  [[nodiscard]] bool counted_ok() const noexcept {
+    return !c_.observes_tasks() && !c_.admits_here();
+  }
   // Pushes a counted task if its level has room now: neither blocks nor
   // refuses, and counts nothing when it cannot (false, `f` untouched), for
   // a submitter that waits for room itself (a coroutine spawned with
