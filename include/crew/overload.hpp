@@ -55,7 +55,9 @@
 // counts until it is done with (run, shed, dropped), or until it is written
 // off (abandon_grace): the pool then replaces its worker, and the thread it
 // leaves behind no longer holds a place under the limit, however long its
-// callable runs on. With admit_coroutines, a coroutine task (crew/coro.hpp)
+// callable runs on. The exception is a plain task (no handle, no name, no
+// stop token) that a hard shutdown writes off: it holds its place until its
+// callable returns, also after a restart(). With admit_coroutines, a coroutine task (crew/coro.hpp)
 // spawned from outside the pool is admitted too: refused as a task is, it holds
 // its ticket while its start is queued and its first step runs, and gives it
 // back when that step suspends or ends (a suspended task holds none, so the
