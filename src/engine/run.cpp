@@ -107,6 +107,22 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     // off. (Busy with an empty slot, it took the run for a plain task's,
     // which the thread counts itself, and `s` was left with no outcome.)
     w->run.mu.lock();
+    if (w->abandoned.load(std::memory_order_relaxed)) [[unlikely]] {
+      // Written off already, as running a plain task: the worker stayed
+      // busy from its previous task, and a hard shutdown's write-off came
+      // after this task left the queue (its worker was preempted past the
+      // grace). Nobody else will decide `s`, and the pool may be gone: `s`
+      // does not run, it ends cancelled as the shutdown's stop would have
+      // ended it, counted by this worker (the plain rule), and nothing of
+      // the pool is touched (a ticket it holds stays taken).
+      w->run.mu.unlock();
+      w->counts.add(TaskStatus::cancelled);
+      s->note_stop_reason(StopReason::shutdown);
+      const bool finished = s->finish(TaskStatus::cancelled, Errc::cancelled);
+      CREW_ASSERT(finished, "a task left the queue twice");
+      (void)finished;
+      return false;
+    }
     w->run.task = s;
     w->run.is_long = s->is_long;
     w->run.started_ns = start;

@@ -350,7 +350,9 @@ bool WorkerLoop::handle_state(TaskStateBase* s) {
     const bool kept = c.run_claimed(&w, s, /*top_level=*/true, /*drop_ref=*/true);  // the cell's
     // reference. Written off (not kept): the write-off returned the ticket.
     if (!kept) ticket.disarm();
-    return kept;
+    // Kept, but written off since as running a plain task (the worker is
+    // busy until it sleeps): a written-off worker takes no more tasks.
+    return kept && !w.abandoned.load(std::memory_order_acquire);
   }
   s->release();
   return true;
