@@ -236,21 +236,16 @@ WorkerLoop::Gate WorkerLoop::pace_start() noexcept {
   if (c.queue_->empty()) return Gate::idle;
   // In slices, so that a pause, a resize or a shutdown is seen within one.
   constexpr std::int64_t kSliceNs = 10'000'000;
-  const auto slice = std::chrono::nanoseconds(std::min(wait_ns, kSliceNs));
-  if (!pacer.begin_wait()) {
-    // Another worker waits for the token. A draining pool's workers cannot
-    // sleep for work (a closed pool ends their sleep at once, and a look
-    // that pops nothing ends them), so each waits out the token here: the
-    // drain keeps its workers for what is queued, and the rate spaces their
-    // starts.
-    if (!c.life_.closed()) return Gate::idle;
-    set_worker_state(w_, WorkerState::idle);
-    std::this_thread::sleep_for(slice);
-    return Gate::look;
-  }
+  // Unless it is the one waiter, another worker waits for the token. A
+  // draining pool's workers cannot sleep for work (a closed pool ends their
+  // sleep at once, and a look that pops nothing ends them), so each waits
+  // out the token here: the drain keeps its workers for what is queued, and
+  // the rate spaces their starts.
+  const bool waiter = pacer.begin_wait();
+  if (!waiter && !c.life_.closed()) return Gate::idle;
   set_worker_state(w_, WorkerState::idle);
-  std::this_thread::sleep_for(slice);
-  pacer.end_wait();
+  std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(wait_ns, kSliceNs)));
+  if (waiter) pacer.end_wait();
   return Gate::look;
 }
 

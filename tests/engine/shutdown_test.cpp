@@ -22,6 +22,7 @@
 #include "crew/func_pool.hpp"
 #include "crew/pool.hpp"
 #include "crew/sharded_pool.hpp"
+#include "peak.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -75,10 +76,7 @@ TEST(ShutdownDrain, StartsWorkersForWhatIsQueuedUpToMaxWorkers) {
   std::atomic<int> most{0};
   for (int i = 0; i < kTasks; ++i) {
     ASSERT_EQ(pool.post([&] {
-      const int now = running.fetch_add(1) + 1;
-      int seen = most.load();
-      while (seen < now && !most.compare_exchange_weak(seen, now)) {
-      }
+      test::raise_peak(most, running.fetch_add(1) + 1);
       std::this_thread::sleep_for(200ms);
       running.fetch_sub(1);
     }),
@@ -354,10 +352,7 @@ TEST(ShutdownAbandon, AWorkerWrittenOffInItsStartHookNeverServesTasks) {
       const std::lock_guard lock(mu);
       threads.insert(std::this_thread::get_id());
     }
-    const int now = running.fetch_add(1) + 1;
-    int seen = most.load();
-    while (now > seen && !most.compare_exchange_weak(seen, now)) {
-    }
+    test::raise_peak(most, running.fetch_add(1) + 1);
     std::this_thread::sleep_for(200us);
     running.fetch_sub(1);
     ran.fetch_add(1);

@@ -19,6 +19,7 @@
 #include "crew/group.hpp"
 #include "crew/pool.hpp"
 #include "fork_join_util.hpp"
+#include "peak.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -120,9 +121,7 @@ TEST_P(ForkJoin, RunsOnAWorkerStackSizedForItsDepth) {
 // waits for it, `depth` levels, through Task handles, Group or run_batch.
 // Returns the depth the chain reached (its deepest task's level).
 int chain(Pool& pool, Join join, int level, int depth, std::atomic<int>& deepest) {
-  int seen = deepest.load(std::memory_order_relaxed);
-  while (level > seen && !deepest.compare_exchange_weak(seen, level, std::memory_order_relaxed)) {
-  }
+  test::raise_peak(deepest, level, std::memory_order_relaxed);
   if (level == depth) return level;
   if (join == Join::task) {
     return pool
@@ -269,10 +268,7 @@ TEST(StackChecks, AFiberStackNestsOneTaskAtMost) {
       volatile char pad[16 * 1024];
       pad[0] = 1;
       pad[sizeof pad - 1] = pad[0];
-      const int d = g_fiber_depth.fetch_add(1) + 1;
-      int seen = g_fiber_deepest.load();
-      while (seen < d && !g_fiber_deepest.compare_exchange_weak(seen, d)) {
-      }
+      test::raise_peak(g_fiber_deepest, g_fiber_depth.fetch_add(1) + 1);
       g_fiber_ran.fetch_add(1);
       (void)g_fiber_pool->run_pending_task();
       g_fiber_depth.fetch_sub(1);

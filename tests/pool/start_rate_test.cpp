@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "peak.hpp"
 #include "test_util.hpp"
 
 namespace crew {
@@ -100,10 +101,7 @@ TEST(StartRate, ADrainKeepsItsWorkersWhileItWaitsForTokens) {
   constexpr int kTasks = 16;
   for (int i = 0; i < kTasks; ++i) {
     ASSERT_EQ(pool.post([&] {
-      const int now = running.fetch_add(1) + 1;
-      int seen = most.load();
-      while (now > seen && !most.compare_exchange_weak(seen, now)) {
-      }
+      test::raise_peak(most, running.fetch_add(1) + 1);
       std::this_thread::sleep_for(200ms);
       running.fetch_sub(1);
       ran.fetch_add(1);

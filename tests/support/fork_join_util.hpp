@@ -13,6 +13,7 @@
 
 #include "crew/group.hpp"
 #include "crew/pool.hpp"
+#include "peak.hpp"
 #include "test_util.hpp"
 
 namespace crew::test {
@@ -36,9 +37,7 @@ class StackProbe {
     const auto sp = reinterpret_cast<std::uintptr_t>(&here);
     if (t_top == 0 || sp > t_top) return;  // not on a worker
     const std::uintptr_t used = t_top - sp;
-    std::uintptr_t seen = peak_.load(std::memory_order_relaxed);
-    while (used > seen && !peak_.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
-    }
+    raise_peak(peak_, used, std::memory_order_relaxed);
   }
   [[nodiscard]] std::uintptr_t peak() const noexcept {
     return peak_.load(std::memory_order_relaxed);
