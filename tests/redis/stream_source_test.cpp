@@ -11,12 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "crew/observer.hpp"
 #include "crew/pool.hpp"
 #include "redis_server.hpp"
 #include "test_util.hpp"
@@ -30,6 +32,19 @@ using test::Gate;
 using test::RedisServer;
 using test::Watchdog;
 using test::WorkerHold;
+
+// Counts the tasks that entered the queue. Unlike stats().queued, which
+// counts a claimed queue slot a moment before its submitter has written the
+// task there, this counts after the push, when a worker can take the task.
+class Enqueued : public Observer {
+ public:
+  [[nodiscard]] std::uint32_t events() const noexcept override { return task_enqueued; }
+  void on_task_enqueued(const TaskEvent& /*task*/) noexcept override { n_.fetch_add(1); }
+  [[nodiscard]] int count() const noexcept { return n_.load(); }
+
+ private:
+  std::atomic<int> n_{0};
+};
 
 // The order in which tasks on the pool's workers noted themselves.
 class Order {
@@ -539,6 +554,8 @@ TEST(StreamSource, JobsQueueAtTheConfiguredPriority) {
   enqueue(redis, 1);
   PoolOptions po = test::fixed_workers("levels", 1);
   po.priority_levels = 2;
+  auto enqueued = std::make_shared<Enqueued>();
+  po.observers.push_back(enqueued);
   Pool pool(po);
   WorkerHold hold(pool);
   Order order;
@@ -550,7 +567,8 @@ TEST(StreamSource, JobsQueueAtTheConfiguredPriority) {
     return echo(job, stop);
   });
   source.start();
-  ASSERT_TRUE(eventually([&] { return pool.stats().queued == 2; }));
+  // The holding task, the level-0 task and the stream job.
+  ASSERT_TRUE(eventually([&] { return enqueued->count() == 3; }));
   hold.release();
   ASSERT_TRUE(eventually([&] { return read_stream(redis, "crew:results").size() == 1; }));
   ASSERT_TRUE(pool.wait_idle(10s));
