@@ -13,7 +13,12 @@
 #include <utility>
 
 namespace crewd {
-namespace {
+// Not an anonymous namespace: call_downstream's coroutine frame, a type
+// g++ gives the function's (external) linkage, holds these types, and g++
+// warns (-Wsubobject-linkage) when such a type's fields have internal
+// linkage or none (a lambda's); hence also the named function objects
+// below instead of lambdas.
+namespace downstream_call {
 
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
@@ -120,7 +125,24 @@ class CallOp : public std::enable_shared_from_this<CallOp> {
   bhttp::response_parser<bhttp::string_body> parser_;
 };
 
-}  // namespace
+// The task's stop callback: ends the request, on its I/O thread.
+struct CancelOnStop {
+  std::shared_ptr<CallOp> op;
+  void operator()() const { op->cancel(); }
+};
+
+// on_callback's start: hands the request to its I/O thread.
+struct StartCall {
+  std::shared_ptr<CallOp> op;
+  void operator()(crew::Resume<CallResult> resume) const { op->start(std::move(resume)); }
+};
+
+}  // namespace downstream_call
+
+using downstream_call::CallOp;
+using downstream_call::CallResult;
+namespace beast = boost::beast;
+using boost::asio::ip::tcp;
 
 Downstream resolve_downstream(const HttpUrl& url, std::string text) {
   boost::asio::io_context io;
@@ -141,10 +163,10 @@ crew::Co<DownstreamAnswer> call_downstream(boost::asio::any_io_executor io, cons
   auto op = std::make_shared<CallOp>(std::move(io), to, timeout);
   // A stop of the task ends the co_await below at once; this also ends the
   // request, on its I/O thread.
-  const std::stop_callback on_stop(crew::current_stop_token(), [op] { op->cancel(); });
-  // Named first: g++ 12 may destroy the captures of a lambda made inside a
-  // co_await expression twice (docs/coroutines.md, "Traps").
-  auto start = [op](crew::Resume<CallResult> resume) { op->start(std::move(resume)); };
+  const std::stop_callback on_stop(crew::current_stop_token(), downstream_call::CancelOnStop{op});
+  // Named first: g++ 12 may destroy a temporary made inside a co_await
+  // expression twice (docs/coroutines.md, "Traps").
+  const downstream_call::StartCall start{op};
   const CallResult r = co_await crew::on_callback<CallResult>(start);
   if (r.ec == beast::error::timeout) {
     throw DownstreamError(
