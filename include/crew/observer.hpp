@@ -9,10 +9,22 @@
 // observers pays one predictable branch per task.
 //
 // Callbacks run on the thread where the event happens (a submitter, a
-// worker, the supervisor), concurrently with each other, sometimes with the
-// pool's internal locks held: they must be thread-safe, fast and noexcept,
-// and must not call member functions of the pool that calls them (read
-// stats() from another thread, e.g. at scrape time).
+// worker, the supervisor, a thread calling shutdown() or cancel()),
+// concurrently with each other: they must be thread-safe, fast and
+// noexcept, and must not call member functions of the pool that calls them
+// (read stats() from another thread, e.g. at scrape time). on_pool_state
+// may run under a lock of the pool, so that observers hear the state
+// changes in the order they happened; the others run with none held.
+//
+// Until when: callbacks can run until the pool's destructor returns, with
+// one exception. A worker written off by a hard shutdown (its task went on
+// past its stop for abandon_grace) makes no callback after the write-off,
+// except one it was already making, and one for the task it was just
+// starting or ending when its thread was preempted for about abandon_grace
+// in the few steps between the write-off's check and that callback. Such a
+// call can come after the destructor returned. The pool holds its observers
+// (shared_ptr) until its last thread has ended, so the observer itself is
+// alive then; what it refers to may not be.
 #pragma once
 
 #include <chrono>

@@ -210,13 +210,13 @@ struct PoolOptions {
   // that throws kills the worker; the pool replaces it (with backoff).
   //
   // Until when user code can run: every callback here (handlers, hooks,
-  // observers, the logger) runs on a thread of the pool or a submitter, and
-  // none starts after the pool's destructor returned. A thread the pool
-  // wrote off (its task or hook ignored the stop past abandon_grace) starts
-  // no callback from then on: its late exception is not reported, its stop
-  // hook does not run, and if it was written off inside its start hook it
-  // never serves a task. A callback it was already running when it was
-  // written off may still be running after the destructor returned.
+  // observers, the logger) runs on a thread of the pool or a submitter.
+  // A thread the pool wrote off (its task or hook ignored the stop past
+  // abandon_grace) starts no callback once it sees that: its late exception
+  // is not reported, its stop hook does not run, and written off in its start
+  // hook it never serves a task. Others start before the destructor returns;
+  // one the thread was in when written off, or was about to start while
+  // preempted for about abandon_grace, may run after it (crew/observer.hpp).
   std::function<void(std::uint64_t worker_id)> on_worker_start{};
   std::function<void(std::uint64_t worker_id)> on_worker_stop{};
   // Told about tasks, workers and state changes (crew/observer.hpp).
