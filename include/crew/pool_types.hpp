@@ -228,7 +228,7 @@ struct PoolOptions {
   // How long an idle worker polls the queue before it sleeps (time it spends
   // off its CPU, preempted, does not count). Longer spins catch bursts
   // without a wake-up (~10 us each) at the cost of CPU after work.
-  // At most usable CPUs / 2 workers (at least 1) spin at once in the
+  // At most usable CPUs / 2 workers (none with one) spin at once in the
   // process; a worker woken onto the CPU of the thread that woke it does not
   // spin; a spinner that lost its CPU for more than 10 us is not relied on:
   // tasks submitted meanwhile wake a sleeping worker (docs/design/wake-ups.md,

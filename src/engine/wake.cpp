@@ -21,13 +21,11 @@ namespace crew::detail {
 
 namespace {
 
-// Workers spinning in all pools of the process, and how many may: about
-// half the usable CPUs, so that several pools (crewd has three) never
-// spin more cores than one pool would, and the other half is left to the
-// threads that submit.
+// Workers spinning in all pools of the process, and how many may
+// (spinner_limit_for).
 std::atomic<int> g_spinners{0};
 int spinner_limit() noexcept {
-  static const int limit = std::max(1, static_cast<int>(usable_cpus()) / 2);
+  static const int limit = spinner_limit_for(usable_cpus());
   return limit;
 }
 

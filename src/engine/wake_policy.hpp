@@ -59,8 +59,20 @@ inline constexpr int kWatchLooks = 4;
 // ends tens of microseconds late on a busy machine.
 inline constexpr std::int64_t kTimerLeadNs = 30'000;
 
-// The process-wide spinning slots (wake.cpp): at most half the usable CPUs'
-// worth of workers, across all pools, spin at once. A worker takes one
+// How many workers of the process may spin at once, across all its pools,
+// with `usable_cpus` CPUs: half of them, so that several pools (crewd has
+// three) never spin more cores than one pool would, and the other half is
+// left to the threads that submit. None with one usable CPU: every thread
+// of the process shares it, so a spinner only holds it from the thread
+// that would give it work (crewd on one CPU: its I/O thread answered
+// refusals at p99 1.1-1.2 ms behind spinning jobs workers, 0.16-0.29 ms
+// without them; docs/bench/overload.md).
+constexpr int spinner_limit_for(std::size_t usable_cpus) noexcept {
+  return static_cast<int>(usable_cpus / 2);
+}
+
+// The process-wide spinning slots (wake.cpp): spinner_limit_for(usable_cpus())
+// workers, across all pools, spin at once. A worker takes one
 // before it spins and gives it back after; a child of fork() starts with
 // every slot free. Any thread.
 bool take_spinner_slot() noexcept;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "crew/pool.hpp"
+#include "crew/usable_cpus.hpp"
 #include "test_util.hpp"
 
 namespace crew::detail {
@@ -183,6 +184,9 @@ class FakePressure {
 // puts it there, which would hide the spin these tests look for.
 struct OneSpinner {
   explicit OneSpinner(bool spin_when_contended) {
+    // Read (and cached) from this thread's affinity before it is pinned to
+    // one CPU below: with one usable CPU no worker of the process spins.
+    EXPECT_GE(usable_cpus(), 1u);
     EXPECT_EQ(sched_getaffinity(0, sizeof(saved_), &saved_), 0);
     std::vector<std::size_t> cpus;
     for (std::size_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
