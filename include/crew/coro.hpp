@@ -41,7 +41,7 @@
 //   wait_all(group)        every task of a crew::Group (below)
 //   schedule(pool)         yield() on the task's own pool
 //   on_callback<T>(start)  an operation outside crew that reports through a
-//                          callback (Asio, client libraries), below
+//                          callback (Asio, client libraries): crew/on_callback.hpp
 //   spawn_when_room(pool, co)  spawn() that suspends, instead of blocking
 //                          the worker, while `pool`'s queue is full; returns
 //                          the new task's handle (below)
@@ -66,18 +66,17 @@
 // for any task: such a wait never deadlocks the pool.
 //
 // Shutdown (crew/detail/suspended_tasks.hpp): before the pool stops taking
-// tasks, drain waits for its coroutine tasks to end; soft and hard (and a
-// drain past its timeout, which then reports escalated) stop them and wait
+// tasks, drain waits for its coroutine tasks to end; soft and hard (and a drain
+// past its timeout, which then reports escalated) stop them and wait
 // PoolOptions::abandon_grace; a frame still suspended then is destroyed on a
-// worker of the pool and its task ends cancelled with Errc::abandoned,
-// listed in the report's `abandoned`; coroutine tasks not started yet end
-// cancelled (Errc::shutdown_dropped) unrun in soft and hard, listed in
-// `rejected`.
-// A resumption left in the queue when a soft or hard shutdown drops it
-// destroys its frame there (Errc::shutdown_dropped). New coroutine tasks
-// spawned from outside the pool's coroutines are refused (Admission::closed)
-// while this runs. No frame outlives its pool's shutdown unless its
-// coroutine is running on a thread at that moment and never returns.
+// worker of the pool and its task ends cancelled with Errc::abandoned, listed
+// in the report's `abandoned`; coroutine tasks not started yet end cancelled
+// (Errc::shutdown_dropped) unrun in soft and hard, listed in `rejected`. A
+// resumption left in the queue when a soft or hard shutdown drops it destroys
+// its frame there (Errc::shutdown_dropped). New coroutine tasks spawned from
+// outside the pool's coroutines are refused (Admission::closed) while this
+// runs. No frame outlives its pool's shutdown unless its coroutine is running
+// on a thread at that moment and never returns.
 //
 // Frames come from crew's per-thread block cache when they are at most
 // detail::kMaxCachedFrame (512) bytes (no global operator new per coroutine
@@ -98,9 +97,8 @@
 #include <algorithm>
 #include <chrono>
 #include <coroutine>
-#include <cstdint>
+#include <cstddef>
 #include <exception>
-#include <optional>
 #include <stop_token>
 #include <string_view>
 #include <type_traits>
@@ -114,6 +112,7 @@
 #include "crew/detail/deadline.hpp"
 #include "crew/error.hpp"
 #include "crew/group.hpp"
+#include "crew/on_callback.hpp"
 #include "crew/pool.hpp"
 #include "crew/task.hpp"
 
@@ -558,11 +557,10 @@ Co<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> when_all(
 }
 
 // co_await when_any(tasks): suspends until one of the tasks has ended and
-// returns its index (the first ended one in the vector's order). It takes
-// no value out of the handles and cancels nothing. It looks every 50 us,
-// doubling to 1 ms while none has ended (sleep_for: a stop of the awaiting
-// task throws as for a sleep). An empty vector throws
-// Error(invalid_options).
+// returns its index (the first ended one in the vector's order). It takes no
+// value out of the handles and cancels nothing. It looks every 50 us, doubling
+// to 1 ms while none has ended (sleep_for: a stop of the awaiting task throws
+// as for a sleep). An empty vector throws Error(invalid_options).
 template <class T>
 Co<std::size_t> when_any(std::vector<Task<T>>& tasks) {
   if (tasks.empty()) throw Error(Errc::invalid_options, "crew::when_any: no task");
@@ -574,125 +572,6 @@ Co<std::size_t> when_any(std::vector<Task<T>>& tasks) {
     co_await sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds{1000});
   }
-}
-
-namespace detail {
-// What an on_callback wait and its Resume share: the value, and whether the
-// Resume was destroyed uncalled. Holds a reference to the task, so that a
-// late callback finds it (and finds it no longer armed with `gen`).
-template <class T>
-struct CallbackBlock {
-  std::atomic<int> refs{2};  // the awaiter's and the Resume's
-  CoroTaskBase* task = nullptr;
-  std::uint64_t gen = 0;
-  std::optional<T> value;  // empty once woken: the Resume was destroyed uncalled
-  void release() noexcept {
-    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      task->drop();
-      delete this;
-    }
-  }
-};
-}  // namespace detail
-
-// The callback of an on_callback wait: call it once, from any thread, with
-// the operation's result; the coroutine then resumes on its pool. Later
-// calls do nothing. Destroyed uncalled, it ends the wait with
-// Error(Errc::cancelled). Move-only.
-template <class T>
-class Resume {
- public:
-  explicit Resume(detail::CallbackBlock<T>* b) noexcept : b_(b) {}
-  Resume(Resume&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
-  Resume& operator=(Resume&&) = delete;
-  Resume(const Resume&) = delete;
-  Resume& operator=(const Resume&) = delete;
-  ~Resume() {
-    if (b_ != nullptr) end(std::exchange(b_, nullptr));
-  }
-  template <class V>
-  void operator()(V&& v) {
-    if (b_ == nullptr) return;
-    detail::CallbackBlock<T>* b = std::exchange(b_, nullptr);
-    b->value.emplace(std::forward<V>(v));  // before the wake: the coroutine reads it after
-    end(b);
-  }
-
- private:
-  static void end(detail::CallbackBlock<T>* b) noexcept {
-    (void)b->task->fire(b->gen, detail::Wake::event);  // does nothing if a stop came first
-    b->release();
-  }
-  detail::CallbackBlock<T>* b_;
-};
-
-namespace detail {
-template <class T, class Start>
-struct CallbackAwaiter {
-  Start start;
-  CallbackBlock<T>* block = nullptr;
-  CoroTaskBase* self = nullptr;
-  CallbackAwaiter(Start s) : start(std::move(s)) {}  // NOLINT(google-explicit-constructor)
-  CallbackAwaiter(const CallbackAwaiter&) = delete;
-  CallbackAwaiter& operator=(const CallbackAwaiter&) = delete;
-  ~CallbackAwaiter() {
-    if (block != nullptr) block->release();  // a frame destroyed while it waited
-  }
-  bool await_ready() const noexcept { return false; }
-  template <CrewPromise P>
-  bool await_suspend(std::coroutine_handle<P> h) {
-    CoroTaskBase* const t = waiting_task(h, "crew::on_callback");
-    self = t;
-    block = new CallbackBlock<T>();
-    block->task = t;
-    t->hold();
-    const std::uint64_t gen = t->external_begin(h);
-    if (gen == 0) {
-      block->refs.store(1, std::memory_order_relaxed);  // no Resume was made
-      return false;                                     // stopped: await_resume throws
-    }
-    block->gen = gen;
-    // Once started, the operation may complete and the coroutine resume
-    // elsewhere before this returns: only locals from here on.
-    try {
-      start(Resume<T>(block));
-    } catch (...) {
-      if (t->claim_own(gen)) throw;  // not suspended: the co_await throws
-      return false;                  // its Resume ended the wait meanwhile: go on
-    }
-    return t->finish_arming(gen, /*stoppable=*/true);
-  }
-  T await_resume() {
-    struct Release {
-      CallbackBlock<T>*& b;
-      ~Release() { std::exchange(b, nullptr)->release(); }
-    } release{block};
-    if (self->end_wait()) throw self->stop_error();
-    if (!block->value) {
-      throw Error(Errc::cancelled, "crew::on_callback: the callback was destroyed uncalled");
-    }
-    return std::move(*block->value);
-  }
-};
-}  // namespace detail
-
-// co_await on_callback<T>(start): waits for an operation outside crew that
-// reports through a callback (an Asio async operation, a client library).
-// `start(Resume<T> resume)` is called inside the co_await, on the task's
-// thread, and starts the operation, which later calls resume(value) once,
-// from any thread; the co_await then returns that value, on a worker of
-// the task's pool. If `start` throws, so does the co_await (start's
-// exception, or Error(cancelled) if the Resume was destroyed on the way
-// out). A stop of the task ends the wait at once (the
-// co_await throws as for a sleep) without cancelling the operation (cancel
-// it yourself, from a std::stop_callback on current_stop_token()); its late
-// callback then does nothing. With Asio:
-//
-//   auto ec = co_await crew::on_callback<boost::system::error_code>(
-//       [&](auto resume) { timer.async_wait(std::move(resume)); });
-template <class T, class Start>
-[[nodiscard]] detail::CallbackAwaiter<T, std::decay_t<Start>> on_callback(Start&& start) {
-  return detail::CallbackAwaiter<T, std::decay_t<Start>>(std::forward<Start>(start));
 }
 
 // A coroutine task suspended now: what it waits for ("sleep", "task",
