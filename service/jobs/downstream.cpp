@@ -13,16 +13,17 @@
 #include <utility>
 
 namespace crewd {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using boost::asio::ip::tcp;
+
 // Not an anonymous namespace: call_downstream's coroutine frame, a type
 // g++ gives the function's (external) linkage, holds these types, and g++
 // warns (-Wsubobject-linkage) when such a type's fields have internal
 // linkage or none (a lambda's); hence also the named function objects
 // below instead of lambdas.
 namespace downstream_call {
-
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using boost::asio::ip::tcp;
 
 // What the I/O side hands back to the coroutine.
 struct CallResult {
@@ -141,8 +142,6 @@ struct StartCall {
 
 using downstream_call::CallOp;
 using downstream_call::CallResult;
-namespace beast = boost::beast;
-using boost::asio::ip::tcp;
 
 Downstream resolve_downstream(const HttpUrl& url, std::string text) {
   boost::asio::io_context io;

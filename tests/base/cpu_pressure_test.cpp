@@ -186,7 +186,7 @@ struct OneSpinner {
   explicit OneSpinner(bool spin_when_contended) {
     // Read (and cached) from this thread's affinity before it is pinned to
     // one CPU below: with one usable CPU no worker of the process spins.
-    EXPECT_GE(usable_cpus(), 1u);
+    (void)usable_cpus();
     EXPECT_EQ(sched_getaffinity(0, sizeof(saved_), &saved_), 0);
     std::vector<std::size_t> cpus;
     for (std::size_t cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
