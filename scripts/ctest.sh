@@ -36,15 +36,27 @@ cut -d: -f2- "$failed" | head -n 3 | while IFS= read -r name; do
     on && /^Test (Passed|Failed)\.|^"[^"]*" end time/ { on = 0 }
     on { print }
   ' "$log" >"$out"
-  # From the first line that says why, 30 lines; then the lines that
-  # reproduce a random program's failure (the model tests), last so that
-  # they stand at the very end.
+  # From the first line that says why: a gtest failure and 30 lines, or a
+  # RapidCheck failure (the model tests) in three parts, the one that says
+  # why last, so that a log read from its tail shows it: the shrunk program
+  # (up to 45 lines), the line that reproduces it, then the check that
+  # failed, from its "file:line:" line to the second blank line after it
+  # (up to 60 lines; the model tests add the program's tasks as they saw
+  # them).
   first=$(grep -n -m1 -E 'Failure$|Falsifiable|ThreadSanitizer|AddressSanitizer|runtime error|terminate called|Aborted|did not return' "$out" | cut -d: -f1)
-  if [ -n "$first" ]; then
-    sed -n "${first},$((first + 29))p" "$out" | grep -v 'RC_PARAMS=' | cut -c1-400
-  else
+  if [ -z "$first" ]; then
     tail -n 15 "$out" | cut -c1-400
+  elif ! sed -n "${first},\$p" "$out" | grep -q '^Falsifiable'; then
+    sed -n "${first},$((first + 29))p" "$out" | cut -c1-400
+  else
+    sed -n "${first},\$p" "$out" | awk '
+      /RC_PARAMS=/ { rc = rc $0 "\n"; next }
+      !why && seen && /^[^ ]+:[0-9]+:$/ { why = 1 }
+      /^Falsifiable/ { seen = 1 }
+      why && /^$/ { blanks++ }
+      why && blanks < 2 && n_why++ < 60 { msg = msg $0 "\n" }
+      !why && n_pre++ < 45 { print }
+      END { printf "%s%s", rc, msg }' | cut -c1-4000
   fi
-  grep -E '^failed: |RC_PARAMS=' "$out" | head -n 4 | cut -c1-4000
 done
 exit "$rc"

@@ -444,21 +444,52 @@ inline auto gen_command() {
                                            WaitIdle, Shutdown, Restart, Release>();
 }
 
-// One random program: a pool of 1-3 workers, a sequence of commands, and
-// the end (Sut::finish).
-inline void run_program() {
+// The pool a program runs on, shown on one line (showValue below) where
+// a failure prints its program.
+struct Setup {
   Model m;
-  m.workers = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
-  m.overload = *rc::gen::arbitrary<bool>();
-  // A small ceiling on the adaptive limit, so that short programs reach it.
-  if (m.overload) m.overload_limit = *rc::gen::element<std::size_t>(0, 2, 2, 3);
-  // In a quarter of the programs the workers start at most 1,000 tasks a
-  // second, 1-3 at once.
-  if (*rc::gen::element(false, false, false, true)) {
-    m.start_rate = 1000;
-    m.start_burst = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
+};
+
+inline void showValue(const Setup& s, std::ostream& os) {
+  const Model& m = s.m;
+  os << m.workers << (m.workers == 1 ? " worker" : " workers");
+  if (m.overload) {
+    os << ", overload controller on (limit at most ";
+    if (m.overload_limit == 0) {
+      os << "its default)";
+    } else {
+      os << m.overload_limit << ")";
+    }
   }
-  m.time_tasks = *rc::gen::arbitrary<bool>();
+  if (m.start_rate != 0)
+    os << ", start rate " << m.start_rate << "/s (burst " << m.start_burst << ")";
+  os << (m.time_tasks ? ", tasks timed" : ", tasks untimed");
+}
+
+// A pool of 1-3 workers; the controller on in half of the programs, with
+// a small ceiling on the adaptive limit, so that short programs reach it;
+// in a quarter of them the workers start at most 1,000 tasks a second, 1-3
+// at once; the tasks timed in half.
+inline rc::Gen<Setup> gen_setup() {
+  return rc::gen::exec([] {
+    Setup s;
+    Model& m = s.m;
+    m.workers = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
+    m.overload = *rc::gen::arbitrary<bool>();
+    if (m.overload) m.overload_limit = *rc::gen::element<std::size_t>(0, 2, 2, 3);
+    if (*rc::gen::element(false, false, false, true)) {
+      m.start_rate = 1000;
+      m.start_burst = static_cast<std::size_t>(*rc::gen::inRange(1, 4));
+    }
+    m.time_tasks = *rc::gen::arbitrary<bool>();
+    return s;
+  });
+}
+
+// One random program: a pool (gen_setup), a sequence of commands, and the
+// end (Sut::finish).
+inline void run_program() {
+  Model m = (*gen_setup()).m;
   const auto cmds = *rc::state::gen::commands(m, gen_command());
   try {
     Sut sut(m);
@@ -477,13 +508,10 @@ inline void run_program() {
     if (r.type == rc::detail::CaseResult::Type::Failure &&
         (!shown_first.exchange(true) || std::getenv("CREW_MODEL_LOG") != nullptr)) {
       std::ostringstream os;
+      showValue(Setup{m}, os);
+      os << ", program:\n";
       rc::show(cmds, os);
-      std::fprintf(stderr,
-                   "model: %zu workers%s (limit at most %zu), start rate %g (burst %zu), "
-                   "%s, program:\n%s\nfailed: %s\n\n",
-                   m.workers, m.overload ? ", overload controller on" : "", m.overload_limit,
-                   m.start_rate, m.start_burst, m.time_tasks ? "timed" : "untimed",
-                   os.str().c_str(), r.description.c_str());
+      std::fprintf(stderr, "model: %s\nfailed: %s\n\n", os.str().c_str(), r.description.c_str());
     }
     throw;
   }

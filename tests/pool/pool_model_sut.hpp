@@ -59,6 +59,10 @@ class Sut {
   void group_wait(int g);
   void get(int i);
 
+  // Every task of the program as the model saw it (one line each), and
+  // the pool's counts: appended to a failure's message.
+  [[nodiscard]] std::string tasks_seen() const;
+
   void note(const std::string& bad) {
     if (!bad.empty()) ctx->violation(bad);
   }
@@ -204,12 +208,53 @@ inline void Sut::teardown() {
   if (!ok) wedge();
 }
 
+inline const char* owner_name(Owner o) {
+  switch (o) {
+    case Owner::handle:
+      return "handle";
+    case Owner::post:
+      return "post";
+    case Owner::group:
+      return "group";
+    case Owner::batch:
+      return "batch";
+    case Owner::child_handle:
+      return "child_handle";
+  }
+  return "?";
+}
+
+inline std::string Sut::tasks_seen() const {
+  std::ostringstream os;
+  os << "tasks:\n";
+  for (const auto& r : ctx->recs()) {
+    const int a = r->admission.load();
+    os << "  " << r->label() << ": " << owner_name(r->owner);
+    if (r->owner == Owner::group) os << " " << r->group;
+    os << ", admission "
+       << (a < 0 ? std::string("none") : std::string(to_string(static_cast<Admission>(a))))
+       << ", started " << r->started.load() << ", running " << r->running.load() << ", finished "
+       << r->finished.load() << ", threw " << r->threw.load() << "\n";
+  }
+  if (pool) {
+    const PoolStats st = pool->stats();
+    os << "stats: submitted " << st.submitted << ", succeeded " << st.outcomes.succeeded
+       << ", failed " << st.outcomes.failed << ", cancelled " << st.outcomes.cancelled
+       << ", timed_out " << st.outcomes.timed_out << ", rejected " << st.outcomes.rejected
+       << ", shed " << st.outcomes.shed << "; refused (limit, deadline) "
+       << st.overload.refused_limit << ", " << st.overload.refused_deadline
+       << "; shed (codel, priority) " << st.overload.shed_codel << ", " << st.overload.shed_priority
+       << "\n";
+  }
+  return os.str();
+}
+
 inline void Sut::expect_no_violation() {
   const std::vector<std::string> v = ctx->violations();
   if (v.empty()) return;
   std::string all;
   for (const std::string& s : v) all += s + (s.ends_with('\n') ? "" : "\n");
-  RC_FAIL(all);
+  RC_FAIL(all + tasks_seen());
 }
 
 inline void Sut::check(const Model& m) {
@@ -535,7 +580,8 @@ inline void Sut::shutdown(ShutdownMode mode, std::chrono::milliseconds timeout) 
     all << " (+" << rep.abandoned_unnamed << " unnamed); timed_out";
     for (const auto& t : rep.timed_out) all << " " << show_ref(t);
     all << "; escalated " << rep.escalated << ", took "
-        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms\n"
+        << tasks_seen();
     RC_FAIL(all.str());
   }
   if (rep.abandoned_unnamed == 0 && rep.abandoned.empty()) check_quiescent(*this);

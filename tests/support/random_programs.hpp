@@ -5,6 +5,12 @@
 // (and any other RapidCheck parameter: seed=S, max_size=L, reproduce=...),
 // else the test's own default. A failure is reported with RapidCheck's
 // message: the shrunk program, and the seed or string that reproduces it.
+// That string replays the first failing program and then the shrinking
+// steps, each of which must fail again: a failure that depends on timing
+// often reports "Reproduced result is not a failure" at the first step.
+// Then write the printed program out as commands in a test of its own and
+// run it many times (and under load): the message's task list says what
+// each task did in the run that failed.
 #pragma once
 
 #include <gtest/gtest.h>
