@@ -126,17 +126,17 @@ class Pool : public detail::SubmitApi<Pool> {
   bool restart();
 
   // Workers finish their current task and start no task submitted after
-  // pause() returned until resume() (a task already queued may still be
-  // starting while pause() runs); submissions are still queued, and a wait
-  // on a worker may still run the very task it waits for (a task with a
-  // handle, a task of a named Group). The tasks of an unnamed Group carry
-  // no handle to find them by, so a Group::wait for them on a worker sleeps
-  // until resume() like any other wait on a paused pool. A worker that
-  // took a task just as the pool paused holds it (counted neither busy nor
-  // queued, and its slot is free again: a paused pool with a full queue of
-  // queue_capacity may hold one more task per worker that was awake) and
-  // runs it first after resume(). Neither blocks;
-  // both may be called from a worker of the pool.
+  // pause() returned until resume(). A task queued before may still start,
+  // also after pause() returned, if a worker took it from the queue just
+  // before. Submissions are still queued, and a wait on a worker may still
+  // run the very task it waits for (a task with a handle, a task of a named
+  // Group). The tasks of an unnamed Group carry no handle to find them by,
+  // so a Group::wait for them on a worker sleeps until resume() like any
+  // other wait on a paused pool. A worker that takes a task once the pool
+  // is paused holds it (counted neither busy nor queued, and its slot is
+  // free again: a paused pool with a full queue of queue_capacity may hold
+  // one more task per worker that was awake) and runs it first after
+  // resume(). Neither blocks; both may be called from a worker of the pool.
   void pause();
   void resume();
   // Changes max_workers at run time (0 = 2 x usable CPUs). Workers above

@@ -20,6 +20,9 @@
 //   callable did (a task that never started is cancelled or rejected, ...);
 // - a handle's durations are 0 until its outcome, and always in a pool that
 //   does not time its tasks; a task that never ran has no run time;
+// - a task submitted after pause() returned does not start before resume()
+//   or a shutdown is called (but a subtask may, in its parent's get());
+//   one queued before the pause may (a worker may have taken it just before);
 // - a submission is refused `closed` exactly when the pool is stopped, and
 //   `overloaded` only with the controller on; a task is shed only unrun,
 //   and only with the controller on;
@@ -294,6 +297,7 @@ struct Pause final : Command {
   void apply(Model& m) const override { m.paused = true; }
   void run(const Model& m, Sut& sut) const override {
     sut.pool->pause();
+    sut.ctx->paused.store(++sut.ctx->pauses);
     sut.check(m);
   }
   void show(std::ostream& os) const override { os << "pause"; }
@@ -303,6 +307,7 @@ struct Resume final : Command {
   void checkPreconditions(const Model& m) const override { RC_PRE(m.paused); }
   void apply(Model& m) const override { m.paused = false; }
   void run(const Model& m, Sut& sut) const override {
+    sut.ctx->paused.store(0);
     sut.pool->resume();
     sut.check(m);
   }

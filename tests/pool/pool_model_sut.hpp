@@ -196,6 +196,7 @@ inline void Sut::blocking(const std::string& what, std::function<void()> call,
 // After an assertion failed mid-program: stop everything without checks.
 inline void Sut::teardown() {
   ctx->release_epoch.fetch_add(1);
+  ctx->paused.store(0);
   if (!pool) return;  // finish() ended the program
   Pool* p = pool.get();
   bool ok = bounded([p] { (void)p->shutdown(ShutdownMode::hard, 0ns); }, kBound).has_value();
@@ -383,6 +384,7 @@ inline std::string show_ref(const TaskRef& t) {
 }
 
 inline void Sut::shutdown(ShutdownMode mode, std::chrono::milliseconds timeout) {
+  ctx->paused.store(0);  // a shutdown runs or ends what a pause held
   // Before: the handles whose outcome is not decided yet.
   std::vector<bool> open(handle_recs.size());
   for (std::size_t i = 0; i < handle_recs.size(); ++i) open[i] = !(*handles)[i].ready();

@@ -189,6 +189,11 @@ struct Rec {
   bool abandoned = false;   // listed as abandoned, or its reason says so
   bool settled = false;     // a shutdown ended it, or it had ended before
   std::uint64_t batch_id = 0;
+  // Submitted after pause() returned and before resume() or a shutdown was
+  // called: that pause (Ctx::paused when it was recorded), during which it
+  // must not start; 0 when submitted otherwise. (A task queued before a
+  // pause may still start during it: a worker may have taken it just before.)
+  int paused_in = 0;
 
   [[nodiscard]] std::string label() const {
     std::ostringstream os;
@@ -204,10 +209,18 @@ struct Rec {
 struct Ctx {
   Pool* pool = nullptr;
   std::atomic<int> release_epoch{0};
+  // From pause() returning until the program calls resume() or a shutdown
+  // (set by the driver just before those calls): that pause's number (1,
+  // 2, ...); 0 while the pool is not paused.
+  std::atomic<int> paused{0};
+  int pauses = 0;  // the driver's count
 
+  // A task about to be submitted (before its submission, so that it is
+  // recorded before it can run).
   std::shared_ptr<Rec> add(Owner o, const Spec& s, int group) {
     const std::lock_guard lock(mu_);
     recs_.push_back(std::make_shared<Rec>(static_cast<int>(recs_.size()), o, s, group));
+    recs_.back()->paused_in = paused.load();
     return recs_.back();
   }
   std::vector<std::shared_ptr<Rec>> recs() const {
@@ -297,6 +310,10 @@ inline void Body::run(const std::stop_token* stop) const {
   Rec& r = life.rec();
   if (r.started.fetch_add(1) != 0) ctx->violation(r.label() + ": its callable ran twice");
   if (r.closed.load()) ctx->violation(r.label() + ": started after the wait covering it returned");
+  // A wait may run the subtask it waits for, paused or not.
+  if (r.paused_in != 0 && r.owner != Owner::child_handle && ctx->paused.load() == r.paused_in) {
+    ctx->violation(r.label() + ": started during the pause it was submitted in");
+  }
   r.thread.store(std::this_thread::get_id());
   r.running.store(true);
   struct Leave {
