@@ -115,17 +115,18 @@ void PoolCore::grow() noexcept {
       // The token keeps other submitters from starting more workers until
       // this one has found work (and then brings in help if more is queued).
       idle_.hand_token();
-      WorkerRegistry& registry = rt_->registry;
-      MutexLock lock(registry.mu);
-      if (state() >= PoolState::stopped) {
-        // A submission that raced the end of a shutdown: the submitter
-        // sweeps what it queued (on_push_after_close), and a worker started
-        // now could outlive the pool's last join.
+      MutexLock lock(rt_->registry.mu);
+      if (state() >= PoolState::stopped || rt_->shutdowns.workers_closed()) {
+        // A submission that raced a shutdown past its wait for the
+        // workers: the shutdown's last sweep or the submitter
+        // (on_push_after_close) handles what it queued, and a worker
+        // started now would run tasks after shutdown() returned, or outlive
+        // the pool's last join.
         (void)idle_.give_token();
         live_workers_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
-      registry.spawn_locked(false, /*spinning=*/true);
+      rt_->registry.spawn_locked(false, /*spinning=*/true);
       return;
     }
   }

@@ -238,6 +238,8 @@ void ShutdownSequence::wake_everyone() noexcept {
 }
 
 // Also returns (false) when a concurrent shutdown asked to escalate.
+// Once it sees none left, no worker starts any more (ShutdownBook::close_workers):
+// in the same hold of the lock, so that none starts unwaited for.
 bool ShutdownSequence::wait_for_workers(Clock::time_point deadline) {
   MutexLock lock(rt_.registry.mu);
   while (!rt_.registry.live_locked().empty()) {
@@ -246,9 +248,11 @@ bool ShutdownSequence::wait_for_workers(Clock::time_point deadline) {
       rt_.registry.changed.wait(lock.native());
     } else if (rt_.registry.changed.wait_until(lock.native(), deadline) ==
                std::cv_status::timeout) {
-      return rt_.registry.live_locked().empty();
+      if (!rt_.registry.live_locked().empty()) return false;
+      break;
     }
   }
+  rt_.shutdowns.close_workers();
   return true;
 }
 
@@ -404,6 +408,8 @@ void ShutdownSequence::abandon_busy(bool force) {
     }
     for (const auto& w : hung)
       rt_.registry.write_off_locked(w, /*replace=*/false);  // each wakes the waiting shutdown
+    // The last resort: every worker is off the books now.
+    if (force) rt_.shutdowns.close_workers();
   }
   rt_.supervisor.announce(notes, hung);  // observers and the logger, outside the locks
 }

@@ -1,7 +1,8 @@
 // src/engine/shutdown_book.hpp (private): the books of a pool's shutdowns: whether
 // one is running and in which mode, whether a concurrent caller asked it to
-// escalate, the report it is building, the last one's report, and the
-// submitters that sweep the queue after it (PoolCore::on_push_after_close).
+// escalate, whether it still lets workers start, the report it is building,
+// the last one's report, and the submitters that sweep the queue after it
+// (PoolCore::on_push_after_close).
 //
 // Who touches what: all of it is under the pool's WorkerRegistry::mu (the book is
 // a member guarded by it: clang's -Wthread-safety checks every call).
@@ -31,8 +32,16 @@ class ShutdownBook {
     running_ = true;
     mode_ = mode;
     escalate_ = false;
+    workers_closed_ = false;
     report_ = report;
   }
+  // The running one has seen its last worker leave (or wrote off the
+  // rest): from here on no worker starts (PoolCore::grow, the supervisor's
+  // retry), so that none runs a task after it returns. A grow that read
+  // the pool as running before the shutdown began may reach its lock only
+  // now (its thread preempted in between).
+  void close_workers() noexcept { workers_closed_ = true; }
+  [[nodiscard]] bool workers_closed() const noexcept { return workers_closed_; }
   // A caller wants `mode` while one runs: true if the running one must now
   // escalate to hard (the first such request; the caller wakes it).
   bool ask_escalation(ShutdownMode mode) noexcept {
@@ -53,11 +62,13 @@ class ShutdownBook {
     last_ = report;  // may throw (copies the lists): then nothing changed
     report_ = nullptr;
     running_ = false;
+    workers_closed_ = false;  // the pool is stopped: no worker starts until restart()
   }
   // It threw before it finished: the next caller runs the sequence again.
   void give_up() noexcept {
     report_ = nullptr;
     running_ = false;
+    workers_closed_ = false;
   }
 
   // ---- after it ----
@@ -74,6 +85,7 @@ class ShutdownBook {
   bool running_ = false;
   ShutdownMode mode_ = ShutdownMode::drain;
   bool escalate_ = false;
+  bool workers_closed_ = false;
   ShutdownReport* report_ = nullptr;
   std::optional<ShutdownReport> last_;
   int sweepers_ = 0;

@@ -208,7 +208,8 @@ std::int64_t Supervisor::watch_workers(std::int64_t now) {
       w->run.mu.unlock();
     }
     for (const auto& w : hung) rt.registry.write_off_locked(w, /*replace=*/true);
-    next = std::min(next, rt.registry.keep_capacity_locked(now, replaced));
+    next = std::min(next,
+                    rt.registry.keep_capacity_locked(now, replaced, rt.shutdowns.workers_closed()));
     spawn_failures = rt.registry.take_spawn_failures_locked(spawn_error, spawn_backoff);
     rt.registry.take_exited_locked(to_join);
   }

@@ -125,7 +125,8 @@ void WorkerRegistry::write_off_locked(const std::shared_ptr<Worker>& w, bool rep
 }
 
 std::int64_t WorkerRegistry::keep_capacity_locked(std::int64_t now,
-                                                  std::vector<std::uint64_t>& replaced) noexcept {
+                                                  std::vector<std::uint64_t>& replaced,
+                                                  bool workers_closed) noexcept {
   PoolCore& core = core_;
   std::int64_t next = SupervisorAlarm::kNever;
   if (core.life_.state() == PoolState::running) {
@@ -147,18 +148,18 @@ std::int64_t WorkerRegistry::keep_capacity_locked(std::int64_t now,
   } else {
     replacements_due_ = 0;  // a stopped pool starts its workers on restart()
   }
-  return std::min(next, retry_spawn_locked(now));
+  return std::min(next, retry_spawn_locked(now, workers_closed));
 }
 
 // Tries again to start a worker whose thread could not be started, while
 // tasks are queued that a worker of this pool may still run (running, or a
 // drain).
-std::int64_t WorkerRegistry::retry_spawn_locked(std::int64_t now) noexcept {
+std::int64_t WorkerRegistry::retry_spawn_locked(std::int64_t now, bool workers_closed) noexcept {
   PoolCore& core = core_;
   if (!spawns_.due()) return SupervisorAlarm::kNever;
   const PoolState st = core.life_.state();
-  const bool may_start =
-      st == PoolState::running || (st == PoolState::stopping && !core.life_.dropping());
+  const bool may_start = st == PoolState::running ||
+                         (st == PoolState::stopping && !core.life_.dropping() && !workers_closed);
   if (!may_start || core.queue_->empty()) {
     spawns_.forget();  // the next submission starts one the usual way
     return SupervisorAlarm::kNever;

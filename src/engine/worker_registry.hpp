@@ -154,11 +154,12 @@ class WorkerRegistry {
   }
   // Starts the replacements that are due, then workers up to min_workers,
   // while the pool runs (a stopped pool forgets them: restart() starts its
-  // workers), and retries a thread that could not be started. Notes the
-  // replacements' ids in `replaced` while it has room. Returns when to
-  // look again (kNever: not for this).
-  std::int64_t keep_capacity_locked(std::int64_t now, std::vector<std::uint64_t>& replaced) noexcept
-      CREW_REQUIRES(mu);
+  // workers), and retries a thread that could not be started (not once a
+  // running shutdown has closed the workers: `workers_closed`, its
+  // ShutdownBook's). Notes the replacements' ids in `replaced` while it
+  // has room. Returns when to look again (kNever: not for this).
+  std::int64_t keep_capacity_locked(std::int64_t now, std::vector<std::uint64_t>& replaced,
+                                    bool workers_closed) noexcept CREW_REQUIRES(mu);
   // Failures to start a thread since the last call, the last one's message
   // and the backoff before the next try: for the supervisor to log.
   std::uint64_t take_spawn_failures_locked(std::string& error, std::chrono::nanoseconds& backoff)
@@ -179,7 +180,7 @@ class WorkerRegistry {
   }
 
  private:
-  std::int64_t retry_spawn_locked(std::int64_t now) noexcept CREW_REQUIRES(mu);
+  std::int64_t retry_spawn_locked(std::int64_t now, bool workers_closed) noexcept CREW_REQUIRES(mu);
 
   PoolCore& core_;
   std::vector<std::shared_ptr<Worker>> workers_ CREW_GUARDED_BY(mu);    // live
