@@ -292,8 +292,18 @@ void WakePolicy::wake_for_push() noexcept {
   wake_or_grow();
 }
 
+void WakePolicy::unlink_locked(Worker& w) noexcept {
+  WakeSlot& slot = w.wake;
+  (slot.above != nullptr ? slot.above->wake.below : top_) = slot.below;
+  (slot.below != nullptr ? slot.below->wake.above : bottom_) = slot.above;
+  slot.above = nullptr;
+  slot.below = nullptr;
+  slot.in_idle_stack = false;
+}
+
+// Takes `w` off the stack and wakes it.
 void WakePolicy::pop_locked(Worker& w, int waker_cpu) noexcept {
-  w.wake.in_idle_stack = false;
+  unlink_locked(w);
   core_.idle_.remove_sleeper();
   core_.idle_.hand_token();  // to the woken worker
   w.wake.waker_cpu = waker_cpu;
@@ -303,10 +313,8 @@ void WakePolicy::pop_locked(Worker& w, int waker_cpu) noexcept {
 
 bool WakePolicy::wake_one(int waker_cpu) noexcept {
   MutexLock lock(mu_);
-  if (stack_.empty()) return false;
-  Worker* w = stack_.back();
-  stack_.pop_back();
-  pop_locked(*w, waker_cpu);
+  if (top_ == nullptr) return false;
+  pop_locked(*top_, waker_cpu);
   return true;
 }
 
@@ -315,23 +323,29 @@ bool WakePolicy::wake_one(int waker_cpu) noexcept {
 // stay asleep.
 void WakePolicy::wake_all() noexcept {
   MutexLock lock(mu_);
-  for (Worker* w : stack_) pop_locked(*w, -1);
-  stack_.clear();
+  while (top_ != nullptr) pop_locked(*top_, -1);
 }
 
 void WakePolicy::push(Worker& w, bool bottom) noexcept {
   MutexLock lock(mu_);
-  stack_.push_back(&w);
-  if (bottom) std::rotate(stack_.begin(), stack_.end() - 1, stack_.end());
-  w.wake.in_idle_stack = true;
+  WakeSlot& slot = w.wake;
+  if (bottom) {
+    slot.above = bottom_;
+    (bottom_ != nullptr ? bottom_->wake.below : top_) = &w;
+    bottom_ = &w;
+  } else {
+    slot.below = top_;
+    (top_ != nullptr ? top_->wake.above : bottom_) = &w;
+    top_ = &w;
+  }
+  slot.in_idle_stack = true;
   core_.idle_.add_sleeper();
 }
 
 bool WakePolicy::leave(Worker& w) noexcept {
   MutexLock lock(mu_);
   if (!w.wake.in_idle_stack) return false;
-  std::erase(stack_, &w);
-  w.wake.in_idle_stack = false;
+  unlink_locked(w);
   core_.idle_.remove_sleeper();
   return true;
 }

@@ -8,7 +8,8 @@
 //   the sleeper stack  a worker pushes itself (sleep_for_work) and takes
 //                      itself off; wakers pop workers (wake_one, wake_all).
 //                      All under mu_, which also guards each worker's
-//                      WakeSlot::in_idle_stack and WakeSlot::waker_cpu. The
+//                      WakeSlot::in_idle_stack, its links on the stack
+//                      and WakeSlot::waker_cpu. The
 //                      counts the submission path reads are the pool's
 //                      IdleCounts (crew/detail/idle_counts.hpp).
 //   a worker's WakeSlot  the rest of it is its own thread's.
@@ -17,9 +18,9 @@
 // Only a worker's own thread spins and sleeps; any thread wakes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "crew/detail/cache_line.hpp"
 #include "crew/detail/mutex.hpp"
@@ -154,14 +155,20 @@ class WakePolicy {
   // first, and so handed it a spinning token.
   bool leave(Worker& w) noexcept;
   void pop_locked(Worker& w, int waker_cpu) noexcept CREW_REQUIRES(mu_);
+  // Takes `w` off the stack's list (WakeSlot::above and below).
+  void unlink_locked(Worker& w) noexcept CREW_REQUIRES(mu_);
 
   PoolCore& core_;
   // LIFO: the most recently idle worker is woken first, so the others can
   // reach their idle timeout; a worker that was woken onto its waker's CPU
-  // goes to the bottom (WakeSlot::crowded). On its own line: the counts
-  // every submission reads are elsewhere (IdleCounts).
+  // goes to the bottom (WakeSlot::crowded). A list through the workers'
+  // WakeSlots, so that neither a sleep nor a wake-up allocates (both are
+  // noexcept, and a shutdown's wake_all must not wait on an allocation).
+  // On its own line: the counts every submission reads are elsewhere
+  // (IdleCounts).
   alignas(kCacheLine) Mutex mu_;
-  std::vector<Worker*> stack_ CREW_GUARDED_BY(mu_);
+  Worker* top_ CREW_GUARDED_BY(mu_) = nullptr;
+  Worker* bottom_ CREW_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace crew::detail

@@ -82,13 +82,20 @@ struct WorkerStateChange {
   bool changed = false;
 };
 
+struct Worker;
+
 // A worker's wake-up bookkeeping, WakePolicy's (wake_policy.hpp): its
-// sleeper stack's mutex guards in_idle_stack and waker_cpu; everything else
-// is the worker thread's own.
+// sleeper stack's mutex guards in_idle_stack, the stack's links and
+// waker_cpu; everything else is the worker thread's own.
 struct WakeSlot {
   // Futex word of the idle stack: bumped by the waker that pops this worker.
   std::atomic<std::uint32_t> word{0};
   bool in_idle_stack = false;  // guarded by the pool's WakePolicy
+  // Its neighbours while it is on the stack (the stack is a list through
+  // the workers, so that going to sleep never allocates): `above` is
+  // nearer the top, which is woken first.
+  Worker* above = nullptr;
+  Worker* below = nullptr;
   // The CPU the thread that woke this worker ran on (-1 from
   // WakePolicy::wake_all: not a wake-up for work). Written by every waker
   // that takes this worker off the idle stack, under WakePolicy's mutex,

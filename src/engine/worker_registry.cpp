@@ -20,8 +20,12 @@ Worker* WorkerRegistry::find_locked(std::uint64_t id) const {
 
 std::uint64_t WorkerRegistry::spawn_locked(bool replacement, bool spinning) noexcept {
   PoolCore& core = core_;
-  auto w = std::make_shared<Worker>(++next_worker_id_, &core);
+  std::shared_ptr<Worker> w;
   try {
+    // Everything that may throw comes before the thread starts: once it
+    // runs, the worker must be on the books.
+    w = std::make_shared<Worker>(next_worker_id_ + 1, &core);
+    if (workers_.size() == workers_.capacity()) workers_.reserve(2 * workers_.size() + 4);
     w->thread =
         OsThread(core.opts_.stack_size, [self = core.shared_from_this(), w, spinning, replacement] {
           WorkerLoop::run(self, w, spinning, replacement);
@@ -33,6 +37,7 @@ std::uint64_t WorkerRegistry::spawn_locked(bool replacement, bool spinning) noex
     core.rt_->supervisor.need_by(spawns_.retry_at_ns());
     return 0;
   }
+  ++next_worker_id_;
   spawns_.succeeded();
   if (replacement) ++workers_replaced_;
   const std::uint64_t id = w->id;

@@ -28,11 +28,23 @@ using namespace std::chrono_literals;
 using test::cooperative;
 using test::Watchdog;
 
-// One worker whose next allocation, from the task after the one posted
-// here, waits at `gate`: the first long task a worker runs allocates its
-// stop source before it starts.
-void hold_next_allocation(Pool& pool, test::AllocationGate& gate) {
-  ASSERT_EQ(pool.post([&gate] { test::t_hold_next_allocation = &gate; }), Admission::accepted);
+// The pool's one worker, inside a task posted here, waits until
+// `submit_next` has queued the task it is to take next, and then arms
+// `gate` for its next allocation: it takes that task straight from the
+// queue, and the first long task a worker runs allocates its stop source
+// before it starts. (Armed before the task was queued, the hold could catch
+// an allocation of the worker's idle path instead.)
+template <class F>
+void hold_allocation_of_next_task(Pool& pool, test::AllocationGate& gate, F submit_next) {
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  ASSERT_EQ(pool.post([&gate, queued] {
+    queued->wait(false);
+    test::t_hold_next_allocation = &gate;
+  }),
+            Admission::accepted);
+  submit_next();
+  queued->store(true);
+  queued->notify_all();
 }
 
 bool wait_held(const test::AllocationGate& gate) {
@@ -96,9 +108,11 @@ TEST(ShutdownAllocations, ATaskTakenByAWorkerWrittenOffBeforeItStartsGetsAnOutco
   started.wait();
   first.cancel();
   ASSERT_TRUE(first.wait_for(10s * test::kSlowdown));
-  hold_next_allocation(pool, gate);
   std::atomic<bool> ran{false};
-  Task<void> taken = pool.submit([&ran](std::stop_token) { ran = true; }, {.name = "taken"});
+  Task<void> taken;
+  hold_allocation_of_next_task(pool, gate, [&] {
+    taken = pool.submit([&ran](std::stop_token) { ran = true; }, {.name = "taken"});
+  });
   ASSERT_TRUE(wait_held(gate));
   const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
   const bool decided = taken.wait_for(2s * test::kSlowdown);
@@ -125,10 +139,11 @@ TEST(ShutdownAllocations, AnInlineLongTaskWrittenOffBeforeItStartsIsCountedByIts
   Watchdog dog;
   test::AllocationGate gate;
   Pool pool({.min_workers = 1, .max_workers = 1, .abandon_grace = 20ms});
-  hold_next_allocation(pool, gate);
   std::atomic<bool> stopped{false};
-  ASSERT_EQ(pool.post([&stopped](std::stop_token stop) { stopped = stop.stop_requested(); }),
-            Admission::accepted);
+  hold_allocation_of_next_task(pool, gate, [&] {
+    ASSERT_EQ(pool.post([&stopped](std::stop_token stop) { stopped = stop.stop_requested(); }),
+              Admission::accepted);
+  });
   ASSERT_TRUE(wait_held(gate));
   const ShutdownReport r = pool.shutdown(ShutdownMode::hard, 0s);
   EXPECT_EQ(r.abandoned_unnamed, 1u);
