@@ -35,6 +35,7 @@
 #include "config/config.hpp"
 #include "http/routes.hpp"
 #include "http/server.hpp"
+#include "http/time_slice.hpp"
 #include "jobs/jobs.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
@@ -110,30 +111,45 @@ crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t wo
           .run_time_signal = run_time};
 }
 
-// jobs.worker_nice and jobs.worker_policy idle: the on_worker_start hook of
-// pool jobs, run by each worker on its own thread as it starts (batch is
-// crew's own PoolOptions::worker_policy; crew has no idle policy). It sets
-// SCHED_IDLE if asked, then the worker's nice to `steps` above crewd's
-// (`base`, read by main's thread before the pool starts: a worker started
-// later by another thread inherits that thread's nice, so the value is set,
-// not added), at most 19. Lowering one's own priority needs no privilege; a
-// refusal is logged once and the worker runs as is.
-std::function<void(std::uint64_t)> lower_worker_priority(
-    unsigned steps, Config::Jobs::WorkerPolicy policy, const std::shared_ptr<spdlog::logger>& log) {
-  const bool idle = policy == Config::Jobs::WorkerPolicy::idle;
-  if (steps == 0 && !idle) return {};
+// The on_worker_start hook of crewd's pools, run by each worker on its own
+// thread as it starts. First it gives the worker the system's time slice:
+// a worker started by an I/O thread (a submission that grows the pool)
+// inherits that thread's http.io_slice_us, and a worker as short-sliced as
+// the I/O threads would preempt them as readily as they preempt it.
+// For pool jobs (`jobs`), it then applies jobs.worker_policy idle (batch
+// is crew's own PoolOptions::worker_policy; crew has no idle policy) and
+// jobs.worker_nice: the worker's nice set to `steps` above crewd's (read by
+// main's thread before the pool starts: a worker started later by another
+// thread inherits that thread's nice, so the value is set, not added), at
+// most 19. Lowering one's own priority needs no privilege; each refusal is
+// logged once and the worker runs as is.
+std::function<void(std::uint64_t)> worker_start_hook(const Config& config, bool jobs,
+                                                     const std::shared_ptr<spdlog::logger>& log) {
+  const bool slice = config.http.io_slice.count() != 0;
+  const unsigned steps = jobs ? config.jobs.worker_nice : 0;
+  const bool idle = jobs && config.jobs.worker_policy == Config::Jobs::WorkerPolicy::idle;
+  if (!slice && steps == 0 && !idle) return {};
   errno = 0;
   const int base = ::getpriority(PRIO_PROCESS, 0);  // the calling thread's on Linux
   const int nice = std::min(19, (errno != 0 ? 0 : base) + static_cast<int>(steps));
-  auto warned = std::make_shared<std::atomic<bool>>(false);
-  return [steps, nice, idle, log, warned](std::uint64_t) {
+  struct Warned {
+    std::atomic<bool> slice{false}, policy{false}, nice{false};
+  };
+  auto warned = std::make_shared<Warned>();
+  return [slice, steps, nice, idle, log, warned](std::uint64_t) {
+    if (slice) {
+      if (const std::string error = set_time_slice(std::chrono::microseconds(0));
+          !error.empty() && !warned->slice.exchange(true)) {
+        log->warn("cannot give a pool worker the system's time slice: {}", error);
+      }
+    }
     const sched_param none{};
-    if (idle && ::sched_setscheduler(0, SCHED_IDLE, &none) != 0 && !warned->exchange(true)) {
+    if (idle && ::sched_setscheduler(0, SCHED_IDLE, &none) != 0 && !warned->policy.exchange(true)) {
       log->warn("jobs.worker_policy: cannot set SCHED_IDLE on a jobs worker: {}",
                 std::strerror(errno));
     }
     if (steps != 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0 &&
-        !warned->exchange(true)) {
+        !warned->nice.exchange(true)) {
       log->warn("jobs.worker_nice: cannot set a jobs worker's nice to {}: {}", nice,
                 std::strerror(errno));
     }
@@ -192,6 +208,7 @@ int run(const Config& config) {
                       .overflow = crew::Overflow::reject,
                       .shutdown_mode = config.shutdown.mode,
                       .shutdown_timeout = config.shutdown.timeout,
+                      .on_worker_start = worker_start_hook(config, /*jobs=*/false, log),
                       .observers = compute_observers,
                       .logger = crew_log,
                       .spin = config.compute.spin,
@@ -209,8 +226,7 @@ int run(const Config& config) {
                    .task_timeout = std::chrono::milliseconds(config.jobs.limits.default_timeout_ms),
                    .shutdown_mode = config.shutdown.mode,
                    .shutdown_timeout = config.shutdown.timeout,
-                   .on_worker_start = lower_worker_priority(config.jobs.worker_nice,
-                                                            config.jobs.worker_policy, log),
+                   .on_worker_start = worker_start_hook(config, /*jobs=*/true, log),
                    .observers = jobs_observers,
                    .logger = crew_log,
                    .worker_policy = config.jobs.worker_policy == Config::Jobs::WorkerPolicy::batch

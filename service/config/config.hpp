@@ -61,6 +61,14 @@ struct Config {
     std::chrono::seconds keep_alive_timeout{5};  // idle between requests, or before the first
     std::size_t keep_alive_max = 1000;           // requests per connection
     Millis write_timeout{5000};                  // writing one response
+    // The time slice each I/O thread asks of Linux's scheduler (EEVDF's
+    // sched_attr::sched_runtime, Linux 6.12 and later; the kernel keeps it
+    // within 100 us - 100 ms). A woken thread whose slice is shorter than
+    // the running one's preempts it at once, so a refusal decided on the
+    // I/O thread does not wait for a busy jobs worker's slice to end. 0:
+    // the system's default. No privilege needed; an older kernel ignores
+    // it (logged once).
+    std::chrono::microseconds io_slice{100};
   } http;
 
   // A pool's overload controller (crew::PoolOptions::overload): an

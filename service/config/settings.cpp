@@ -279,6 +279,12 @@ const std::vector<Setting>& settings() {
         +[](Config& c) -> Millis& { return c.http.write_timeout; }, 1, kDay));
 
     s.push_back(integer(
+        "http.io_slice_us",
+        "time slice each I/O thread asks of Linux's EEVDF scheduler (Linux 6.12+; 0: the "
+        "system's default); shorter than a busy worker's lets a woken I/O thread preempt it",
+        +[](Config& c) -> std::chrono::microseconds& { return c.http.io_slice; }, 0, 100'000));
+
+    s.push_back(integer(
         "compute.workers", "workers of pool compute (0: one per usable CPU)",
         +[](Config& c) -> std::size_t& { return c.compute.workers; }, 0, 10'000));
     s.push_back(integer(

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "http/server_state.hpp"
+#include "http/time_slice.hpp"
 
 namespace crewd {
 namespace {
@@ -208,7 +209,11 @@ void HttpServer::serve() {
   for (auto& w : s.workers) {
     IoThread* worker = w.get();
     worker->arm_sweep();
-    worker->thread = std::thread([worker, log = s.log] {
+    worker->thread = std::thread([worker, log = s.log, slice = s.config.http.io_slice] {
+      // The slice first: a thread seen by its name has its slice.
+      if (const std::string error = set_time_slice(slice); !error.empty() && worker->index == 0) {
+        log->warn("http.io_slice_us: the I/O threads keep the system's time slice: {}", error);
+      }
       const std::string name = "crewd-io-" + std::to_string(worker->index);
       ::pthread_setname_np(::pthread_self(), name.c_str());
       for (;;) {

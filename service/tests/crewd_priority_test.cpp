@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -196,6 +197,29 @@ std::vector<std::pair<std::string, int>> thread_policies(pid_t pid) {
   });
 }
 
+// The time slice Linux's EEVDF scheduler gives thread `tid` of `pid` (0:
+// the process's main thread), in nanoseconds: se.slice in its sched file
+// under /proc, shown since Linux 6.13.
+std::optional<int> slice_of(pid_t pid, pid_t tid) {
+  std::string path = "/proc/" + std::to_string(pid);
+  if (tid != 0) path += "/task/" + std::to_string(tid);
+  std::FILE* f = std::fopen((path + "/sched").c_str(), "r");
+  if (f == nullptr) return std::nullopt;
+  char line[256];
+  std::optional<int> slice;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long ns = 0;
+    if (std::sscanf(line, "se.slice : %lld", &ns) == 1) slice = static_cast<int>(ns);
+  }
+  std::fclose(f);
+  return slice;
+}
+
+// Each thread of `pid` as (name, time slice in ns).
+std::vector<std::pair<std::string, int>> thread_slices(pid_t pid) {
+  return thread_values(pid, [pid](pid_t tid, const std::string&) { return slice_of(pid, tid); });
+}
+
 // Whether `name` is a jobs worker's ("jobs-3") or an I/O thread's.
 bool is_jobs_worker(const std::string& name) { return name.rfind("jobs-", 0) == 0; }
 bool is_io_thread(const std::string& name) { return name.rfind("crewd-io-", 0) == 0; }
@@ -261,6 +285,46 @@ TEST(CrewdWorkerPolicy, JobsWorkersSetItAndTheIoThreadsDoNot) {
     SCOPED_TRACE("jobs.worker_policy " + name);
     expect_thread_values({"--jobs-worker-policy", name}, thread_policies, want, SCHED_OTHER);
   }
+}
+
+// http.io_slice_us: each I/O thread asks Linux for that time slice, so
+// that it preempts a busy jobs worker when it wakes; the jobs workers keep
+// the system's (the test's own, which crewd inherits). 0 leaves the I/O
+// threads at the system's too.
+TEST(CrewdIoSlice, IoThreadsAskForTheirSliceAndJobsWorkersDoNot) {
+  const std::optional<int> base = slice_of(::getpid(), 0);
+  if (!base) GTEST_SKIP() << "this kernel shows no per-thread slice (se.slice, Linux 6.13+)";
+  for (const auto& [flag, io] : std::vector<std::pair<std::string, int>>{
+           {"100", 100'000}, {"2500", 2'500'000}, {"0", *base}}) {
+    SCOPED_TRACE("http.io_slice_us " + flag);
+    expect_thread_values({"--http-io-slice-us", flag}, thread_slices, *base, io);
+  }
+}
+
+// A compute worker is started by the I/O thread whose request grows the
+// pool, and would inherit its slice: it sets the system's back.
+TEST(CrewdIoSlice, AComputeWorkerStartedByAnIoThreadHasTheSystemsSlice) {
+  const std::optional<int> base = slice_of(::getpid(), 0);
+  if (!base) GTEST_SKIP() << "this kernel shows no per-thread slice (se.slice, Linux 6.13+)";
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-io-slice-us", "100"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  ASSERT_EQ(get(port, "/api/v1/factorial/20").status, 200);
+  // The worker that ran the task had run its start hook; another one may
+  // still be starting: wait (bounded) for every one found to have set it.
+  std::vector<std::pair<std::string, int>> compute;
+  for (int i = 0; i < 1000 * kSlowdown; ++i) {
+    compute.clear();
+    for (const auto& t : thread_slices(crewd.pid()))
+      if (t.first.rfind("compute-", 0) == 0) compute.push_back(t);
+    if (!compute.empty() && std::all_of(compute.begin(), compute.end(),
+                                        [&](const auto& t) { return t.second == *base; }))
+      break;
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_FALSE(compute.empty()) << "no compute worker found";
+  for (const auto& [name, slice] : compute) EXPECT_EQ(slice, *base) << name;
+  expect_clean_stop(crewd);
 }
 
 }  // namespace
