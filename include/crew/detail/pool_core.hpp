@@ -19,6 +19,7 @@
 // its friends.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -275,6 +276,14 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   }
   // The overload controller, or null when it is off.
   [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
+  // OverloadControl::standing() (a standing queue: admitted tasks go to
+  // the newest-first stacks), read inline through pointers to its two
+  // flags, so that the submission path need not see the controller's
+  // header. Only while the controller is on.
+  [[nodiscard, gnu::always_inline]] bool overload_standing() const noexcept {
+    return standing_flags_[0]->load(std::memory_order_relaxed) ||
+           standing_flags_[1]->load(std::memory_order_relaxed);
+  }
   // The controller whose ticket a popped task state's cell holds, or null.
   [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
     return s->overload_ticket() ? overload_.get() : nullptr;
@@ -358,6 +367,9 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   const bool task_observed_;  // observes_tasks()
   // The overload controller (crew/overload.hpp); null when off.
   const std::unique_ptr<OverloadControl> overload_;
+  // Its flags behind standing(): CoDel's overloaded state and the limit
+  // reached this interval (null when it is off).
+  const std::array<const std::atomic<bool>*, 2> standing_flags_;
   const bool time_handles_;  // opts_.time_tasks
   // The queues (crew/detail/queues.hpp), in place; the sizes are checked
   // where the engine constructs them.

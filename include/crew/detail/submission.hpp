@@ -357,7 +357,7 @@ class Submission {
       auto fill = [&](Cell& c) noexcept {
         c.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
       };
-      switch (route_admitted(fill_ref(fill), level, may_block, why)) {
+      switch (route_admitted_inline(fill, level, may_block, why)) {
         case Route::queued:
           return Admission::accepted;
         case Route::run_here: {
@@ -426,6 +426,13 @@ class Submission {
   // queue, to its level's newest-first stack when that has room.
   Route route_admitted(FillRef fill, std::size_t level, bool may_block, Admission& why,
                        std::chrono::steady_clock::time_point give_up = TaskStateBase::kNoDeadline);
+  // The same, with route()'s inline push while no queue stands.
+  template <class Fill>
+  Route route_admitted_inline(Fill& fill, std::size_t level, bool may_block, Admission& why) {
+    if (c_.overload_standing()) [[unlikely]]
+      return route_admitted(fill_ref(fill), level, may_block, why);
+    return route(fill, level, may_block, why);
+  }
 
   // `give_up`: the task's queue deadline, past which a blocked submission
   // stops waiting for room: Route::run_here, where the caller finds the
