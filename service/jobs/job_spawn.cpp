@@ -1,10 +1,12 @@
 // A coroutine job's spawn and its one delivery (service/jobs/job_spawn.hpp).
 #include "jobs/job_spawn.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -48,8 +50,14 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
  private:
   void end() {
     if (!handle_->ready()) {
-      // The outcome is published right after the frame is gone.
-      boost::asio::post(io_, [self = shared_from_this()] { self->end(); });
+      // The outcome is published right after the frame is gone, by the
+      // thread that destroyed it. Looked at again after a short sleep,
+      // not at once: that thread may have been preempted in between (by
+      // this very thread, woken by frame_ended's post), and a loop of
+      // posts here would keep this thread on the CPU it waits for. Under
+      // SCHED_IDLE workers (jobs.worker_policy idle) such a loop starved
+      // the worker for milliseconds at a time.
+      retry_end();
       return;
     }
     std::exception_ptr e;
@@ -61,6 +69,16 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
       }
     }
     deliver(std::move(e));
+  }
+
+  // end() again after end_backoff_ (doubled each time, up to 1 ms).
+  void retry_end() {
+    if (!end_retry_) end_retry_.emplace(io_);
+    end_retry_->expires_after(end_backoff_);
+    end_backoff_ = std::min(2 * end_backoff_, std::chrono::microseconds(1000));
+    end_retry_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->end();
+    });
   }
 
   void expire() {
@@ -86,6 +104,8 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
   std::shared_ptr<crew::Task<void>> handle_;
   std::string name_;
   std::optional<boost::asio::steady_timer> expiry_;
+  std::optional<boost::asio::steady_timer> end_retry_;  // end() before the outcome was out
+  std::chrono::microseconds end_backoff_{20};
   std::atomic<bool> started_{false};
   bool claimed_ = false;
 };

@@ -2,9 +2,14 @@
 // holding no worker while they wait (docs/crewd.md, "Jobs that wait").
 // Each test runs its own crewd; every wait is bounded.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +97,76 @@ std::map<int, int> status_counts(const std::vector<Exchange>& answers) {
     ++counts[ex.outcome == Exchange::Outcome::response ? ex.status : -1];
   }
   return counts;
+}
+
+// CPU time (user + system, in clock ticks) of the thread of `pid` named
+// `name`, or -1 if there is none.
+long thread_cpu_ticks(pid_t pid, const std::string& name) {
+  std::error_code ec;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream comm(t.path() / "comm");
+    std::string c;
+    if (!std::getline(comm, c) || c != name) continue;
+    std::ifstream stat(t.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) return -1;
+    std::istringstream fields(line.substr(close + 2));
+    std::string field;
+    long utime = 0;
+    long stime = 0;
+    // state is field 3; utime and stime are fields 14 and 15.
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i == 14) utime = std::stol(field);
+      if (i == 15) stime = std::stol(field);
+    }
+    return utime + stime;
+  }
+  return -1;
+}
+
+// The I/O thread learns that a coroutine job's frame is gone just before
+// the worker publishes the job's outcome, and looks again on a timer, not
+// in a loop of posts. Such a loop kept the I/O thread on the CPU the
+// worker needed: with crewd on one CPU and its jobs workers under
+// SCHED_IDLE (which any other crewd thread preempts), the I/O thread spent
+// nearly all of it spinning while 16 sleep jobs at a time waited to end,
+// and the jobs took a third longer. Bounded by CPU time, not speed: the
+// I/O thread's share of the wall time while the jobs run (here 33 % with
+// the loop, 1 % without; the bound leaves room for a sanitizer's cost).
+TEST(CrewdWaitingJobs, TheIoThreadDoesNotSpinWhileAJobsOutcomeIsPublished) {
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  std::size_t first = 0;
+  while (first < CPU_SETSIZE && !CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);  // crewd inherits it
+  Crewd crewd({"--listen", "127.0.0.1:0", "--http-io-threads", "1", "--jobs-workers", "16",
+               "--jobs-max-in-flight", "16", "--jobs-worker-policy", "idle"});
+  ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  const long before = thread_cpu_ticks(crewd.pid(), "crewd-io-0");
+  ASSERT_GE(before, 0) << "no I/O thread found";
+  const auto start = Clock::now();
+  int ok = 0;
+  for (int round = 0; round < 25; ++round) {
+    const auto answers =
+        post_all(port, R"({"kind":"sleep","ms":20})", 16, Clock::now() + 5s * kSlowdown);
+    ok += status_counts(answers)[200];
+  }
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double io_s = static_cast<double>(thread_cpu_ticks(crewd.pid(), "crewd-io-0") - before) /
+                      static_cast<double>(::sysconf(_SC_CLK_TCK));
+  EXPECT_EQ(ok, 25 * 16) << crewd.log();
+  RecordProperty("io_cpu_share_percent", static_cast<int>(100 * io_s / wall_s));
+  EXPECT_LT(io_s, 0.15 * wall_s) << "the I/O thread was on the CPU " << io_s << " s of " << wall_s
+                                 << " s";
+  expect_clean_stop(crewd);
 }
 
 // Figure 1, smaller: 1,000 sleep jobs of 1 s on 2 workers are all suspended
