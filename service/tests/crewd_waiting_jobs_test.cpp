@@ -150,7 +150,12 @@ TEST(CrewdWaitingJobs, TheIoThreadDoesNotSpinWhileAJobsOutcomeIsPublished) {
   ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
   const int port = crewd.wait_port();
   ASSERT_GT(port, 0) << crewd.log();
-  const long before = thread_cpu_ticks(crewd.pid(), "crewd-io-0");
+  // The I/O threads may start after the port is reported.
+  long before = -1;
+  for (int i = 0; i < 1000 * kSlowdown && before < 0; ++i) {
+    before = thread_cpu_ticks(crewd.pid(), "crewd-io-0");
+    if (before < 0) std::this_thread::sleep_for(5ms);
+  }
   ASSERT_GE(before, 0) << "no I/O thread found";
   const auto start = Clock::now();
   int ok = 0;
