@@ -65,10 +65,12 @@ struct Config {
     // sched_attr::sched_runtime, Linux 6.12 and later; the kernel keeps it
     // within 100 us - 100 ms). A woken thread whose slice is shorter than
     // the running one's preempts it at once, so a refusal decided on the
-    // I/O thread does not wait for a busy jobs worker's slice to end. 0:
-    // the system's default. No privilege needed; an older kernel ignores
-    // it (logged once).
-    std::chrono::microseconds io_slice{100};
+    // I/O thread does not wait for a busy jobs worker's slice to end. 0
+    // (the default): the system's. 100 made refusals next to a computing
+    // job faster but cost the compute pool's path 5 % of its throughput
+    // at saturation (docs/bench/overload.md). No privilege needed; an
+    // older kernel ignores it.
+    std::chrono::microseconds io_slice{0};
   } http;
 
   // A pool's overload controller (crew::PoolOptions::overload): an
