@@ -149,32 +149,6 @@ TEST(CrewdJobHeaders, AJobNotStartedByItsDeadlineIs503AtTheDeadline) {
   expect_clean_stop(crewd);
 }
 
-// Each thread of `pid` as (name, value): `value_of(tid, fields)` reads the
-// value from the thread's id and the fields of its /proc/PID/task/TID/stat
-// after "(comm) "; a thread that ended meanwhile, or whose value it cannot
-// read (nullopt), is left out.
-template <class ValueOf>
-std::vector<std::pair<std::string, int>> thread_values(pid_t pid, ValueOf value_of) {
-  std::vector<std::pair<std::string, int>> out;
-  std::error_code ec;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::FILE* f = std::fopen((t.path() / "stat").c_str(), "r");
-    if (f == nullptr) continue;  // the thread ended meanwhile
-    char buf[1024];
-    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    const std::string stat(buf, n);
-    const auto open = stat.find('(');
-    const auto close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    const std::optional<int> value = value_of(
-        static_cast<pid_t>(std::stoi(t.path().filename().string())), stat.substr(close + 2));
-    if (value) out.emplace_back(stat.substr(open + 1, close - open - 1), *value);
-  }
-  return out;
-}
-
 // Each thread of `pid` as (name, nice).
 std::vector<std::pair<std::string, int>> thread_nices(pid_t pid) {
   return thread_values(pid, [](pid_t, const std::string& fields) -> std::optional<int> {

@@ -6,10 +6,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
+#include <cstdio>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,28 +101,18 @@ std::map<int, int> status_counts(const std::vector<Exchange>& answers) {
 // CPU time (user + system, in clock ticks) of the thread of `pid` named
 // `name`, or -1 if there is none.
 long thread_cpu_ticks(pid_t pid, const std::string& name) {
-  std::error_code ec;
-  for (const auto& t :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    std::ifstream comm(t.path() / "comm");
-    std::string c;
-    if (!std::getline(comm, c) || c != name) continue;
-    std::ifstream stat(t.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) return -1;
-    std::istringstream fields(line.substr(close + 2));
-    std::string field;
-    long utime = 0;
-    long stime = 0;
-    // state is field 3; utime and stime are fields 14 and 15.
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i == 14) utime = std::stol(field);
-      if (i == 15) stime = std::stol(field);
-    }
-    return utime + stime;
-  }
+  const auto threads =
+      thread_values(pid, [](pid_t, const std::string& fields) -> std::optional<int> {
+        // state, then fields 4..; utime and stime are fields 14 and 15.
+        long utime = 0;
+        long stime = 0;
+        if (std::sscanf(fields.c_str(), "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld",
+                        &utime, &stime) != 2)
+          return std::nullopt;
+        return static_cast<int>(utime + stime);
+      });
+  for (const auto& [thread, ticks] : threads)
+    if (thread == name) return ticks;
   return -1;
 }
 
