@@ -131,7 +131,7 @@ Admission CoroTaskBase::launch(bool may_block, bool wait_for_room) {
       if (!hub_->enroll(this, from_coroutine_)) {
         enrolled_.store(false, std::memory_order_relaxed);
         a = Admission::closed;
-        if (ticket_ != nullptr) release_ticket(std::exchange(ticket_, nullptr));
+        if (ticket_ != nullptr) std::exchange(ticket_, nullptr)->release();
       }
     }
   }

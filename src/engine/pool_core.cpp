@@ -84,8 +84,6 @@ PoolCore::PoolCore(PoolOptions options)
                                              opts_.overload, opts_.overload.min_limit,
                                              opts_.overload.max_limit, opts_.max_workers, now_ns())
                                        : nullptr),
-      standing_flags_(overload_ != nullptr ? overload_->standing_flags()
-                                           : std::array<const std::atomic<bool>*, 2>{}),
       time_handles_(opts_.time_tasks),
       queue_(opts_.queue_capacity, opts_.queue_shards, opts_.priority_levels, opts_.priority_aging,
              /*newest_first=*/opts_.overload.enabled),
@@ -97,8 +95,6 @@ PoolCore::PoolCore(PoolOptions options)
 }
 
 PoolCore::~PoolCore() = default;
-
-void release_ticket(OverloadControl* ctl) noexcept { ctl->release(); }
 
 PoolCore::OwnedSuspended::~OwnedSuspended() { delete p.load(std::memory_order_acquire); }
 

@@ -54,31 +54,27 @@ Submission::Route Submission::route_admitted(FillRef fill, std::size_t level, bo
   return route(fill, level, may_block, why, give_up);
 }
 
-bool Submission::admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
-                                   OverloadReason* reason) noexcept {
+bool Submission::displace_or_refuse(OverloadReason r, std::size_t level,
+                                    std::int64_t queue_timeout_ns,
+                                    OverloadReason* reason) noexcept {
   OverloadControl& ctl = *c_.overload_;
-  for (;;) {
-    const OverloadReason r = ctl.admit(queue_timeout_ns, /*may_displace=*/level > 0);
-    if (r == OverloadReason::none) [[likely]]
+  while (r == OverloadReason::limit && level > 0) {
+    const Shedding::Displaced d = c_.runtime().shedding.displace_below(level);
+    if (d == Shedding::Displaced::shed) {
+      ctl.admit_displacing();
       return true;
-    if (r == OverloadReason::limit && level > 0) {
-      const Shedding::Displaced d = c_.runtime().shedding.displace_below(level);
-      if (d == Shedding::Displaced::shed) {
-        ctl.admit_displacing();
-        return true;
-      }
-      // A task decided meanwhile gave its place back: ask again. Each turn
-      // takes one cell out of the queue, so the turns end.
-      if (d == Shedding::Displaced::freed) continue;
-      ctl.note_refused_early();
     }
-    if (reason != nullptr) *reason = r;
-    return false;
+    if (d != Shedding::Displaced::freed) {
+      ctl.note_refused_early();
+      break;
+    }
+    // A task decided meanwhile gave its place back: ask again. Each turn
+    // takes one cell out of the queue, so the turns end.
+    r = ctl.admit(queue_timeout_ns, /*may_displace=*/true);
+    if (r == OverloadReason::none) return true;
   }
-}
-
-std::int64_t Submission::admitted_enqueue_ns() const noexcept {
-  return c_.overload_->time_this() ? now_ns() : 0;
+  if (reason != nullptr) *reason = r;
+  return false;
 }
 
 void Submission::note_plain_submission(Route r, Admission why, bool is_long) noexcept {
@@ -130,7 +126,7 @@ Admission Submission::admit_state(TaskStateBase* s, bool may_block) {
     } else {
       took_ticket = true;
       routed = route_admitted(fill_ref(fill), s->level(), may_block, why, s->queue_deadline());
-      if (routed != Route::queued) release_ticket(c_.overload());
+      if (routed != Route::queued) c_.overload()->release();
     }
   } else {
     routed = route(fill, s->level(), may_block, why, s->queue_deadline());

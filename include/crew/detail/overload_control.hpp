@@ -141,10 +141,6 @@ class OverloadControl {
     return overloaded_.load(std::memory_order_relaxed) ||
            limit_hit_.load(std::memory_order_relaxed);
   }
-  // The two flags standing() reads, for PoolCore::overload_standing().
-  [[nodiscard]] std::array<const std::atomic<bool>*, 2> standing_flags() const noexcept {
-    return {&overloaded_, &limit_hit_};
-  }
 
   // Whether the queue wait of a task being admitted by this thread is to
   // be timed (see the overview); an untimed one is never shed by CoDel.

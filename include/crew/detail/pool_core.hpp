@@ -19,7 +19,6 @@
 // its friends.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -50,11 +49,11 @@ struct LogContext;                   // crew/log.hpp
 namespace crew::detail {
 
 class PoolCore;
-// The engine's parts that PoolCore holds but the inline submission path
+// The engine's part that PoolCore holds but the inline submission path
 // never touches: the queues as a whole (crew/detail/queues.hpp, reached
-// through Submission's out-of-line push once the home ring is full) and
-// the overload controller (crew/detail/overload_control.hpp; declared in
-// runner.hpp).
+// through Submission's out-of-line push once the home ring is full). The
+// overload controller's header is included (through runner.hpp): an
+// admitted task takes and returns its ticket inline.
 class Queues;
 
 // A member of type T, complete only where it is used: storage of T's size
@@ -276,13 +275,10 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   }
   // The overload controller, or null when it is off.
   [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
-  // OverloadControl::standing() (a standing queue: admitted tasks go to
-  // the newest-first stacks), read inline through pointers to its two
-  // flags, so that the submission path need not see the controller's
-  // header. Only while the controller is on.
+  // OverloadControl::standing(): a standing queue, so admitted tasks go
+  // to the newest-first stacks. Only while the controller is on.
   [[nodiscard, gnu::always_inline]] bool overload_standing() const noexcept {
-    return standing_flags_[0]->load(std::memory_order_relaxed) ||
-           standing_flags_[1]->load(std::memory_order_relaxed);
+    return overload_->standing();
   }
   // The controller whose ticket a popped task state's cell holds, or null.
   [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
@@ -367,9 +363,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   const bool task_observed_;  // observes_tasks()
   // The overload controller (crew/overload.hpp); null when off.
   const std::unique_ptr<OverloadControl> overload_;
-  // Its flags behind standing(): CoDel's overloaded state and the limit
-  // reached this interval (null when it is off).
-  const std::array<const std::atomic<bool>*, 2> standing_flags_;
   const bool time_handles_;  // opts_.time_tasks
   // The queues (crew/detail/queues.hpp), in place; the sizes are checked
   // where the engine constructs them.

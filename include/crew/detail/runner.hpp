@@ -17,14 +17,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "crew/task.hpp"  // TaskContext
+#include "crew/detail/overload_control.hpp"  // an admitted task's ticket, returned inline
+#include "crew/task.hpp"                     // TaskContext
 #include "crew/task_status.hpp"
 
 namespace crew::detail {
-
-class OverloadControl;  // crew/detail/overload_control.hpp
-// Returns an admission ticket to `ctl` (OverloadControl::release).
-void release_ticket(OverloadControl* ctl) noexcept;
 
 // Runs what a cell cannot run by itself, given as a type-erased call: a
 // long task posted without a task state (it needs a stop token and a
@@ -133,7 +130,7 @@ struct AdmittedFn {
   AdmittedFn& operator=(const AdmittedFn&) = delete;
   AdmittedFn& operator=(AdmittedFn&&) = delete;
   ~AdmittedFn() {
-    if (ticket != nullptr) release_ticket(ticket);
+    if (ticket != nullptr) ticket->release();
   }
   // An untimed one is neither shed nor timed: it runs as a plain task
   // does (its caller counts it, false), without the runner's call.
@@ -153,7 +150,7 @@ class TicketReturn {
  public:
   explicit TicketReturn(OverloadControl* ctl) noexcept : ctl_(ctl) {}
   ~TicketReturn() {
-    if (ctl_ != nullptr) release_ticket(ctl_);
+    if (ctl_ != nullptr) ctl_->release();
   }
   TicketReturn(const TicketReturn&) = delete;
   TicketReturn& operator=(const TicketReturn&) = delete;

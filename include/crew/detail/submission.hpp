@@ -4,14 +4,15 @@
 // else boxed or in a task state), pushes it inline to where nearly every
 // push goes (the worker's own queue, else the ring of the caller's home
 // shard), wakes a worker if none is spinning (PoolCore::after_push), and
-// counts a refusal. What is rare is out of line, in
-// src/engine/submission.cpp, so that the rest of the queues, the overload
-// controller and the observers stay out of the installed headers: a full
+// counts a refusal; with the overload controller on, it also takes an
+// admission ticket inline while the caller's credit lasts. What is rare
+// is out of line, in src/engine/submission.cpp, so that the rest of the
+// queues and the observers stay out of the installed headers: a full
 // ring (the other shards, the spill queue), a full queue's slow path
-// (route_full), a task state's admission, the overload controller's
-// admission and its newest-first route, and the observer notes. A
-// short-lived view of one PoolCore, made per call: it holds no state of
-// its own.
+// (route_full), a task state's admission, an admission near the limit
+// (displacing or refusing) and the newest-first route, and the observer
+// notes. A short-lived view of one PoolCore, made per call: it holds no
+// state of its own.
 //
 // Who touches what: the submitting thread (any thread, a worker of the
 // pool included) writes the queue's tail and slot and the pool's id and
@@ -213,11 +214,19 @@ class Submission {
   // queued newest first (Shedding::displace_below, src/engine/shedding.hpp)
   // and takes its ticket. False (and why, in `reason`) if refused; the
   // refusal is not counted as a submission here.
-  bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
-                         OverloadReason* reason = nullptr) noexcept;
+  // Inline up to a ticket from the caller's credit, the common case.
+  [[gnu::always_inline]] bool admit_or_displace(std::size_t level, std::int64_t queue_timeout_ns,
+                                                OverloadReason* reason = nullptr) noexcept {
+    const OverloadReason r = c_.overload_->admit(queue_timeout_ns, /*may_displace=*/level > 0);
+    if (r == OverloadReason::none) [[likely]]
+      return true;
+    return displace_or_refuse(r, level, queue_timeout_ns, reason);
+  }
   // The enqueue time of an admitted task: now if the overload controller
   // times this one's queue wait, else 0.
-  std::int64_t admitted_enqueue_ns() const noexcept;
+  [[gnu::always_inline]] std::int64_t admitted_enqueue_ns() const noexcept {
+    return c_.overload_->time_this() ? now_ns() : 0;
+  }
 
  private:
   // A fill passed out of line: the slow paths after a failed push
@@ -367,7 +376,7 @@ class Submission {
           return Admission::accepted;
         }
         case Route::refused:
-          release_ticket(ctl);
+          ctl->release();
           return why;
       }
     } else {
@@ -375,7 +384,7 @@ class Submission {
       try {
         tmp.emplace(AdmittedFn<D>{ctl, enqueued, std::forward<F>(f)});
       } catch (...) {
-        release_ticket(ctl);
+        ctl->release();
         throw;
       }
       auto fill = [&tmp](Cell& c) noexcept { tmp.relocate_to(c); };
@@ -415,6 +424,12 @@ class Submission {
     s->set_level(o.priority);
     return s;
   }
+
+  // admit_or_displace() once admit() said `r` (nothing taken): at the
+  // limit, a level above 0 displaces a lower level's newest task and takes
+  // its ticket; else the refusal is counted. Out of line.
+  bool displace_or_refuse(OverloadReason r, std::size_t level, std::int64_t queue_timeout_ns,
+                          OverloadReason* reason) noexcept;
 
   // Hands `s` to the queue; the creator keeps its own reference.
   Admission admit_state(TaskStateBase* s, bool may_block);
