@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <crew/asio.hpp>
 #include <crew/coro.hpp>
@@ -235,19 +234,17 @@ crew::Co<void> waiting_job(JobRequest job, std::shared_ptr<JobRun> run, ui::JobB
 
 // crew::asio delivers a thread job's completion from the task's run, just before
 // the pool records the run's times and publishes its outcome (a few
-// microseconds later, unless the worker is preempted meanwhile). The answer
-// carries those times, so it waits for them without blocking the I/O
-// thread: round its loop kSpinRounds times, then on a timer every
-// kSettlePoll (a preempted worker on a loaded machine: the loop does not
-// spin against it); past kSettleBound it answers with what the handle shows.
-constexpr int kSpinRounds = 16;
-constexpr auto kSettlePoll = std::chrono::milliseconds(1);
+// microseconds later, unless the worker is preempted meanwhile: by this
+// I/O thread, woken by the completion). The answer carries those times,
+// so it waits for them without blocking the I/O thread, on a timer
+// (OutcomeBackoff: 20 us, doubling, at most 1 ms); past kSettleBound it
+// answers with what the handle shows.
 constexpr auto kSettleBound = std::chrono::seconds(2);
 
 void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
                          const JobRequest& job, std::shared_ptr<JobRun> run,
                          Clock::time_point submitted, std::exception_ptr e,
-                         Clock::time_point give_up, int round = 0) {
+                         Clock::time_point give_up, OutcomeBackoff backoff = {}) {
   const crew::Task<void>& handle = *run->handle;
   // A coroutine job is timed by crewd itself (job_outcome), and one that
   // expired in the queue is settled only when its start comes up: no wait.
@@ -255,16 +252,12 @@ void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,
     reply(job_outcome(reply.state(), job, *run, submitted, std::move(e)));
     return;
   }
+  auto timer = std::make_shared<boost::asio::steady_timer>(io, backoff.next());
   auto again = [reply = std::move(reply), io, job, run = std::move(run), submitted,
-                e = std::move(e), give_up, round]() mutable {
+                e = std::move(e), give_up, backoff]() mutable {
     answer_when_settled(std::move(reply), io, job, std::move(run), submitted, std::move(e), give_up,
-                        round + 1);
+                        backoff);
   };
-  if (round < kSpinRounds) {
-    boost::asio::post(io, std::move(again));
-    return;
-  }
-  auto timer = std::make_shared<boost::asio::steady_timer>(io, kSettlePoll);
   timer->async_wait([timer, again = std::move(again)](const boost::system::error_code&) mutable {
     again();  // also when cancelled (the I/O loop stopping): answers at once or gives up
   });

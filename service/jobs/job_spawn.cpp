@@ -50,13 +50,8 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
  private:
   void end() {
     if (!handle_->ready()) {
-      // The outcome is published right after the frame is gone, by the
-      // thread that destroyed it. Looked at again after a short sleep,
-      // not at once: that thread may have been preempted in between (by
-      // this very thread, woken by frame_ended's post), and a loop of
-      // posts here would keep this thread on the CPU it waits for. Under
-      // SCHED_IDLE workers (jobs.worker_policy idle) such a loop starved
-      // the worker for milliseconds at a time.
+      // Published right after the frame is gone, by the thread that
+      // destroyed it: looked at again after a short sleep (OutcomeBackoff).
       retry_end();
       return;
     }
@@ -71,11 +66,10 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
     deliver(std::move(e));
   }
 
-  // end() again after end_backoff_ (doubled each time, up to 1 ms).
+  // end() again after the backoff's next wait.
   void retry_end() {
     if (!end_retry_) end_retry_.emplace(io_);
-    end_retry_->expires_after(end_backoff_);
-    end_backoff_ = std::min(2 * end_backoff_, std::chrono::microseconds(1000));
+    end_retry_->expires_after(end_backoff_.next());
     end_retry_->async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec) self->end();
     });
@@ -105,7 +99,7 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
   std::string name_;
   std::optional<boost::asio::steady_timer> expiry_;
   std::optional<boost::asio::steady_timer> end_retry_;  // end() before the outcome was out
-  std::chrono::microseconds end_backoff_{20};
+  OutcomeBackoff end_backoff_;
   std::atomic<bool> started_{false};
   bool claimed_ = false;
 };

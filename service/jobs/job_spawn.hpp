@@ -18,14 +18,15 @@
 //
 // The end of a task is seen from its frame: the frame is destroyed (run to
 // its end, dropped unrun, or abandoned at a shutdown) just before the task
-// publishes its outcome, so the delivery, posted from there, waits on `io`
-// (posting itself again) until the handle is ready.
+// publishes its outcome, so the delivery, posted from there, looks at the
+// handle again on a timer (OutcomeBackoff) until it is ready.
 //
 // Threads: async_try_spawn and the delivery run on `io`'s thread, which
 // must be the only one running it (an I/O thread of crewd's server); the
 // frame's end posts from whichever thread destroys it.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <crew/coro.hpp>
@@ -37,6 +38,26 @@
 namespace crewd {
 
 using JobDone = std::function<void(std::exception_ptr)>;
+
+// The waits of an I/O thread that heard of a task's end a moment before
+// the task's outcome is published (by the thread that ran it): 20 us,
+// doubled each time, at most 1 ms. A timer, not a loop of posts: the
+// publishing thread may have been preempted by this very I/O thread, woken
+// by the news, and a loop would keep the I/O thread on the CPU the other
+// one waits for (under SCHED_IDLE jobs workers, for milliseconds).
+class OutcomeBackoff {
+ public:
+  // The wait before the next look.
+  std::chrono::microseconds next() noexcept {
+    const std::chrono::microseconds d = wait_;
+    wait_ = std::min(2 * wait_, kMost);
+    return d;
+  }
+
+ private:
+  static constexpr std::chrono::microseconds kMost{1000};
+  std::chrono::microseconds wait_{20};
+};
 
 // Spawns `body` on `pool` (crew::try_spawn: never blocks) with `opts`,
 // stores the task's handle in `*handle` before it returns, and delivers the
