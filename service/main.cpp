@@ -112,20 +112,26 @@ crew::OverloadOptions overload_options(const Config::Overload& o, std::size_t wo
 }
 
 // The on_worker_start hook of crewd's pools, run by each worker on its own
-// thread as it starts. First it gives the worker the system's time slice:
-// a worker started by an I/O thread (a submission that grows the pool)
-// inherits that thread's http.io_slice_us, and a worker as short-sliced as
-// the I/O threads would preempt them as readily as they preempt it.
-// For pool jobs (`jobs`), it then applies jobs.worker_policy idle (batch
-// is crew's own PoolOptions::worker_policy; crew has no idle policy) and
-// jobs.worker_nice: the worker's nice set to `steps` above crewd's (read by
-// main's thread before the pool starts: a worker started later by another
-// thread inherits that thread's nice, so the value is set, not added), at
-// most 19. Lowering one's own priority needs no privilege; each refusal is
-// logged once and the worker runs as is.
+// thread as it starts. For pool jobs (`jobs`) it applies
+// jobs.worker_policy idle (batch is crew's own PoolOptions::worker_policy;
+// crew has no idle policy) and jobs.worker_nice: the worker's nice set to
+// `steps` above crewd's (read by main's thread before the pool starts: a
+// worker started later by another thread inherits that thread's nice, so
+// the value is set, not added), at most 19. Last, the time slice (a policy
+// change resets it): jobs.worker_slice_us for a jobs worker, else the
+// system's, since a worker started by an I/O thread (a submission that
+// grows the pool) inherits that thread's http.io_slice_us, and a worker as
+// short-sliced as the I/O threads would preempt them as readily as they
+// preempt it. Lowering one's own priority needs no privilege; each refusal
+// is logged once and the worker runs as is.
 std::function<void(std::uint64_t)> worker_start_hook(const Config& config, bool jobs,
                                                      const std::shared_ptr<spdlog::logger>& log) {
-  const bool slice = config.http.io_slice.count() != 0;
+  // The slice this pool's workers take: jobs.worker_slice_us for pool
+  // jobs, else the system's; set on each worker only if an I/O thread
+  // (which may start it) has another one, or the pool asks for its own.
+  const std::chrono::microseconds own =
+      jobs ? config.jobs.worker_slice : std::chrono::microseconds(0);
+  const bool slice = config.http.io_slice.count() != 0 || own.count() != 0;
   const unsigned steps = jobs ? config.jobs.worker_nice : 0;
   const bool idle = jobs && config.jobs.worker_policy == Config::Jobs::WorkerPolicy::idle;
   if (!slice && steps == 0 && !idle) return {};
@@ -136,13 +142,9 @@ std::function<void(std::uint64_t)> worker_start_hook(const Config& config, bool 
     std::atomic<bool> slice{false}, policy{false}, nice{false};
   };
   auto warned = std::make_shared<Warned>();
-  return [slice, steps, nice, idle, log, warned](std::uint64_t) {
-    if (slice) {
-      if (const std::string error = set_time_slice(std::chrono::microseconds(0));
-          !error.empty() && !warned->slice.exchange(true)) {
-        log->warn("cannot give a pool worker the system's time slice: {}", error);
-      }
-    }
+  // The policy first: sched_setscheduler gives the thread the system's
+  // slice again.
+  return [slice, own, steps, nice, idle, log, warned](std::uint64_t) {
     const sched_param none{};
     if (idle && ::sched_setscheduler(0, SCHED_IDLE, &none) != 0 && !warned->policy.exchange(true)) {
       log->warn("jobs.worker_policy: cannot set SCHED_IDLE on a jobs worker: {}",
@@ -152,6 +154,12 @@ std::function<void(std::uint64_t)> worker_start_hook(const Config& config, bool 
         !warned->nice.exchange(true)) {
       log->warn("jobs.worker_nice: cannot set a jobs worker's nice to {}: {}", nice,
                 std::strerror(errno));
+    }
+    if (slice) {
+      if (const std::string error = set_time_slice(own);
+          !error.empty() && !warned->slice.exchange(true)) {
+        log->warn("cannot give a pool worker its time slice ({} us): {}", own.count(), error);
+      }
     }
   };
 }

@@ -95,11 +95,15 @@ SLO_MS = {name: w.slo_ms for name, w in WORKLOADS.items()}
 # on by default since it exists) with its default target 5 ms and interval
 # 100 ms: CoDel's dequeue drop alone (no admission limit), and the whole
 # controller (adaptive limit checked from the request's head, CoDel,
-# deadline-aware admission). The other two turn it off.
+# deadline-aware admission). The other two turn it off. "defaults" also
+# runs the jobs workers as crewd did before the overload work: level with
+# the I/O threads, with the system's time slice (jobs.worker_nice and
+# jobs.worker_slice_us 0).
 NO_CONTROLLER = ["--jobs-overload", "false"]
 VARIANTS = [
-    ("defaults", "defaults before the controller (jobs.queue 1024, jobs.queue_timeout_ms 5000)",
-     NO_CONTROLLER),
+    ("defaults", "defaults before the controller (jobs.queue 1024, jobs.queue_timeout_ms 5000, "
+                 "jobs workers level with the I/O threads)",
+     [*NO_CONTROLLER, "--jobs-worker-nice", "0", "--jobs-worker-slice-us", "0"]),
     ("fixed", "fixed limit for W1: jobs.queue 16, jobs.queue_timeout_ms 45",
      ["--jobs-queue", "16", "--jobs-queue-timeout-ms", "45", *NO_CONTROLLER]),
     ("codel", "CoDel dequeue drop alone (jobs.overload_adaptive_limit false)",

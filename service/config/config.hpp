@@ -125,11 +125,19 @@ struct Config {
     Millis call_timeout{5000};  // a call without an answer by then: 504
     Millis queue_timeout{5000};
     // Each jobs worker runs this many nice steps below crewd's own threads
-    // (at most nice 19), so that the I/O threads, which read requests and
-    // answer refusals, win a shared CPU from a worker that computes. 0 by
-    // default: it speeds refusals up but slows the jobs down
-    // (docs/bench/overload.md, "Jobs workers below the I/O threads").
-    unsigned worker_nice = 0;
+    // (at most nice 19), and asks Linux's EEVDF scheduler for a time slice
+    // of worker_slice (sched_attr::sched_runtime, Linux 6.12+; 0: the
+    // system's, 1.4 ms on 2 CPUs, at most 2.8 ms with the default
+    // tunables). Together they let an I/O thread that wakes on a CPU where
+    // a jobs worker computes take the CPU at once: a woken thread with a
+    // shorter slice than the running one's may preempt it before that
+    // one's slice is used up, and it does when the lower weight leaves the
+    // I/O thread owed CPU time. Jobs then have a smaller share of a CPU
+    // contended by other threads of crewd's scheduling group (docs/crewd.md,
+    // "Priority and deadline"; docs/bench/overload.md, "Jobs workers a
+    // little below the I/O threads, with a longer slice").
+    unsigned worker_nice = 3;
+    std::chrono::microseconds worker_slice{3000};
     // How Linux schedules the jobs workers: normal (SCHED_OTHER, as crewd's
     // other threads), batch (crew::WorkerPolicy::batch, SCHED_BATCH) or idle
     // (SCHED_IDLE, set by each worker on itself as it starts: any other

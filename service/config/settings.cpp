@@ -338,9 +338,16 @@ const std::vector<Setting>& settings() {
         +[](Config& c) -> Millis& { return c.jobs.queue_timeout; }, 1, kDay));
     s.push_back(integer(
         "jobs.worker_nice",
-        "nice steps each jobs worker runs below crewd's other threads (its I/O threads answer "
-        "first on a shared CPU; 0: the same priority)",
+        "nice steps each jobs worker runs below crewd's other threads (with "
+        "jobs.worker_slice_us, its I/O threads answer first on a shared CPU; 0: the same "
+        "priority)",
         +[](Config& c) -> unsigned& { return c.jobs.worker_nice; }, 0, 39));
+    s.push_back(integer(
+        "jobs.worker_slice_us",
+        "time slice each jobs worker asks of Linux's EEVDF scheduler (Linux 6.12+; 0: the "
+        "system's default); longer than the I/O threads', it lets a woken I/O thread preempt "
+        "a computing job",
+        +[](Config& c) -> std::chrono::microseconds& { return c.jobs.worker_slice; }, 0, 100'000));
     using Policy = Config::Jobs::WorkerPolicy;
     s.push_back(choice<Policy>(
         "jobs.worker_policy",

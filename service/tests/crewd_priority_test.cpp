@@ -240,13 +240,14 @@ void expect_thread_values(const std::vector<std::string>& flags,
 }
 
 // jobs.worker_nice: every jobs worker runs that many nice steps above
-// crewd's main and I/O threads (at most 19); 0 leaves them level.
+// crewd's main and I/O threads (at most 19), 3 by default; 0 leaves them
+// level.
 TEST(CrewdWorkerNice, JobsWorkersRunBelowTheIoThreads) {
   const int base = ::getpriority(PRIO_PROCESS, 0);  // crewd inherits it
-  for (const unsigned steps : {7u, 0u}) {
+  for (const auto& [flags, steps] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{"--jobs-worker-nice", "7"}, 7}, {{"--jobs-worker-nice", "0"}, 0}, {{}, 3}}) {
     SCOPED_TRACE("jobs.worker_nice " + std::to_string(steps));
-    expect_thread_values({"--jobs-worker-nice", std::to_string(steps)}, thread_nices,
-                         std::min(19, base + static_cast<int>(steps)), base);
+    expect_thread_values(flags, thread_nices, std::min(19, base + steps), base);
   }
 }
 
@@ -262,16 +263,38 @@ TEST(CrewdWorkerPolicy, JobsWorkersSetItAndTheIoThreadsDoNot) {
 }
 
 // http.io_slice_us: each I/O thread asks Linux for that time slice, so
-// that it preempts a busy jobs worker when it wakes; the jobs workers keep
-// the system's (the test's own, which crewd inherits). 0 leaves the I/O
-// threads at the system's too.
+// that it preempts a busy jobs worker when it wakes; the jobs workers,
+// which an I/O thread may start, keep theirs (here the system's: the
+// test's own, which crewd inherits). 0 leaves the I/O threads at the
+// system's too.
 TEST(CrewdIoSlice, IoThreadsAskForTheirSliceAndJobsWorkersDoNot) {
   const std::optional<int> base = slice_of(::getpid(), 0);
   if (!base) GTEST_SKIP() << "this kernel shows no per-thread slice (se.slice, Linux 6.13+)";
   for (const auto& [flag, io] : std::vector<std::pair<std::string, int>>{
            {"100", 100'000}, {"2500", 2'500'000}, {"0", *base}}) {
     SCOPED_TRACE("http.io_slice_us " + flag);
-    expect_thread_values({"--http-io-slice-us", flag}, thread_slices, *base, io);
+    expect_thread_values({"--http-io-slice-us", flag, "--jobs-worker-slice-us", "0"}, thread_slices,
+                         *base, io);
+  }
+}
+
+// jobs.worker_slice_us: every jobs worker asks for that slice (3 ms by
+// default), the I/O threads keep the system's; set after the worker's
+// policy and nice (sched_setscheduler gives a thread the system's slice
+// back), so it survives them. (SCHED_IDLE has no slice: Linux neither
+// keeps nor shows one.)
+TEST(CrewdJobsSlice, JobsWorkersAskForTheirSliceAndTheIoThreadsDoNot) {
+  const std::optional<int> base = slice_of(::getpid(), 0);
+  if (!base) GTEST_SKIP() << "this kernel shows no per-thread slice (se.slice, Linux 6.13+)";
+  for (const auto& [flags, worker] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{"--jobs-worker-slice-us", "2000"}, 2'000'000},
+           {{}, 3'000'000},
+           {{"--jobs-worker-slice-us", "0"}, *base},
+           {{"--jobs-worker-slice-us", "5000", "--jobs-worker-policy", "batch",
+             "--jobs-worker-nice", "3"},
+            5'000'000}}) {
+    SCOPED_TRACE(flags.empty() ? "default" : flags[1]);
+    expect_thread_values(flags, thread_slices, worker, *base);
   }
 }
 
