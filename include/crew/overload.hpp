@@ -19,7 +19,12 @@
 //     target / percentile, raised by one per interval while the
 //     limit was reached and the wait is within the target. It starts at
 //     the ceiling (with run_time_signal: at the floor, doubled each
-//     interval the limit was reached until its first cut). Between a
+//     interval the limit was reached until its first cut). While it
+//     stands at the ceiling, a task that waited over 4 x target ends the
+//     interval early (once a tenth of it has run; at most once before
+//     the next whole interval), so that an onset of overload is cut
+//     within milliseconds rather than after a whole interval of
+//     arrivals admitted, to be shed by CoDel one interval later. Between a
 //     floor (the workers, capped at the usable CPUs, at least 2) and a
 //     ceiling (queue capacity plus workers). A submission past the limit
 //     is refused at once with Admission::overloaded (reason limit);

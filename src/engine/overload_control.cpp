@@ -72,6 +72,7 @@ OverloadControl::OverloadControl(const OverloadOptions& o, std::size_t floor, st
                                  std::size_t workers, std::int64_t now) noexcept
     : target_ns_(o.target.count()),
       shed_after_ns_(2 * o.target.count()),
+      early_cut_ns_(4 * o.target.count()),
       interval_ns_(o.interval.count()),
       percentile_(o.percentile),
       adaptive_(o.adaptive_limit),
@@ -223,7 +224,26 @@ bool OverloadControl::take_credit(Ledger& l, std::int64_t left) noexcept {
 
 void OverloadControl::roll(std::int64_t now) noexcept {
   if (!roll_.try_lock()) return;
-  if (now >= window_end_.load(std::memory_order_relaxed)) roll_locked(now);
+  if (now >= window_end_.load(std::memory_order_relaxed)) {
+    roll_locked(now);
+    early_allowed_.store(true, std::memory_order_relaxed);
+  }
+  roll_.unlock();
+}
+
+void OverloadControl::roll_early(std::int64_t now) noexcept {
+  const auto ceiling = static_cast<std::int64_t>(std::llround(ceiling_));
+  const auto at_ceiling = [&] {
+    return adaptive_ && early_allowed_.load(std::memory_order_relaxed) &&
+           limit_.load(std::memory_order_relaxed) >= ceiling &&
+           now - (window_end_.load(std::memory_order_relaxed) - interval_ns_) >= interval_ns_ / 10;
+  };
+  if (!at_ceiling()) return;
+  if (!roll_.try_lock()) return;
+  if (at_ceiling()) {
+    early_allowed_.store(false, std::memory_order_relaxed);
+    roll_locked(now);
+  }
   roll_.unlock();
 }
 

@@ -213,6 +213,44 @@ TEST(OverloadLimit, RisesByOneOnlyWhileReachedAndWithinTheTargetUpToItsCeiling) 
   EXPECT_EQ(c.ctl.read().admitted, 0u);
 }
 
+// An onset of overload: while the limit stands at its ceiling, a start
+// that waited over 4 x target (20 ms) ends the interval at once, once a
+// tenth of it has run, and the limit is cut from what is admitted;
+// CoDel's state still waits for a whole interval.
+TEST(OverloadLimit, AWaitFarOverTheTargetAtTheCeilingCutsTheLimitBeforeTheIntervalEnds) {
+  Controlled c;
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(c.ctl.admit(0), OverloadReason::none);
+  (void)c.ctl.on_start(25 * kMs, 5 * kMs);  // within the interval's first tenth
+  EXPECT_EQ(c.ctl.read().limit, 100u);
+  (void)c.ctl.on_start(19 * kMs, 20 * kMs);  // not over 4 x target
+  EXPECT_EQ(c.ctl.read().limit, 100u);
+  (void)c.ctl.on_start(25 * kMs, 20 * kMs);
+  const std::size_t cut = c.ctl.read().limit;
+  EXPECT_LT(cut, 10u);  // 1 running + 29 queued x 5 / about 25
+  EXPECT_GE(cut, 2u);
+  EXPECT_FALSE(c.ctl.read().overloaded);
+  // Below the ceiling now: long waits wait for the interval's end.
+  (void)c.ctl.on_start(80 * kMs, 60 * kMs);
+  EXPECT_EQ(c.ctl.read().limit, cut);
+  for (int i = 0; i < 30; ++i) c.ctl.release();
+}
+
+// An early end that cut nothing (the percentile within the target) is not
+// repeated before the next whole interval ends: CoDel still gets whole
+// intervals to decide on.
+TEST(OverloadLimit, AnEarlyEndIsNotRepeatedWithinTheNextInterval) {
+  Controlled c;
+  for (int i = 0; i < 20; ++i) c.ctl.record(1 * kMs, 10 * kMs);
+  (void)c.ctl.on_start(25 * kMs, 20 * kMs);  // ends the window: p90 1 ms, no cut
+  ASSERT_EQ(c.ctl.read().limit, 100u);
+  ASSERT_EQ(c.ctl.read().wait_min, 1ms);
+  for (int i = 0; i < 20; ++i) c.ctl.record(2 * kMs, 40 * kMs);
+  (void)c.ctl.on_start(25 * kMs, 50 * kMs);  // no second early end
+  EXPECT_EQ(c.ctl.read().wait_min, 1ms);
+  (void)c.ctl.on_start(2 * kMs, 121 * kMs);  // the whole interval's end (20 + 100 ms)
+  EXPECT_EQ(c.ctl.read().wait_min, 2ms);
+}
+
 TEST(OverloadLimit, CodelAloneKeepsTheCeiling) {
   Controlled c(options(/*adaptive=*/false));
   c.interval({1000, 1000});

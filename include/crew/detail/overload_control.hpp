@@ -154,8 +154,11 @@ class OverloadControl {
   // caller calls note_shed() once it did.
   bool on_start(std::int64_t wait_ns, std::int64_t now) noexcept {
     record(wait_ns, now);
-    if (now >= window_end_.load(std::memory_order_relaxed)) [[unlikely]]
+    if (now >= window_end_.load(std::memory_order_relaxed)) [[unlikely]] {
       roll(now);
+    } else if (wait_ns > early_cut_ns_) [[unlikely]] {
+      roll_early(now);
+    }
     if (wait_ns <= shed_after_ns_ || !overloaded_.load(std::memory_order_relaxed)) return false;
     // CoDel's backlog guard: with no more admitted work than workers there
     // is no queue to shed from, only a late start (a busy machine's
@@ -201,6 +204,16 @@ class OverloadControl {
   // Sums up the window ending at `now` (also called by tests with a
   // controlled clock). Does nothing if another thread is at it.
   void roll(std::int64_t now) noexcept;
+  // A task waited over early_cut_ns_ (4 x target) while the adaptive limit
+  // stands at its ceiling (it never came down, or rose back): a queue is
+  // building from an onset of overload faster than an interval would show,
+  // and every arrival until the interval ends would be admitted into it
+  // (only to be shed by CoDel an interval later). The window is summed up
+  // now, so that the limit is cut from what is admitted, once it has run a
+  // tenth of the interval, and at most once until the next whole interval
+  // ends; CoDel's own state is decided on whole intervals only
+  // (roll_locked's `busy`). Does nothing if another thread is at it.
+  void roll_early(std::int64_t now) noexcept;
   // Records one queue wait, of a task started at `now`, in the current
   // window (the calling thread's stripe of it).
   void record(std::int64_t wait_ns, std::int64_t now) noexcept {
@@ -351,6 +364,7 @@ class OverloadControl {
   // Read-mostly: the submitters' and starters' view.
   const std::int64_t target_ns_;
   const std::int64_t shed_after_ns_;  // 2 x target
+  const std::int64_t early_cut_ns_;   // 4 x target (roll_early)
   const std::int64_t interval_ns_;
   const double percentile_;
   const bool adaptive_;
@@ -364,6 +378,7 @@ class OverloadControl {
   std::atomic<std::int64_t> window_end_;
   std::atomic<bool> overloaded_{false};
   std::atomic<bool> dense_{true};               // time every task (see time_this)
+  std::atomic<bool> early_allowed_{true};       // roll_early may end this window
   std::atomic<std::int64_t> ns_per_start_{0};   // 0: no start in the last interval
   std::atomic<std::int64_t> returned_seen_{0};  // the returns at a recent sum
   // Credit is good within the interval it was taken in (even: the roll()
