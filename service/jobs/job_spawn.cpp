@@ -1,7 +1,6 @@
 // A coroutine job's spawn and its one delivery (service/jobs/job_spawn.hpp).
 #include "jobs/job_spawn.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>

@@ -4,7 +4,6 @@
 // on the CPU the job's worker needs. Each test runs its own crewd; every
 // wait is bounded.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "affinity.hpp"
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
 #include "slow_downstream.hpp"
@@ -122,11 +122,9 @@ long thread_cpu_ticks(pid_t pid, const std::string& name) {
 
 // A launcher for Crewd that runs it on the first CPU this test may use.
 std::vector<std::string> on_first_cpu() {
-  cpu_set_t all;
-  if (::sched_getaffinity(0, sizeof all, &all) != 0) return {};
-  std::size_t first = 0;
-  while (first < CPU_SETSIZE && !CPU_ISSET(first, &all)) ++first;
-  return {"/usr/bin/taskset", "-c", std::to_string(first)};
+  const int cpu = crew::test::first_cpu();
+  if (cpu < 0) return {};
+  return {"/usr/bin/taskset", "-c", std::to_string(cpu)};
 }
 
 // The I/O thread learns that a coroutine job's frame is gone just before

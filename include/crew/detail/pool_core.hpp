@@ -275,11 +275,6 @@ class PoolCore final : public std::enable_shared_from_this<PoolCore> {
   }
   // The overload controller, or null when it is off.
   [[nodiscard]] OverloadControl* overload() const noexcept { return overload_.get(); }
-  // OverloadControl::standing(): a standing queue, so admitted tasks go
-  // to the newest-first stacks. Only while the controller is on.
-  [[nodiscard, gnu::always_inline]] bool overload_standing() const noexcept {
-    return overload_->standing();
-  }
   // The controller whose ticket a popped task state's cell holds, or null.
   [[nodiscard]] OverloadControl* ticket_of(const TaskStateBase* s) const noexcept {
     return s->overload_ticket() ? overload_.get() : nullptr;

@@ -444,7 +444,7 @@ class Submission {
   // The same, with route()'s inline push while no queue stands.
   template <class Fill>
   Route route_admitted_inline(Fill& fill, std::size_t level, bool may_block, Admission& why) {
-    if (c_.overload_standing()) [[unlikely]]
+    if (c_.overload_->standing()) [[unlikely]]
       return route_admitted(fill_ref(fill), level, may_block, why);
     return route(fill, level, may_block, why);
   }
