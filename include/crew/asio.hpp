@@ -62,7 +62,13 @@
 // they are posted from the thread that decides them (the one that ran the
 // task, the pool's supervisor for expired, the submitting thread for a
 // refusal, the thread that drops a task or destroys one unrun), so a handler's
-// executor must accept posts from any thread, as Asio's do.
+// executor must accept posts from any thread, as Asio's do. When that
+// executor's context is an io_context (its own executor, a strand on it,
+// an any_io_executor holding either), the post takes none of the
+// io_context's locks: it goes through a PostSlot (crew/asio_post_slot.hpp)
+// reserved at the submission, and an I/O thread dispatches it to the
+// executor. A worker preempted by the I/O thread it wakes then holds
+// nothing that thread needs.
 // Lifetimes: the executor's execution context must outlive every completion
 // (the tracked work keeps io_context::run() from returning before them).
 #pragma once
@@ -70,11 +76,14 @@
 #include <atomic>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -83,8 +92,10 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
+#include "crew/asio_post_slot.hpp"
 #include "crew/detail/deadline.hpp"
 #include "crew/detail/task_state.hpp"
 #include "crew/error.hpp"
@@ -140,6 +151,43 @@ class TrackedWork<Executor,
   boost::asio::executor_work_guard<Executor> guard_;
 };
 
+// The io_context behind an executor, or null: an io_context's executor
+// (any allocator and properties), a strand on one, or a polymorphic
+// executor (any_io_executor) holding either; null for the rest (a
+// thread_pool's, the system executor).
+template <class Executor>
+struct IsIoExecutor : std::false_type {};
+template <class Allocator, unsigned int Bits>
+struct IsIoExecutor<boost::asio::io_context::basic_executor_type<Allocator, Bits>>
+    : std::true_type {};
+template <class Executor>
+struct IsStrand : std::false_type {};
+template <class Inner>
+struct IsStrand<boost::asio::strand<Inner>> : std::true_type {};
+
+template <class Executor>
+boost::asio::io_context* io_context_of(const Executor& ex) noexcept {
+  using Io = boost::asio::io_context::executor_type;
+  if constexpr (IsIoExecutor<Executor>::value) {
+    return &ex.context();
+  } else if constexpr (IsStrand<Executor>::value) {
+    return io_context_of(ex.get_inner_executor());
+  } else if constexpr (requires {
+                         ex.target_type();
+                         ex.template target<Io>();
+                       }) {
+    // Asio 1.18's any_executor::target() casts without looking: the type
+    // is checked first.
+    if (ex.target_type() == typeid(Io)) return &ex.template target<Io>()->context();
+    if (ex.target_type() == typeid(boost::asio::strand<Io>)) {
+      return &ex.template target<boost::asio::strand<Io>>()->get_inner_executor().context();
+    }
+    return nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
 // What a submission shares with its task: the handler and the right to
 // complete it. Whoever claims first (the task when it ends, the submission
 // when admission refused it or the pool threw, the pool's supervisor at the
@@ -155,6 +203,7 @@ class Completion {
       : handler_(std::move(handler)),
         executor_(boost::asio::get_associated_executor(*handler_, io_ex)),
         work_(executor_),
+        slot_(reserve(executor_)),
         name_(std::move(name)),
         expires_(queue_timeout > Clock::duration::zero()
                      ? crew::detail::saturating_deadline(Clock::now(), queue_timeout)
@@ -196,7 +245,15 @@ class Completion {
       std::apply(std::move(h), std::move(args));
     };
     handler_.reset();
-    boost::asio::post(executor_, std::move(fn));
+    if (slot_) {
+      // Run by the io_context's drain, on one of its threads: dispatch runs
+      // it there and then, or hands it to a strand.
+      slot_->post([ex = executor_, fn = std::move(fn)]() mutable {
+        boost::asio::dispatch(ex, std::move(fn));
+      });
+    } else {
+      boost::asio::post(executor_, std::move(fn));
+    }
     work_.reset();  // the posted completion is outstanding work of its own
   }
 
@@ -225,9 +282,17 @@ class Completion {
   }
 
  private:
+  // The way back to an io_context, taking none of its locks (PostSlot).
+  static std::optional<PostSlot> reserve(const HandlerExecutor& ex) {
+    boost::asio::io_context* io = io_context_of(ex);
+    if (io == nullptr) return std::nullopt;
+    return std::optional<PostSlot>(std::in_place, *io);
+  }
+
   std::optional<Handler> handler_;
   HandlerExecutor executor_;
   TrackedWork<HandlerExecutor> work_;
+  std::optional<PostSlot> slot_;  // empty: posted through executor_
   std::string name_;
   Clock::time_point expires_;
   std::atomic<bool> claimed_{false};

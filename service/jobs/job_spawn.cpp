@@ -3,9 +3,9 @@
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <crew/asio_post_slot.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +22,7 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
   SpawnOp(Io io, JobDone done, std::shared_ptr<crew::Task<void>> handle, std::string name)
       : io_(io),
         work_(io),
+        end_slot_(io.context()),
         done_(std::move(done)),
         handle_(std::move(handle)),
         name_(std::move(name)) {}
@@ -38,10 +39,12 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
   // The task's first step (a worker of the pool).
   void started() noexcept { started_.store(true, std::memory_order_relaxed); }
 
-  // The frame is being destroyed (any thread): the outcome follows at once.
+  // The frame is being destroyed (any thread, once): the outcome follows at
+  // once. Through a slot reserved at the spawn, so that a worker does not
+  // take the io_context's lock (crew/asio_post_slot.hpp).
   void frame_ended() noexcept {
     try {
-      boost::asio::post(io_, [self = shared_from_this()] { self->end(); });
+      end_slot_.post([self = shared_from_this()] { self->end(); });
     } catch (...) {  // out of memory: the request is left to the stop's deadlines
     }
   }
@@ -93,6 +96,7 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
 
   Io io_;
   boost::asio::executor_work_guard<Io> work_;
+  crew::asio::PostSlot end_slot_;  // frame_ended()'s post, reserved on io_'s thread
   JobDone done_;
   std::shared_ptr<crew::Task<void>> handle_;
   std::string name_;

@@ -23,7 +23,8 @@
 //
 // Threads: async_try_spawn and the delivery run on `io`'s thread, which
 // must be the only one running it (an I/O thread of crewd's server); the
-// frame's end posts from whichever thread destroys it.
+// frame's end posts from whichever thread destroys it, through a
+// crew::asio::PostSlot reserved at the spawn (no lock of the io_context).
 #pragma once
 
 #include <algorithm>
