@@ -246,6 +246,42 @@ TEST(PoolWake, ASleeperStopsWatchingQueuesThatStayEmpty) {
   EXPECT_LE(looks, 5u);
 }
 
+// One watcher is enough: workers that go to sleep together while another
+// is busy do not all look at the queues every 4 ms. Eight tasks that meet
+// at a latch wake eight sleepers at once beside a long task; when they
+// end, all eight fall asleep while the long task runs. With each of them
+// watching, their looks came to 8 x 4 in the next 16 ms (crewd's 64 jobs
+// workers on one CPU: 2,700 wake-ups in 3 s, docs/bench/overload.md).
+TEST(PoolWake, SleepersThatFallAsleepTogetherLeaveTheWatchToOne) {
+  Watchdog dog;
+  constexpr int kMeet = 8;
+  Pool pool({.name = "crowd", .min_workers = kMeet + 1, .max_workers = kMeet + 1});
+  ASSERT_TRUE(eventually([&] { return pool.stats().idle == kMeet + 1; }));
+  Gate release;
+  ASSERT_EQ(pool.post([&] { release.wait(); }), Admission::accepted);
+  ASSERT_TRUE(eventually([&] { return pool.stats().busy == 1; }));
+  std::atomic<int> arrived{0};
+  for (int i = 0; i < kMeet; ++i) {
+    ASSERT_EQ(pool.post([&] {
+      arrived.fetch_add(1);
+      const auto give_up = std::chrono::steady_clock::now() + 5s * test::kSlowdown;
+      while (arrived.load() < kMeet && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(100us);
+      }
+    }),
+              Admission::accepted);
+  }
+  ASSERT_TRUE(eventually([&] { return arrived.load() == kMeet && pool.stats().busy == 1; }));
+  const std::uint64_t before = voluntary_switches("crowd-");
+  std::this_thread::sleep_for(100ms);  // every sleeper's 4 looks, had each watched
+  const std::uint64_t looks = voluntary_switches("crowd-") - before;
+  release.open();
+  ASSERT_TRUE(pool.wait_idle(10s));
+  // One watcher's 4 looks, and the eight workers' own falls asleep if they
+  // came after `before`: at most 12. Each watching, 32 looks and more.
+  EXPECT_LE(looks, 16u);
+}
+
 // With the whole process on one CPU every woken worker lands on its waker's
 // CPU: it runs what is queued without spinning and sleeps at the bottom of
 // the idle stack. Every task still runs, and waiting pairs still complete.

@@ -14,7 +14,9 @@
 //                    workers join and leave the stack; read by anyone.
 //   watchers         a sleeper that looks at the queues every kWatchNs
 //                    counts itself from its first timed sleep until it
-//                    leaves the idle stack (its own thread).
+//                    stops watching or leaves the idle stack (its own
+//                    thread); a sleeper starts watching only when the
+//                    count is 0, so it is 0 or 1 (2 for a moment).
 //   heartbeat        a spinner notes the time every few polls, and a waker
 //                    when it hands a token to a worker it wakes; submitters
 //                    read it (relaxed) when a token is held.
