@@ -9,6 +9,7 @@
 
 #include "crew/coro.hpp"
 #include "crew/detail/clock.hpp"
+#include "main_scheduling.hpp"
 #include "thread_name.hpp"
 
 namespace crew::detail {
@@ -196,6 +197,10 @@ void CoroHub::retry(CoroTaskBase* t, bool abandon) noexcept {
 
 void CoroHub::timer_loop() noexcept {
   name_thread("crew", "coro-timer");
+  // Started by whichever thread armed the first timer, often a worker: it
+  // fires every worker's timers, so it runs as the process's main thread
+  // does, not under that worker's policy, nice value or slice.
+  adopt_main_thread_scheduling();
   t_timer_hub = this;
   // Wake-ups at the deadline, not up to the default 50 us after it.
   (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);

@@ -1,16 +1,25 @@
 // Coroutine tasks: spawn and the Task handle, what a coroutine awaits,
 // stops and deadlines, outcomes (crew/coro.hpp). Counting, timing and
 // observers: coro_accounting_test.cpp; callbacks: coro_callback_test.cpp.
+// And the scheduling of the timer thread a worker starts.
 #include "crew/coro.hpp"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "coro_test_util.hpp"
@@ -558,6 +567,56 @@ TEST(CoroTask, ScheduleYieldsOnTheOwnPoolAndRefusesAnother) {
     ADD_FAILURE() << "no throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::invalid_options);
+  }
+}
+
+// A thread's policy and nice value from /proc (fields 41 and 19 of stat);
+// {-1, 0} if no thread of this process has that name.
+std::pair<int, int> policy_and_nice_of(const std::string& name) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return {-1, 0};
+  std::pair<int, int> found{-1, 0};
+  while (dirent* e = readdir(dir)) {
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(task + "/comm");
+    std::string comm_name;
+    if (!std::getline(comm, comm_name) || comm_name != name) continue;
+    std::ifstream stat(task + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));  // from field 3 on
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    if (f.size() > 38) found = {std::stoi(f[41 - 3]), std::stoi(f[19 - 3])};
+  }
+  closedir(dir);
+  return found;
+}
+
+Co<void> nap() { co_await sleep_for(2ms); }
+
+// The coroutine timer thread is started by the first thread that arms a
+// timer, here a worker that made itself SCHED_BATCH at nice +7 (as crewd's
+// jobs workers lower themselves). It fires every worker's timers, so it
+// takes the main thread's scheduling instead: the policy always, the nice
+// value where lowering it is allowed (CAP_SYS_NICE, here as root).
+TEST(CoroTask, TheTimerThreadRunsAsTheMainThreadNotAsTheWorkerThatStartedIt) {
+  Watchdog dog;
+  PoolOptions o = fixed_workers("lowered", 1);
+  o.on_worker_start = [](std::uint64_t) {
+    const sched_param p{};
+    ASSERT_EQ(sched_setscheduler(0, SCHED_BATCH, &p), 0);
+    ASSERT_EQ(setpriority(PRIO_PROCESS, 0, 7), 0);  // the calling thread's on Linux
+  };
+  Pool pool(o);
+  spawn(pool, nap()).get();
+  const auto [policy, nice] = policy_and_nice_of("crew-coro-timer");
+  ASSERT_NE(policy, -1) << "no coroutine timer thread";
+  EXPECT_EQ(policy, sched_getscheduler(0));  // the main thread's: this one
+  if (geteuid() == 0) {
+    EXPECT_EQ(nice, getpriority(PRIO_PROCESS, 0));
+  } else {
+    EXPECT_EQ(nice, 7);  // no right to lower it
   }
 }
 
