@@ -66,7 +66,7 @@
 // executor's context is an io_context (its own executor, a strand on it,
 // an any_io_executor holding either), the post takes none of the
 // io_context's locks: it goes through a PostSlot (crew/asio_post_slot.hpp)
-// reserved at the submission, and an I/O thread dispatches it to the
+// reserved at the submission, and an I/O thread posts it on to the
 // executor. A worker preempted by the I/O thread it wakes then holds
 // nothing that thread needs.
 // Lifetimes: the executor's execution context must outlive every completion
@@ -76,7 +76,6 @@
 #include <atomic>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -246,11 +245,12 @@ class Completion {
     };
     handler_.reset();
     if (slot_) {
-      // Run by the io_context's drain, on one of its threads: dispatch runs
-      // it there and then, or hands it to a strand.
-      slot_->post([ex = executor_, fn = std::move(fn)]() mutable {
-        boost::asio::dispatch(ex, std::move(fn));
-      });
+      // Run by the io_context's drain, on one of its threads, which posts
+      // it on: an ordinary handler of the executor (any of the context's
+      // threads may run it, a strand orders it), and nobody else takes the
+      // context's lock there now.
+      slot_->post(
+          [ex = executor_, fn = std::move(fn)]() mutable { boost::asio::post(ex, std::move(fn)); });
     } else {
       boost::asio::post(executor_, std::move(fn));
     }

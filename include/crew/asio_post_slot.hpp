@@ -32,9 +32,13 @@
 // itself is not shared between threads without synchronisation.
 // Handlers posted through slots run in the order their posts reached the
 // list, as far as one eventfd wake-up batches them (Asio promises no order
-// between posts from different threads either). If f throws, the exception
-// leaves io.run() as with Asio's own handlers; slots posted after it run on
-// the next call to run().
+// between posts from different threads either), one after another on the
+// thread that took the wake-up: a handler that blocks holds back the ones
+// behind it, even with other threads running io (post longer work on to
+// the executor, as crew::asio's completions do). If f throws, the
+// exception leaves io.run() as with Asio's own handlers; the handlers
+// behind it run at the next call to run(). After fork(), parent and child
+// share the eventfd: only one of them may go on using slots of io.
 //
 // Linux only (eventfd). Cost: the reservation is one atomic increment on
 // the reserving thread (plus, when the io_context had no slot outstanding,
