@@ -187,6 +187,21 @@ boost::asio::io_context* io_context_of(const Executor& ex) noexcept {
   }
 }
 
+// A completion's handler in its io_context's Inbox, pushed once the pool
+// has published the task's outcome (crew::detail::AfterOutcome): by the
+// thread that ran the task, right after the publication.
+template <class Fn>
+struct CompletionNode final : InboxNode, crew::detail::AfterOutcome {
+  CompletionNode(Fn&& f, Inbox* to) : fn(std::move(f)), inbox(to) { fire = &push_now; }
+  void run() override { fn(); }
+  static void push_now(crew::detail::AfterOutcome* a) noexcept {
+    auto* self = static_cast<CompletionNode*>(a);
+    self->inbox->push(self);
+  }
+  Fn fn;
+  Inbox* inbox;
+};
+
 // What a submission shares with its task: the handler and the right to
 // complete it. Whoever claims first (the task when it ends, the submission
 // when admission refused it or the pool threw, the pool's supervisor at the
@@ -236,8 +251,12 @@ class Completion {
     }
   }
 
+  // `after_outcome`: called from the task's run (Runner), so the push to
+  // an io_context waits until the pool has published the outcome (and
+  // counted it): the handler then finds the handle ready. Elsewhere, and
+  // to other executors, the completion is posted at once.
   template <class... Args>
-  void deliver(Args&&... args) {
+  void deliver(bool after_outcome, Args&&... args) {
     // The arguments first: if that throws, the handler is still here.
     auto bound = std::make_tuple(std::forward<Args>(args)...);
     auto fn = [h = std::move(*handler_), args = std::move(bound)]() mutable {
@@ -249,8 +268,17 @@ class Completion {
       // it on: an ordinary handler of the executor (any of the context's
       // threads may run it, a strand orders it), and nobody else takes the
       // context's lock there now.
-      slot_->post(
-          [ex = executor_, fn = std::move(fn)]() mutable { boost::asio::post(ex, std::move(fn)); });
+      auto on = [ex = executor_, fn = std::move(fn)]() mutable {
+        boost::asio::post(ex, std::move(fn));
+      };
+      if (after_outcome) {
+        using Node = CompletionNode<decltype(on)>;
+        auto* node = new Node(std::move(on), nullptr);  // may throw: still reserved
+        node->inbox = slot_->take_reservation();
+        crew::detail::defer_after_outcome(node);
+      } else {
+        slot_->post(std::move(on));
+      }
     } else {
       boost::asio::post(executor_, std::move(fn));
     }
@@ -267,7 +295,8 @@ class Completion {
     }
   }
 
-  void fail(Errc code, Admission admission, OverloadReason overload = OverloadReason::none) {
+  void fail(Errc code, Admission admission, OverloadReason overload = OverloadReason::none,
+            bool after_outcome = false) {
     std::string what = "task";
     if (!name_.empty()) what += " '" + name_ + "'";
     what += ": " + std::string(to_string(code));
@@ -275,9 +304,9 @@ class Completion {
     if (overload != OverloadReason::none) what += " (" + std::string(to_string(overload)) + ")";
     auto e = std::make_exception_ptr(Error(code, what, admission, overload));
     if constexpr (std::is_void_v<R>) {
-      deliver(std::move(e));
+      deliver(after_outcome, std::move(e));
     } else {
-      deliver(std::move(e), R{});
+      deliver(after_outcome, std::move(e), R{});
     }
   }
 
@@ -356,20 +385,23 @@ class Runner : public crew::detail::QueueExpiryListener {
     // past its deadline, cancelled otherwise, whatever it returned.
     const bool stopped = ctx != nullptr && ctx->stop_token.stop_requested();
     std::shared_ptr<Op> op = std::move(op_);
+    // Delivered once the pool has published the outcome (this is the
+    // task's run: the pool's run of it goes on to publish).
+    constexpr bool kAfterOutcome = true;
     if (op->claim()) {
       if (stopped) {
         op->fail(Clock::now() >= ctx->deadline ? Errc::timed_out : Errc::cancelled,
-                 Admission::accepted);
+                 Admission::accepted, OverloadReason::none, kAfterOutcome);
       } else if (error) {
         if constexpr (std::is_void_v<R>) {
-          op->deliver(error);
+          op->deliver(kAfterOutcome, error);
         } else {
-          op->deliver(error, R{});
+          op->deliver(kAfterOutcome, error, R{});
         }
       } else if constexpr (std::is_void_v<R>) {
-        op->deliver(std::exception_ptr());
+        op->deliver(kAfterOutcome, std::exception_ptr());
       } else {
-        op->deliver(std::exception_ptr(), std::move(*value));
+        op->deliver(kAfterOutcome, std::exception_ptr(), std::move(*value));
       }
     }
     if (error && !stopped) std::rethrow_exception(error);
@@ -473,11 +505,13 @@ auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,
 // As above, and `handle` receives the task's handle (before the initiating
 // call returns; the completion may have run by then), e.g. to cancel() it:
 // a queued task cancelled completes with Errc::shutdown_dropped (it is
-// destroyed unrun), a running long task with Errc::cancelled. The
-// completion is posted from the task's run (or from where it ended unrun),
-// just before the pool publishes the outcome on the handle: when the
-// completion runs, the handle may still show the task running, and its
-// queue_wait() and run_time() 0, for some microseconds more.
+// destroyed unrun), a running long task with Errc::cancelled. For a task
+// that ran, with a handler on an io_context's executor, the completion
+// reaches the io_context once the pool has published the outcome: the
+// handle is ready when it runs (queue_wait(), run_time() set) and stats()
+// counts the task. Posted to other executors, and for a task that ended
+// unrun (refused, expired, shed, dropped), it may run before that, the
+// handle still showing the task queued or running for some microseconds.
 template <class Executor, class F, class CompletionToken>
   requires is_task_v<std::decay_t<F>>
 auto async_try_submit(Pool& pool, const Executor& ex, F&& f, TaskOptions opts,

@@ -247,6 +247,14 @@ class PostSlot {
   // True until post() or a move from it.
   [[nodiscard]] bool reserved() const noexcept { return inbox_ != nullptr; }
 
+  // For a post made by hand (crew::asio's completions, pushed once the
+  // pool has published the task's outcome): the reservation, to be spent
+  // by exactly one Inbox::push of a node made with new. The slot is no
+  // longer reserved(); null if it was not.
+  [[nodiscard]] detail::Inbox* take_reservation() noexcept {
+    return std::exchange(inbox_, nullptr);
+  }
+
   // Runs f on a thread running the io_context, later (never inside this
   // call). Any thread; takes no lock. Throws std::logic_error if the slot is
   // not reserved(), std::bad_alloc (the slot is then still reserved, and f

@@ -71,7 +71,8 @@ struct JobRun {
   // A coroutine job's first step and the end of its frame, crewd's clock:
   // its queue wait and run time. Its answer leaves from the frame's end,
   // before the pool records the task's end on the handle, and is not held
-  // back for it (answer_when_settled) as a thread job's is.
+  // back for it (answer_when_settled) as a thread job's would be (whose
+  // completion comes after the pool has recorded it).
   bool coroutine = false;
   std::atomic<Clock::rep> started_at{0};
   std::atomic<Clock::rep> ended_at{0};
@@ -232,13 +233,14 @@ crew::Co<void> waiting_job(JobRequest job, std::shared_ptr<JobRun> run, ui::JobB
   }
 }
 
-// crew::asio delivers a thread job's completion from the task's run, just before
-// the pool records the run's times and publishes its outcome (a few
-// microseconds later, unless the worker is preempted meanwhile: by this
-// I/O thread, woken by the completion). The answer carries those times,
-// so it waits for them without blocking the I/O thread, on a timer
-// (OutcomeBackoff: 20 us, doubling, at most 1 ms); past kSettleBound it
-// answers with what the handle shows.
+// crew::asio delivers a thread job's completion once the pool has
+// published its outcome and recorded the run's times, which the answer
+// carries: the handle is ready when the completion runs. A job that ended
+// unrun is settled when the pool decides it (refused, shed) or when its
+// start comes up (expired in the queue, answered at once from here); if
+// the handle is not ready yet anyway, the answer waits for it without
+// blocking the I/O thread, on a timer (OutcomeBackoff: 20 us, doubling, at
+// most 1 ms); past kSettleBound it answers with what the handle shows.
 constexpr auto kSettleBound = std::chrono::seconds(2);
 
 void answer_when_settled(Reply reply, boost::asio::io_context::executor_type io,

@@ -177,6 +177,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
       // Its outcome was decided when it was written off; whoever waits for
       // the callable itself (a group, a batch) may go on now.
       s->callable_returned();
+      run_after_outcome();
       return false;
     }
   } else if (s->is_long) {
@@ -210,6 +211,8 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     const bool finished = s->finish_and_release(outcome, why);
     CREW_ASSERT(finished, "a run's outcome was decided by another thread");
     (void)finished;
+    if (t_after_outcome != nullptr) [[unlikely]]
+      run_after_outcome();
     return true;
   }
   // A running shutdown's report lists the task before its outcome is
@@ -221,6 +224,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
   const bool finished = s->finish(outcome, why);
   CREW_ASSERT(finished, "a run's outcome was decided by another thread");
   (void)finished;
+  run_after_outcome();
   if (epilogue) {
     // A task nobody holds a handle to reports what its callable threw, also
     // when it counts as cancelled or timed out (it threw after its stop or

@@ -4,8 +4,11 @@
 // exactly while a slot is outstanding; a handler that throws leaves run()
 // and the others run at the next run(); handlers still held when the
 // io_context goes are destroyed unrun. And crew::asio's completions take
-// that way to every executor of an io_context, and Asio's post otherwise.
+// that way to every executor of an io_context, and Asio's post otherwise;
+// for a task that ran, only once the pool has published its outcome.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <crew/asio.hpp>
 #include <crew/asio_post_slot.hpp>
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
@@ -280,6 +284,58 @@ TEST(AsioPostSlot, CompletionsRunOnTheirHandlersExecutorWhicheverWayTheyGo) {
   EXPECT_TRUE(b.get());
   EXPECT_TRUE(runner.returned_within(10s * kSlowdown));
   other.join();
+}
+
+// A task's completion reaches the io_context once the pool has published
+// the outcome: the handler finds the handle ready and the pool counting
+// the task. One task at a time, on one CPU, with workers 5 nice steps
+// below the I/O thread: the I/O thread, asleep, is woken by the worker's
+// post and preempts it, so a completion posted from the task's run would
+// run before the worker got back to publishing.
+TEST(AsioPostSlot, ACompletionFindsItsTaskPublishedAndCounted) {
+  Watchdog dog;
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  std::size_t first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // threads made from here inherit it
+  constexpr int kTasks = 1000;
+  int done = 0;  // the I/O thread's
+  int unready = 0;
+  int uncounted = 0;
+  {
+    crew::PoolOptions o;
+    o.max_workers = 2;
+    o.on_worker_start = [](std::uint64_t) {
+      ASSERT_EQ(setpriority(PRIO_PROCESS, 0, 5), 0);  // the calling thread's on Linux
+    };
+    crew::Pool pool(o);
+    net::io_context io;
+    std::function<void()> next = [&] {
+      auto handle = std::make_shared<crew::Task<void>>();
+      const crew::TaskOptions opts{.timeout = 10s};  // a long task: its run is timed too
+      crew::asio::async_try_submit(
+          pool, io.get_executor(), [](std::stop_token) {}, opts,
+          [&, handle](std::exception_ptr e) {
+            if (e || !handle->ready() || handle->status() != crew::TaskStatus::succeeded) {
+              ++unready;
+            }
+            if (pool.stats().outcomes.succeeded < static_cast<std::uint64_t>(++done)) ++uncounted;
+            if (done < kTasks) next();
+          },
+          *handle);
+    };
+    net::post(io, next);
+    Runner runner(io);
+    ASSERT_TRUE(runner.returned_within(60s * kSlowdown));
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(done, kTasks);
+  EXPECT_EQ(unready, 0);
+  EXPECT_EQ(uncounted, 0);
 }
 
 }  // namespace
