@@ -70,7 +70,8 @@
 // executor. A worker preempted by the I/O thread it wakes then holds
 // nothing that thread needs.
 // Lifetimes: the executor's execution context must outlive every completion
-// (the tracked work keeps io_context::run() from returning before them).
+// (the tracked work, or the slot, keeps io_context::run() from returning
+// before them).
 #pragma once
 
 #include <atomic>
@@ -191,14 +192,14 @@ boost::asio::io_context* io_context_of(const Executor& ex) noexcept {
 // has published the task's outcome (crew::detail::AfterOutcome): by the
 // thread that ran the task, right after the publication.
 template <class Fn>
-struct CompletionNode final : InboxNode, crew::detail::AfterOutcome {
-  CompletionNode(Fn&& f, Inbox* to) : fn(std::move(f)), inbox(to) { fire = &push_now; }
-  void run() override { fn(); }
+struct CompletionNode final : InboxFn<Fn>, crew::detail::AfterOutcome {
+  CompletionNode(Fn&& handler, Inbox* to) : InboxFn<Fn>(std::move(handler)), inbox(to) {
+    fire = &push_now;
+  }
   static void push_now(crew::detail::AfterOutcome* a) noexcept {
     auto* self = static_cast<CompletionNode*>(a);
     self->inbox->push(self);
   }
-  Fn fn;
   Inbox* inbox;
 };
 
@@ -216,8 +217,8 @@ class Completion {
              Clock::duration queue_timeout)
       : handler_(std::move(handler)),
         executor_(boost::asio::get_associated_executor(*handler_, io_ex)),
-        work_(executor_),
         slot_(reserve(executor_)),
+        work_(track(slot_, executor_)),
         name_(std::move(name)),
         expires_(queue_timeout > Clock::duration::zero()
                      ? crew::detail::saturating_deadline(Clock::now(), queue_timeout)
@@ -282,7 +283,7 @@ class Completion {
     } else {
       boost::asio::post(executor_, std::move(fn));
     }
-    work_.reset();  // the posted completion is outstanding work of its own
+    work_.reset();  // the posted completion is outstanding work of its own (no-op with a slot)
   }
 
   // The task was shed (on the worker that popped it): as expire().
@@ -318,10 +319,19 @@ class Completion {
     return std::optional<PostSlot>(std::in_place, *io);
   }
 
+  // Outstanding work of the executor's context until the post, where no
+  // slot keeps it: a reserved slot does already (its Inbox waits while any
+  // slot is outstanding).
+  static std::optional<TrackedWork<HandlerExecutor>> track(const std::optional<PostSlot>& slot,
+                                                           const HandlerExecutor& ex) {
+    if (slot) return std::nullopt;
+    return std::optional<TrackedWork<HandlerExecutor>>(std::in_place, ex);
+  }
+
   std::optional<Handler> handler_;
   HandlerExecutor executor_;
-  TrackedWork<HandlerExecutor> work_;
-  std::optional<PostSlot> slot_;  // empty: posted through executor_
+  std::optional<PostSlot> slot_;                      // empty: posted through executor_
+  std::optional<TrackedWork<HandlerExecutor>> work_;  // empty with a slot
   std::string name_;
   Clock::time_point expires_;
   std::atomic<bool> claimed_{false};

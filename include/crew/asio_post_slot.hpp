@@ -75,7 +75,7 @@ struct InboxNode {
 };
 
 template <class F>
-struct InboxFn final : InboxNode {
+struct InboxFn : InboxNode {
   explicit InboxFn(F&& fn) : f(std::move(fn)) {}
   void run() override { f(); }
   F f;

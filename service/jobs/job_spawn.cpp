@@ -2,7 +2,6 @@
 #include "jobs/job_spawn.hpp"
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <crew/asio_post_slot.hpp>
@@ -21,7 +20,6 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
  public:
   SpawnOp(Io io, JobDone done, std::shared_ptr<crew::Task<void>> handle, std::string name)
       : io_(io),
-        work_(io),
         end_slot_(io.context()),
         done_(std::move(done)),
         handle_(std::move(handle)),
@@ -91,12 +89,12 @@ class SpawnOp : public std::enable_shared_from_this<SpawnOp> {
     if (expiry_) expiry_->cancel();
     JobDone done = std::move(done_);
     done(std::move(e));
-    work_.reset();
   }
 
   Io io_;
-  boost::asio::executor_work_guard<Io> work_;
-  crew::asio::PostSlot end_slot_;  // frame_ended()'s post, reserved on io_'s thread
+  // frame_ended()'s post, reserved on io_'s thread. Until its end() runs
+  // the slot keeps io_ busy (outstanding work); after it, end_retry_'s wait.
+  crew::asio::PostSlot end_slot_;
   JobDone done_;
   std::shared_ptr<crew::Task<void>> handle_;
   std::string name_;

@@ -211,8 +211,7 @@ bool PoolCore::run_claimed(Worker* w, TaskStateBase* s, bool top_level, bool dro
     const bool finished = s->finish_and_release(outcome, why);
     CREW_ASSERT(finished, "a run's outcome was decided by another thread");
     (void)finished;
-    if (t_after_outcome != nullptr) [[unlikely]]
-      run_after_outcome();
+    run_after_outcome();
     return true;
   }
   // A running shutdown's report lists the task before its outcome is

@@ -157,6 +157,8 @@ inline void defer_after_outcome(AfterOutcome* a) noexcept {
 }
 // run_claimed, after the publication.
 inline void run_after_outcome() noexcept {
+  if (t_after_outcome == nullptr) [[likely]]
+    return;
   while (AfterOutcome* a = t_after_outcome) {
     t_after_outcome = a->next;
     a->fire(a);
