@@ -35,7 +35,7 @@
 #include "config/config.hpp"
 #include "http/routes.hpp"
 #include "http/server.hpp"
-#include "http/time_slice.hpp"
+#include "http/scheduling.hpp"
 #include "jobs/jobs.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"

@@ -110,6 +110,8 @@ VARIANTS = [
      ["--jobs-overload-adaptive-limit", "false"]),
     ("controller", "full controller: adaptive limit from the head, CoDel, deadline-aware "
                    "admission (crewd's defaults)", []),
+    ("fifo", "the controller with real-time I/O threads (http.io_policy fifo; needs "
+             "CAP_SYS_NICE)", ["--http-io-policy", "fifo"]),
 ]
 
 # Scenarios: phases as (multiple of mu, seconds, job index: 0 the

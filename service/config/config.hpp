@@ -71,6 +71,17 @@ struct Config {
     // at saturation (docs/bench/overload.md). No privilege needed; an
     // older kernel ignores it.
     std::chrono::microseconds io_slice{0};
+    // How the I/O threads are scheduled. normal (the default): SCHED_OTHER,
+    // as every other thread of crewd. fifo: SCHED_FIFO at priority 1, set by
+    // each I/O thread on itself as it starts, with SCHED_RESET_ON_FORK so
+    // that a thread it starts (a pool worker) is not real-time. A woken I/O
+    // thread then takes its CPU from any normal thread at once, which
+    // EEVDF does not promise when more jobs workers than CPUs compute
+    // (docs/bench/overload.md, "W3 with real-time I/O threads"). Needs
+    // CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; refused, the I/O threads stay
+    // normal and crewd says so in its log. io_slice does not apply to fifo.
+    enum class IoPolicy : std::uint8_t { normal, fifo };
+    IoPolicy io_policy = IoPolicy::normal;
   } http;
 
   // A pool's overload controller (crew::PoolOptions::overload): an

@@ -283,6 +283,13 @@ const std::vector<Setting>& settings() {
         "time slice each I/O thread asks of Linux's EEVDF scheduler (Linux 6.12+; 0: the "
         "system's default); shorter than a busy worker's lets a woken I/O thread preempt it",
         +[](Config& c) -> std::chrono::microseconds& { return c.http.io_slice; }, 0, 100'000));
+    using IoPolicy = Config::Http::IoPolicy;
+    s.push_back(choice<IoPolicy>(
+        "http.io_policy",
+        "scheduling of the I/O threads: normal, or fifo (SCHED_FIFO priority 1: a woken I/O "
+        "thread preempts any busy worker at once; needs CAP_SYS_NICE or RLIMIT_RTPRIO)",
+        +[](Config& c) -> IoPolicy& { return c.http.io_policy; },
+        {{"normal", IoPolicy::normal}, {"fifo", IoPolicy::fifo}}));
 
     s.push_back(integer(
         "compute.workers", "workers of pool compute (0: one per usable CPU)",

@@ -31,8 +31,8 @@
 #include <thread>
 #include <utility>
 
+#include "http/scheduling.hpp"
 #include "http/server_state.hpp"
-#include "http/time_slice.hpp"
 
 namespace crewd {
 namespace {
@@ -209,10 +209,22 @@ void HttpServer::serve() {
   for (auto& w : s.workers) {
     IoThread* worker = w.get();
     worker->arm_sweep();
-    worker->thread = std::thread([worker, log = s.log, slice = s.config.http.io_slice] {
-      // The slice first: a thread seen by its name has its slice.
-      if (const std::string error = set_time_slice(slice); !error.empty() && worker->index == 0) {
-        log->warn("http.io_slice_us: the I/O threads keep the system's time slice: {}", error);
+    worker->thread = std::thread([worker, log = s.log, slice = s.config.http.io_slice,
+                                  fifo = s.config.http.io_policy == Config::Http::IoPolicy::fifo] {
+      // The scheduling first: a thread seen by its name has it. Each I/O
+      // thread is refused or allowed alike; the first one says so.
+      bool real_time = false;
+      if (fifo) {
+        const std::string error = set_real_time(1);
+        real_time = error.empty();
+        if (!real_time && worker->index == 0) {
+          log->warn("http.io_policy fifo: the I/O threads stay under SCHED_OTHER: {}", error);
+        }
+      }
+      if (!real_time) {
+        if (const std::string error = set_time_slice(slice); !error.empty() && worker->index == 0) {
+          log->warn("http.io_slice_us: the I/O threads keep the system's time slice: {}", error);
+        }
       }
       const std::string name = "crewd-io-" + std::to_string(worker->index);
       ::pthread_setname_np(::pthread_self(), name.c_str());

@@ -1,9 +1,11 @@
 // Priorities in crewd: a job request's X-Priority and X-Deadline-Ms, read
-// from its head (docs/crewd.md, "Priority and deadline"), and the jobs
+// from its head (docs/crewd.md, "Priority and deadline"), the jobs
 // workers' scheduling priority below the I/O threads (jobs.worker_nice,
-// jobs.worker_policy).
+// jobs.worker_policy) and the I/O threads' own (http.io_slice_us,
+// http.io_policy).
 // Each test runs its own crewd; every wait is bounded.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "affinity.hpp"  // may_use_fifo
 #include "crewd_harness.hpp"
 #include "crewd_suite.hpp"
 
@@ -321,6 +324,41 @@ TEST(CrewdIoSlice, AComputeWorkerStartedByAnIoThreadHasTheSystemsSlice) {
   }
   ASSERT_FALSE(compute.empty()) << "no compute worker found";
   for (const auto& [name, slice] : compute) EXPECT_EQ(slice, *base) << name;
+  expect_clean_stop(crewd);
+}
+
+// http.io_policy fifo: each I/O thread runs under SCHED_FIFO, with
+// SCHED_RESET_ON_FORK; the jobs workers, started by crewd's main thread,
+// keep SCHED_OTHER.
+TEST(CrewdIoPolicy, FifoPutsTheIoThreadsAloneUnderSchedFifo) {
+  if (!crew::test::may_use_fifo())
+    GTEST_SKIP() << "SCHED_FIFO needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1";
+  expect_thread_values({"--http-io-policy", "fifo"}, thread_policies, SCHED_OTHER,
+                       SCHED_FIFO | SCHED_RESET_ON_FORK);
+  expect_thread_values({"--http-io-policy", "normal"}, thread_policies, SCHED_OTHER, SCHED_OTHER);
+}
+
+// A compute worker started by a real-time I/O thread (the request that
+// grows the pool) must not be real-time itself: a busy one would keep
+// every normal thread off its CPU. compute.worker_policy normal sets
+// nothing on the worker, so only the reset on fork keeps it normal.
+TEST(CrewdIoPolicy, AComputeWorkerStartedByAFifoIoThreadIsNotRealTime) {
+  if (!crew::test::may_use_fifo())
+    GTEST_SKIP() << "SCHED_FIFO needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1";
+  Crewd crewd(
+      {"--listen", "127.0.0.1:0", "--http-io-policy", "fifo", "--compute-worker-policy", "normal"});
+  const int port = crewd.wait_port();
+  ASSERT_GT(port, 0) << crewd.log();
+  ASSERT_EQ(get(port, "/api/v1/factorial/20").status, 200);
+  std::vector<std::pair<std::string, int>> compute;
+  bool io_fifo = false;
+  for (const auto& t : thread_policies(crewd.pid())) {
+    if (t.first.rfind("compute-", 0) == 0) compute.push_back(t);
+    if (is_io_thread(t.first)) io_fifo = (t.second & ~SCHED_RESET_ON_FORK) == SCHED_FIFO;
+  }
+  EXPECT_TRUE(io_fifo) << crewd.log();
+  ASSERT_FALSE(compute.empty()) << "no compute worker found";
+  for (const auto& [name, policy] : compute) EXPECT_EQ(policy, SCHED_OTHER) << name;
   expect_clean_stop(crewd);
 }
 

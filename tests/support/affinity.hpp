@@ -1,10 +1,13 @@
 // tests/support/affinity.hpp: the CPUs a test may run on, for the tests that
-// pin themselves or a child process (taskset) to one of them.
+// pin themselves or a child process (taskset) to one of them; and whether it
+// may put a thread under a real-time policy.
 #pragma once
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <cstddef>
+#include <thread>
 
 namespace crew::test {
 
@@ -17,6 +20,19 @@ inline int first_cpu() {
     if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) return cpu;
   }
   return -1;
+}
+
+// Whether this process may put a thread under SCHED_FIFO (CAP_SYS_NICE or
+// RLIMIT_RTPRIO), asked on a thread of its own; a child process inherits
+// the right.
+inline bool may_use_fifo() {
+  bool allowed = false;
+  std::thread([&] {
+    sched_param param{};
+    param.sched_priority = 1;
+    allowed = ::pthread_setschedparam(::pthread_self(), SCHED_FIFO, &param) == 0;
+  }).join();
+  return allowed;
 }
 
 }  // namespace crew::test

@@ -1,5 +1,5 @@
-// service/http/time_slice.cpp: see time_slice.hpp.
-#include "http/time_slice.hpp"
+// service/http/scheduling.cpp: see scheduling.hpp.
+#include "http/scheduling.hpp"
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -37,6 +37,19 @@ std::string set_time_slice(std::chrono::microseconds slice) {
   attr.sched_runtime = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count());
   if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) return std::strerror(errno);
+  return {};
+}
+
+std::string set_real_time(int priority) {
+  sched_param param{};
+  param.sched_priority = priority;
+  if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &param) != 0) {
+    const int error = errno;
+    std::string why = std::strerror(error);
+    if (error == EPERM)
+      why += " (needs CAP_SYS_NICE or an RLIMIT_RTPRIO of " + std::to_string(priority) + ")";
+    return why;
+  }
   return {};
 }
 
