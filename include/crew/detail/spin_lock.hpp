@@ -40,31 +40,40 @@ class CREW_CAPABILITY("mutex") SpinLock {
   // naps, from 20 us up to 1 ms at a time, until the lock is free. May be
   // called from any thread, a pool's workers included.
   void lock() noexcept CREW_ACQUIRE() {
-    if (word_.exchange(kHeld, std::memory_order_acquire) != kFree) lock_contended();
+    int looks = 0;
+    int waits = 0;
+    while (word_.exchange(true, std::memory_order_acquire)) {
+      while (word_.load(std::memory_order_relaxed)) {
+        if (looks < kLooks) {
+          ++looks;
+        } else {
+          waits = back_off(waits);
+        }
+      }
+    }
   }
   // Takes the lock if no thread holds it; never waits.
   [[nodiscard]] bool try_lock() noexcept CREW_TRY_ACQUIRE(true) {
-    return word_.load(std::memory_order_relaxed) == kFree &&
-           word_.exchange(kHeld, std::memory_order_acquire) == kFree;
+    return !word_.load(std::memory_order_relaxed) &&
+           !word_.exchange(true, std::memory_order_acquire);
   }
-  void unlock() noexcept CREW_RELEASE() { word_.store(kFree, std::memory_order_release); }
+  void unlock() noexcept CREW_RELEASE() { word_.store(false, std::memory_order_release); }
   // True if no thread holds the lock at this moment. Seen true after an
   // acquire read of a value written inside a critical section, it means
   // that section has ended (the unlock it reads from, or a later one, is
   // ordered after everything the section did).
-  [[nodiscard]] bool is_free() const noexcept {
-    return word_.load(std::memory_order_acquire) == kFree;
-  }
+  [[nodiscard]] bool is_free() const noexcept { return !word_.load(std::memory_order_acquire); }
   // For functions whose callers hold the lock (named *_locked).
   void assert_held() const noexcept CREW_ASSERT_CAPABILITY(this) {}
 
  private:
-  static constexpr bool kFree = false;
-  static constexpr bool kHeld = true;
+  static constexpr int kLooks = 64;
+  // One wait after the first kLooks, `waits` of them made before: a yield
+  // for the first 16, then a nap (src/base/spin_lock.cpp). Returns the
+  // count to pass next time.
+  static int back_off(int waits) noexcept;
 
-  void lock_contended() noexcept;  // src/base/spin_lock.cpp
-
-  std::atomic<bool> word_{kFree};
+  std::atomic<bool> word_{false};  // held
 };
 
 class CREW_SCOPED_CAPABILITY SpinLockGuard {
