@@ -34,8 +34,8 @@
 
 #include "config/config.hpp"
 #include "http/routes.hpp"
-#include "http/server.hpp"
 #include "http/scheduling.hpp"
+#include "http/server.hpp"
 #include "jobs/jobs.hpp"
 #include "logging.hpp"
 #include "metrics/http_metrics.hpp"
